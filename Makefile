@@ -1,0 +1,117 @@
+# lowbit — build, test, benchmark, install.
+#
+#   make            library (build/liblowbit.a, build/liblowbit.so) and CLI (build/lowbit)
+#   make demo       the CLI tour on the embedded default
+#   make test       every test (sets up a Python venv with the oracle packages)
+#   make asan       the tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make bench      benchmarks (see BENCHMARKS.md)
+#   make install PREFIX=/usr/local
+
+CC      ?= cc
+PREFIX  ?= /usr/local
+BUILD   ?= build
+PYTHON  ?= python3
+VENV    ?= .venv
+
+OPT      ?= -O2
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers
+CFLAGS   ?=
+ALLFLAGS := -std=c11 $(OPT) -g $(WARN) -fPIC -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc $(CFLAGS)
+LDLIBS   := -lm -lpthread
+
+# Per-file instruction sets: the kernels are only called after a CPU check.
+FLAGS_AVX2   := -mavx2 -mfma -mf16c -mbmi2
+FLAGS_AVX512 := -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c -mbmi2
+
+LIB_SRC := $(wildcard src/*/*.c)
+CLI_SRC := $(wildcard cli/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+UNIT_SRC := $(wildcard tests/unit/*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+.PHONY: all demo test test-unit test-python venv asan bench install uninstall clean warnings
+
+all: $(BUILD)/liblowbit.a $(BUILD)/liblowbit.so $(BUILD)/lowbit
+
+$(BUILD)/%.o: %.c include/lowbit.h $(wildcard src/*/*.h) $(wildcard cli/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLFLAGS) -c $< -o $@
+
+$(BUILD)/src/format/convert_avx2.o: ALLFLAGS += $(FLAGS_AVX2)
+$(BUILD)/src/format/convert_avx512.o: ALLFLAGS += $(FLAGS_AVX512)
+
+$(BUILD)/liblowbit.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/liblowbit.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDLIBS)
+
+$(BUILD)/lowbit: $(CLI_OBJ) $(BUILD)/liblowbit.a
+	$(CC) $(ALLFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/liblowbit.a $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/liblowbit.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLFLAGS) -o $@ $< $(BUILD)/liblowbit.a $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/liblowbit.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLFLAGS) -O3 -o $@ $< $(BUILD)/liblowbit.a $(LDLIBS)
+
+demo: all
+	@sh tests/demo.sh $(BUILD)/lowbit
+
+# The oracle packages live in a private venv, made on first use.
+$(VENV)/.ready: tests/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+	@touch $@
+
+venv: $(VENV)/.ready
+
+test-unit: $(UNIT_BIN)
+	@for t in $(UNIT_BIN); do echo "== $$t"; $$t || exit 1; done
+
+test-python: all $(VENV)/.ready
+	LOWBIT_BUILD=$(BUILD) $(VENV)/bin/python -m pytest -q tests
+
+test: test-unit test-python
+
+# Sanitizer run: everything rebuilt into build-asan; Python loads the
+# instrumented shared library with the ASan runtime preloaded.
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	    LDLIBS="-lm -lpthread -fsanitize=address,undefined" all $(patsubst $(BUILD)/%,build-asan/%,$(UNIT_BIN))
+	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	    LDLIBS="-lm -lpthread -fsanitize=address,undefined" test-unit
+	$(MAKE) venv
+	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	    LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	    LOWBIT_BUILD=build-asan LOWBIT_SANITIZED=1 $(VENV)/bin/python -m pytest -q tests
+
+# Warning-free under both compilers, as errors.
+warnings:
+	$(MAKE) BUILD=build-gcc CC=gcc CFLAGS=-Werror all $(patsubst $(BUILD)/%,build-gcc/%,$(UNIT_BIN) $(BENCH_BIN))
+	$(MAKE) BUILD=build-clang CC=clang CFLAGS=-Werror all $(patsubst $(BUILD)/%,build-clang/%,$(UNIT_BIN) $(BENCH_BIN))
+
+bench: all $(BENCH_BIN) $(VENV)/.ready
+	@sh bench/run.sh $(BUILD) $(VENV)/bin/python
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 $(BUILD)/liblowbit.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/liblowbit.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 include/lowbit.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/lowbit $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*LOWBIT_VERSION_STRING "\(.*\)"/\1/p' include/lowbit.h)|' \
+	    lowbit.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/lowbit.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/lib/liblowbit.a $(DESTDIR)$(PREFIX)/lib/liblowbit.so \
+	    $(DESTDIR)$(PREFIX)/include/lowbit.h $(DESTDIR)$(PREFIX)/bin/lowbit $(DESTDIR)$(PREFIX)/lib/pkgconfig/lowbit.pc
+
+clean:
+	rm -rf build build-asan build-gcc build-clang

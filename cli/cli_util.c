@@ -1,0 +1,77 @@
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cli_fail(const char *cmd, int json, int exit_code, const char *status, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (json) {
+        printf("{\"error\": {\"status\": ");
+        json_string(stdout, status);
+        printf(", \"message\": ");
+        json_string(stdout, msg);
+        printf(", \"exit_code\": %d}}\n", exit_code);
+    } else {
+        fprintf(stderr, "lowbit %s: %s\n", cmd, msg);
+    }
+    return exit_code;
+}
+
+int cli_fail_lb(const char *cmd, int json, int exit_code, lb_status s)
+{
+    return cli_fail(cmd, json, exit_code, lb_status_name(s), "%s", lb_last_error());
+}
+
+int cli_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
+
+/* Shortest "%.Ng" that reads back exactly; plain notation is preferred
+ * for magnitudes a person reads as plain numbers (240, not 2.4e+02). */
+static void shortest(char *buf, size_t size, double v, int max_prec, int is_float)
+{
+    if (isnan(v)) { snprintf(buf, size, "nan"); return; }
+    if (isinf(v)) { snprintf(buf, size, v < 0 ? "-inf" : "inf"); return; }
+    double a = fabs(v);
+    int plain = a == 0 || (a >= 1e-4 && a < 1e15);
+    for (int prec = 1; prec <= max_prec; prec++) {
+        snprintf(buf, size, "%.*g", prec, v);
+        if (plain && strchr(buf, 'e')) continue;
+        if (is_float ? strtof(buf, NULL) == (float)v : strtod(buf, NULL) == v) return;
+    }
+    snprintf(buf, size, "%.*g", max_prec, v);
+}
+
+void cli_format_double(char *buf, size_t size, double v) { shortest(buf, size, v, 17, 0); }
+
+void cli_format_float(char *buf, size_t size, float v) { shortest(buf, size, v, 9, 1); }
+
+void cli_format_error(char *buf, size_t size, double v)
+{
+    if (isnan(v)) snprintf(buf, size, "nan");
+    else snprintf(buf, size, "%.6g", v);
+}
+
+void json_string(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
+        else if (*p < 0x20) fprintf(out, "\\u%04x", *p);
+        else fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+void json_number(FILE *out, double v)
+{
+    char buf[64];
+    cli_format_double(buf, sizeof buf, isnan(v) ? fabs(v) : v);
+    if (isnan(v) || isinf(v)) json_string(out, buf);
+    else fputs(buf, out);
+}

@@ -1,0 +1,175 @@
+/*
+ * lowbit — post-training quantization of large language models.
+ *
+ * This is the one public header. Everything the library offers is declared
+ * here with the lb_ prefix; the library never prints or exits: every call
+ * that can fail returns an lb_status, and lb_last_error() says what went
+ * wrong, where, and what was expected.
+ */
+#ifndef LOWBIT_H
+#define LOWBIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOWBIT_VERSION_MAJOR 0
+#define LOWBIT_VERSION_MINOR 1
+#define LOWBIT_VERSION_PATCH 0
+#define LOWBIT_VERSION_STRING "0.1.0"
+
+const char *lb_version(void);
+
+/* ===== Status and errors ===== */
+
+/* Values are append-only: they may be returned across a shared-library
+ * boundary, so a number once given is never reused. */
+typedef enum lb_status {
+    LB_OK = 0,
+    LB_ERR_ARG = 1,        /* a caller passed an invalid argument */
+    LB_ERR_FORMAT = 2,     /* unknown number format name or id */
+    LB_ERR_NAN = 3,        /* NaN met a format that has no NaN encoding */
+    LB_ERR_NOMEM = 4,      /* an allocation failed */
+    LB_ERR_IO = 5,         /* reading or writing a file failed */
+    LB_ERR_PARSE = 6,      /* malformed input data */
+    LB_ERR_UNSUPPORTED = 7 /* valid request this build cannot serve */
+} lb_status;
+
+/* A short, stable name for a status ("nan", "unknown_format", ...). */
+const char *lb_status_name(lb_status s);
+
+/* The message of the last failed call on this thread ("" if none). */
+const char *lb_last_error(void);
+
+/* ===== Number formats ===== */
+
+/* One id per format; the ids are append-only (they may be stored). */
+typedef enum lb_format {
+    LB_FMT_FP32 = 0,
+    LB_FMT_FP16 = 1,
+    LB_FMT_BF16 = 2,
+    LB_FMT_FP8_E4M3 = 3,     /* "FN": no inf, NaN = S.1111.111, max 448 */
+    LB_FMT_FP8_E5M2 = 4,     /* IEEE-like: inf and NaNs, max 57344 */
+    LB_FMT_FP8_E4M3FNUZ = 5, /* AMD MI300: bias 8, NaN = 0x80, no -0 */
+    LB_FMT_FP8_E5M2FNUZ = 6, /* AMD MI300: bias 16, NaN = 0x80, no -0 */
+    LB_FMT_FP6_E2M3 = 7,     /* OCP MX element, no inf/NaN, max 7.5 */
+    LB_FMT_FP6_E3M2 = 8,     /* OCP MX element, no inf/NaN, max 28 */
+    LB_FMT_FP4_E2M1 = 9,     /* OCP MX / NVFP4 element, max 6 */
+    LB_FMT_E8M0 = 10,        /* MX scale: 2^(c-127), 0xFF = NaN, no zero */
+    LB_FMT_UE4M3 = 11,       /* NVFP4 block scale: E4M3 with sign bit 0 */
+    LB_FMT_INT8 = 12,
+    LB_FMT_UINT8 = 13,
+    LB_FMT_INT4 = 14,
+    LB_FMT_UINT4 = 15,
+    LB_FMT_COUNT = 16
+} lb_format;
+
+typedef enum lb_format_kind {
+    LB_KIND_FLOAT = 0, /* sign-exponent-mantissa */
+    LB_KIND_INT = 1    /* two's complement or unsigned integer */
+} lb_format_kind;
+
+/* How a float format spends its special bit patterns. */
+typedef enum lb_specials {
+    LB_SPECIALS_IEEE = 0, /* exponent all ones: inf (mantissa 0) or NaN */
+    LB_SPECIALS_FN = 1,   /* no inf; only S.1...1 (all ones) is NaN */
+    LB_SPECIALS_FNUZ = 2, /* no inf, no -0; the code 1000...0 is NaN */
+    LB_SPECIALS_NONE = 3, /* every code is a finite number */
+    LB_SPECIALS_E8M0 = 4  /* exponent only: all ones is NaN, no zero */
+} lb_specials;
+
+/* One row of the format table. Every number here is exact. */
+typedef struct lb_format_info {
+    lb_format id;
+    const char *name;        /* as the CLI spells it: "fp8_e4m3" */
+    lb_format_kind kind;
+    int bits;                /* width of one code in bits */
+    int sign_bits;           /* 1 if the format carries a sign bit */
+    int exp_bits;            /* float formats: exponent field width */
+    int man_bits;            /* float formats: mantissa field width */
+    int bias;                /* float formats: exponent bias */
+    lb_specials specials;    /* float formats: inf/NaN policy */
+    double max_finite;       /* largest finite value */
+    double min_finite;       /* most negative finite value (0 if unsigned) */
+    double min_normal;       /* smallest positive normal (1 for ints) */
+    double min_subnormal;    /* smallest positive value */
+    uint64_t finite_values;  /* distinct finite values; +0 and -0 count once */
+    const char *summary;     /* one line: where the format is used */
+} lb_format_info;
+
+/* The row for a format, or NULL for an id out of range. */
+const lb_format_info *lb_format_get(lb_format f);
+
+/* Looks a format up by name (case-insensitive; "e4m3" style aliases are
+ * accepted for the fp8 formats). LB_ERR_FORMAT if unknown. */
+lb_status lb_format_by_name(const char *name, lb_format *out);
+
+/* Bytes needed to store n codes of a format in the bulk layout:
+ * 4-bit formats pack two codes per byte (element 2i in the low nibble,
+ * element 2i+1 in the high nibble), 6- and 8-bit formats take one byte
+ * per code (6-bit codes in the low bits), 16-bit formats two bytes and
+ * fp32 four, little-endian. Returns 0 if the size would overflow. */
+size_t lb_format_bytes(lb_format f, size_t n);
+
+/* ===== Casts ===== */
+
+/* What happens to a finite value beyond the format's range, or to inf.
+ * Rounding is always to nearest, ties to even. */
+typedef enum lb_overflow {
+    LB_SATURATE = 0, /* clamp to +-max finite (inf too); NaN stays NaN where
+                        the format has one and is LB_ERR_NAN otherwise */
+    LB_IEEE = 1      /* ml_dtypes semantics: overflow and inf become inf,
+                        else NaN, as the format allows; formats with
+                        neither saturate. NaN into a format without NaN
+                        is still LB_ERR_NAN: it never becomes a number. */
+} lb_overflow;
+
+/* Encodes one value, rounded once from binary64. Unsigned formats
+ * (e8m0, ue4m3, uint*) take negative inputs as overflow below their range:
+ * LB_SATURATE clamps them to the smallest value, LB_IEEE gives NaN
+ * where the format has one. */
+lb_status lb_encode_value(lb_format f, double x, lb_overflow mode, uint32_t *code);
+
+/* Decodes one code (its low `bits` bits; LB_ERR_ARG if higher bits set).
+ * Every code of every format decodes exactly into a float. */
+lb_status lb_decode_value(lb_format f, uint32_t code, float *out);
+
+/* Bulk conversion of n fp32 values into the bulk layout described at
+ * lb_format_bytes. threads <= 0 means one per online CPU. The result does
+ * not depend on the thread count. On LB_ERR_NAN the message names the
+ * first offending element and dst holds unspecified bytes. */
+lb_status lb_encode_f32(lb_format f, lb_overflow mode, const float *src, size_t n,
+                        void *dst, int threads);
+
+/* Bulk conversion of n codes in the bulk layout back to fp32. */
+lb_status lb_decode_f32(lb_format f, const void *src, size_t n, float *dst, int threads);
+
+/* ===== Instruction sets ===== */
+
+typedef enum lb_isa {
+    LB_ISA_SCALAR = 0, /* portable C reference */
+    LB_ISA_AVX2 = 1,   /* x86-64 AVX2 + F16C + FMA */
+    LB_ISA_AVX512 = 2  /* x86-64 AVX-512 F/BW/DQ/VL */
+} lb_isa;
+
+const char *lb_isa_name(lb_isa isa);
+
+/* The best instruction set this CPU (and this build) supports. */
+lb_isa lb_isa_detected(void);
+
+/* The instruction set the bulk kernels use now. */
+lb_isa lb_isa_active(void);
+
+/* Caps the kernels at an instruction set (tests and benchmarks compare
+ * paths this way). LB_ERR_UNSUPPORTED if the CPU lacks it. The environment
+ * variable LOWBIT_ISA=scalar|avx2|avx512 sets the same cap at start-up. */
+lb_status lb_isa_set(lb_isa isa);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOWBIT_H */

@@ -1,0 +1,58 @@
+/* Bulk fp32 <-> format kernels: one set per instruction set. */
+#ifndef LB_FORMAT_CONVERT_H
+#define LB_FORMAT_CONVERT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lowbit.h"
+
+/* Returned by an encode kernel when every element was encodable. */
+#define LB_ENCODE_OK SIZE_MAX
+
+/* Encodes src[0..n) into dst (bulk layout, starting at element 0).
+ * Returns LB_ENCODE_OK, or the index of the first NaN that the format
+ * cannot hold (dst is then partly written). */
+typedef size_t (*lb__encode_fn)(const lb_format_info *f, lb_overflow mode, const float *src,
+                                size_t n, void *dst);
+/* Decodes n codes of the bulk layout starting at element 0. */
+typedef void (*lb__decode_fn)(const lb_format_info *f, const void *src, size_t n, float *dst);
+
+size_t lb__encode_scalar(const lb_format_info *f, lb_overflow mode, const float *src, size_t n, void *dst);
+void lb__decode_scalar(const lb_format_info *f, const void *src, size_t n, float *dst);
+size_t lb__encode_avx2(const lb_format_info *f, lb_overflow mode, const float *src, size_t n, void *dst);
+void lb__decode_avx2(const lb_format_info *f, const void *src, size_t n, float *dst);
+size_t lb__encode_avx512(const lb_format_info *f, lb_overflow mode, const float *src, size_t n, void *dst);
+void lb__decode_avx512(const lb_format_info *f, const void *src, size_t n, float *dst);
+
+/* One code in and out of the bulk layout (the scalar loops and the SIMD
+ * tails use these). */
+static inline void lb__store_code(const lb_format_info *f, void *dst, size_t i, uint32_t code)
+{
+    uint8_t *d = dst;
+    switch (f->bits) {
+    case 4:
+        d[i / 2] = (uint8_t)((i & 1) ? (d[i / 2] & 0x0F) | (code << 4) : (d[i / 2] & 0xF0) | code);
+        break;
+    case 6: case 8: d[i] = (uint8_t)code; break;
+    case 16: d[2 * i] = (uint8_t)code; d[2 * i + 1] = (uint8_t)(code >> 8); break;
+    default:
+        for (int b = 0; b < 4; b++) d[4 * i + b] = (uint8_t)(code >> (8 * b));
+    }
+}
+
+static inline uint32_t lb__load_code(const lb_format_info *f, const void *src, size_t i)
+{
+    const uint8_t *s = src;
+    switch (f->bits) {
+    case 4: return (s[i / 2] >> ((i & 1) * 4)) & 0x0F;
+    case 6: return s[i] & 0x3F;
+    case 8: return s[i];
+    case 16: return (uint32_t)s[2 * i] | ((uint32_t)s[2 * i + 1] << 8);
+    default:
+        return (uint32_t)s[4 * i] | ((uint32_t)s[4 * i + 1] << 8) | ((uint32_t)s[4 * i + 2] << 16) |
+               ((uint32_t)s[4 * i + 3] << 24);
+    }
+}
+
+#endif

@@ -1,0 +1,237 @@
+/* AVX-512 bulk conversion, 16 elements a step. Compiled with
+ * -mavx512f -mavx512bw -mavx512dq -mavx512vl and only called when the CPU
+ * has them. Each step computes 16 codes in 32-bit lanes, then packs them
+ * to the storage width; the tail goes through the scalar reference.
+ * Rounding is done in integers, never in the FPU, so the results do not
+ * depend on MXCSR (rounding mode, flush-to-zero, denormals-are-zero). */
+#include "format/convert.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
+#include <immintrin.h>
+#include <string.h>
+
+#include "format/kernel_params.h"
+
+#define V1(x) _mm512_set1_epi32((int)(x))
+
+/* ----- fp32 -> codes ----- */
+
+/* Round-to-nearest-even of fp32 bits into a sign/exponent/mantissa code;
+ * the integer twin of the scalar codec's value/quantum rounding. */
+static inline __m512i minifloat_codes(__m512i u, const lb__enc_params *p, __mmask16 *nan_bad)
+{
+    const __m512i one = V1(1);
+    __m512i a = _mm512_and_si512(u, V1(0x7FFFFFFF));
+    __m512i expf = _mm512_srli_epi32(a, 23);
+    __m512i ea = _mm512_sub_epi32(_mm512_max_epi32(expf, one), V1(127));
+    __mmask16 normal_in = _mm512_cmpneq_epi32_mask(expf, _mm512_setzero_si512());
+    __m512i mant = _mm512_mask_or_epi32(_mm512_and_si512(a, V1(0x7FFFFF)), normal_in,
+                                        _mm512_and_si512(a, V1(0x7FFFFF)), V1(0x800000));
+    __m512i eeff = _mm512_max_epi32(ea, V1(p->emin));
+    /* Shift that leaves k = mant / quantum; past 25 every bit is sticky. */
+    __m512i sh = _mm512_min_epi32(_mm512_add_epi32(V1(23 - p->man_bits), _mm512_sub_epi32(eeff, ea)), V1(25));
+    __m512i k = _mm512_srlv_epi32(mant, sh);
+    __m512i rem = _mm512_and_si512(mant, _mm512_sub_epi32(_mm512_sllv_epi32(one, sh), one));
+    __m512i half = _mm512_sllv_epi32(one, _mm512_sub_epi32(sh, one));
+    __mmask16 up = _mm512_cmpgt_epi32_mask(rem, half) |
+                   (_mm512_cmpeq_epi32_mask(rem, half) & _mm512_test_epi32_mask(k, one));
+    k = _mm512_mask_add_epi32(k, up, k, one);
+    __m512i mag = _mm512_add_epi32(_mm512_sll_epi32(_mm512_sub_epi32(eeff, V1(p->emin)),
+                                                    _mm_cvtsi32_si128(p->man_bits)), k);
+
+    __mmask16 neg = _mm512_movepi32_mask(u);
+    __m512i res = _mm512_mask_or_epi32(mag, neg, mag, V1(p->sign_bit));
+    if (p->zero_drops_sign)
+        res = _mm512_mask_mov_epi32(res, _mm512_cmpeq_epi32_mask(mag, _mm512_setzero_si512()), _mm512_setzero_si512());
+    __mmask16 ovf = _mm512_cmpgt_epu32_mask(mag, V1(p->max_mag));
+    res = _mm512_mask_mov_epi32(res, ovf & ~neg, V1(p->ovf_pos));
+    res = _mm512_mask_mov_epi32(res, ovf & neg, V1(p->ovf_neg));
+    if (p->is_unsigned_float)
+        res = _mm512_mask_mov_epi32(res, neg & _mm512_test_epi32_mask(a, a), V1(p->below_code));
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(a, V1(0x7F800000));
+    if (nan) {
+        if (!p->nan_ok) *nan_bad |= nan;
+        if (p->nan_fp16_payload) {
+            __m512i pl = _mm512_max_epi32(_mm512_srli_epi32(_mm512_and_si512(a, V1(0x7FFFFF)), 13), one);
+            __m512i s16 = _mm512_and_si512(_mm512_srli_epi32(u, 16), V1(0x8000));
+            res = _mm512_mask_mov_epi32(res, nan, _mm512_or_si512(_mm512_or_si512(s16, V1(0x7C00)), pl));
+        } else {
+            res = _mm512_mask_mov_epi32(res, nan & ~neg, V1(p->nan_pos));
+            res = _mm512_mask_mov_epi32(res, nan & neg, V1(p->nan_neg));
+        }
+    }
+    return res;
+}
+
+static inline __m512i e8m0_codes(__m512i u, const lb__enc_params *p)
+{
+    __m512i a = _mm512_and_si512(u, V1(0x7FFFFFFF));
+    __m512i expf = _mm512_srli_epi32(a, 23), man = _mm512_and_si512(a, V1(0x7FFFFF));
+    /* normal inputs: 1.m rounds up from 1.5; subnormals: 2^-127 up to 1.5*2^-127, then 2^-126 */
+    __m512i c = _mm512_add_epi32(expf, _mm512_srli_epi32(man, 22));
+    __mmask16 sub = _mm512_cmpeq_epi32_mask(expf, _mm512_setzero_si512());
+    c = _mm512_mask_mov_epi32(c, sub, _mm512_maskz_mov_epi32(_mm512_cmpge_epi32_mask(man, V1(0x600000)), V1(1)));
+    c = _mm512_mask_mov_epi32(c, _mm512_cmpgt_epi32_mask(c, V1(254)), V1(p->saturate ? 0xFE : 0xFF));
+    __mmask16 below = _mm512_movepi32_mask(u) | _mm512_cmpeq_epi32_mask(a, _mm512_setzero_si512());
+    c = _mm512_mask_mov_epi32(c, below, V1(p->saturate ? 0x00 : 0xFF));
+    return _mm512_mask_mov_epi32(c, _mm512_cmpgt_epi32_mask(a, V1(0x7F800000)), V1(0xFF));
+}
+
+static inline __m512i int_codes(__m512 x, const lb__enc_params *p, __mmask16 *nan_bad)
+{
+    *nan_bad |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    __m512 r = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(p->int_lo)), _mm512_set1_ps(p->int_hi));
+    return _mm512_and_si512(_mm512_cvtps_epi32(r), V1(p->code_mask));
+}
+
+static inline __m512i fp32_codes(__m512i u, const lb__enc_params *p)
+{
+    if (!p->saturate) return u;
+    __m512i a = _mm512_and_si512(u, V1(0x7FFFFFFF));
+    __m512i maxf = _mm512_or_si512(_mm512_and_si512(u, V1(0x80000000)), V1(0x7F7FFFFF));
+    return _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(a, V1(0x7F800000)), maxf);
+}
+
+/* ----- codes <-> storage ----- */
+
+static inline void store16(int bits, uint8_t *d, __m512i c)
+{
+    switch (bits) {
+    case 4: /* lanes 2i and 2i+1 share a qword: fold the odd one into bits 4..7 */
+        _mm_storel_epi64((__m128i *)d, _mm512_cvtepi64_epi8(_mm512_or_si512(c, _mm512_srli_epi64(c, 28))));
+        break;
+    case 6: case 8: _mm_storeu_si128((__m128i *)d, _mm512_cvtepi32_epi8(c)); break;
+    case 16: _mm256_storeu_si256((__m256i *)d, _mm512_cvtepi32_epi16(c)); break;
+    default: _mm512_storeu_si512(d, c);
+    }
+}
+
+static inline __m512i load16(int bits, const uint8_t *s)
+{
+    switch (bits) {
+    case 4: {
+        __m512i q = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)s));
+        return _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi64(0xF)),
+                               _mm512_slli_epi64(_mm512_srli_epi64(q, 4), 32));
+    }
+    case 6: return _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s)), V1(0x3F));
+    case 8: return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s));
+    case 16: return _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)s));
+    default: return _mm512_loadu_si512(s);
+    }
+}
+
+/* One loop per codec kind; `bits` is loop-invariant, so the switch in
+ * store16/load16 is hoisted by the compiler. */
+#define ENCODE_LOOP(CODES)                                                            \
+    for (; i + 16 <= n; i += 16) {                                                    \
+        __m512 x = _mm512_loadu_ps(src + i);                                          \
+        __m512i u = _mm512_castps_si512(x);                                           \
+        (void)u;                                                                      \
+        __mmask16 bad = 0;                                                            \
+        __m512i c = CODES;                                                            \
+        if (bad) return i + (size_t)__builtin_ctz(bad);                               \
+        store16(f->bits, d, c);                                                       \
+        d += step;                                                                    \
+    }
+
+size_t lb__encode_avx512(const lb_format_info *f, lb_overflow mode, const float *src, size_t n, void *dst)
+{
+    lb__enc_params p;
+    lb__enc_params_init(f, mode, &p);
+    uint8_t *d = dst;
+    const size_t step = lb_format_bytes(f->id, 16);
+    size_t i = 0;
+    switch (p.kind) {
+    case LB_CODEC_MINIFLOAT: ENCODE_LOOP(minifloat_codes(u, &p, &bad)) break;
+    case LB_CODEC_E8M0: ENCODE_LOOP(e8m0_codes(u, &p)) break;
+    case LB_CODEC_INT: ENCODE_LOOP(int_codes(x, &p, &bad)) break;
+    case LB_CODEC_FP32: ENCODE_LOOP(fp32_codes(u, &p)) break;
+    }
+    size_t bad = lb__encode_scalar(f, mode, src + i, n - i, d);
+    return bad == LB_ENCODE_OK ? bad : i + bad;
+}
+
+/* ----- codes -> fp32 ----- */
+
+static inline __m512i minifloat_values(__m512i c, const lb__dec_params *p)
+{
+    if (p->is_bf16) return _mm512_slli_epi32(c, 16);
+    const int m = p->man_bits;
+    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, V1(p->sign_bit)), 31 - (p->exp_bits + m));
+    __m512i mag = _mm512_and_si512(c, V1(p->mag_mask));
+    __m512i expf = _mm512_srl_epi32(mag, _mm_cvtsi32_si128(m));
+    __m512i man = _mm512_and_si512(mag, V1((1u << m) - 1));
+    __m512i man_hi = _mm512_sll_epi32(man, _mm_cvtsi32_si128(23 - m));
+    __m512i normal = _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(expf, V1(127 - p->bias)), 23), man_hi);
+    /* man * 2^(1-bias-m) is exact and a normal fp32, so FTZ/DAZ cannot bite */
+    __m512i sub = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(man), _mm512_set1_ps(p->sub_scale)));
+    __m512i res = _mm512_mask_mov_epi32(normal, _mm512_cmpeq_epi32_mask(expf, _mm512_setzero_si512()), sub);
+    res = _mm512_or_si512(res, sign);
+    __m512i special = _mm512_or_si512(_mm512_or_si512(sign, V1(0x7F800000)), man_hi);
+    switch (p->specials) {
+    case LB_SPECIALS_IEEE:
+        res = _mm512_mask_mov_epi32(res, _mm512_cmpeq_epi32_mask(expf, V1((1u << p->exp_bits) - 1)), special);
+        break;
+    case LB_SPECIALS_FN:
+        res = _mm512_mask_mov_epi32(res, _mm512_cmpeq_epi32_mask(mag, V1(p->mag_mask)), special);
+        break;
+    case LB_SPECIALS_FNUZ:
+        res = _mm512_mask_mov_epi32(res, _mm512_cmpeq_epi32_mask(c, V1(p->sign_bit)), V1(0x7FC00000));
+        break;
+    default: break;
+    }
+    if (p->is_unsigned_float) /* ue4m3 codes with the sign bit set are not numbers */
+        res = _mm512_mask_mov_epi32(res, _mm512_cmpgt_epi32_mask(c, V1(p->mag_mask)), V1(0x7FC00000));
+    return res;
+}
+
+static inline __m512i e8m0_values(__m512i c)
+{
+    __m512i res = _mm512_slli_epi32(c, 23);
+    res = _mm512_mask_mov_epi32(res, _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512()), V1(0x00400000));
+    return _mm512_mask_mov_epi32(res, _mm512_cmpeq_epi32_mask(c, V1(0xFF)), V1(0x7FC00000));
+}
+
+static inline __m512i int_values(__m512i c, const lb__dec_params *p)
+{
+    __m128i cnt = _mm_cvtsi32_si128(p->int_shift);
+    __m512i v = p->int_signed ? _mm512_sra_epi32(_mm512_sll_epi32(c, cnt), cnt) : c;
+    return _mm512_castps_si512(_mm512_cvtepi32_ps(v));
+}
+
+#define DECODE_LOOP(VALUES)                                                           \
+    for (; i + 16 <= n; i += 16) {                                                    \
+        __m512i c = load16(f->bits, s);                                               \
+        _mm512_storeu_si512(dst + i, VALUES);                                         \
+        s += step;                                                                    \
+    }
+
+void lb__decode_avx512(const lb_format_info *f, const void *src, size_t n, float *dst)
+{
+    lb__dec_params p;
+    lb__dec_params_init(f, &p);
+    const uint8_t *s = src;
+    const size_t step = lb_format_bytes(f->id, 16);
+    size_t i = 0;
+    switch (p.kind) {
+    case LB_CODEC_MINIFLOAT: DECODE_LOOP(minifloat_values(c, &p)) break;
+    case LB_CODEC_E8M0: DECODE_LOOP(e8m0_values(c)) break;
+    case LB_CODEC_INT: DECODE_LOOP(int_values(c, &p)) break;
+    case LB_CODEC_FP32: DECODE_LOOP(c) break;
+    }
+    lb__decode_scalar(f, s, n - i, dst + i);
+}
+
+#else /* no AVX-512 in this build: the scalar loops stand in */
+
+size_t lb__encode_avx512(const lb_format_info *f, lb_overflow mode, const float *src, size_t n, void *dst)
+{
+    return lb__encode_scalar(f, mode, src, n, dst);
+}
+void lb__decode_avx512(const lb_format_info *f, const void *src, size_t n, float *dst)
+{
+    lb__decode_scalar(f, src, n, dst);
+}
+#endif

@@ -1,0 +1,43 @@
+#include "util/cpu.h"
+
+#include <stdint.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+
+static uint64_t read_xcr0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static lb_isa detect(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return LB_ISA_SCALAR;
+    int osxsave = (c >> 27) & 1, f16c = (c >> 29) & 1, fma = (c >> 12) & 1;
+    if (!osxsave) return LB_ISA_SCALAR;
+    uint64_t xcr0 = read_xcr0();
+    /* The OS must save YMM (bits 1,2) and for AVX-512 also the opmask and
+     * upper ZMM state (bits 5,6,7), or using them corrupts other threads. */
+    int ymm_ok = (xcr0 & 0x6) == 0x6;
+    int zmm_ok = (xcr0 & 0xE6) == 0xE6;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return LB_ISA_SCALAR;
+    int avx2 = (b >> 5) & 1, bmi2 = (b >> 8) & 1;
+    int avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1;
+    int avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1;
+    if (!(ymm_ok && avx2 && f16c && fma && bmi2)) return LB_ISA_SCALAR;
+    if (zmm_ok && avx512f && avx512dq && avx512bw && avx512vl) return LB_ISA_AVX512;
+    return LB_ISA_AVX2;
+}
+#else
+static lb_isa detect(void) { return LB_ISA_SCALAR; }
+#endif
+
+lb_isa lb__cpu_best_isa(void)
+{
+    static int cached = -1; /* benign race: every thread computes the same */
+    if (cached < 0) cached = (int)detect();
+    return (lb_isa)cached;
+}
