@@ -17,7 +17,7 @@ static const lb_format_info format_table[LB_FMT_COUNT] = {
                      65504.0, -65504.0, 0x1p-14, 0x1p-24, 63487,
                      "IEEE binary16: activations, KV cache, older GPUs"},
     [LB_FMT_BF16] = {LB_FMT_BF16, "bf16", LB_KIND_FLOAT, 16, 1, 8, 7, 127, LB_SPECIALS_IEEE,
-                     0x1.fep127, -0x1.fep127, 0x1p-126, 0x1p-133, 65023,
+                     0x1.fep127, -0x1.fep127, 0x1p-126, 0x1p-133, 65279,
                      "bfloat16, top half of fp32: the usual checkpoint dtype"},
     [LB_FMT_FP8_E4M3] = {LB_FMT_FP8_E4M3, "fp8_e4m3", LB_KIND_FLOAT, 8, 1, 4, 3, 7, LB_SPECIALS_FN,
                          448.0, -448.0, 0x1p-6, 0x1p-9, 253,

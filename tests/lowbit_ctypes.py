@@ -1,0 +1,130 @@
+"""ctypes binding of liblowbit.so for the oracle tests.
+
+The tests drive the real shared library (the same code the CLI links),
+through its public API only."""
+import ctypes
+import os
+import pathlib
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BUILD = ROOT / os.environ.get("LOWBIT_BUILD", "build")
+
+LB_OK, LB_ERR_ARG, LB_ERR_FORMAT, LB_ERR_NAN = 0, 1, 2, 3
+LB_SATURATE, LB_IEEE = 0, 1
+ISA_SCALAR, ISA_AVX2, ISA_AVX512 = 0, 1, 2
+MODES = {"saturate": LB_SATURATE, "ieee": LB_IEEE}
+
+
+class FormatInfo(ctypes.Structure):
+    _fields_ = [
+        ("id", ctypes.c_int),
+        ("name", ctypes.c_char_p),
+        ("kind", ctypes.c_int),
+        ("bits", ctypes.c_int),
+        ("sign_bits", ctypes.c_int),
+        ("exp_bits", ctypes.c_int),
+        ("man_bits", ctypes.c_int),
+        ("bias", ctypes.c_int),
+        ("specials", ctypes.c_int),
+        ("max_finite", ctypes.c_double),
+        ("min_finite", ctypes.c_double),
+        ("min_normal", ctypes.c_double),
+        ("min_subnormal", ctypes.c_double),
+        ("finite_values", ctypes.c_uint64),
+        ("summary", ctypes.c_char_p),
+    ]
+
+
+lib = ctypes.CDLL(str(BUILD / "liblowbit.so"))
+lib.lb_format_get.restype = ctypes.POINTER(FormatInfo)
+lib.lb_format_get.argtypes = [ctypes.c_int]
+lib.lb_format_by_name.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]
+lib.lb_last_error.restype = ctypes.c_char_p
+lib.lb_format_bytes.restype = ctypes.c_size_t
+lib.lb_format_bytes.argtypes = [ctypes.c_int, ctypes.c_size_t]
+lib.lb_encode_value.argtypes = [ctypes.c_int, ctypes.c_double, ctypes.c_int, ctypes.POINTER(ctypes.c_uint32)]
+lib.lb_decode_value.argtypes = [ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_float)]
+lib.lb_encode_f32.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int]
+lib.lb_decode_f32.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int]
+lib.lb_isa_set.argtypes = [ctypes.c_int]
+lib.lb_isa_detected.restype = ctypes.c_int
+lib.lb_isa_active.restype = ctypes.c_int
+
+FORMAT_COUNT = 16
+FORMATS = {lib.lb_format_get(i).contents.name.decode(): i for i in range(FORMAT_COUNT)}
+
+
+def info(name):
+    return lib.lb_format_get(FORMATS[name]).contents
+
+
+def isas():
+    """Every instruction set this CPU can run, scalar first."""
+    return list(range(lib.lb_isa_detected() + 1))
+
+
+def set_isa(isa):
+    assert lib.lb_isa_set(isa) == LB_OK, lib.lb_last_error()
+
+
+def last_error():
+    return lib.lb_last_error().decode()
+
+
+def pack_codes(name, codes):
+    """Codes (one per element) -> the bulk layout the library reads."""
+    bits = info(name).bits
+    codes = np.asarray(codes, dtype=np.uint64)
+    if bits == 4:
+        c = codes.astype(np.uint8) & 0xF
+        if len(c) % 2:
+            c = np.append(c, np.uint8(0))
+        return (c[0::2] | (c[1::2] << 4)).astype(np.uint8)
+    dtype = {6: np.uint8, 8: np.uint8, 16: np.uint16, 32: np.uint32}[bits]
+    return codes.astype(dtype)
+
+
+def unpack_codes(name, buf, n):
+    bits = info(name).bits
+    if bits == 4:
+        b = np.asarray(buf, dtype=np.uint8)
+        out = np.empty(2 * len(b), dtype=np.uint32)
+        out[0::2] = b & 0xF
+        out[1::2] = b >> 4
+        return out[:n]
+    return np.asarray(buf).astype(np.uint32)[:n]
+
+
+def encode(name, values, mode="saturate", threads=1):
+    """Bulk-encodes fp32 values; returns (status, codes as uint32 array)."""
+    x = np.ascontiguousarray(values, dtype=np.float32)
+    nbytes = max(lib.lb_format_bytes(FORMATS[name], len(x)), 4)
+    out = np.zeros(nbytes, dtype=np.uint8)
+    st = lib.lb_encode_f32(FORMATS[name], MODES[mode], x.ctypes.data, len(x), out.ctypes.data, threads)
+    bits = info(name).bits
+    view = out if bits in (4, 6, 8) else out.view({16: np.uint16, 32: np.uint32}[bits])
+    return st, unpack_codes(name, view, len(x))
+
+
+def decode(name, codes, threads=1):
+    """Bulk-decodes codes (one per element) to fp32."""
+    packed = np.ascontiguousarray(pack_codes(name, codes))
+    n = len(codes)
+    out = np.zeros(max(n, 1), dtype=np.float32)
+    st = lib.lb_decode_f32(FORMATS[name], packed.ctypes.data, n, out.ctypes.data, threads)
+    assert st == LB_OK, last_error()
+    return out[:n]
+
+
+def encode_value(name, x, mode="saturate"):
+    code = ctypes.c_uint32(0)
+    st = lib.lb_encode_value(FORMATS[name], float(x), MODES[mode], ctypes.byref(code))
+    return st, code.value
+
+
+def decode_value(name, code):
+    out = ctypes.c_float(0)
+    st = lib.lb_decode_value(FORMATS[name], code, ctypes.byref(out))
+    return st, out.value
