@@ -116,7 +116,10 @@ static int run(int argc, char **argv)
         else if (strcmp(a, "--") == 0) values_only = 1;
         else if (strcmp(a, "--json") == 0) continue;
         else if (strcmp(a, "--to") == 0 || strcmp(a, "--mode") == 0) {
-            if (i + 1 >= argc) { rc = cli_fail("cast", json, EXIT_USAGE, "bad_argument", "%s needs a value", a); goto done; }
+            if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) {
+                rc = cli_fail("cast", json, EXIT_USAGE, "bad_argument", "%s needs a value", a);
+                goto done;
+            }
             if (a[2] == 't') to = argv[++i];
             else mode_name = argv[++i];
         } else if (strncmp(a, "--to=", 5) == 0) to = a + 5;

@@ -1,0 +1,11 @@
+#!/bin/sh
+# make bench: every benchmark, printed as BENCHMARKS.md tables.
+# usage: bench/run.sh BUILD_DIR PYTHON
+set -e
+build=${1:-build}
+python=${2:-python3}
+echo "## Bulk conversion"
+echo
+echo "Command: \`make bench\` (runs \`$python bench/run_convert.py $build --gib ${LOWBIT_BENCH_GIB:-1}\`)"
+echo
+"$python" bench/run_convert.py "$build" --gib "${LOWBIT_BENCH_GIB:-1}"

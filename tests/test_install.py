@@ -1,0 +1,33 @@
+"""make install puts the library, header, CLI and pkg-config file under
+PREFIX, and a program builds against them with pkg-config."""
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(os.environ.get("LOWBIT_SANITIZED") == "1", reason="install uses the plain build")
+def test_install_and_build_against_pkg_config(tmp_path):
+    prefix = tmp_path / "prefix"
+    subprocess.run(["make", "-s", "install", f"PREFIX={prefix}"], cwd=ROOT, check=True, capture_output=True)
+    for rel in ("lib/liblowbit.a", "lib/liblowbit.so", "include/lowbit.h", "bin/lowbit", "lib/pkgconfig/lowbit.pc"):
+        assert (prefix / rel).exists(), rel
+    pc = (prefix / "lib/pkgconfig/lowbit.pc").read_text()
+    assert f"prefix={prefix}" in pc and "Version: 0." in pc
+    if shutil.which("pkg-config"):
+        env = dict(os.environ, PKG_CONFIG_PATH=str(prefix / "lib/pkgconfig"))
+        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "--static", "lowbit"], env=env, check=True,
+                               capture_output=True, text=True).stdout.split()
+    else:  # the same flags the .pc file states
+        flags = [f"-I{prefix}/include", f"-L{prefix}/lib", "-llowbit", "-lm", "-lpthread"]
+    exe = tmp_path / "roundtrip"
+    subprocess.run(["cc", "-std=c11", str(ROOT / "examples/roundtrip.c"), "-o", str(exe), *flags, "-static-libgcc",
+                    f"-Wl,-rpath,{prefix}/lib"], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    assert out.startswith("fp8_e4m3 (max 448): 1000 values, 1000 bytes, SQNR ")
+    assert float(out.split("SQNR ")[1].split()[0]) > 25  # 3 mantissa bits: about 30 dB
+    assert subprocess.run([str(prefix / "bin/lowbit"), "--version"], capture_output=True).returncode == 0
