@@ -196,15 +196,22 @@ uint32_t lb__decode_ref(const lb_format_info *f, uint32_t code)
 
 /* ===== Public scalar API ===== */
 
+#include <fenv.h>
+
 #include "util/error.h"
 
+/* Like the bulk kernels, the scalar API runs in the default FP environment. */
 lb_status lb_encode_value(lb_format fmt, double x, lb_overflow mode, uint32_t *code)
 {
     const lb_format_info *f = lb_format_get(fmt);
     if (!f) return lb__fail(LB_ERR_FORMAT, "format id %d is not in the format table", (int)fmt);
     if (!code) return lb__fail(LB_ERR_ARG, "lb_encode_value: code is NULL");
     if (mode != LB_SATURATE && mode != LB_IEEE) return lb__fail(LB_ERR_ARG, "unknown overflow mode %d", (int)mode);
+    fenv_t caller;
+    fegetenv(&caller);
+    fesetenv(FE_DFL_ENV);
     lb_status s = lb__encode_ref(f, x, mode, code);
+    fesetenv(&caller);
     if (s == LB_ERR_NAN) return lb__fail(s, "NaN cannot be encoded in %s: the format has no NaN", f->name);
     return s;
 }
@@ -216,7 +223,11 @@ lb_status lb_decode_value(lb_format fmt, uint32_t code, float *out)
     if (!out) return lb__fail(LB_ERR_ARG, "lb_decode_value: out is NULL");
     if (f->bits < 32 && (code >> f->bits))
         return lb__fail(LB_ERR_ARG, "code 0x%X does not fit in %d-bit %s", code, f->bits, f->name);
+    fenv_t caller;
+    fegetenv(&caller);
+    fesetenv(FE_DFL_ENV);
     uint32_t b = lb__decode_ref(f, code);
+    fesetenv(&caller);
     memcpy(out, &b, sizeof b);
     return LB_OK;
 }

@@ -1,5 +1,6 @@
 /* Bulk conversion: picks the kernel set for the active instruction set,
  * splits the array over threads, and turns kernel results into errors. */
+#include <fenv.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,12 +63,20 @@ typedef struct job {
     lb_isa isa;
 } job;
 
+/* The kernels use the FPU in places (exact products, a magic-number add
+ * for subnormals, conversions in the scalar reference): each slice runs in
+ * the default environment (round to nearest, no flush-to-zero, no
+ * denormals-are-zero), whatever the caller's thread had set. */
 static lb_status encode_range(void *ctx, size_t begin, size_t end)
 {
     const job *j = ctx;
     const float *src = (const float *)j->src + begin;
     uint8_t *dst = (uint8_t *)j->dst + lb_format_bytes(j->f->id, begin);
+    fenv_t caller;
+    fegetenv(&caller);
+    fesetenv(FE_DFL_ENV);
     size_t bad = kernels[j->isa].encode(j->f, j->mode, src, end - begin, dst);
+    fesetenv(&caller);
     if (bad == LB_ENCODE_OK) return LB_OK;
     return lb__fail(LB_ERR_NAN, "element %zu is NaN and %s has no NaN encoding", begin + bad, j->f->name);
 }
@@ -76,7 +85,11 @@ static lb_status decode_range(void *ctx, size_t begin, size_t end)
 {
     const job *j = ctx;
     const uint8_t *src = (const uint8_t *)j->src + lb_format_bytes(j->f->id, begin);
+    fenv_t caller;
+    fegetenv(&caller);
+    fesetenv(FE_DFL_ENV);
     kernels[j->isa].decode(j->f, src, end - begin, (float *)j->dst + begin);
+    fesetenv(&caller);
     return LB_OK;
 }
 

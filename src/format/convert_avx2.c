@@ -13,23 +13,20 @@
 #define V1(x) _mm256_set1_epi32((int)(x))
 #define SEL(mask, yes, no) _mm256_blendv_epi8((no), (yes), (mask))
 
+/* The rounding of convert_avx512.c's minifloat_codes: the add-and-shift
+ * bit trick for normal results, a magic-number add for subnormal ones. */
 static inline __m256i minifloat_codes(__m256i u, const lb__enc_params *p, int *nan_bad)
 {
     const __m256i one = V1(1), zero = _mm256_setzero_si256();
+    const int shift = 23 - p->man_bits;
     __m256i a = _mm256_and_si256(u, V1(0x7FFFFFFF));
-    __m256i expf = _mm256_srli_epi32(a, 23);
-    __m256i ea = _mm256_sub_epi32(_mm256_max_epi32(expf, one), V1(127));
-    __m256i hidden = _mm256_andnot_si256(_mm256_cmpeq_epi32(expf, zero), V1(0x800000));
-    __m256i mant = _mm256_or_si256(_mm256_and_si256(a, V1(0x7FFFFF)), hidden);
-    __m256i eeff = _mm256_max_epi32(ea, V1(p->emin));
-    __m256i sh = _mm256_min_epi32(_mm256_add_epi32(V1(23 - p->man_bits), _mm256_sub_epi32(eeff, ea)), V1(25));
-    __m256i k = _mm256_srlv_epi32(mant, sh);
-    __m256i rem = _mm256_and_si256(mant, _mm256_sub_epi32(_mm256_sllv_epi32(one, sh), one));
-    __m256i half = _mm256_sllv_epi32(one, _mm256_sub_epi32(sh, one));
-    __m256i tie_odd = _mm256_and_si256(_mm256_cmpeq_epi32(rem, half), _mm256_cmpeq_epi32(_mm256_and_si256(k, one), one));
-    __m256i up = _mm256_or_si256(_mm256_cmpgt_epi32(rem, half), tie_odd);
-    k = _mm256_sub_epi32(k, up); /* up is -1 where rounding up */
-    __m256i mag = _mm256_add_epi32(_mm256_sll_epi32(_mm256_sub_epi32(eeff, V1(p->emin)), _mm_cvtsi32_si128(p->man_bits)), k);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, shift), one);
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(a, V1(p->round_half)), lsb);
+    __m256i mag = _mm256_sub_epi32(_mm256_srli_epi32(r, shift), V1(p->rebias));
+    __m256i sub = _mm256_cmpgt_epi32(V1(p->min_normal_bits), a); /* both below 2^31 */
+    __m256 magic = _mm256_set1_ps(p->magic); /* branch-free, as in the AVX-512 twin */
+    __m256i sum = _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), magic));
+    mag = SEL(sub, _mm256_sub_epi32(sum, _mm256_castps_si256(magic)), mag);
 
     __m256i neg = _mm256_srai_epi32(u, 31);
     __m256i res = _mm256_or_si256(mag, _mm256_and_si256(neg, V1(p->sign_bit)));

@@ -16,28 +16,27 @@
 
 /* ----- fp32 -> codes ----- */
 
-/* Round-to-nearest-even of fp32 bits into a sign/exponent/mantissa code;
- * the integer twin of the scalar codec's value/quantum rounding. */
+/* Round-to-nearest-even of fp32 into a sign/exponent/mantissa code.
+ * Normal results: the classic bit trick, adding half an ulp of the target
+ * (less one, plus the bit that will become the LSB, so that ties go to
+ * even) and shifting; a carry out of the mantissa bumps the exponent, as
+ * it should. Subnormal results: adding a magic power of two whose fp32 ulp
+ * is the target's subnormal step makes the FPU round for us; the caller
+ * has set the default FP environment (round to nearest, no FTZ/DAZ). */
 static inline __m512i minifloat_codes(__m512i u, const lb__enc_params *p, __mmask16 *nan_bad)
 {
     const __m512i one = V1(1);
+    const int shift = 23 - p->man_bits;
     __m512i a = _mm512_and_si512(u, V1(0x7FFFFFFF));
-    __m512i expf = _mm512_srli_epi32(a, 23);
-    __m512i ea = _mm512_sub_epi32(_mm512_max_epi32(expf, one), V1(127));
-    __mmask16 normal_in = _mm512_cmpneq_epi32_mask(expf, _mm512_setzero_si512());
-    __m512i mant = _mm512_mask_or_epi32(_mm512_and_si512(a, V1(0x7FFFFF)), normal_in,
-                                        _mm512_and_si512(a, V1(0x7FFFFF)), V1(0x800000));
-    __m512i eeff = _mm512_max_epi32(ea, V1(p->emin));
-    /* Shift that leaves k = mant / quantum; past 25 every bit is sticky. */
-    __m512i sh = _mm512_min_epi32(_mm512_add_epi32(V1(23 - p->man_bits), _mm512_sub_epi32(eeff, ea)), V1(25));
-    __m512i k = _mm512_srlv_epi32(mant, sh);
-    __m512i rem = _mm512_and_si512(mant, _mm512_sub_epi32(_mm512_sllv_epi32(one, sh), one));
-    __m512i half = _mm512_sllv_epi32(one, _mm512_sub_epi32(sh, one));
-    __mmask16 up = _mm512_cmpgt_epi32_mask(rem, half) |
-                   (_mm512_cmpeq_epi32_mask(rem, half) & _mm512_test_epi32_mask(k, one));
-    k = _mm512_mask_add_epi32(k, up, k, one);
-    __m512i mag = _mm512_add_epi32(_mm512_sll_epi32(_mm512_sub_epi32(eeff, V1(p->emin)),
-                                                    _mm_cvtsi32_si128(p->man_bits)), k);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, (unsigned)shift), one);
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(a, V1(p->round_half)), lsb);
+    __m512i mag = _mm512_sub_epi32(_mm512_srli_epi32(r, (unsigned)shift), V1(p->rebias));
+    /* branch-free: how many lanes are subnormal depends on the data, and a
+     * mispredicted branch costs more than the two instructions */
+    __mmask16 sub = _mm512_cmplt_epu32_mask(a, V1(p->min_normal_bits));
+    __m512 magic = _mm512_set1_ps(p->magic);
+    __m512 sum = _mm512_add_round_ps(_mm512_castsi512_ps(a), magic, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    mag = _mm512_mask_sub_epi32(mag, sub, _mm512_castps_si512(sum), _mm512_castps_si512(magic));
 
     __mmask16 neg = _mm512_movepi32_mask(u);
     __m512i res = _mm512_mask_or_epi32(mag, neg, mag, V1(p->sign_bit));

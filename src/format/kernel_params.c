@@ -40,6 +40,11 @@ void lb__enc_params_init(const lb_format_info *f, lb_overflow mode, lb__enc_para
     p->zero_drops_sign = f->specials == LB_SPECIALS_FNUZ;
     p->is_unsigned_float = !f->sign_bits;
     if (p->is_unsigned_float) lb__encode_ref(f, -1.0, mode, &p->below_code);
+    int emin = 1 - f->bias;
+    p->min_normal_bits = emin <= -126 ? 0 : (uint32_t)(emin + 127) << 23;
+    p->round_half = (1u << (22 - f->man_bits)) - 1;
+    p->rebias = (uint32_t)(127 - f->bias) << f->man_bits;
+    p->magic = emin <= -126 ? 0.0f : (float)ldexp(1.0, emin - f->man_bits + 23);
 }
 
 void lb__dec_params_init(const lb_format_info *f, lb__dec_params *p)

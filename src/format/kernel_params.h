@@ -31,6 +31,11 @@ typedef struct lb__enc_params {
     int saturate;
     float int_lo, int_hi;  /* integer formats: the clamp range */
     uint32_t code_mask;    /* (1 << bits) - 1 */
+    /* The fast minifloat rounding (see convert_avx512.c): */
+    uint32_t min_normal_bits; /* fp32 bits of 2^emin; 0 when every fp32 is "normal" here (bf16) */
+    uint32_t round_half;      /* 2^(22-m) - 1: added before the shift, plus the kept LSB */
+    uint32_t rebias;          /* (127 - bias) << m: fp32 exponent -> the format's */
+    float magic;              /* 2^(emin - m + 23): its fp32 ulp is the format's subnormal step */
 } lb__enc_params;
 
 typedef struct lb__dec_params {

@@ -10,6 +10,12 @@
 
 #include "lowbit.h"
 
+#if defined(__x86_64__)
+#include <fenv.h>
+#include <xmmintrin.h>
+#define HAVE_MXCSR 1
+#endif
+
 static int passed, failed;
 
 #define CHECK(cond, ...)                                              \
@@ -238,6 +244,56 @@ static void test_simd_matches_scalar(void)
     free(x), free(back_ref), free(back), free(ref), free(out);
 }
 
+#ifdef HAVE_MXCSR
+/* The caller's thread may run with flush-to-zero, denormals-are-zero and
+ * another rounding mode (ML frameworks often do): results must not change,
+ * and the caller's settings must be back when the call returns. */
+static void test_hostile_fp_environment(void)
+{
+    enum { N = 2053 };
+    float *x = malloc(N * 4), *dec_ref = malloc(N * 4), *dec = malloc(N * 4);
+    uint8_t *ref = malloc(N * 4), *out = malloc(N * 4);
+    for (int i = 0; i < N; i++) {
+        uint32_t r = rnd();
+        /* a third subnormal or tiny, a third near 1, a third anything */
+        x[i] = i % 3 == 0 ? from_bits(r & 0x80FFFFFF) : i % 3 == 1 ? from_bits((r & 0x807FFFFF) | 0x3F000000) : from_bits(r);
+        if (isnan(x[i])) x[i] = 0.25f;
+    }
+    for (int fi = 0; fi < LB_FMT_COUNT; fi++)
+        for (int isa = 0; isa <= (int)lb_isa_detected(); isa++)
+            for (int mode = 0; mode < 2; mode++) {
+                lb_format f = (lb_format)fi;
+                size_t bytes = lb_format_bytes(f, N);
+                lb_isa_set(LB_ISA_SCALAR);
+                lb_encode_f32(f, (lb_overflow)mode, x, N, ref, 1);
+                lb_decode_f32(f, ref, N, dec_ref, 1);
+                uint32_t code_ref, code;
+                lb_encode_value(f, (double)x[1], (lb_overflow)mode, &code_ref);
+                lb_isa_set((lb_isa)isa);
+
+                unsigned saved = _mm_getcsr();
+                fesetround(FE_TOWARDZERO);
+                _mm_setcsr(_mm_getcsr() | 0x8040); /* FTZ | DAZ */
+                unsigned hostile = _mm_getcsr();
+                lb_encode_f32(f, (lb_overflow)mode, x, N, out, 2);
+                lb_decode_f32(f, ref, N, dec, 2);
+                lb_encode_value(f, (double)x[1], (lb_overflow)mode, &code);
+                unsigned after = _mm_getcsr();
+                _mm_setcsr(saved);
+                fesetround(FE_TONEAREST);
+
+                CHECK(after == hostile, "the caller's MXCSR 0x%X came back as 0x%X", hostile, after);
+                CHECK(memcmp(out, ref, bytes) == 0, "%s isa=%d mode=%d: encode changed under FTZ/DAZ/RZ",
+                      lb_format_get(f)->name, isa, mode);
+                CHECK(memcmp(dec, dec_ref, (size_t)N * 4) == 0, "%s isa=%d: decode changed under FTZ/DAZ/RZ",
+                      lb_format_get(f)->name, isa);
+                CHECK(code == code_ref, "%s: scalar API changed under FTZ/DAZ/RZ", lb_format_get(f)->name);
+            }
+    lb_isa_set(lb_isa_detected());
+    free(x), free(dec_ref), free(dec), free(ref), free(out);
+}
+#endif
+
 int main(void)
 {
     printf("instruction set: %s\n", lb_isa_name(lb_isa_detected()));
@@ -245,6 +301,9 @@ int main(void)
     test_table();
     test_errors();
     test_simd_matches_scalar();
+#ifdef HAVE_MXCSR
+    test_hostile_fp_environment();
+#endif
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }
