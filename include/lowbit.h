@@ -81,8 +81,29 @@ typedef enum lb_specials {
     LB_SPECIALS_E8M0 = 4  /* exponent only: all ones is NaN, no zero */
 } lb_specials;
 
+/* What happens to a finite value beyond the format's range, or to inf.
+ * Rounding is always to nearest, ties to even. */
+typedef enum lb_overflow {
+    LB_SATURATE = 0, /* clamp to +-max finite (inf too); NaN stays NaN where
+                        the format has one and is LB_ERR_NAN otherwise */
+    LB_IEEE = 1      /* ml_dtypes semantics: overflow and inf become inf,
+                        else NaN, as the format allows; formats with
+                        neither saturate. NaN into a format without NaN
+                        is still LB_ERR_NAN: it never becomes a number. */
+} lb_overflow;
+
+typedef struct lb_format_info lb_format_info;
+
+/* A row's scalar codecs, the reference every fast path is tested against.
+ * encode rounds x once to nearest, ties to even (LB_OK or LB_ERR_NAN);
+ * decode returns the fp32 bit pattern of a code's value (exact for every
+ * code). They assume the default floating-point environment and set no
+ * error text: lb_encode_value/lb_decode_value are the checked wrappers. */
+typedef lb_status (*lb_encode_fn)(const lb_format_info *f, double x, lb_overflow mode, uint32_t *code);
+typedef uint32_t (*lb_decode_fn)(const lb_format_info *f, uint32_t code);
+
 /* One row of the format table. Every number here is exact. */
-typedef struct lb_format_info {
+struct lb_format_info {
     lb_format id;
     const char *name;        /* as the CLI spells it: "fp8_e4m3" */
     lb_format_kind kind;
@@ -98,7 +119,9 @@ typedef struct lb_format_info {
     double min_subnormal;    /* smallest positive value */
     uint64_t finite_values;  /* distinct finite values; +0 and -0 count once */
     const char *summary;     /* one line: where the format is used */
-} lb_format_info;
+    lb_encode_fn encode;     /* scalar reference encoder */
+    lb_decode_fn decode;     /* scalar reference decoder */
+};
 
 /* The row for a format, or NULL for an id out of range. */
 const lb_format_info *lb_format_get(lb_format f);
@@ -116,16 +139,6 @@ size_t lb_format_bytes(lb_format f, size_t n);
 
 /* ===== Casts ===== */
 
-/* What happens to a finite value beyond the format's range, or to inf.
- * Rounding is always to nearest, ties to even. */
-typedef enum lb_overflow {
-    LB_SATURATE = 0, /* clamp to +-max finite (inf too); NaN stays NaN where
-                        the format has one and is LB_ERR_NAN otherwise */
-    LB_IEEE = 1      /* ml_dtypes semantics: overflow and inf become inf,
-                        else NaN, as the format allows; formats with
-                        neither saturate. NaN into a format without NaN
-                        is still LB_ERR_NAN: it never becomes a number. */
-} lb_overflow;
 
 /* Encodes one value, rounded once from binary64. Unsigned formats
  * (e8m0, ue4m3, uint*) take negative inputs as overflow below their range:

@@ -34,6 +34,8 @@ class FormatInfo(ctypes.Structure):
         ("min_subnormal", ctypes.c_double),
         ("finite_values", ctypes.c_uint64),
         ("summary", ctypes.c_char_p),
+        ("encode", ctypes.c_void_p),
+        ("decode", ctypes.c_void_p),
     ]
 
 

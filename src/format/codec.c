@@ -81,8 +81,9 @@ static uint32_t overflow_code(const lb_format_info *f, int negative, lb_overflow
     return signbit | maxc;
 }
 
-static lb_status encode_int(const lb_format_info *f, double x, uint32_t *code)
+lb_status lb__encode_int(const lb_format_info *f, double x, lb_overflow mode, uint32_t *code)
 {
+    (void)mode;
     if (isnan(x)) return LB_ERR_NAN;
     /* Both overflow modes clamp: an integer has neither inf nor NaN. The
      * bounds are integers, so clamping before rounding is the same as after. */
@@ -92,22 +93,33 @@ static lb_status encode_int(const lb_format_info *f, double x, uint32_t *code)
     return LB_OK;
 }
 
-/* E8M0 holds only powers of two, 2^-127 .. 2^127, and has no zero. */
-static uint32_t encode_e8m0(double ax, lb_overflow mode)
+/* E8M0 holds only powers of two, 2^-127 .. 2^127, and has no zero:
+ * NaN, 0 and negatives are NaN in ieee mode (as in ml_dtypes). */
+lb_status lb__encode_e8m0(const lb_format_info *f, double x, lb_overflow mode, uint32_t *code)
 {
+    (void)f;
+    if (isnan(x) || x <= 0 || signbit(x)) {
+        *code = (mode == LB_SATURATE && !isnan(x)) ? 0x00 : 0xFF;
+        return LB_OK;
+    }
+    if (isinf(x)) {
+        *code = mode == LB_SATURATE ? 0xFE : 0xFF;
+        return LB_OK;
+    }
+    double ax = x;
     int e = ilogb(ax);
-    if (e < -127) return 0x00; /* below the smallest value: nearest is 2^-127 */
+    if (e < -127) return *code = 0x00, LB_OK; /* below the smallest value: nearest is 2^-127 */
     /* ax/2^e is in [1,2): the nearest power is 2^e or 2^(e+1); the tie at
      * 1.5 goes up (there is no mantissa bit to be even). */
     int k = (int)lb__round_half_even(ldexp(ax, -e));
     long c = (long)e + 127 + (k - 1);
-    if (c > 254) return mode == LB_SATURATE ? 0xFE : 0xFF;
-    return (uint32_t)c;
+    *code = c > 254 ? (mode == LB_SATURATE ? 0xFE : 0xFF) : (uint32_t)c;
+    return LB_OK;
 }
 
-lb_status lb__encode_ref(const lb_format_info *f, double x, lb_overflow mode, uint32_t *code)
+/* Sign/exponent/mantissa formats with subnormals: everything but e8m0. */
+lb_status lb__encode_minifloat(const lb_format_info *f, double x, lb_overflow mode, uint32_t *code)
 {
-    if (f->kind == LB_KIND_INT) return encode_int(f, x, code);
     if (isnan(x)) {
         if (!has_nan(f)) return LB_ERR_NAN;
         *code = lb__nan_code(f, float_bits((float)x));
@@ -116,10 +128,8 @@ lb_status lb__encode_ref(const lb_format_info *f, double x, lb_overflow mode, ui
     int negative = signbit(x) != 0;
     double ax = fabs(x);
 
-    if (!f->sign_bits) { /* ue4m3, e8m0: negatives lie below the range */
-        int below = negative && ax != 0;
-        if (f->specials == LB_SPECIALS_E8M0) below = below || ax == 0; /* no zero either */
-        if (below) {
+    if (!f->sign_bits) { /* ue4m3: negatives lie below the range */
+        if (negative && ax != 0) {
             *code = mode == LB_SATURATE ? 0x00 : lb__nan_code(f, 0x7FC00000);
             return LB_OK;
         }
@@ -127,10 +137,6 @@ lb_status lb__encode_ref(const lb_format_info *f, double x, lb_overflow mode, ui
     }
     if (isinf(x)) {
         *code = overflow_code(f, negative, mode);
-        return LB_OK;
-    }
-    if (f->specials == LB_SPECIALS_E8M0) {
-        *code = encode_e8m0(ax, mode);
         return LB_OK;
     }
 
@@ -160,17 +166,27 @@ lb_status lb__encode_ref(const lb_format_info *f, double x, lb_overflow mode, ui
 
 static uint32_t fp32_bits_of(double v) { return float_bits((float)v); }
 
-uint32_t lb__decode_ref(const lb_format_info *f, uint32_t code)
-{
-    const uint32_t qnan = 0x7FC00000;
-    code &= f->bits == 32 ? 0xFFFFFFFFu : (1u << f->bits) - 1;
-    if (f->kind == LB_KIND_INT) {
-        int32_t v = (int32_t)code;
-        if (f->sign_bits && (code >> (f->bits - 1))) v -= (int32_t)1 << f->bits;
-        return fp32_bits_of((double)v);
-    }
-    if (f->specials == LB_SPECIALS_E8M0) return code == 0xFF ? qnan : fp32_bits_of(ldexp(1.0, (int)code - 127));
+#define QNAN_BITS 0x7FC00000u
 
+uint32_t lb__decode_int(const lb_format_info *f, uint32_t code)
+{
+    code &= (1u << f->bits) - 1;
+    int32_t v = (int32_t)code;
+    if (f->sign_bits && (code >> (f->bits - 1))) v -= (int32_t)1 << f->bits;
+    return fp32_bits_of((double)v);
+}
+
+uint32_t lb__decode_e8m0(const lb_format_info *f, uint32_t code)
+{
+    (void)f;
+    code &= 0xFF;
+    return code == 0xFF ? QNAN_BITS : fp32_bits_of(ldexp(1.0, (int)code - 127));
+}
+
+uint32_t lb__decode_minifloat(const lb_format_info *f, uint32_t code)
+{
+    const uint32_t qnan = QNAN_BITS;
+    code &= f->bits == 32 ? 0xFFFFFFFFu : (1u << f->bits) - 1;
     int m = f->man_bits, width = f->exp_bits + m;
     uint32_t mag = code & ((1u << width) - 1);
     uint32_t sign = f->sign_bits ? (code >> width) & 1 : 0;
@@ -210,7 +226,7 @@ lb_status lb_encode_value(lb_format fmt, double x, lb_overflow mode, uint32_t *c
     fenv_t caller;
     fegetenv(&caller);
     fesetenv(FE_DFL_ENV);
-    lb_status s = lb__encode_ref(f, x, mode, code);
+    lb_status s = f->encode(f, x, mode, code);
     fesetenv(&caller);
     if (s == LB_ERR_NAN) return lb__fail(s, "NaN cannot be encoded in %s: the format has no NaN", f->name);
     return s;
@@ -226,7 +242,7 @@ lb_status lb_decode_value(lb_format fmt, uint32_t code, float *out)
     fenv_t caller;
     fegetenv(&caller);
     fesetenv(FE_DFL_ENV);
-    uint32_t b = lb__decode_ref(f, code);
+    uint32_t b = f->decode(f, code);
     fesetenv(&caller);
     memcpy(out, &b, sizeof b);
     return LB_OK;

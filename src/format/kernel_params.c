@@ -25,8 +25,8 @@ void lb__enc_params_init(const lb_format_info *f, lb_overflow mode, lb__enc_para
 
     /* The special codes come from the scalar codec itself, so the two
      * paths cannot disagree on what NaN or overflow becomes. */
-    lb__encode_ref(f, INFINITY, mode, &p->ovf_pos);
-    lb__encode_ref(f, f->sign_bits ? -INFINITY : INFINITY, mode, &p->ovf_neg);
+    f->encode(f, INFINITY, mode, &p->ovf_pos);
+    f->encode(f, f->sign_bits ? -INFINITY : INFINITY, mode, &p->ovf_neg);
     p->nan_ok = f->specials != LB_SPECIALS_NONE;
     if (p->nan_ok) {
         p->nan_pos = lb__nan_code(f, 0x7FC00000);
@@ -39,7 +39,7 @@ void lb__enc_params_init(const lb_format_info *f, lb_overflow mode, lb__enc_para
     p->nan_fp16_payload = f->id == LB_FMT_FP16;
     p->zero_drops_sign = f->specials == LB_SPECIALS_FNUZ;
     p->is_unsigned_float = !f->sign_bits;
-    if (p->is_unsigned_float) lb__encode_ref(f, -1.0, mode, &p->below_code);
+    if (p->is_unsigned_float) f->encode(f, -1.0, mode, &p->below_code);
     int emin = 1 - f->bias;
     p->min_normal_bits = emin <= -126 ? 0 : (uint32_t)(emin + 127) << 23;
     p->round_half = (1u << (22 - f->man_bits)) - 1;
