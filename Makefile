@@ -16,7 +16,7 @@ VENV    ?= .venv
 OPT      ?= -O2
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers
 CFLAGS   ?=
-ALLFLAGS := -std=c11 $(OPT) -g $(WARN) -fPIC -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc $(CFLAGS)
+ALLFLAGS := -std=c11 $(OPT) -g $(WARN) -ffp-contract=off -fPIC -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc $(CFLAGS)
 LDLIBS   := -lm -lpthread
 
 # Per-file instruction sets: the kernels are only called after a CPU check.
@@ -40,8 +40,8 @@ $(BUILD)/%.o: %.c include/lowbit.h $(wildcard src/*/*.h) $(wildcard cli/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -c $< -o $@
 
-$(BUILD)/src/format/convert_avx2.o: ALLFLAGS += $(FLAGS_AVX2)
-$(BUILD)/src/format/convert_avx512.o: ALLFLAGS += $(FLAGS_AVX512)
+$(BUILD)/%_avx2.o: ALLFLAGS += $(FLAGS_AVX2)
+$(BUILD)/%_avx512.o: ALLFLAGS += $(FLAGS_AVX512)
 
 $(BUILD)/liblowbit.a: $(LIB_OBJ)
 	@rm -f $@

@@ -160,6 +160,108 @@ lb_status lb_encode_f32(lb_format f, lb_overflow mode, const float *src, size_t 
 /* Bulk conversion of n codes in the bulk layout back to fp32. */
 lb_status lb_decode_f32(lb_format f, const void *src, size_t n, float *dst, int threads);
 
+/* ===== Tensor quantization ===== */
+
+/* How many values share one scale. */
+typedef enum lb_granularity {
+    LB_GRAN_TENSOR = 0,  /* one scale for the whole tensor */
+    LB_GRAN_CHANNEL = 1, /* one per row (output channel of a weight [out, in]) */
+    LB_GRAN_TOKEN = 2,   /* one per row of an activation [tokens, hidden]: same math */
+    LB_GRAN_GROUP = 3    /* blocks of `group` consecutive values along a row */
+} lb_granularity;
+
+/* How the scale of a block is chosen. */
+typedef enum lb_scale_search {
+    LB_SEARCH_ABSMAX = 0, /* the scale that maps the block's largest magnitude to the element max */
+    LB_SEARCH_MSE = 1     /* absmax times the clipping ratio r = 1 - k/20, k = 0..10, with the
+                             smallest squared error over the block (ties: the larger r) */
+} lb_scale_search;
+
+/* How an E8M0 (power of two) block scale is rounded; X = 2^e. */
+typedef enum lb_mx_rounding {
+    LB_MX_FLOOR = 0, /* OCP MX v1.0 sec. 6.3: e = floor(log2 amax) - emax_elem */
+    LB_MX_CEIL = 1,  /* e = ceil(log2 amax) - emax_elem (torchao CEIL) */
+    LB_MX_EVEN = 2,  /* amax rounded to the element's mantissa width first (torchao EVEN,
+                        compressed-tensors' MXFP4: carries when mantissa >= 1.75) */
+    LB_MX_RCEIL = 3  /* e = ceil(log2(amax / max_elem)) (NVIDIA cuBLAS, torchao RCEIL) */
+} lb_mx_rounding;
+
+/* A quantization recipe. Parse one from text with lb_qspec_parse:
+ *   ELEMENT[:GRANULARITY][:OPTION]...      or a preset name
+ *   GRANULARITY  tensor | channel | token | gN (blocks of N along a row)
+ *   OPTION       sym | affine | scale=fp32|fp16|bf16|e8m0|ue4m3 | twolevel
+ *                | clip=absmax|mse | round=floor|ceil|even|rceil
+ *   presets      mxfp8_e4m3 mxfp8_e5m2 mxfp6_e2m3 mxfp6_e3m2 mxfp4 mxint8 nvfp4
+ *                (options may follow: mxfp4:round=rceil)
+ * e.g. "int4:g128:affine", "fp8_e4m3:channel", "int8:tensor", "nvfp4". */
+typedef struct lb_qspec {
+    lb_format element;         /* element format */
+    lb_granularity granularity;
+    size_t group;              /* LB_GRAN_GROUP: values per block (>= 1) */
+    lb_format scale_format;    /* fp32, fp16, bf16, e8m0 or ue4m3 */
+    int affine;                /* 1: zero point (integer elements only) */
+    int two_level;             /* 1: an fp32 tensor scale over the block scales (NVFP4) */
+    lb_scale_search search;
+    lb_mx_rounding mx_rounding;/* e8m0 scales only */
+    int int_frac_bits;         /* MXINT8: the element's implied 2^-6 (6); else 0 */
+} lb_qspec;
+
+lb_status lb_qspec_parse(const char *text, lb_qspec *out);
+
+/* The canonical text of a spec (what lb_qspec_parse reads back to the
+ * same spec). Returns the length, like snprintf. */
+int lb_qspec_format(const lb_qspec *spec, char *buf, size_t size);
+
+/* A quantized 2-D tensor [rows, cols] (cols is the reduction axis). */
+typedef struct lb_qtensor lb_qtensor;
+
+/* The stored layout, stable and documented (README, "Packed layout"):
+ * data     rows of packed element codes, each row starting on a byte:
+ *          4-bit: two per byte, element 2i in the low nibble; 6-bit: a
+ *          little-endian bit stream, element i in bits [6i, 6i+6), so
+ *          four values fill three bytes; 8/16-bit: one/two bytes each.
+ * scales   rows x scales_per_row codes of scale_format (one for a tensor
+ *          scale), in lb_format_bytes layout, row-major.
+ * zero_points  affine only: one int8 per scale, in the element's range.
+ * tensor_scale two-level only: the fp32 multiplier over the block scales. */
+typedef struct lb_qtensor_view {
+    lb_qspec spec;
+    size_t rows, cols;
+    const uint8_t *data;
+    size_t row_bytes;          /* bytes per packed row */
+    size_t data_bytes;         /* rows * row_bytes */
+    const uint8_t *scales;
+    size_t scales_per_row;     /* 1 for tensor (then rows is irrelevant: one scale) */
+    size_t scale_count;
+    size_t scale_bytes;
+    const int8_t *zero_points; /* NULL unless affine */
+    float tensor_scale;        /* 1 unless two-level */
+} lb_qtensor_view;
+
+/* Quantizes x [rows, cols]. NaN or infinity in x is LB_ERR_NAN naming the
+ * index (quantization needs a finite range). threads <= 0: one per CPU;
+ * the bytes do not depend on the thread count. */
+lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads,
+                      lb_qtensor **out);
+lb_status lb_dequantize(const lb_qtensor *q, float *out, int threads);
+lb_status lb_qtensor_view_get(const lb_qtensor *q, lb_qtensor_view *view);
+void lb_qtensor_free(lb_qtensor *q);
+
+/* What quantization cost, against the original. */
+typedef struct lb_qstats {
+    size_t count;
+    double mse, rmse, mae;
+    double max_abs_error;
+    size_t max_error_index;      /* where the largest error is */
+    float max_error_original, max_error_dequantized;
+    double sqnr_db;              /* 10 log10(sum x^2 / sum (x - x')^2); inf if exact */
+    double saturated_fraction;   /* |x| beyond what its block can represent */
+    double flushed_fraction;     /* x != 0 but x' == 0 */
+    double bits_per_value;       /* element bits plus every scale, zero point and tensor scale */
+} lb_qstats;
+
+lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor *q, lb_qstats *out);
+
 /* ===== Instruction sets ===== */
 
 typedef enum lb_isa {

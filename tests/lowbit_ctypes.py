@@ -130,3 +130,117 @@ def decode_value(name, code):
     out = ctypes.c_float(0)
     st = lib.lb_decode_value(FORMATS[name], code, ctypes.byref(out))
     return st, out.value
+
+
+# ---------------------------------------------------------------- quantization
+
+class QSpec(ctypes.Structure):
+    _fields_ = [
+        ("element", ctypes.c_int),
+        ("granularity", ctypes.c_int),
+        ("group", ctypes.c_size_t),
+        ("scale_format", ctypes.c_int),
+        ("affine", ctypes.c_int),
+        ("two_level", ctypes.c_int),
+        ("search", ctypes.c_int),
+        ("mx_rounding", ctypes.c_int),
+        ("int_frac_bits", ctypes.c_int),
+    ]
+
+
+class QView(ctypes.Structure):
+    _fields_ = [
+        ("spec", QSpec),
+        ("rows", ctypes.c_size_t),
+        ("cols", ctypes.c_size_t),
+        ("data", ctypes.POINTER(ctypes.c_uint8)),
+        ("row_bytes", ctypes.c_size_t),
+        ("data_bytes", ctypes.c_size_t),
+        ("scales", ctypes.POINTER(ctypes.c_uint8)),
+        ("scales_per_row", ctypes.c_size_t),
+        ("scale_count", ctypes.c_size_t),
+        ("scale_bytes", ctypes.c_size_t),
+        ("zero_points", ctypes.POINTER(ctypes.c_int8)),
+        ("tensor_scale", ctypes.c_float),
+    ]
+
+
+class QStats(ctypes.Structure):
+    _fields_ = [
+        ("count", ctypes.c_size_t),
+        ("mse", ctypes.c_double),
+        ("rmse", ctypes.c_double),
+        ("mae", ctypes.c_double),
+        ("max_abs_error", ctypes.c_double),
+        ("max_error_index", ctypes.c_size_t),
+        ("max_error_original", ctypes.c_float),
+        ("max_error_dequantized", ctypes.c_float),
+        ("sqnr_db", ctypes.c_double),
+        ("saturated_fraction", ctypes.c_double),
+        ("flushed_fraction", ctypes.c_double),
+        ("bits_per_value", ctypes.c_double),
+    ]
+
+
+lib.lb_qspec_parse.argtypes = [ctypes.c_char_p, ctypes.POINTER(QSpec)]
+lib.lb_qspec_format.argtypes = [ctypes.POINTER(QSpec), ctypes.c_char_p, ctypes.c_size_t]
+lib.lb_quantize.argtypes = [ctypes.POINTER(QSpec), ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int,
+                            ctypes.POINTER(ctypes.c_void_p)]
+lib.lb_dequantize.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+lib.lb_qtensor_view_get.argtypes = [ctypes.c_void_p, ctypes.POINTER(QView)]
+lib.lb_qtensor_free.argtypes = [ctypes.c_void_p]
+lib.lb_qstats_compute.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(QStats)]
+
+
+def parse_spec(text):
+    """Returns (status, QSpec)."""
+    s = QSpec()
+    return lib.lb_qspec_parse(text.encode(), ctypes.byref(s)), s
+
+
+def format_spec(spec):
+    buf = ctypes.create_string_buffer(256)
+    lib.lb_qspec_format(ctypes.byref(spec), buf, 256)
+    return buf.value.decode()
+
+
+class Quantized:
+    """What lb_quantize produced, copied out: data (rows x row_bytes uint8),
+    scales (raw bytes), zero_points (int8 or None), tensor_scale, and the
+    dequantized values and statistics."""
+
+    def __init__(self, view, deq, stats):
+        self.rows, self.cols = view.rows, view.cols
+        self.row_bytes = view.row_bytes
+        self.data = np.ctypeslib.as_array(view.data, (view.data_bytes,)).copy().reshape(view.rows, view.row_bytes)
+        self.scales = np.ctypeslib.as_array(view.scales, (view.scale_bytes,)).copy()
+        self.scales_per_row, self.scale_count = view.scales_per_row, view.scale_count
+        self.zero_points = (np.ctypeslib.as_array(view.zero_points, (view.scale_count,)).copy()
+                            if view.zero_points else None)
+        self.tensor_scale = np.float32(view.tensor_scale)
+        self.dequantized = deq
+        self.stats = stats
+
+
+def quantize(spec_text, x, threads=1):
+    """Quantizes x (2-D, or 1-D as one row). Returns (status, Quantized or None)."""
+    st, spec = parse_spec(spec_text)
+    if st != LB_OK:
+        return st, None
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim == 1:
+        x = x.reshape(1, -1)
+    h = ctypes.c_void_p()
+    st = lib.lb_quantize(ctypes.byref(spec), x.ctypes.data, x.shape[0], x.shape[1], threads, ctypes.byref(h))
+    if st != LB_OK:
+        return st, None
+    try:
+        view = QView()
+        assert lib.lb_qtensor_view_get(h, ctypes.byref(view)) == LB_OK
+        deq = np.empty_like(x)
+        assert lib.lb_dequantize(h, deq.ctypes.data, threads) == LB_OK
+        stats = QStats()
+        assert lib.lb_qstats_compute(x.ctypes.data, deq.ctypes.data, h, ctypes.byref(stats)) == LB_OK
+        return LB_OK, Quantized(view, deq, stats)
+    finally:
+        lib.lb_qtensor_free(h)

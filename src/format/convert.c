@@ -19,6 +19,17 @@ static const struct { lb__encode_fn encode; lb__decode_fn decode; } kernels[] = 
     [LB_ISA_AVX512] = {lb__encode_avx512, lb__decode_avx512},
 };
 
+lb__encode_fn lb__encode_kernel(lb_isa isa) { return kernels[isa].encode; }
+lb__decode_fn lb__decode_kernel(lb_isa isa) { return kernels[isa].decode; }
+
+void lb__fenv_begin(lb__fenv_guard *g)
+{
+    fegetenv(&g->saved);
+    fesetenv(FE_DFL_ENV);
+}
+
+void lb__fenv_end(lb__fenv_guard *g) { fesetenv(&g->saved); }
+
 static int isa_cap = -1; /* -1: not yet read from LOWBIT_ISA */
 
 const char *lb_isa_name(lb_isa isa)
@@ -72,11 +83,10 @@ static lb_status encode_range(void *ctx, size_t begin, size_t end)
     const job *j = ctx;
     const float *src = (const float *)j->src + begin;
     uint8_t *dst = (uint8_t *)j->dst + lb_format_bytes(j->f->id, begin);
-    fenv_t caller;
-    fegetenv(&caller);
-    fesetenv(FE_DFL_ENV);
+    lb__fenv_guard g;
+    lb__fenv_begin(&g);
     size_t bad = kernels[j->isa].encode(j->f, j->mode, src, end - begin, dst);
-    fesetenv(&caller);
+    lb__fenv_end(&g);
     if (bad == LB_ENCODE_OK) return LB_OK;
     return lb__fail(LB_ERR_NAN, "element %zu is NaN and %s has no NaN encoding", begin + bad, j->f->name);
 }
@@ -85,11 +95,10 @@ static lb_status decode_range(void *ctx, size_t begin, size_t end)
 {
     const job *j = ctx;
     const uint8_t *src = (const uint8_t *)j->src + lb_format_bytes(j->f->id, begin);
-    fenv_t caller;
-    fegetenv(&caller);
-    fesetenv(FE_DFL_ENV);
+    lb__fenv_guard g;
+    lb__fenv_begin(&g);
     kernels[j->isa].decode(j->f, src, end - begin, (float *)j->dst + begin);
-    fesetenv(&caller);
+    lb__fenv_end(&g);
     return LB_OK;
 }
 

@@ -2,6 +2,7 @@
 #ifndef LB_FORMAT_CONVERT_H
 #define LB_FORMAT_CONVERT_H
 
+#include <fenv.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,17 @@ void lb__decode_avx2(const lb_format_info *f, const void *src, size_t n, float *
 size_t lb__encode_avx512(const lb_format_info *f, lb_overflow mode, const float *src, size_t n, void *dst);
 void lb__decode_avx512(const lb_format_info *f, const void *src, size_t n, float *dst);
 
+/* The kernels of an instruction set, for callers that convert many short
+ * runs (tensor quantization) and have set the FP environment themselves. */
+lb__encode_fn lb__encode_kernel(lb_isa isa);
+lb__decode_fn lb__decode_kernel(lb_isa isa);
+
+/* Runs in the default floating-point environment (round to nearest, no
+ * FTZ/DAZ) between begin and end, restoring the caller's. */
+typedef struct lb__fenv_guard { fenv_t saved; } lb__fenv_guard;
+void lb__fenv_begin(lb__fenv_guard *g);
+void lb__fenv_end(lb__fenv_guard *g);
+
 /* One code in and out of the bulk layout (the scalar loops and the SIMD
  * tails use these). */
 static inline void lb__store_code(const lb_format_info *f, void *dst, size_t i, uint32_t code)
@@ -32,7 +44,9 @@ static inline void lb__store_code(const lb_format_info *f, void *dst, size_t i, 
     uint8_t *d = dst;
     switch (f->bits) {
     case 4:
-        d[i / 2] = (uint8_t)((i & 1) ? (d[i / 2] & 0x0F) | (code << 4) : (d[i / 2] & 0xF0) | code);
+        /* an even element starts its byte afresh (so an odd count leaves the
+         * last high nibble 0); the odd one that follows fills the top */
+        d[i / 2] = (uint8_t)((i & 1) ? (d[i / 2] & 0x0F) | (code << 4) : code);
         break;
     case 6: case 8: d[i] = (uint8_t)code; break;
     case 16: d[2 * i] = (uint8_t)code; d[2 * i + 1] = (uint8_t)(code >> 8); break;

@@ -1,0 +1,282 @@
+/* lowbit quant: quantize numbers with one or more specs; print the
+ * dequantized values and what each spec cost. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define QUANT_MAX_SPECS 32
+
+typedef struct input {
+    float *x;
+    size_t n, rows, cols;
+} input;
+
+/* Reads FILE (or stdin for "-") as text numbers or raw fp32. */
+static int read_input(const char *path, int raw, int json, input *in)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f) return cli_fail("quant", json, EXIT_RUNTIME, "io", "cannot open '%s': %s", path, strerror(errno));
+    size_t cap = 1024, n = 0;
+    float *x = malloc(cap * sizeof *x);
+    int rc = EXIT_OK;
+    if (!x) rc = cli_fail("quant", json, EXIT_RUNTIME, "out_of_memory", "out of memory");
+    if (raw && rc == EXIT_OK) {
+        unsigned char b[4];
+        size_t got, total = 0;
+        while ((got = fread(b, 1, 4, f)) == 4) {
+            if (n == cap) {
+                float *t = realloc(x, (cap *= 2) * sizeof *x);
+                if (!t) { rc = cli_fail("quant", json, EXIT_RUNTIME, "out_of_memory", "out of memory"); break; }
+                x = t;
+            }
+            uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+            memcpy(&x[n++], &u, 4);
+            total += 4;
+        }
+        if (rc == EXIT_OK && got != 0)
+            rc = cli_fail("quant", json, EXIT_USAGE, "parse", "'%s' is %zu bytes: raw fp32 needs a multiple of 4",
+                          path, total + got);
+    } else if (rc == EXIT_OK) {
+        char tok[256];
+        while (fscanf(f, "%255s", tok) == 1) {
+            char *end;
+            double v = strtod(tok, &end);
+            if (*end || end == tok) {
+                rc = cli_fail("quant", json, EXIT_USAGE, "parse", "value %zu of '%s', '%s', is not a number", n, path, tok);
+                break;
+            }
+            if (n == cap) {
+                float *t = realloc(x, (cap *= 2) * sizeof *x);
+                if (!t) { rc = cli_fail("quant", json, EXIT_RUNTIME, "out_of_memory", "out of memory"); break; }
+                x = t;
+            }
+            x[n++] = (float)v;
+        }
+    }
+    if (f != stdin) fclose(f);
+    if (rc == EXIT_OK && n == 0) rc = cli_fail("quant", json, EXIT_USAGE, "bad_argument", "'%s' holds no values", path);
+    if (rc != EXIT_OK) {
+        free(x);
+        return rc;
+    }
+    in->x = x, in->n = n;
+    return EXIT_OK;
+}
+
+static int parse_shape(const char *s, size_t *rows, size_t *cols)
+{
+    char *end;
+    unsigned long long r = strtoull(s, &end, 10);
+    if (end == s || (*end != 'x' && *end != 'X')) return 0;
+    const char *c0 = end + 1;
+    unsigned long long c = strtoull(c0, &end, 10);
+    if (end == c0 || *end || r == 0 || c == 0) return 0;
+    *rows = (size_t)r, *cols = (size_t)c;
+    return 1;
+}
+
+static void print_values(const float *v, size_t rows, size_t cols)
+{
+    char buf[64];
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t c = 0; c < cols; c++) {
+            cli_format_float(buf, sizeof buf, v[r * cols + c]);
+            printf("%s%s", c ? " " : "", buf);
+        }
+        printf("\n");
+    }
+}
+
+static void json_stats(const lb_qstats *s, size_t cols)
+{
+    printf("\"stats\": {\"bits_per_value\": ");
+    json_number(stdout, s->bits_per_value);
+    printf(", \"mse\": ");
+    json_number(stdout, s->mse);
+    printf(", \"rmse\": ");
+    json_number(stdout, s->rmse);
+    printf(", \"mae\": ");
+    json_number(stdout, s->mae);
+    printf(", \"max_abs_error\": ");
+    json_number(stdout, s->max_abs_error);
+    printf(", \"max_error_index\": %zu, \"max_error_row\": %zu, \"max_error_col\": %zu, \"max_error_original\": ",
+           s->max_error_index, s->max_error_index / cols, s->max_error_index % cols);
+    json_number(stdout, s->max_error_original);
+    printf(", \"max_error_dequantized\": ");
+    json_number(stdout, s->max_error_dequantized);
+    printf(", \"sqnr_db\": ");
+    json_number(stdout, s->sqnr_db);
+    printf(", \"saturated_fraction\": ");
+    json_number(stdout, s->saturated_fraction);
+    printf(", \"flushed_fraction\": ");
+    json_number(stdout, s->flushed_fraction);
+    printf("}");
+}
+
+static int run(int argc, char **argv)
+{
+    const char *spec_text = NULL, *shape = NULL, *path = NULL;
+    int json = 0, raw = 0, print = 0, stats = 0, threads = 0;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--json") == 0) json = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--json") == 0) continue;
+        else if (strcmp(a, "--raw") == 0) raw = 1;
+        else if (strcmp(a, "--print") == 0) print = 1;
+        else if (strcmp(a, "--stats") == 0) stats = 1;
+        else if (strcmp(a, "--spec") == 0 || strcmp(a, "--shape") == 0 || strcmp(a, "--threads") == 0) {
+            if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)
+                return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "%s needs a value", a);
+            const char *v = argv[++i];
+            if (a[3] == 'p') spec_text = v;
+            else if (a[3] == 'h' && a[2] == 's') shape = v;
+            else {
+                char *end;
+                long t = strtol(v, &end, 10);
+                if (*end || t < 0 || t > 256)
+                    return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--threads takes 0..256, not '%s'", v);
+                threads = (int)t;
+            }
+        } else if (a[0] == '-' && a[1] != '\0')
+            return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "unknown option '%s'", a);
+        else if (path)
+            return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "one input file only ('%s', '%s')", path, a);
+        else path = a;
+    }
+    if (!spec_text)
+        return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--spec is required, e.g. --spec int8:channel,mxfp4");
+    if (!print && !stats) stats = 1;
+
+    lb_qspec specs[QUANT_MAX_SPECS];
+    char names[QUANT_MAX_SPECS][128];
+    size_t n_specs = 0;
+    char list[1024];
+    if (strlen(spec_text) >= sizeof list) return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--spec is too long");
+    strcpy(list, spec_text);
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n_specs == QUANT_MAX_SPECS)
+            return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "at most %d specs at once", QUANT_MAX_SPECS);
+        lb_status s = lb_qspec_parse(t, &specs[n_specs]);
+        if (s != LB_OK) return cli_fail_lb("quant", json, EXIT_USAGE, s);
+        snprintf(names[n_specs], sizeof names[0], "%s", t);
+        n_specs++;
+    }
+    if (n_specs == 0) return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--spec is empty");
+
+    input in = {0};
+    int rc = read_input(path ? path : "-", raw, json, &in);
+    if (rc != EXIT_OK) return rc;
+    in.rows = 1, in.cols = in.n;
+    if (shape) {
+        if (!parse_shape(shape, &in.rows, &in.cols)) {
+            free(in.x);
+            return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--shape takes ROWSxCOLS, e.g. 4x16, not '%s'", shape);
+        }
+        if (in.rows * in.cols != in.n || in.cols != in.n / in.rows) {
+            free(in.x);
+            return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--shape %s is %zu values but the input has %zu",
+                            shape, in.rows * in.cols, in.n);
+        }
+    }
+    float *xhat = malloc(in.n * sizeof *xhat);
+    lb_qstats *st = calloc(n_specs, sizeof *st);
+    float **deq = calloc(n_specs, sizeof *deq);
+    if (!xhat || !st || !deq) {
+        free(in.x), free(xhat), free(st), free(deq);
+        return cli_fail("quant", json, EXIT_RUNTIME, "out_of_memory", "out of memory");
+    }
+    for (size_t k = 0; k < n_specs && rc == EXIT_OK; k++) {
+        lb_qtensor *q;
+        lb_status s = lb_quantize(&specs[k], in.x, in.rows, in.cols, threads, &q);
+        if (s != LB_OK) {
+            rc = cli_fail_lb("quant", json, s == LB_ERR_NAN || s == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, s);
+            break;
+        }
+        s = lb_dequantize(q, xhat, threads);
+        if (s == LB_OK) s = lb_qstats_compute(in.x, xhat, q, &st[k]);
+        lb_qtensor_free(q);
+        if (s != LB_OK) {
+            rc = cli_fail_lb("quant", json, EXIT_RUNTIME, s);
+            break;
+        }
+        if (print) {
+            deq[k] = malloc(in.n * sizeof(float));
+            if (!deq[k]) { rc = cli_fail("quant", json, EXIT_RUNTIME, "out_of_memory", "out of memory"); break; }
+            memcpy(deq[k], xhat, in.n * sizeof(float));
+        }
+    }
+    if (rc == EXIT_OK && json) {
+        printf("{\"rows\": %zu, \"cols\": %zu, \"results\": [", in.rows, in.cols);
+        for (size_t k = 0; k < n_specs; k++) {
+            char canon[128];
+            lb_qspec_format(&specs[k], canon, sizeof canon);
+            printf("%s\n  {\"spec\": ", k ? "," : "");
+            json_string(stdout, names[k]);
+            printf(", \"canonical\": ");
+            json_string(stdout, canon);
+            if (stats) {
+                printf(", ");
+                json_stats(&st[k], in.cols);
+            }
+            if (print) {
+                printf(", \"dequantized\": [");
+                for (size_t i = 0; i < in.n; i++) {
+                    if (i) printf(", ");
+                    json_number(stdout, deq[k][i]);
+                }
+                printf("]");
+            }
+            printf("}");
+        }
+        printf("\n]}\n");
+    } else if (rc == EXIT_OK) {
+        if (print)
+            for (size_t k = 0; k < n_specs; k++) {
+                printf("%s%s:\n", k ? "\n" : "", names[k]);
+                print_values(deq[k], in.rows, in.cols);
+            }
+        if (stats) {
+            if (print) printf("\n");
+            printf("%zu values (%zu x %zu)\n", in.n, in.rows, in.cols);
+            printf("%-22s %9s %11s %11s %11s %11s %11s %9s %8s %8s\n", "spec", "bits/val", "MSE", "RMSE", "MAE",
+                   "max |err|", "at index", "SQNR dB", "sat %", "zero %");
+            for (size_t k = 0; k < n_specs; k++) {
+                char at[32];
+                snprintf(at, sizeof at, "%zu,%zu", st[k].max_error_index / in.cols, st[k].max_error_index % in.cols);
+                printf("%-22s %9.3f %11.4g %11.4g %11.4g %11.4g %11s %9.2f %8.3f %8.3f\n", names[k],
+                       st[k].bits_per_value, st[k].mse, st[k].rmse, st[k].mae, st[k].max_abs_error, at, st[k].sqnr_db,
+                       100 * st[k].saturated_fraction, 100 * st[k].flushed_fraction);
+            }
+        }
+    }
+    for (size_t k = 0; k < n_specs; k++) free(deq[k]);
+    free(deq), free(st), free(xhat), free(in.x);
+    return rc;
+}
+
+const cli_command cmd_quant = {
+    "quant", "quantize numbers with one or more specs; error statistics",
+    "usage: lowbit quant --spec SPEC[,SPEC...] [--shape RxC] [--raw] [--print] [--stats] [--json]\n"
+    "                    [--threads N] [FILE|-]\n\n"
+    "Quantizes the numbers in FILE (stdin if absent or '-'): white-space\n"
+    "separated text, or with --raw little-endian fp32. --shape gives ROWS x COLS\n"
+    "(COLS is the reduction axis that blocks run along); default one row.\n"
+    "Several specs print one comparison table, a row each.\n\n"
+    "  --spec S      ELEMENT[:GRANULARITY][:OPTION]... or a preset, e.g.\n"
+    "                int8:tensor  int8:channel  int4:g128:affine  fp8_e4m3:channel\n"
+    "                mxfp8_e4m3 mxfp8_e5m2 mxfp6_e2m3 mxfp6_e3m2 mxfp4 mxint8 nvfp4\n"
+    "                granularity: tensor | channel | token | gN (blocks of N)\n"
+    "                options: sym | affine | scale=fp32|fp16|bf16|e8m0|ue4m3 | twolevel\n"
+    "                         clip=absmax|mse | round=floor|ceil|even|rceil (e8m0 scales)\n"
+    "  --print       print the dequantized values (one row per line)\n"
+    "  --stats       print the error statistics (the default): bits per value with\n"
+    "                all scales, MSE, RMSE, MAE, max |error| and where, SQNR,\n"
+    "                % of values saturated and % flushed to zero\n"
+    "  --json        one JSON object\n"
+    "  --threads N   worker threads (0: one per CPU)\n\n"
+    "example: lowbit quant --spec int8:tensor,int8:g16,int8:g4 values.txt\n",
+    run};

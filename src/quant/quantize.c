@@ -1,0 +1,387 @@
+/* Tensor quantization: x [rows, cols] -> packed element codes + scales,
+ * and back.
+ *
+ * Rows are independent once the tensor-wide numbers (largest magnitude and
+ * range, for per-tensor and two-level scales) are known, so rows are split
+ * over threads. Within a row: each block gets its scale (scale.c), the row
+ * is divided by its blocks' divisors and clamped to the element range
+ * (qkernels), then encoded by one call of the format layer's bulk kernel:
+ * round to nearest even, saturating. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/convert.h"
+#include "quant/qkernels.h"
+#include "quant/quant_internal.h"
+#include "util/error.h"
+#include "util/parallel.h"
+
+/* The MSE clipping search tries ratio = (20 - k) / 20 for k = 0..10. */
+#define LB_CLIP_STEPS 11
+
+static float clip_ratio(int step) { return (float)(20 - step) / 20.0f; }
+
+typedef struct qjob {
+    const lb_qspec *spec;
+    const float *x;
+    lb_qtensor *q;
+    lb_isa isa;
+    float *row_stats;       /* pass 1: per row amax, lo, hi */
+    double *row_err;        /* per-tensor MSE search: per-row squared error */
+    float *out;             /* dequantization output */
+    float tensor_amax, tensor_lo, tensor_hi;
+    lb__block_scale fixed;  /* tensor granularity: the one scale */
+    int final;              /* 0 while searching (errors only), 1 to store */
+} qjob;
+
+typedef struct scratch {
+    float *scaled, *decoded;
+    uint8_t *codes;
+    lb__block_scale *chosen;
+    double *best_err;
+} scratch;
+
+static void scratch_free(scratch *w)
+{
+    free(w->scaled), free(w->decoded), free(w->codes), free(w->chosen), free(w->best_err);
+}
+
+static lb_status scratch_alloc(scratch *w, size_t cols, size_t blocks)
+{
+    w->scaled = malloc(cols * sizeof(float) + 64);
+    w->decoded = malloc(cols * sizeof(float) + 64);
+    w->codes = malloc(cols * 4 + 64);
+    w->chosen = malloc(blocks * sizeof *w->chosen);
+    w->best_err = malloc(blocks * sizeof *w->best_err);
+    if (w->scaled && w->decoded && w->codes && w->chosen && w->best_err) return LB_OK;
+    scratch_free(w);
+    return lb__fail(LB_ERR_NOMEM, "out of memory for a row of %zu values", cols);
+}
+
+static size_t blocks_per_row(const lb_qtensor *q) { return (q->cols + q->block - 1) / q->block; }
+
+static lb_status nonfinite_error(const qjob *j, size_t r, size_t c)
+{
+    float v = j->x[r * j->q->cols + c];
+    return lb__fail(LB_ERR_NAN, "element %zu (row %zu, column %zu) is %s; quantization needs finite values",
+                    r * j->q->cols + c, r, c, isnan(v) ? "NaN" : "infinite");
+}
+
+/* The scale of block [x, x+n) at a clipping ratio. */
+static void block_scale(const qjob *j, const lb__qkernels *k, const float *x, size_t n, float ratio,
+                        lb__block_scale *s)
+{
+    const lb_qspec *q = j->spec;
+    if (q->granularity == LB_GRAN_TENSOR) {
+        *s = j->fixed;
+        return;
+    }
+    if (q->affine) {
+        float lo, hi;
+        k->minmax(x, n, &lo, &hi);
+        lb__scale_affine(q, lo, hi, ratio, s);
+    } else if (q->scale_format == LB_FMT_E8M0) {
+        lb__scale_mx(q, k->absmax(x, n), s);
+    } else {
+        lb__scale_symmetric(q, k->absmax(x, n), ratio, j->q->tensor_scale, s);
+    }
+}
+
+/* The tensor-wide scale at a clipping ratio. */
+static void tensor_scale_at(const qjob *j, float ratio, lb__block_scale *s)
+{
+    const lb_qspec *q = j->spec;
+    if (q->affine) lb__scale_affine(q, j->tensor_lo, j->tensor_hi, ratio, s);
+    else if (q->scale_format == LB_FMT_E8M0) lb__scale_mx(q, j->tensor_amax, s);
+    else lb__scale_symmetric(q, j->tensor_amax, ratio, j->q->tensor_scale, s);
+}
+
+static void scale_block(const qjob *j, const lb__qkernels *k, const float *x, size_t n, const lb__block_scale *s,
+                        float *out)
+{
+    const lb_format_info *e = lb_format_get(j->spec->element);
+    float lo, hi;
+    if (j->spec->affine) lo = (float)e->min_finite, hi = (float)e->max_finite;
+    else hi = lb__element_max(j->spec), lo = -hi;
+    if (s->divisor == 0) { /* an all-zero block: zeros keep their sign, as x / X would */
+        for (size_t i = 0; i < n; i++) out[i] = j->spec->affine ? (float)s->zero_point : x[i] * 0.0f;
+        return;
+    }
+    /* Symmetric specs add -0, not +0: x + (-0) is x for every x, while
+     * -0 + (+0) would turn a negative zero (or a negative value that
+     * underflowed to -0) into +0 and change its code. */
+    float add = j->spec->affine ? (float)s->zero_point : -0.0f;
+    k->div_clamp(x, n, s->divisor, add, lo, hi, out);
+}
+
+/* Scales and encodes row x with the chosen block scales into w->codes
+ * (bulk layout). */
+static void encode_row(const qjob *j, const lb__qkernels *k, const float *x, scratch *w)
+{
+    const lb_qtensor *q = j->q;
+    for (size_t b = 0, nb = blocks_per_row(q); b < nb; b++) {
+        size_t start = b * q->block, n = q->cols - start < q->block ? q->cols - start : q->block;
+        scale_block(j, k, x + start, n, &w->chosen[b], w->scaled + start);
+    }
+    lb__encode_kernel(j->isa)(lb_format_get(j->spec->element), LB_SATURATE, w->scaled, q->cols, w->codes);
+}
+
+/* Squared error of each block of the row just encoded in w->codes. */
+static void row_errors(const qjob *j, const lb__qkernels *k, const float *x, scratch *w, double *err)
+{
+    const lb_qtensor *q = j->q;
+    lb__decode_kernel(j->isa)(lb_format_get(j->spec->element), w->codes, q->cols, w->decoded);
+    for (size_t b = 0, nb = blocks_per_row(q); b < nb; b++) {
+        size_t start = b * q->block, n = q->cols - start < q->block ? q->cols - start : q->block;
+        float *d = w->decoded + start;
+        k->sub_mul(d, n, (float)w->chosen[b].zero_point, w->chosen[b].divisor, d);
+        double e = 0;
+        for (size_t i = 0; i < n; i++) {
+            double diff = (double)x[start + i] - (double)d[i];
+            e += diff * diff;
+        }
+        err[b] = e;
+    }
+}
+
+static void store_row(const qjob *j, size_t r, scratch *w)
+{
+    lb_qtensor *q = j->q;
+    const lb_format_info *e = lb_format_get(j->spec->element), *sf = lb_format_get(j->spec->scale_format);
+    uint8_t *dst = q->data + r * q->row_bytes;
+    if (e->bits == 6) lb__pack6(w->codes, q->cols, dst);
+    else memcpy(dst, w->codes, q->row_bytes);
+    if (j->spec->granularity == LB_GRAN_TENSOR) return; /* the one scale is stored once */
+    size_t nb = blocks_per_row(q);
+    for (size_t b = 0; b < nb; b++) {
+        lb__store_code(sf, q->scales, r * nb + b, w->chosen[b].code);
+        if (q->zero_points) q->zero_points[r * nb + b] = (int8_t)w->chosen[b].zero_point;
+    }
+}
+
+static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
+{
+    const qjob *j = ctx;
+    const lb_qtensor *q = j->q;
+    const lb__qkernels *k = lb__qkernels_get(j->isa);
+    size_t nb = blocks_per_row(q);
+    scratch w;
+    lb_status st = scratch_alloc(&w, q->cols, nb);
+    if (st != LB_OK) return st;
+    lb__fenv_guard g;
+    lb__fenv_begin(&g);
+    for (size_t r = begin; r < end && st == LB_OK; r++) {
+        const float *x = j->x + r * q->cols;
+        size_t bad = k->first_nonfinite(x, q->cols);
+        if (bad < q->cols) {
+            st = nonfinite_error(j, r, bad);
+            break;
+        }
+        int search = j->spec->search == LB_SEARCH_MSE && j->spec->granularity != LB_GRAN_TENSOR;
+        for (size_t b = 0; b < nb; b++) {
+            size_t start = b * q->block, n = q->cols - start < q->block ? q->cols - start : q->block;
+            block_scale(j, k, x + start, n, 1.0f, &w.chosen[b]);
+        }
+        if (search) {
+            /* try every ratio on the whole row; each block keeps its best */
+            lb__block_scale *best = malloc(nb * sizeof *best);
+            double *err = malloc(nb * sizeof *err);
+            if (!best || !err) {
+                free(best), free(err);
+                st = lb__fail(LB_ERR_NOMEM, "out of memory");
+                break;
+            }
+            for (int step = 0; step < LB_CLIP_STEPS; step++) {
+                for (size_t b = 0; b < nb; b++) {
+                    size_t start = b * q->block, n = q->cols - start < q->block ? q->cols - start : q->block;
+                    block_scale(j, k, x + start, n, clip_ratio(step), &w.chosen[b]);
+                }
+                encode_row(j, k, x, &w);
+                row_errors(j, k, x, &w, err);
+                for (size_t b = 0; b < nb; b++)
+                    if (step == 0 || err[b] < w.best_err[b]) w.best_err[b] = err[b], best[b] = w.chosen[b];
+            }
+            memcpy(w.chosen, best, nb * sizeof *best);
+            free(best), free(err);
+        }
+        encode_row(j, k, x, &w);
+        if (j->final) store_row(j, r, &w);
+        else {
+            double e;
+            row_errors(j, k, x, &w, &e); /* tensor granularity: one block */
+            j->row_err[r] = e;
+        }
+    }
+    lb__fenv_end(&g);
+    scratch_free(&w);
+    return st;
+}
+
+/* Pass 1 for tensor-wide numbers: per row largest magnitude and range. */
+static lb_status row_stats(void *ctx, size_t begin, size_t end)
+{
+    const qjob *j = ctx;
+    const lb__qkernels *k = lb__qkernels_get(j->isa);
+    size_t cols = j->q->cols;
+    for (size_t r = begin; r < end; r++) {
+        const float *x = j->x + r * cols;
+        size_t bad = k->first_nonfinite(x, cols);
+        if (bad < cols) return nonfinite_error(j, r, bad);
+        j->row_stats[3 * r] = k->absmax(x, cols);
+        k->minmax(x, cols, &j->row_stats[3 * r + 1], &j->row_stats[3 * r + 2]);
+    }
+    return LB_OK;
+}
+
+void lb_qtensor_free(lb_qtensor *q)
+{
+    if (!q) return;
+    free(q->data), free(q->scales), free(q->zero_points), free(q);
+}
+
+static lb_status alloc_qtensor(const lb_qspec *spec, size_t rows, size_t cols, lb_qtensor **out)
+{
+    lb_qtensor *q = calloc(1, sizeof *q);
+    if (!q) return lb__fail(LB_ERR_NOMEM, "out of memory");
+    q->spec = *spec;
+    q->rows = rows, q->cols = cols;
+    q->block = spec->granularity == LB_GRAN_GROUP ? spec->group : cols;
+    q->scales_per_row = spec->granularity == LB_GRAN_TENSOR ? 1 : (cols + q->block - 1) / q->block;
+    q->scale_count = spec->granularity == LB_GRAN_TENSOR ? 1 : rows * q->scales_per_row;
+    q->row_bytes = lb__packed_row_bytes(spec->element, cols);
+    q->tensor_scale = 1.0f;
+    size_t scale_bytes = lb_format_bytes(spec->scale_format, q->scale_count);
+    q->data = calloc(rows ? rows : 1, q->row_bytes ? q->row_bytes : 1);
+    q->scales = calloc(scale_bytes ? scale_bytes : 1, 1);
+    if (spec->affine) q->zero_points = calloc(q->scale_count, 1);
+    if (!q->data || !q->scales || (spec->affine && !q->zero_points)) {
+        lb_qtensor_free(q);
+        return lb__fail(LB_ERR_NOMEM, "out of memory for a %zu x %zu quantized tensor", rows, cols);
+    }
+    *out = q;
+    return LB_OK;
+}
+
+lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads, lb_qtensor **out)
+{
+    if (!spec || !x || !out) return lb__fail(LB_ERR_ARG, "lb_quantize: NULL argument");
+    *out = NULL;
+    if (rows == 0 || cols == 0) return lb__fail(LB_ERR_ARG, "cannot quantize an empty tensor (%zu x %zu)", rows, cols);
+    if (rows > SIZE_MAX / 4 / cols) return lb__fail(LB_ERR_ARG, "%zu x %zu values overflow the address space", rows, cols);
+    char text[128];
+    lb_qspec_format(spec, text, sizeof text);
+    lb_qspec check;
+    lb_status st = lb_qspec_parse(text, &check); /* the same validation as text specs */
+    if (st != LB_OK) return st;
+
+    lb_qtensor *q = NULL;
+    if ((st = alloc_qtensor(spec, rows, cols, &q)) != LB_OK) return st;
+    qjob j = {.spec = &q->spec, .x = x, .q = q, .isa = lb_isa_active(), .final = 1};
+    int tensor_wide = spec->granularity == LB_GRAN_TENSOR || spec->two_level;
+    if (tensor_wide) {
+        j.row_stats = malloc(rows * 3 * sizeof(float));
+        if (!j.row_stats) st = lb__fail(LB_ERR_NOMEM, "out of memory");
+        if (st == LB_OK) st = lb__parallel_for(rows, 1, threads, row_stats, &j);
+        if (st == LB_OK) {
+            for (size_t r = 0; r < rows; r++) {
+                float a = j.row_stats[3 * r], lo = j.row_stats[3 * r + 1], hi = j.row_stats[3 * r + 2];
+                if (a > j.tensor_amax) j.tensor_amax = a;
+                if (lo < j.tensor_lo) j.tensor_lo = lo;
+                if (hi > j.tensor_hi) j.tensor_hi = hi;
+            }
+            q->tensor_scale = lb__tensor_scale(spec, j.tensor_amax);
+        }
+        free(j.row_stats);
+    }
+    if (st == LB_OK && spec->granularity == LB_GRAN_TENSOR) {
+        lb__fenv_guard g;
+        lb__fenv_begin(&g);
+        tensor_scale_at(&j, 1.0f, &j.fixed);
+        lb__fenv_end(&g);
+        if (spec->search == LB_SEARCH_MSE) { /* every ratio over the whole tensor */
+            j.row_err = malloc(rows * sizeof(double));
+            if (!j.row_err) st = lb__fail(LB_ERR_NOMEM, "out of memory");
+            double best = INFINITY;
+            lb__block_scale best_scale = j.fixed;
+            for (int step = 0; st == LB_OK && step < LB_CLIP_STEPS; step++) {
+                lb__fenv_begin(&g);
+                tensor_scale_at(&j, clip_ratio(step), &j.fixed);
+                lb__fenv_end(&g);
+                j.final = 0;
+                st = lb__parallel_for(rows, 1, threads, quantize_rows, &j);
+                double e = 0;
+                for (size_t r = 0; r < rows; r++) e += j.row_err[r]; /* row order: thread-count independent */
+                if (step == 0 || e < best) best = e, best_scale = j.fixed;
+            }
+            j.fixed = best_scale;
+            j.final = 1;
+            free(j.row_err);
+        }
+        lb__store_code(lb_format_get(spec->scale_format), q->scales, 0, j.fixed.code);
+        if (q->zero_points) q->zero_points[0] = (int8_t)j.fixed.zero_point;
+    }
+    if (st == LB_OK) st = lb__parallel_for(rows, 1, threads, quantize_rows, &j);
+    if (st != LB_OK) {
+        lb_qtensor_free(q);
+        return st;
+    }
+    *out = q;
+    return LB_OK;
+}
+
+/* ----- dequantization ----- */
+
+static lb_status dequantize_rows(void *ctx, size_t begin, size_t end)
+{
+    const qjob *j = ctx;
+    const lb_qtensor *q = j->q;
+    const lb__qkernels *k = lb__qkernels_get(j->isa);
+    const lb_format_info *e = lb_format_get(q->spec.element), *sf = lb_format_get(q->spec.scale_format);
+    float *out = j->out;
+    uint8_t *codes = e->bits == 6 ? malloc(q->cols + 16) : NULL;
+    if (e->bits == 6 && !codes) return lb__fail(LB_ERR_NOMEM, "out of memory");
+    size_t nb = blocks_per_row(q);
+    lb__fenv_guard g;
+    lb__fenv_begin(&g);
+    for (size_t r = begin; r < end; r++) {
+        const uint8_t *src = q->data + r * q->row_bytes;
+        if (codes) lb__unpack6(src, q->cols, codes), src = codes;
+        float *o = out + r * q->cols;
+        lb__decode_kernel(j->isa)(e, src, q->cols, o);
+        for (size_t b = 0; b < nb; b++) {
+            size_t start = b * q->block, n = q->cols - start < q->block ? q->cols - start : q->block;
+            size_t si = q->spec.granularity == LB_GRAN_TENSOR ? 0 : r * nb + b;
+            float d = lb__scale_divisor(&q->spec, lb__load_code(sf, q->scales, si), q->tensor_scale);
+            float zp = q->zero_points ? (float)q->zero_points[si] : 0.0f;
+            k->sub_mul(o + start, n, zp, d, o + start);
+        }
+    }
+    lb__fenv_end(&g);
+    free(codes);
+    return LB_OK;
+}
+
+lb_status lb_dequantize(const lb_qtensor *q, float *out, int threads)
+{
+    if (!q || !out) return lb__fail(LB_ERR_ARG, "lb_dequantize: NULL argument");
+    qjob j = {.spec = &q->spec, .q = (lb_qtensor *)q, .isa = lb_isa_active(), .out = out};
+    return lb__parallel_for(q->rows, 1, threads, dequantize_rows, &j);
+}
+
+lb_status lb_qtensor_view_get(const lb_qtensor *q, lb_qtensor_view *v)
+{
+    if (!q || !v) return lb__fail(LB_ERR_ARG, "lb_qtensor_view_get: NULL argument");
+    v->spec = q->spec;
+    v->rows = q->rows, v->cols = q->cols;
+    v->data = q->data;
+    v->row_bytes = q->row_bytes;
+    v->data_bytes = q->rows * q->row_bytes;
+    v->scales = q->scales;
+    v->scales_per_row = q->scales_per_row;
+    v->scale_count = q->scale_count;
+    v->scale_bytes = lb_format_bytes(q->spec.scale_format, q->scale_count);
+    v->zero_points = q->zero_points;
+    v->tensor_scale = q->tensor_scale;
+    return LB_OK;
+}

@@ -1,0 +1,55 @@
+/* Error statistics of a quantized tensor against its original. */
+#include <math.h>
+
+#include "format/convert.h"
+#include "quant/quant_internal.h"
+#include "util/error.h"
+
+lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor *q, lb_qstats *out)
+{
+    if (!x || !xhat || !q || !out) return lb__fail(LB_ERR_ARG, "lb_qstats_compute: NULL argument");
+    const lb_format_info *e = lb_format_get(q->spec.element), *sf = lb_format_get(q->spec.scale_format);
+    size_t n = q->rows * q->cols, nb = q->scales_per_row;
+    double se = 0, ae = 0, sig = 0, maxe = -1;
+    size_t maxi = 0, saturated = 0, flushed = 0;
+    float lo_code = q->spec.affine ? (float)e->min_finite : -lb__element_max(&q->spec);
+    float hi_code = q->spec.affine ? (float)e->max_finite : lb__element_max(&q->spec);
+    for (size_t r = 0; r < q->rows; r++) {
+        for (size_t b = 0; b < nb; b++) {
+            size_t start = b * q->block, len = q->cols - start < q->block ? q->cols - start : q->block;
+            size_t si = q->spec.granularity == LB_GRAN_TENSOR ? 0 : r * nb + b;
+            double d = lb__scale_divisor(&q->spec, lb__load_code(sf, q->scales, si), q->tensor_scale);
+            double zp = q->zero_points ? q->zero_points[si] : 0;
+            /* what the block can hold: [(lo - zp) d, (hi - zp) d], widened by
+             * fp32 rounding of the scale, so that the absmax value itself,
+             * which lands on the top code, does not count as clipped */
+            double slack = 1 + 0x1p-22;
+            double lo = (lo_code - zp) * d * slack, hi = (hi_code - zp) * d * slack;
+            for (size_t i = r * q->cols + start, end = i + len; i < end; i++) {
+                double v = x[i], err = fabs(v - (double)xhat[i]);
+                se += err * err;
+                ae += err;
+                sig += v * v;
+                if (err > maxe) maxe = err, maxi = i;
+                if (v > hi || v < lo) saturated++;
+                if (v != 0 && xhat[i] == 0) flushed++;
+            }
+        }
+    }
+    out->count = n;
+    out->mse = se / (double)n;
+    out->rmse = sqrt(out->mse);
+    out->mae = ae / (double)n;
+    out->max_abs_error = maxe;
+    out->max_error_index = maxi;
+    out->max_error_original = x[maxi];
+    out->max_error_dequantized = xhat[maxi];
+    out->sqnr_db = se == 0 ? INFINITY : sig == 0 ? -INFINITY : 10.0 * log10(sig / se);
+    out->saturated_fraction = (double)saturated / (double)n;
+    out->flushed_fraction = (double)flushed / (double)n;
+    double bits = (double)e->bits * (double)n + (double)sf->bits * (double)q->scale_count;
+    if (q->zero_points) bits += 8.0 * (double)q->scale_count;
+    if (q->spec.two_level) bits += 32;
+    out->bits_per_value = bits / (double)n;
+    return LB_OK;
+}
