@@ -151,3 +151,69 @@ def test_grid_json_every_code_once(name, values, nans):
     assert len({v["code"] for v in g["values"]} | set(g["nan_codes"])) == g["codes"]
     if name == "fp8_e5m2":
         assert vals[0] == "-inf" and vals[-1] == "inf"
+
+
+# ---------------------------------------------------------------- quant
+
+OUTLIERS = " ".join(f"{((i * 37) % 200 - 100) / 100:.2f}" for i in range(64)) + " 100"
+
+
+def test_quant_outlier_lesson_table():
+    r = run("quant", "--spec", "int8:tensor,int8:g16,int8:g4", stdin=OUTLIERS)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "65 values (1 x 65)" and lines[1].split()[:3] == ["spec", "bits/val", "MSE"]
+    rows = {l.split()[0]: l.split() for l in lines[2:]}
+    mse = [float(rows[s][2]) for s in ("int8:tensor", "int8:g16", "int8:g4")]
+    assert mse[0] > mse[1] > mse[2]
+
+
+def test_quant_json_print_and_shape(tmp_path):
+    f = tmp_path / "x.txt"
+    f.write_text("1 2 3 4\n-1 -2 -3 -4\n")
+    r = run("quant", "--spec", "int8:channel,mxfp4", "--shape", "2x4", "--print", "--stats", "--json", str(f))
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["rows"] == 2 and out["cols"] == 4
+    a, b = out["results"]
+    assert a["spec"] == "int8:channel" and a["canonical"] == "int8:channel"
+    assert a["dequantized"][3] == pytest.approx(4.0) and len(a["dequantized"]) == 8
+    assert b["canonical"] == "mxfp4" and b["stats"]["bits_per_value"] == 4 + 8 * 2 / 8
+    r = run("quant", "--spec", "int8:channel", "--shape", "2x4", "--print", str(f))
+    # 1 / (4/127) = 31.75 -> 32 -> 32 * 4/127
+    assert r.stdout.splitlines()[1].split()[0] == "1.007874" and len(r.stdout.splitlines()) == 3
+
+
+def test_quant_raw_input(tmp_path):
+    import struct
+    f = tmp_path / "x.f32"
+    f.write_bytes(struct.pack("<6f", 0.5, -1.0, 2.0, 1.5, 3.0, -6.0))
+    r = run("quant", "--spec", "fp4_e2m1:tensor", "--raw", "--print", "--json", str(f))
+    assert json.loads(r.stdout)["results"][0]["dequantized"] == [0.5, -1, 2, 1.5, 3, -6]
+    f.write_bytes(b"\0" * 7)
+    r = run("quant", "--spec", "int8:tensor", "--raw", str(f))
+    assert r.returncode == 2 and "multiple of 4" in r.stderr and r.stdout == ""
+
+
+@pytest.mark.parametrize("args,stdin,needle", [
+    (("--spec", "int9:g32"), "1 2", "'int9' is neither a format nor a preset"),
+    (("--spec", "int8:g0"), "1 2", "block size must be at least 1"),
+    (("--spec", "int8:g32:frob"), "1 2", "unknown part 'frob'"),
+    (("--spec", "fp8_e4m3:affine"), "1 2", "affine (zero point) is defined for integer elements only"),
+    (("--spec", "int8:tensor"), "1 nan 3", "element 1 (row 0, column 1) is NaN"),
+    (("--spec", "int8:tensor"), "1 2 inf", "is infinite"),
+    (("--spec", "int8:tensor"), "", "holds no values"),
+    (("--spec", "int8:tensor"), "1 two 3", "'two', is not a number"),
+    (("--spec", "int8:tensor", "--shape", "2x2"), "1 2 3", "--shape 2x2 is 4 values but the input has 3"),
+    (("--spec", "int8:tensor", "--shape", "2by2"), "1 2 3 4", "--shape takes ROWSxCOLS"),
+    (("--shape", "1x2"), "1 2", "--spec is required"),
+])
+def test_quant_bad_input(args, stdin, needle):
+    r = run("quant", *args, stdin=stdin)
+    assert r.returncode == 2 and r.stdout == "" and needle in r.stderr, r.stderr
+    rj = run("quant", *args, "--json", stdin=stdin)
+    assert rj.returncode == 2 and needle in json.loads(rj.stdout)["error"]["message"]
+
+
+def test_quant_missing_file():
+    r = run("quant", "--spec", "int8:tensor", "/nonexistent/x.txt")
+    assert r.returncode == 1 and "cannot open '/nonexistent/x.txt'" in r.stderr
