@@ -5,24 +5,12 @@
 #include <string.h>
 
 #include "format/codec.h"
+#include "format/codec_fast.h"
 #include "quant/quant_internal.h"
 
-static uint32_t encode_sat(lb_format f, float x)
-{
-    uint32_t c = 0;
-    const lb_format_info *fi = lb_format_get(f);
-    fi->encode(fi, (double)x, LB_SATURATE, &c);
-    return c;
-}
+static uint32_t encode_sat(lb_format f, float x) { return lb__encode_fast(f, x); }
 
-static float decode(lb_format f, uint32_t code)
-{
-    const lb_format_info *fi = lb_format_get(f);
-    uint32_t b = fi->decode(fi, code);
-    float v;
-    memcpy(&v, &b, sizeof v);
-    return v;
-}
+static float decode(lb_format f, uint32_t code) { return lb__decode_fast(f, code); }
 
 static uint32_t f32_bits(float x)
 {
@@ -39,11 +27,13 @@ float lb__element_max(const lb_qspec *q)
 float lb__tensor_scale(const lb_qspec *q, float tensor_amax)
 {
     if (!q->two_level) return 1.0f;
-    if (tensor_amax == 0) return 1.0f; /* all zeros: any scale encodes them exactly */
     /* NVFP4: amax / (6 * 448), so that the largest block scale lands on
-     * E4M3's largest value (ModelOpt get_weights_scaling_factor_2) */
+     * E4M3's largest value (ModelOpt get_weights_scaling_factor_2). When
+     * that is 0 (an all-zero tensor, or amax < ~1.9e-42 underflowing) every
+     * divisor would be 0: use 1, and the tiny values quantize to zeros. */
     float denom = lb__element_max(q) * (float)lb_format_get(q->scale_format)->max_finite;
-    return tensor_amax / denom;
+    float ts = tensor_amax / denom;
+    return ts == 0 ? 1.0f : ts;
 }
 
 /* A stored scale that decodes to zero would turn every element into

@@ -188,9 +188,13 @@ def mx_reference(x, preset, rounding="floor"):
 
 
 def nvfp4_tensor_scale(x):
-    """ts = amax_tensor / (6 * 448); 1 for an all-zero tensor."""
+    """ts = amax_tensor / (6 * 448); 1 when that is 0: an all-zero tensor,
+    or one so small (amax < ~1.9e-42) that the quotient underflows, where a
+    zero tensor scale would make every divisor 0 (lowbit's documented rule;
+    ModelOpt's code divides by zero there)."""
     amax = F32(np.max(np.abs(x)))
-    return F32(1.0) if amax == 0 else F32(amax / NV_TS_DIVISOR)
+    ts = F32(amax / NV_TS_DIVISOR)
+    return F32(1.0) if ts == 0 else ts
 
 
 def nvfp4_block_scales(amax_b, ts):
@@ -211,7 +215,12 @@ def nvfp4_reference(x):
     scale_bytes = code.view(np.uint8).reshape(-1)
     divisor = per_element((code.astype(F32) * ts).astype(F32), cols, NV_BLOCK)
     with np.errstate(all="ignore"):
-        y = np.clip((x / divisor).astype(F32), -NV_ELEM_MAX, NV_ELEM_MAX).astype(F32)
+        y = (x / divisor).astype(F32)
+        # The spec leaves 0 / 0 undefined (divisor is 0 only when ts
+        # underflows to 0, see test_nvfp4_tensor_scale_underflow): a zero
+        # element stays a zero of its own sign, as it does for divisor > 0.
+        y = np.where(x == 0, x, y).astype(F32)
+        y = np.clip(y, -NV_ELEM_MAX, NV_ELEM_MAX).astype(F32)
         el = y.astype(md.float4_e2m1fn)
         deq = (el.astype(F32) * divisor).astype(F32)
     return Ref(pack_rows(el.view(np.uint8), 4), scale_bytes, ts, deq)
@@ -302,6 +311,11 @@ def make_input(kind, spec, rows, cols, seed):
         x = rng.standard_normal((rows, cols)) * 1e-38
     elif kind == "sub42":
         x = rng.standard_normal((rows, cols)) * 1e-42
+    elif kind == "huge":
+        # near the top of fp32: E(amax) = 127, so ceil / rceil / even hit
+        # the +127 clamp (MXINT8 has emax 0)
+        x = rng.uniform(-1, 1, (rows, cols)) * float(np.finfo(F32).max)
+        x.reshape(-1)[rng.integers(0, rows * cols)] = float(np.finfo(F32).max) * rng.choice([-1.0, 1.0])
     elif kind == "mixed":
         # huge and tiny blocks in one tensor: NVFP4 block scales hit 2^-9
         mag = rng.choice([1e4, 1.0, 1e-3, 1e-6, 1e-20, 1e-39], (rows, (cols + block - 1) // block))
@@ -313,7 +327,7 @@ def make_input(kind, spec, rows, cols, seed):
     return x
 
 
-KINDS = ["normal", "heavy", "outliers", "zero_blocks", "pow2_max", "ties", "sub38", "sub42", "mixed"]
+KINDS = ["normal", "heavy", "outliers", "zero_blocks", "pow2_max", "ties", "sub38", "sub42", "huge", "mixed"]
 MX_SPECS = [p if r == "floor" else f"{p}:round={r}" for p in MX for r in ROUNDINGS]
 SPECS = MX_SPECS + ["nvfp4"]
 
@@ -440,7 +454,8 @@ def test_reference_self_checks():
     a = np.array([6.0, 7.0, 0.0, 1e-42, 4.0, 5.9], dtype=F32)
     assert scale_exp_floor(a, fp4).tolist() == [0, 0, -127, -127, 0, 0]
     assert scale_exp_ceil(a, fp4).tolist() == [1, 1, -127, -127, 0, 1]
-    assert scale_exp_even(a, fp4).tolist() == [1, 1, -127, -127, 0, 1]  # 1.75 carries at mbits=1
+    # even: 6 = 1.5 * 2^2 stays 1.5 + 0.25 < 2; 7 = 1.75 * 2^2 carries; 5.9 = 1.475 * 2^2 does not
+    assert scale_exp_even(a, fp4).tolist() == [0, 1, -127, -127, 0, 0]
     assert scale_exp_rceil(a, fp4).tolist() == [0, 1, -127, -127, 0, 0]
     # 6-bit stream: four values fill three bytes
     assert pack_rows(np.array([[0x3F, 0, 0x3F, 0]]), 6).tolist() == [[0x3F, 0xF0, 0x03]]
@@ -458,3 +473,17 @@ def test_non_finite_input_is_an_error(spec, bad):
             st, q = lb.quantize(spec, x)
             assert st == lb.LB_ERR_NAN, f"{spec} isa={isa} {bad} at [{r},{c}] of {rows}x{cols}: status {st}"
             assert q is None
+
+
+def test_nvfp4_tensor_scale_underflow():
+    """amax_tensor < ~1.9e-42: amax / 2688 rounds to fp32 zero; the tensor
+    scale falls back to 1 (as for an all-zero tensor), block scales to the
+    2^-9 floor, and every element quantizes to a zero of its own sign."""
+    x = np.array([[3.46e-43, -1e-44, 0.0, -0.0, 1e-45]], dtype=F32)
+    assert F32(F32(np.max(np.abs(x))) / NV_TS_DIVISOR) == 0  # the case really arises
+    assert nvfp4_tensor_scale(x) == 1
+    problems = []
+    for isa in lb.isas():
+        lb.set_isa(isa)
+        problems += check("nvfp4", x)
+    assert_no_problems(problems)

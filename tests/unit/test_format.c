@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "lowbit.h"
+#include "format/codec_fast.h" /* internal: the per-value fast path */
 
 #if defined(__x86_64__)
 #include <fenv.h>
@@ -294,6 +295,34 @@ static void test_hostile_fp_environment(void)
 }
 #endif
 
+/* The fast single-value path (scales of quantized blocks) equals the
+ * reference for finite inputs, saturating. */
+static void test_fast_scalar_codec(void)
+{
+    for (int fi = 0; fi < LB_FMT_COUNT; fi++) {
+        const lb_format_info *f = lb_format_get((lb_format)fi);
+        int bad = 0;
+        for (int i = 0; i < 200000; i++) {
+            uint32_t r = rnd();
+            /* half anywhere, half near the format's own range */
+            float x = i & 1 ? from_bits(r) : (float)ldexp((double)(r & 0xFFFFFF) / 0x1p24 + 0.5, (int)(r >> 24) % 40 - 20);
+            if (!isfinite(x)) continue;
+            uint32_t want = 0, got = lb__encode_fast(f->id, x);
+            f->encode(f, (double)x, LB_SATURATE, &want);
+            if (got != want && bad++ < 3) CHECK(0, "%s: fast encode %a -> 0x%X, reference 0x%X", f->name, (double)x, got, want);
+        }
+        CHECK(bad == 0, "%s: %d fast encodes differ", f->name, bad);
+        if (f->bits > 16) continue;
+        for (uint32_t c = 0; c < (1u << f->bits); c++) {
+            float a = lb__decode_fast(f->id, c), b;
+            lb_decode_value(f->id, c, &b);
+            if (to_bits(a) != to_bits(b) && !(isnan(a) && isnan(b)) && bad++ < 3)
+                CHECK(0, "%s: fast decode 0x%X -> %a, reference %a", f->name, c, (double)a, (double)b);
+        }
+        CHECK(bad == 0, "%s: fast decodes differ", f->name);
+    }
+}
+
 int main(void)
 {
     printf("instruction set: %s\n", lb_isa_name(lb_isa_detected()));
@@ -301,6 +330,7 @@ int main(void)
     test_table();
     test_errors();
     test_simd_matches_scalar();
+    test_fast_scalar_codec();
 #ifdef HAVE_MXCSR
     test_hostile_fp_environment();
 #endif
