@@ -1,6 +1,9 @@
 /* The vector loops of tensor quantization, one set per instruction set.
- * Each is exact IEEE arithmetic (max, min, one division or product per
- * element), so every set gives the same bits as the scalar one. */
+ * Every function works block by block along a row: block b holds values
+ * [b*block, min((b+1)*block, n)), so a row's last block may be partial.
+ * Each is exact IEEE arithmetic in a fixed order (max, min, one division
+ * or product per element; squared errors summed in double over 16 fixed
+ * lanes), so every set gives the same bits as the scalar one. */
 #ifndef LB_QUANT_QKERNELS_H
 #define LB_QUANT_QKERNELS_H
 
@@ -9,12 +12,19 @@
 #include "lowbit.h"
 
 typedef struct lb__qkernels {
-    float (*absmax)(const float *x, size_t n);                      /* 0 for n = 0 */
-    void (*minmax)(const float *x, size_t n, float *lo, float *hi);  /* +-0 if n = 0 */
-    /* out = min(max(x / s + add, lo), hi) */
-    void (*div_clamp)(const float *x, size_t n, float s, float add, float lo, float hi, float *out);
-    /* out = (x - sub) * s */
-    void (*sub_mul)(const float *x, size_t n, float sub, float s, float *out);
+    /* out[b] = max |x| over block b (0 for an empty block) */
+    void (*block_absmax)(const float *x, size_t n, size_t block, float *out);
+    /* lo[b] = min(0, min x), hi[b] = max(0, max x), as +0 when zero */
+    void (*block_minmax)(const float *x, size_t n, size_t block, float *lo, float *hi);
+    /* out[i] = min(max(x[i] / div[b] + add[b], lo), hi) */
+    void (*block_div_clamp)(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,
+                            float hi, float *out);
+    /* out[i] = (x[i] - sub[b]) * mul[b] */
+    void (*block_sub_mul)(const float *x, size_t n, size_t block, const float *sub, const float *mul, float *out);
+    /* out[b] = sum over block b of ((double)x - (double)y)^2; element k of
+     * a block goes to partial sum k % 16, and the 16 sums are added in a
+     * fixed tree, so the result does not depend on the vector width */
+    void (*block_sq_err)(const float *x, const float *y, size_t n, size_t block, double *out);
     /* index of the first NaN or infinity, or n */
     size_t (*first_nonfinite)(const float *x, size_t n);
 } lb__qkernels;
@@ -22,5 +32,14 @@ typedef struct lb__qkernels {
 const lb__qkernels *lb__qkernels_get(lb_isa isa);
 
 extern const lb__qkernels lb__qkernels_scalar, lb__qkernels_avx2, lb__qkernels_avx512;
+
+/* The fixed tree that adds the 16 partial sums of block_sq_err. */
+static inline double lb__sum16(const double s[16])
+{
+    double t[8];
+    for (int i = 0; i < 8; i++) t[i] = s[i] + s[i + 8];
+    for (int i = 0; i < 4; i++) t[i] = t[i] + t[i + 4];
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
 
 #endif

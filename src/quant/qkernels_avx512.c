@@ -1,60 +1,102 @@
-/* AVX512 twins of the quantization loops in qkernels_scalar.c; the tails
- * go through the scalar ones. Max and min here see no NaN: the caller has
- * rejected non-finite input first. */
+/* AVX-512 twins of the quantization loops in qkernels_scalar.c. A block's
+ * partial last vector is loaded and stored under a mask, so any block size
+ * runs in vector code. Max and min see no NaN: the caller has rejected
+ * non-finite input first. */
 #include "quant/qkernels.h"
 
-#if defined(__x86_64__) && defined(__AVX512F__)
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512DQ__)
 #include <immintrin.h>
 
-static float absmax(const float *x, size_t n)
+#define FOR_BLOCKS(n, block)                                                                    \
+    for (size_t start = 0, b = 0, len; start < (n); start += (block), b++)                      \
+        if ((len = (n) - start < (block) ? (n) - start : (block)), 1)
+
+static inline __mmask16 tail_mask(size_t k) { return (__mmask16)((1u << k) - 1); }
+
+static void block_absmax(const float *x, size_t n, size_t block, float *out)
 {
-    __m512 m = _mm512_setzero_ps();
     const __m512 signless = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(m, _mm512_and_ps(_mm512_loadu_ps(x + i), signless));
-    float lanes[16], r = lb__qkernels_scalar.absmax(x + i, n - i);
-    _mm512_storeu_ps(lanes, m);
-    for (int k = 0; k < 16; k++) r = lanes[k] > r ? lanes[k] : r;
-    return r;
+    FOR_BLOCKS(n, block) {
+        const float *p = x + start;
+        __m512 m = _mm512_setzero_ps();
+        size_t i = 0;
+        for (; i + 16 <= len; i += 16) m = _mm512_max_ps(m, _mm512_and_ps(_mm512_loadu_ps(p + i), signless));
+        if (i < len) m = _mm512_max_ps(m, _mm512_and_ps(_mm512_maskz_loadu_ps(tail_mask(len - i), p + i), signless));
+        out[b] = _mm512_reduce_max_ps(m);
+    }
 }
 
-static void minmax(const float *x, size_t n, float *lo, float *hi)
+static void block_minmax(const float *x, size_t n, size_t block, float *lo, float *hi)
 {
-    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(x + i);
-        a = _mm512_min_ps(a, v);
-        b = _mm512_max_ps(b, v);
+    FOR_BLOCKS(n, block) {
+        const float *p = x + start;
+        __m512 a = _mm512_setzero_ps(), c = _mm512_setzero_ps();
+        size_t i = 0;
+        for (; i + 16 <= len; i += 16) {
+            __m512 v = _mm512_loadu_ps(p + i);
+            a = _mm512_min_ps(a, v), c = _mm512_max_ps(c, v);
+        }
+        if (i < len) { /* masked-off lanes load 0, which both already hold */
+            __m512 v = _mm512_maskz_loadu_ps(tail_mask(len - i), p + i);
+            a = _mm512_min_ps(a, v), c = _mm512_max_ps(c, v);
+        }
+        lo[b] = _mm512_reduce_min_ps(a) + 0.0f, hi[b] = _mm512_reduce_max_ps(c) + 0.0f;
     }
-    float la[16], lb[16], ta, tb;
-    lb__qkernels_scalar.minmax(x + i, n - i, &ta, &tb);
-    _mm512_storeu_ps(la, a);
-    _mm512_storeu_ps(lb, b);
-    for (int k = 0; k < 16; k++) {
-        ta = la[k] < ta ? la[k] : ta;
-        tb = lb[k] > tb ? lb[k] : tb;
-    }
-    *lo = ta + 0.0f, *hi = tb + 0.0f; /* -0 and +0 alike, as in the scalar twin */
 }
 
-static void div_clamp(const float *x, size_t n, float s, float add, float lo, float hi, float *out)
+static void block_div_clamp(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,
+                            float hi, float *out)
 {
-    const __m512 vs = _mm512_set1_ps(s), va = _mm512_set1_ps(add), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), vs), va);
-        _mm512_storeu_ps(out + i, _mm512_min_ps(_mm512_max_ps(y, vlo), vhi));
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    FOR_BLOCKS(n, block) {
+        const __m512 vd = _mm512_set1_ps(div[b]), va = _mm512_set1_ps(add[b]);
+        size_t i = start, end = start + len;
+        for (; i + 16 <= end; i += 16) {
+            __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), vd), va);
+            _mm512_storeu_ps(out + i, _mm512_min_ps(_mm512_max_ps(y, vlo), vhi));
+        }
+        if (i < end) {
+            __mmask16 k = tail_mask(end - i);
+            __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), vd), va);
+            _mm512_mask_storeu_ps(out + i, k, _mm512_min_ps(_mm512_max_ps(y, vlo), vhi));
+        }
     }
-    lb__qkernels_scalar.div_clamp(x + i, n - i, s, add, lo, hi, out + i);
 }
 
-static void sub_mul(const float *x, size_t n, float sub, float s, float *out)
+static void block_sub_mul(const float *x, size_t n, size_t block, const float *sub, const float *mul, float *out)
 {
-    const __m512 vs = _mm512_set1_ps(s), vsub = _mm512_set1_ps(sub);
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vsub), vs));
-    lb__qkernels_scalar.sub_mul(x + i, n - i, sub, s, out + i);
+    FOR_BLOCKS(n, block) {
+        const __m512 vs = _mm512_set1_ps(sub[b]), vm = _mm512_set1_ps(mul[b]);
+        size_t i = start, end = start + len;
+        for (; i + 16 <= end; i += 16) _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vs), vm));
+        if (i < end) {
+            __mmask16 k = tail_mask(end - i);
+            _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vs), vm));
+        }
+    }
+}
+
+static void block_sq_err(const float *x, const float *y, size_t n, size_t block, double *out)
+{
+    FOR_BLOCKS(n, block) {
+        /* partial sum k % 16: lanes 0-7 in lo, 8-15 in hi */
+        __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+        size_t i = 0;
+        for (; i < len; i += 16) {
+            __mmask16 k = len - i >= 16 ? (__mmask16)0xFFFF : tail_mask(len - i);
+            __m512 a = _mm512_maskz_loadu_ps(k, x + start + i), c = _mm512_maskz_loadu_ps(k, y + start + i);
+            __m512d d0 = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)),
+                                       _mm512_cvtps_pd(_mm512_castps512_ps256(c)));
+            __m512d d1 = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))),
+                                       _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c), 1))));
+            lo = _mm512_add_pd(lo, _mm512_mul_pd(d0, d0));
+            hi = _mm512_add_pd(hi, _mm512_mul_pd(d1, d1));
+        }
+        double s[16];
+        _mm512_storeu_pd(s, lo);
+        _mm512_storeu_pd(s + 8, hi);
+        out[b] = lb__sum16(s);
+    }
 }
 
 static size_t first_nonfinite(const float *x, size_t n)
@@ -62,15 +104,13 @@ static size_t first_nonfinite(const float *x, size_t n)
     const __m512 inf = _mm512_set1_ps(__builtin_inff());
     const __m512 signless = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 a = _mm512_and_ps(_mm512_loadu_ps(x + i), signless);
-        if (_mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ)) break; /* >= inf, or NaN */
-    }
+    for (; i + 16 <= n; i += 16)
+        if (_mm512_cmp_ps_mask(_mm512_and_ps(_mm512_loadu_ps(x + i), signless), inf, _CMP_NLT_UQ)) break; /* >= inf or NaN */
     return i + lb__qkernels_scalar.first_nonfinite(x + i, n - i);
 }
 
-const lb__qkernels lb__qkernels_avx512 = {absmax, minmax, div_clamp, sub_mul, first_nonfinite};
-
+const lb__qkernels lb__qkernels_avx512 = {block_absmax, block_minmax, block_div_clamp, block_sub_mul, block_sq_err,
+                                          first_nonfinite};
 #else
 const lb__qkernels lb__qkernels_avx512 = {0};
 #endif

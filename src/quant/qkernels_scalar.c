@@ -3,37 +3,62 @@
 
 #include "quant/qkernels.h"
 
-static float absmax(const float *x, size_t n)
-{
-    float m = 0;
-    for (size_t i = 0; i < n; i++) {
-        float a = fabsf(x[i]);
-        m = a > m ? a : m;
-    }
-    return m;
-}
+#define FOR_BLOCKS(n, block)                                                                    \
+    for (size_t start = 0, b = 0, len; start < (n); start += (block), b++)                      \
+        if ((len = (n) - start < (block) ? (n) - start : (block)), 1)
 
-static void minmax(const float *x, size_t n, float *lo, float *hi)
+static void block_absmax(const float *x, size_t n, size_t block, float *out)
 {
-    float a = 0, b = 0;
-    for (size_t i = 0; i < n; i++) {
-        a = x[i] < a ? x[i] : a;
-        b = x[i] > b ? x[i] : b;
-    }
-    *lo = a + 0.0f, *hi = b + 0.0f; /* both include 0, as +0: zero must be exactly representable */
-}
-
-static void div_clamp(const float *x, size_t n, float s, float add, float lo, float hi, float *out)
-{
-    for (size_t i = 0; i < n; i++) {
-        float y = x[i] / s + add;
-        out[i] = y < lo ? lo : y > hi ? hi : y;
+    FOR_BLOCKS(n, block) {
+        float m = 0;
+        for (size_t i = start; i < start + len; i++) {
+            float a = fabsf(x[i]);
+            m = a > m ? a : m;
+        }
+        out[b] = m;
     }
 }
 
-static void sub_mul(const float *x, size_t n, float sub, float s, float *out)
+static void block_minmax(const float *x, size_t n, size_t block, float *lo, float *hi)
 {
-    for (size_t i = 0; i < n; i++) out[i] = (x[i] - sub) * s;
+    FOR_BLOCKS(n, block) {
+        float a = 0, c = 0;
+        for (size_t i = start; i < start + len; i++) {
+            a = x[i] < a ? x[i] : a;
+            c = x[i] > c ? x[i] : c;
+        }
+        lo[b] = a + 0.0f, hi[b] = c + 0.0f; /* both include 0, as +0: zero must be exactly representable */
+    }
+}
+
+static void block_div_clamp(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,
+                            float hi, float *out)
+{
+    FOR_BLOCKS(n, block) {
+        for (size_t i = start; i < start + len; i++) {
+            float y = x[i] / div[b] + add[b];
+            out[i] = y < lo ? lo : y > hi ? hi : y;
+        }
+    }
+}
+
+static void block_sub_mul(const float *x, size_t n, size_t block, const float *sub, const float *mul, float *out)
+{
+    FOR_BLOCKS(n, block) {
+        for (size_t i = start; i < start + len; i++) out[i] = (x[i] - sub[b]) * mul[b];
+    }
+}
+
+static void block_sq_err(const float *x, const float *y, size_t n, size_t block, double *out)
+{
+    FOR_BLOCKS(n, block) {
+        double s[16] = {0};
+        for (size_t i = 0; i < len; i++) {
+            double d = (double)x[start + i] - (double)y[start + i];
+            s[i % 16] += d * d;
+        }
+        out[b] = lb__sum16(s);
+    }
 }
 
 static size_t first_nonfinite(const float *x, size_t n)
@@ -43,7 +68,8 @@ static size_t first_nonfinite(const float *x, size_t n)
     return n;
 }
 
-const lb__qkernels lb__qkernels_scalar = {absmax, minmax, div_clamp, sub_mul, first_nonfinite};
+const lb__qkernels lb__qkernels_scalar = {block_absmax, block_minmax, block_div_clamp, block_sub_mul, block_sq_err,
+                                          first_nonfinite};
 
 const lb__qkernels *lb__qkernels_get(lb_isa isa)
 {

@@ -14,6 +14,7 @@
 #include "format/convert.h"
 #include "quant/qkernels.h"
 #include "quant/quant_internal.h"
+#include "util/alloc.h"
 #include "util/error.h"
 #include "util/parallel.h"
 
@@ -38,23 +39,35 @@ typedef struct qjob {
 typedef struct scratch {
     float *scaled, *decoded;
     uint8_t *codes;
-    lb__block_scale *chosen;
-    double *best_err;
+    lb__block_scale *chosen, *best;
+    float *amax, *lo, *hi;  /* per block of the row */
+    float *div, *add;       /* what block_div_clamp divides by and adds */
+    float *sub, *mul;       /* what block_sub_mul takes away and multiplies by */
+    double *err, *best_err;
 } scratch;
 
 static void scratch_free(scratch *w)
 {
-    free(w->scaled), free(w->decoded), free(w->codes), free(w->chosen), free(w->best_err);
+    free(w->scaled), free(w->decoded), free(w->codes), free(w->chosen), free(w->best);
+    free(w->amax), free(w->lo), free(w->hi), free(w->div), free(w->add), free(w->sub), free(w->mul);
+    free(w->err), free(w->best_err);
 }
 
-static lb_status scratch_alloc(scratch *w, size_t cols, size_t blocks)
+static lb_status scratch_alloc(scratch *w, size_t cols, size_t nb)
 {
+    memset(w, 0, sizeof *w);
     w->scaled = malloc(cols * sizeof(float) + 64);
     w->decoded = malloc(cols * sizeof(float) + 64);
-    w->codes = malloc(cols * 4 + 64);
-    w->chosen = malloc(blocks * sizeof *w->chosen);
-    w->best_err = malloc(blocks * sizeof *w->best_err);
-    if (w->scaled && w->decoded && w->codes && w->chosen && w->best_err) return LB_OK;
+    w->codes = calloc(cols * 4 + 64, 1);
+    w->chosen = malloc(nb * sizeof *w->chosen);
+    w->best = malloc(nb * sizeof *w->best);
+    w->amax = malloc(nb * sizeof(float)), w->lo = malloc(nb * sizeof(float)), w->hi = malloc(nb * sizeof(float));
+    w->div = malloc(nb * sizeof(float)), w->add = malloc(nb * sizeof(float));
+    w->sub = malloc(nb * sizeof(float)), w->mul = malloc(nb * sizeof(float));
+    w->err = malloc(nb * sizeof(double)), w->best_err = malloc(nb * sizeof(double));
+    if (w->scaled && w->decoded && w->codes && w->chosen && w->best && w->amax && w->lo && w->hi && w->div &&
+        w->add && w->sub && w->mul && w->err && w->best_err)
+        return LB_OK;
     scratch_free(w);
     return lb__fail(LB_ERR_NOMEM, "out of memory for a row of %zu values", cols);
 }
@@ -68,26 +81,6 @@ static lb_status nonfinite_error(const qjob *j, size_t r, size_t c)
                     r * j->q->cols + c, r, c, isnan(v) ? "NaN" : "infinite");
 }
 
-/* The scale of block [x, x+n) at a clipping ratio. */
-static void block_scale(const qjob *j, const lb__qkernels *k, const float *x, size_t n, float ratio,
-                        lb__block_scale *s)
-{
-    const lb_qspec *q = j->spec;
-    if (q->granularity == LB_GRAN_TENSOR) {
-        *s = j->fixed;
-        return;
-    }
-    if (q->affine) {
-        float lo, hi;
-        k->minmax(x, n, &lo, &hi);
-        lb__scale_affine(q, lo, hi, ratio, s);
-    } else if (q->scale_format == LB_FMT_E8M0) {
-        lb__scale_mx(q, k->absmax(x, n), s);
-    } else {
-        lb__scale_symmetric(q, k->absmax(x, n), ratio, j->q->tensor_scale, s);
-    }
-}
-
 /* The tensor-wide scale at a clipping ratio. */
 static void tensor_scale_at(const qjob *j, float ratio, lb__block_scale *s)
 {
@@ -97,52 +90,63 @@ static void tensor_scale_at(const qjob *j, float ratio, lb__block_scale *s)
     else lb__scale_symmetric(q, j->tensor_amax, ratio, j->q->tensor_scale, s);
 }
 
-static void scale_block(const qjob *j, const lb__qkernels *k, const float *x, size_t n, const lb__block_scale *s,
-                        float *out)
+/* Per block of row x: the largest magnitude, or the range (affine). */
+static void row_block_stats(const qjob *j, const lb__qkernels *k, const float *x, scratch *w)
 {
-    const lb_format_info *e = lb_format_get(j->spec->element);
-    float lo, hi;
-    if (j->spec->affine) lo = (float)e->min_finite, hi = (float)e->max_finite;
-    else hi = lb__element_max(j->spec), lo = -hi;
-    if (s->divisor == 0) { /* an all-zero block: zeros keep their sign, as x / X would */
-        for (size_t i = 0; i < n; i++) out[i] = j->spec->affine ? (float)s->zero_point : x[i] * 0.0f;
-        return;
-    }
-    /* Symmetric specs add -0, not +0: x + (-0) is x for every x, while
-     * -0 + (+0) would turn a negative zero (or a negative value that
-     * underflowed to -0) into +0 and change its code. */
-    float add = j->spec->affine ? (float)s->zero_point : -0.0f;
-    k->div_clamp(x, n, s->divisor, add, lo, hi, out);
+    const lb_qtensor *q = j->q;
+    if (j->spec->granularity == LB_GRAN_TENSOR) return;
+    if (j->spec->affine) k->block_minmax(x, q->cols, q->block, w->lo, w->hi);
+    else k->block_absmax(x, q->cols, q->block, w->amax);
 }
 
-/* Scales and encodes row x with the chosen block scales into w->codes
- * (bulk layout). */
+/* Every block's scale at a clipping ratio, and what the vector loops need. */
+static void row_scales(const qjob *j, float ratio, scratch *w)
+{
+    const lb_qspec *s = j->spec;
+    size_t nb = blocks_per_row(j->q);
+    for (size_t b = 0; b < nb; b++) {
+        lb__block_scale *c = &w->chosen[b];
+        if (s->granularity == LB_GRAN_TENSOR) *c = j->fixed;
+        else if (s->affine) lb__scale_affine(s, w->lo[b], w->hi[b], ratio, c);
+        else if (s->scale_format == LB_FMT_E8M0) lb__scale_mx(s, w->amax[b], c);
+        else lb__scale_symmetric(s, w->amax[b], ratio, j->q->tensor_scale, c);
+    }
+}
+
+/* Loads the per-block arrays from w->chosen. A zero divisor (an all-zero
+ * block) divides by 1: its values are all +-0 already. Symmetric specs add
+ * -0, not +0: x + (-0) is x for every x, while -0 + (+0) would turn a
+ * negative zero (or a negative value that underflowed to -0) into +0. */
+static void load_block_arrays(const qjob *j, scratch *w)
+{
+    for (size_t b = 0, nb = blocks_per_row(j->q); b < nb; b++) {
+        const lb__block_scale *c = &w->chosen[b];
+        w->div[b] = c->divisor != 0 ? c->divisor : 1.0f;
+        w->add[b] = j->spec->affine ? (float)c->zero_point : -0.0f;
+        w->sub[b] = (float)c->zero_point;
+        w->mul[b] = c->divisor;
+    }
+}
+
+/* Scales and encodes row x with w->chosen into w->codes (bulk layout). */
 static void encode_row(const qjob *j, const lb__qkernels *k, const float *x, scratch *w)
 {
     const lb_qtensor *q = j->q;
-    for (size_t b = 0, nb = blocks_per_row(q); b < nb; b++) {
-        size_t start = b * q->block, n = q->cols - start < q->block ? q->cols - start : q->block;
-        scale_block(j, k, x + start, n, &w->chosen[b], w->scaled + start);
-    }
-    lb__encode_kernel(j->isa)(lb_format_get(j->spec->element), LB_SATURATE, w->scaled, q->cols, w->codes);
+    const lb_format_info *e = lb_format_get(j->spec->element);
+    float hi = j->spec->affine ? (float)e->max_finite : lb__element_max(j->spec);
+    float lo = j->spec->affine ? (float)e->min_finite : -hi;
+    load_block_arrays(j, w);
+    k->block_div_clamp(x, q->cols, q->block, w->div, w->add, lo, hi, w->scaled);
+    lb__encode_kernel(j->isa)(e, LB_SATURATE, w->scaled, q->cols, w->codes);
 }
 
-/* Squared error of each block of the row just encoded in w->codes. */
-static void row_errors(const qjob *j, const lb__qkernels *k, const float *x, scratch *w, double *err)
+/* Each block's squared error for the row just encoded in w->codes. */
+static void row_errors(const qjob *j, const lb__qkernels *k, const float *x, scratch *w)
 {
     const lb_qtensor *q = j->q;
     lb__decode_kernel(j->isa)(lb_format_get(j->spec->element), w->codes, q->cols, w->decoded);
-    for (size_t b = 0, nb = blocks_per_row(q); b < nb; b++) {
-        size_t start = b * q->block, n = q->cols - start < q->block ? q->cols - start : q->block;
-        float *d = w->decoded + start;
-        k->sub_mul(d, n, (float)w->chosen[b].zero_point, w->chosen[b].divisor, d);
-        double e = 0;
-        for (size_t i = 0; i < n; i++) {
-            double diff = (double)x[start + i] - (double)d[i];
-            e += diff * diff;
-        }
-        err[b] = e;
-    }
+    k->block_sub_mul(w->decoded, q->cols, q->block, w->sub, w->mul, w->decoded);
+    k->block_sq_err(x, w->decoded, q->cols, q->block, w->err);
 }
 
 static void store_row(const qjob *j, size_t r, scratch *w)
@@ -169,48 +173,35 @@ static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
     scratch w;
     lb_status st = scratch_alloc(&w, q->cols, nb);
     if (st != LB_OK) return st;
+    int search = j->spec->search == LB_SEARCH_MSE && j->spec->granularity != LB_GRAN_TENSOR;
     lb__fenv_guard g;
     lb__fenv_begin(&g);
-    for (size_t r = begin; r < end && st == LB_OK; r++) {
+    for (size_t r = begin; r < end; r++) {
         const float *x = j->x + r * q->cols;
         size_t bad = k->first_nonfinite(x, q->cols);
         if (bad < q->cols) {
             st = nonfinite_error(j, r, bad);
             break;
         }
-        int search = j->spec->search == LB_SEARCH_MSE && j->spec->granularity != LB_GRAN_TENSOR;
-        for (size_t b = 0; b < nb; b++) {
-            size_t start = b * q->block, n = q->cols - start < q->block ? q->cols - start : q->block;
-            block_scale(j, k, x + start, n, 1.0f, &w.chosen[b]);
-        }
-        if (search) {
-            /* try every ratio on the whole row; each block keeps its best */
-            lb__block_scale *best = malloc(nb * sizeof *best);
-            double *err = malloc(nb * sizeof *err);
-            if (!best || !err) {
-                free(best), free(err);
-                st = lb__fail(LB_ERR_NOMEM, "out of memory");
-                break;
-            }
+        row_block_stats(j, k, x, &w);
+        if (search) { /* every ratio on the whole row; each block keeps its best (ties: larger ratio) */
             for (int step = 0; step < LB_CLIP_STEPS; step++) {
-                for (size_t b = 0; b < nb; b++) {
-                    size_t start = b * q->block, n = q->cols - start < q->block ? q->cols - start : q->block;
-                    block_scale(j, k, x + start, n, clip_ratio(step), &w.chosen[b]);
-                }
+                row_scales(j, clip_ratio(step), &w);
                 encode_row(j, k, x, &w);
-                row_errors(j, k, x, &w, err);
+                row_errors(j, k, x, &w);
                 for (size_t b = 0; b < nb; b++)
-                    if (step == 0 || err[b] < w.best_err[b]) w.best_err[b] = err[b], best[b] = w.chosen[b];
+                    if (step == 0 || w.err[b] < w.best_err[b]) w.best_err[b] = w.err[b], w.best[b] = w.chosen[b];
             }
-            memcpy(w.chosen, best, nb * sizeof *best);
-            free(best), free(err);
+            memcpy(w.chosen, w.best, nb * sizeof *w.best);
+        } else {
+            row_scales(j, 1.0f, &w);
         }
         encode_row(j, k, x, &w);
-        if (j->final) store_row(j, r, &w);
-        else {
-            double e;
-            row_errors(j, k, x, &w, &e); /* tensor granularity: one block */
-            j->row_err[r] = e;
+        if (j->final) {
+            store_row(j, r, &w);
+        } else { /* per-tensor search: this row's error at the trial scale */
+            row_errors(j, k, x, &w);
+            j->row_err[r] = w.err[0];
         }
     }
     lb__fenv_end(&g);
@@ -228,8 +219,8 @@ static lb_status row_stats(void *ctx, size_t begin, size_t end)
         const float *x = j->x + r * cols;
         size_t bad = k->first_nonfinite(x, cols);
         if (bad < cols) return nonfinite_error(j, r, bad);
-        j->row_stats[3 * r] = k->absmax(x, cols);
-        k->minmax(x, cols, &j->row_stats[3 * r + 1], &j->row_stats[3 * r + 2]);
+        k->block_absmax(x, cols, cols, &j->row_stats[3 * r]);
+        k->block_minmax(x, cols, cols, &j->row_stats[3 * r + 1], &j->row_stats[3 * r + 2]);
     }
     return LB_OK;
 }
@@ -237,7 +228,8 @@ static lb_status row_stats(void *ctx, size_t begin, size_t end)
 void lb_qtensor_free(lb_qtensor *q)
 {
     if (!q) return;
-    free(q->data), free(q->scales), free(q->zero_points), free(q);
+    lb__free_large(q->data, q->rows * q->row_bytes);
+    free(q->scales), free(q->zero_points), free(q);
 }
 
 static lb_status alloc_qtensor(const lb_qspec *spec, size_t rows, size_t cols, lb_qtensor **out)
@@ -252,7 +244,7 @@ static lb_status alloc_qtensor(const lb_qspec *spec, size_t rows, size_t cols, l
     q->row_bytes = lb__packed_row_bytes(spec->element, cols);
     q->tensor_scale = 1.0f;
     size_t scale_bytes = lb_format_bytes(spec->scale_format, q->scale_count);
-    q->data = calloc(rows ? rows : 1, q->row_bytes ? q->row_bytes : 1);
+    q->data = lb__alloc_large(rows * q->row_bytes);
     q->scales = calloc(scale_bytes ? scale_bytes : 1, 1);
     if (spec->affine) q->zero_points = calloc(q->scale_count, 1);
     if (!q->data || !q->scales || (spec->affine && !q->zero_points)) {
@@ -338,28 +330,28 @@ static lb_status dequantize_rows(void *ctx, size_t begin, size_t end)
     const lb_qtensor *q = j->q;
     const lb__qkernels *k = lb__qkernels_get(j->isa);
     const lb_format_info *e = lb_format_get(q->spec.element), *sf = lb_format_get(q->spec.scale_format);
-    float *out = j->out;
-    uint8_t *codes = e->bits == 6 ? malloc(q->cols + 16) : NULL;
-    if (e->bits == 6 && !codes) return lb__fail(LB_ERR_NOMEM, "out of memory");
     size_t nb = blocks_per_row(q);
+    uint8_t *codes = e->bits == 6 ? malloc(q->cols + 16) : NULL;
+    float *sub = malloc(nb * sizeof(float)), *mul = malloc(nb * sizeof(float));
+    lb_status st = LB_OK;
+    if ((e->bits == 6 && !codes) || !sub || !mul) st = lb__fail(LB_ERR_NOMEM, "out of memory");
     lb__fenv_guard g;
     lb__fenv_begin(&g);
-    for (size_t r = begin; r < end; r++) {
+    for (size_t r = begin; r < end && st == LB_OK; r++) {
         const uint8_t *src = q->data + r * q->row_bytes;
         if (codes) lb__unpack6(src, q->cols, codes), src = codes;
-        float *o = out + r * q->cols;
+        float *o = j->out + r * q->cols;
         lb__decode_kernel(j->isa)(e, src, q->cols, o);
         for (size_t b = 0; b < nb; b++) {
-            size_t start = b * q->block, n = q->cols - start < q->block ? q->cols - start : q->block;
             size_t si = q->spec.granularity == LB_GRAN_TENSOR ? 0 : r * nb + b;
-            float d = lb__scale_divisor(&q->spec, lb__load_code(sf, q->scales, si), q->tensor_scale);
-            float zp = q->zero_points ? (float)q->zero_points[si] : 0.0f;
-            k->sub_mul(o + start, n, zp, d, o + start);
+            mul[b] = lb__scale_divisor(&q->spec, lb__load_code(sf, q->scales, si), q->tensor_scale);
+            sub[b] = q->zero_points ? (float)q->zero_points[si] : 0.0f;
         }
+        k->block_sub_mul(o, q->cols, q->block, sub, mul, o);
     }
     lb__fenv_end(&g);
-    free(codes);
-    return LB_OK;
+    free(codes), free(sub), free(mul);
+    return st;
 }
 
 lb_status lb_dequantize(const lb_qtensor *q, float *out, int threads)
