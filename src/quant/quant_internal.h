@@ -30,26 +30,34 @@ typedef struct lb__block_scale {
     int zero_point;  /* affine only */
 } lb__block_scale;
 
-/* Largest element magnitude used: max finite, symmetric for integers
- * (-128 is never produced by int8 symmetric, nor -8 by int4). */
-float lb__element_max(const lb_qspec *q);
+/* Everything the scale rules need, derived once per call from the spec. */
+typedef struct lb__scale_rules {
+    lb_qspec spec;
+    float elem_max;            /* symmetric: the largest element magnitude used; integers stay
+                                  symmetric (-128 is never produced by int8, nor -8 by int4) */
+    float qmin, qmax;          /* affine: the element's integer range */
+    float clamp_lo, clamp_hi;  /* the range scaled values are clamped to */
+    float scale_floor;         /* smallest positive value of the scale format */
+    float scale_max;           /* largest value of the scale format */
+    int emax, mbits;           /* MX: the element's largest exponent and mantissa width */
+    float rceil_max;           /* MX round=rceil: amax is divided by this */
+    float frac;                /* MXINT8: 2^-6 (1.6 fixed point elements); else 1 */
+    float tensor_scale;        /* two-level: fp32 multiplier over block scales; else 1 */
+} lb__scale_rules;
+
+void lb__scale_rules_init(const lb_qspec *q, lb__scale_rules *r);
 
 /* Two-level: the fp32 tensor scale from the tensor's largest magnitude. */
-float lb__tensor_scale(const lb_qspec *q, float tensor_amax);
+float lb__tensor_scale(const lb__scale_rules *r, float tensor_amax);
 
-/* A symmetric block scale (fp scale formats, single or two-level) for a
- * block whose largest magnitude is amax, clipped by ratio (1 = absmax). */
-void lb__scale_symmetric(const lb_qspec *q, float amax, float ratio, float tensor_scale, lb__block_scale *s);
-
-/* An E8M0 (MX) block scale, rounded as q->mx_rounding says. */
-void lb__scale_mx(const lb_qspec *q, float amax, lb__block_scale *s);
-
-/* An affine block scale and zero point from the block's range [lo, hi]
- * (both include 0), clipped by ratio. */
-void lb__scale_affine(const lb_qspec *q, float lo, float hi, float ratio, lb__block_scale *s);
+/* The scales of n blocks at a clipping ratio (1 = absmax): from amax[]
+ * (symmetric and MX) or lo[]/hi[] (affine; both include 0). tmp holds n
+ * floats and codes 4n bytes of scratch. */
+void lb__scales_for_blocks(const lb__scale_rules *r, lb_isa isa, size_t n, const float *amax, const float *lo,
+                           const float *hi, float ratio, lb__block_scale *out, float *tmp, uint8_t *codes);
 
 /* The divisor of a stored scale code (for dequantization). */
-float lb__scale_divisor(const lb_qspec *q, uint32_t code, float tensor_scale);
+float lb__scale_divisor(const lb__scale_rules *r, uint32_t code);
 
 /* 6-bit codes: one per byte <-> the dense little-endian bit stream. */
 void lb__pack6(const uint8_t *codes, size_t n, uint8_t *out);

@@ -25,6 +25,7 @@ static float clip_ratio(int step) { return (float)(20 - step) / 20.0f; }
 
 typedef struct qjob {
     const lb_qspec *spec;
+    lb__scale_rules rules;
     const float *x;
     lb_qtensor *q;
     lb_isa isa;
@@ -42,6 +43,8 @@ typedef struct scratch {
     lb__block_scale *chosen, *best;
     float *amax, *lo, *hi;  /* per block of the row */
     float *div, *add;       /* what block_div_clamp divides by and adds */
+    float *stmp;            /* scale rules' scratch: a float and 4 code bytes per block */
+    uint8_t *scodes;
     float *sub, *mul;       /* what block_sub_mul takes away and multiplies by */
     double *err, *best_err;
 } scratch;
@@ -50,6 +53,7 @@ static void scratch_free(scratch *w)
 {
     free(w->scaled), free(w->decoded), free(w->codes), free(w->chosen), free(w->best);
     free(w->amax), free(w->lo), free(w->hi), free(w->div), free(w->add), free(w->sub), free(w->mul);
+    free(w->stmp), free(w->scodes);
     free(w->err), free(w->best_err);
 }
 
@@ -64,9 +68,10 @@ static lb_status scratch_alloc(scratch *w, size_t cols, size_t nb)
     w->amax = malloc(nb * sizeof(float)), w->lo = malloc(nb * sizeof(float)), w->hi = malloc(nb * sizeof(float));
     w->div = malloc(nb * sizeof(float)), w->add = malloc(nb * sizeof(float));
     w->sub = malloc(nb * sizeof(float)), w->mul = malloc(nb * sizeof(float));
+    w->stmp = malloc(nb * sizeof(float)), w->scodes = malloc(nb * 4 + 64);
     w->err = malloc(nb * sizeof(double)), w->best_err = malloc(nb * sizeof(double));
     if (w->scaled && w->decoded && w->codes && w->chosen && w->best && w->amax && w->lo && w->hi && w->div &&
-        w->add && w->sub && w->mul && w->err && w->best_err)
+        w->add && w->sub && w->mul && w->err && w->best_err && w->stmp && w->scodes)
         return LB_OK;
     scratch_free(w);
     return lb__fail(LB_ERR_NOMEM, "out of memory for a row of %zu values", cols);
@@ -84,10 +89,9 @@ static lb_status nonfinite_error(const qjob *j, size_t r, size_t c)
 /* The tensor-wide scale at a clipping ratio. */
 static void tensor_scale_at(const qjob *j, float ratio, lb__block_scale *s)
 {
-    const lb_qspec *q = j->spec;
-    if (q->affine) lb__scale_affine(q, j->tensor_lo, j->tensor_hi, ratio, s);
-    else if (q->scale_format == LB_FMT_E8M0) lb__scale_mx(q, j->tensor_amax, s);
-    else lb__scale_symmetric(q, j->tensor_amax, ratio, j->q->tensor_scale, s);
+    float tmp;
+    uint8_t codes[8];
+    lb__scales_for_blocks(&j->rules, j->isa, 1, &j->tensor_amax, &j->tensor_lo, &j->tensor_hi, ratio, s, &tmp, codes);
 }
 
 /* Per block of row x: the largest magnitude, or the range (affine). */
@@ -102,15 +106,9 @@ static void row_block_stats(const qjob *j, const lb__qkernels *k, const float *x
 /* Every block's scale at a clipping ratio, and what the vector loops need. */
 static void row_scales(const qjob *j, float ratio, scratch *w)
 {
-    const lb_qspec *s = j->spec;
-    size_t nb = blocks_per_row(j->q);
-    for (size_t b = 0; b < nb; b++) {
-        lb__block_scale *c = &w->chosen[b];
-        if (s->granularity == LB_GRAN_TENSOR) *c = j->fixed;
-        else if (s->affine) lb__scale_affine(s, w->lo[b], w->hi[b], ratio, c);
-        else if (s->scale_format == LB_FMT_E8M0) lb__scale_mx(s, w->amax[b], c);
-        else lb__scale_symmetric(s, w->amax[b], ratio, j->q->tensor_scale, c);
-    }
+    if (j->spec->granularity == LB_GRAN_TENSOR) w->chosen[0] = j->fixed;
+    else lb__scales_for_blocks(&j->rules, j->isa, blocks_per_row(j->q), w->amax, w->lo, w->hi, ratio, w->chosen,
+                               w->stmp, w->scodes);
 }
 
 /* Loads the per-block arrays from w->chosen. A zero divisor (an all-zero
@@ -133,10 +131,8 @@ static void encode_row(const qjob *j, const lb__qkernels *k, const float *x, scr
 {
     const lb_qtensor *q = j->q;
     const lb_format_info *e = lb_format_get(j->spec->element);
-    float hi = j->spec->affine ? (float)e->max_finite : lb__element_max(j->spec);
-    float lo = j->spec->affine ? (float)e->min_finite : -hi;
     load_block_arrays(j, w);
-    k->block_div_clamp(x, q->cols, q->block, w->div, w->add, lo, hi, w->scaled);
+    k->block_div_clamp(x, q->cols, q->block, w->div, w->add, j->rules.clamp_lo, j->rules.clamp_hi, w->scaled);
     lb__encode_kernel(j->isa)(e, LB_SATURATE, w->scaled, q->cols, w->codes);
 }
 
@@ -220,7 +216,8 @@ static lb_status row_stats(void *ctx, size_t begin, size_t end)
         size_t bad = k->first_nonfinite(x, cols);
         if (bad < cols) return nonfinite_error(j, r, bad);
         k->block_absmax(x, cols, cols, &j->row_stats[3 * r]);
-        k->block_minmax(x, cols, cols, &j->row_stats[3 * r + 1], &j->row_stats[3 * r + 2]);
+        if (j->spec->affine) k->block_minmax(x, cols, cols, &j->row_stats[3 * r + 1], &j->row_stats[3 * r + 2]);
+        else j->row_stats[3 * r + 1] = j->row_stats[3 * r + 2] = 0;
     }
     return LB_OK;
 }
@@ -270,6 +267,7 @@ lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t 
     lb_qtensor *q = NULL;
     if ((st = alloc_qtensor(spec, rows, cols, &q)) != LB_OK) return st;
     qjob j = {.spec = &q->spec, .x = x, .q = q, .isa = lb_isa_active(), .final = 1};
+    lb__scale_rules_init(spec, &j.rules);
     int tensor_wide = spec->granularity == LB_GRAN_TENSOR || spec->two_level;
     if (tensor_wide) {
         j.row_stats = malloc(rows * 3 * sizeof(float));
@@ -282,7 +280,7 @@ lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t 
                 if (lo < j.tensor_lo) j.tensor_lo = lo;
                 if (hi > j.tensor_hi) j.tensor_hi = hi;
             }
-            q->tensor_scale = lb__tensor_scale(spec, j.tensor_amax);
+            q->tensor_scale = j.rules.tensor_scale = lb__tensor_scale(&j.rules, j.tensor_amax);
         }
         free(j.row_stats);
     }
@@ -344,7 +342,7 @@ static lb_status dequantize_rows(void *ctx, size_t begin, size_t end)
         lb__decode_kernel(j->isa)(e, src, q->cols, o);
         for (size_t b = 0; b < nb; b++) {
             size_t si = q->spec.granularity == LB_GRAN_TENSOR ? 0 : r * nb + b;
-            mul[b] = lb__scale_divisor(&q->spec, lb__load_code(sf, q->scales, si), q->tensor_scale);
+            mul[b] = lb__scale_divisor(&j->rules, lb__load_code(sf, q->scales, si));
             sub[b] = q->zero_points ? (float)q->zero_points[si] : 0.0f;
         }
         k->block_sub_mul(o, q->cols, q->block, sub, mul, o);
@@ -358,6 +356,8 @@ lb_status lb_dequantize(const lb_qtensor *q, float *out, int threads)
 {
     if (!q || !out) return lb__fail(LB_ERR_ARG, "lb_dequantize: NULL argument");
     qjob j = {.spec = &q->spec, .q = (lb_qtensor *)q, .isa = lb_isa_active(), .out = out};
+    lb__scale_rules_init(&q->spec, &j.rules);
+    j.rules.tensor_scale = q->tensor_scale;
     return lb__parallel_for(q->rows, 1, threads, dequantize_rows, &j);
 }
 

@@ -6,11 +6,8 @@
 
 #include "format/codec.h"
 #include "format/codec_fast.h"
+#include "format/convert.h"
 #include "quant/quant_internal.h"
-
-static uint32_t encode_sat(lb_format f, float x) { return lb__encode_fast(f, x); }
-
-static float decode(lb_format f, uint32_t code) { return lb__decode_fast(f, code); }
 
 static uint32_t f32_bits(float x)
 {
@@ -19,127 +16,159 @@ static uint32_t f32_bits(float x)
     return u;
 }
 
-float lb__element_max(const lb_qspec *q)
+void lb__scale_rules_init(const lb_qspec *q, lb__scale_rules *r)
 {
-    return (float)lb_format_get(q->element)->max_finite;
+    const lb_format_info *e = lb_format_get(q->element), *sf = lb_format_get(q->scale_format);
+    memset(r, 0, sizeof *r);
+    r->spec = *q;
+    r->elem_max = (float)e->max_finite;
+    r->qmin = (float)e->min_finite, r->qmax = (float)e->max_finite;
+    r->clamp_hi = q->affine ? r->qmax : r->elem_max;
+    r->clamp_lo = q->affine ? r->qmin : -r->elem_max;
+    r->scale_floor = (float)sf->min_subnormal;
+    r->scale_max = (float)sf->max_finite;
+    /* MX: emax is the exponent of the element's largest power of two (OCP
+     * MX v1.0 sec. 6.3); MXINT8 elements are 1.6 fixed point, so 0 */
+    r->emax = q->int_frac_bits ? 0 : ilogb(e->max_finite);
+    r->mbits = q->int_frac_bits ? q->int_frac_bits : e->man_bits;
+    r->rceil_max = q->int_frac_bits ? 127.0f / 64.0f : r->elem_max;
+    r->frac = q->int_frac_bits ? 0x1p-6f : 1.0f;
+    r->tensor_scale = 1.0f;
 }
 
-float lb__tensor_scale(const lb_qspec *q, float tensor_amax)
+float lb__tensor_scale(const lb__scale_rules *r, float tensor_amax)
 {
-    if (!q->two_level) return 1.0f;
+    if (!r->spec.two_level) return 1.0f;
     /* NVFP4: amax / (6 * 448), so that the largest block scale lands on
      * E4M3's largest value (ModelOpt get_weights_scaling_factor_2). When
      * that is 0 (an all-zero tensor, or amax < ~1.9e-42 underflowing) every
      * divisor would be 0: use 1, and the tiny values quantize to zeros. */
-    float denom = lb__element_max(q) * (float)lb_format_get(q->scale_format)->max_finite;
-    float ts = tensor_amax / denom;
+    float ts = tensor_amax / (r->elem_max * r->scale_max);
     return ts == 0 ? 1.0f : ts;
 }
 
 /* A stored scale that decodes to zero would turn every element into
  * inf/NaN; the smallest positive scale saturates the block instead. */
-static void store_positive(lb_format f, float s, lb__block_scale *out)
+static void store_positive(const lb__scale_rules *r, float s, lb__block_scale *out)
 {
-    out->code = encode_sat(f, s);
-    out->value = decode(f, out->code);
+    lb_format f = r->spec.scale_format;
+    out->code = lb__encode_fast(f, s);
+    out->value = lb__decode_fast(f, out->code);
     if (out->value == 0) {
-        out->code = encode_sat(f, (float)lb_format_get(f)->min_subnormal);
-        out->value = decode(f, out->code);
+        out->code = lb__encode_fast(f, r->scale_floor);
+        out->value = lb__decode_fast(f, out->code);
     }
 }
 
-void lb__scale_symmetric(const lb_qspec *q, float amax, float ratio, float tensor_scale, lb__block_scale *s)
+static void zero_block(const lb__scale_rules *r, lb__block_scale *s)
 {
-    float m = lb__element_max(q);
+    s->code = lb__encode_fast(r->spec.scale_format, 0.0f);
+    s->value = s->divisor = 0;
     s->zero_point = 0;
-    if (q->two_level) {
-        /* ModelOpt nvfp4_tensor.py: amax_block / (6 * scale_2); an all-zero
-         * block gets 1.0; tiny ones are floored at the scale format's
-         * smallest value (2^-9 for E4M3) instead of flushing to 0 */
-        float bs = amax == 0 ? 1.0f : amax / (m * tensor_scale);
-        float floor_v = (float)lb_format_get(q->scale_format)->min_subnormal;
-        if (bs < floor_v) bs = floor_v;
-        s->code = encode_sat(q->scale_format, bs);
-        s->value = decode(q->scale_format, s->code);
-        s->divisor = s->value * tensor_scale;
-        return;
-    }
-    if (amax == 0) { /* nothing to scale: store 0, every element is 0 */
-        s->code = encode_sat(q->scale_format, 0.0f);
-        s->value = s->divisor = 0;
-        return;
-    }
-    store_positive(q->scale_format, (amax * ratio) / m, s);
-    s->divisor = s->value;
 }
 
 /* floor(log2(a)) from the fp32 bits, as the MX references compute it: a
  * subnormal counts as 2^-127. */
 static int exponent_of(uint32_t bits) { return (int)((bits >> 23) & 0xFF) - 127; }
 
-void lb__scale_mx(const lb_qspec *q, float amax, lb__block_scale *s)
+static void scale_mx(const lb__scale_rules *r, float amax, lb__block_scale *s)
 {
-    const lb_format_info *e = lb_format_get(q->element);
-    /* emax: exponent of the element's largest power of two (OCP MX v1.0
-     * sec. 6.3); MXINT8 elements are 1.6 fixed point, so 0 */
-    int emax = q->int_frac_bits ? 0 : ilogb(e->max_finite);
-    int mbits = q->int_frac_bits ? q->int_frac_bits : e->man_bits;
     uint32_t bits = f32_bits(amax);
     int x; /* unbiased scale exponent */
-    switch (q->mx_rounding) {
+    switch (r->spec.mx_rounding) {
     case LB_MX_CEIL:
-        x = exponent_of(bits) + ((bits & 0x7FFFFF) != 0) - emax;
+        x = exponent_of(bits) + ((bits & 0x7FFFFF) != 0) - r->emax;
         break;
     case LB_MX_EVEN: /* round amax to the element's mantissa width first */
-        x = exponent_of((bits + (1u << (23 - mbits - 1))) & 0x7F800000u) - emax;
+        x = exponent_of((bits + (1u << (23 - r->mbits - 1))) & 0x7F800000u) - r->emax;
         break;
     case LB_MX_RCEIL: { /* the smallest power of two >= amax / max_elem */
-        float max_elem = q->int_frac_bits ? 127.0f / 64.0f : (float)e->max_finite;
-        uint32_t d = f32_bits(amax / max_elem);
+        uint32_t d = f32_bits(amax / r->rceil_max);
         int expf = (int)((d >> 23) & 0xFF);
         int up = expf == 0 ? (d & 0x7FFFFF) > 0x400000 : (d & 0x7FFFFF) != 0;
         x = expf + up - 127;
         break;
     }
     default: /* LB_MX_FLOOR: the OCP rule */
-        x = exponent_of(bits) - emax;
+        x = exponent_of(bits) - r->emax;
     }
     if (amax == 0) x = -127; /* an all-zero block: the smallest scale, code 0x00 */
     if (x < -127) x = -127;
     if (x > 127) x = 127;
     s->code = (uint32_t)(x + 127);
-    s->value = decode(LB_FMT_E8M0, s->code);
-    s->divisor = q->int_frac_bits ? s->value * 0x1p-6f : s->value;
+    s->value = lb__decode_fast(LB_FMT_E8M0, s->code);
+    s->divisor = s->value * r->frac; /* MXINT8: X * 2^-6, exact */
     s->zero_point = 0;
 }
 
-void lb__scale_affine(const lb_qspec *q, float lo, float hi, float ratio, lb__block_scale *s)
+static void scale_affine(const lb__scale_rules *r, float lo, float hi, float ratio, lb__block_scale *s)
 {
-    const lb_format_info *e = lb_format_get(q->element);
-    float qmin = (float)e->min_finite, qmax = (float)e->max_finite;
     lo *= ratio, hi *= ratio;
     if (hi == lo) { /* all zero */
-        s->code = encode_sat(q->scale_format, 0.0f);
-        s->value = s->divisor = 0;
-        s->zero_point = 0;
+        zero_block(r, s);
         return;
     }
-    store_positive(q->scale_format, (hi - lo) / (qmax - qmin), s);
+    store_positive(r, (hi - lo) / (r->qmax - r->qmin), s);
     s->divisor = s->value;
     /* the integer that real 0 maps to, kept inside the element's range */
-    float z = qmin - lo / s->value; /* fp32, in this order */
-    double r = lb__round_half_even((double)z);
-    if (r < qmin) r = qmin;
-    if (r > qmax) r = qmax;
-    s->zero_point = (int)r;
+    float z = r->qmin - lo / s->value; /* fp32, in this order */
+    double zr = lb__round_half_even((double)z);
+    if (zr < r->qmin) zr = r->qmin;
+    if (zr > r->qmax) zr = r->qmax;
+    s->zero_point = (int)zr;
 }
 
-float lb__scale_divisor(const lb_qspec *q, uint32_t code, float tensor_scale)
+/* Symmetric scales with an fp32/fp16/bf16/ue4m3 scale, all blocks of a row
+ * at once: the candidate scales go through the format layer's bulk
+ * kernels, which equal the scalar reference bit for bit. */
+static void scales_symmetric(const lb__scale_rules *r, lb_isa isa, size_t n, const float *amax, float ratio,
+                             lb__block_scale *out, float *tmp, uint8_t *codes)
 {
-    float v = decode(q->scale_format, code);
-    if (q->two_level) return v * tensor_scale;
-    if (q->int_frac_bits) return v * 0x1p-6f;
-    return v;
+    const lb_format_info *sf = lb_format_get(r->spec.scale_format);
+    if (r->spec.two_level) {
+        /* ModelOpt nvfp4_tensor.py: amax_block / (6 * scale_2); an all-zero
+         * block gets 1.0; tiny ones are floored at the scale format's
+         * smallest value (2^-9 for E4M3) instead of flushing to 0 */
+        float denom = r->elem_max * r->tensor_scale;
+        for (size_t b = 0; b < n; b++) {
+            float bs = amax[b] == 0 ? 1.0f : amax[b] / denom;
+            tmp[b] = bs < r->scale_floor ? r->scale_floor : bs;
+        }
+    } else {
+        for (size_t b = 0; b < n; b++) tmp[b] = (amax[b] * ratio) / r->elem_max;
+    }
+    lb__encode_kernel(isa)(sf, LB_SATURATE, tmp, n, codes);
+    lb__decode_kernel(isa)(sf, codes, n, tmp);
+    for (size_t b = 0; b < n; b++) {
+        lb__block_scale *s = &out[b];
+        s->code = lb__load_code(sf, codes, b);
+        s->value = tmp[b];
+        s->zero_point = 0;
+        if (!r->spec.two_level) {
+            if (amax[b] == 0) zero_block(r, s); /* nothing to scale: every element is 0 */
+            else if (s->value == 0) store_positive(r, 0.0f, s);
+        }
+        s->divisor = r->spec.two_level ? s->value * r->tensor_scale : s->value;
+    }
+}
+
+void lb__scales_for_blocks(const lb__scale_rules *r, lb_isa isa, size_t n, const float *amax, const float *lo,
+                           const float *hi, float ratio, lb__block_scale *out, float *tmp, uint8_t *codes)
+{
+    if (r->spec.affine) {
+        for (size_t b = 0; b < n; b++) scale_affine(r, lo[b], hi[b], ratio, &out[b]);
+    } else if (r->spec.scale_format == LB_FMT_E8M0) {
+        for (size_t b = 0; b < n; b++) scale_mx(r, amax[b], &out[b]);
+    } else {
+        scales_symmetric(r, isa, n, amax, ratio, out, tmp, codes);
+    }
+}
+
+float lb__scale_divisor(const lb__scale_rules *r, uint32_t code)
+{
+    float v = lb__decode_fast(r->spec.scale_format, code);
+    if (r->spec.two_level) return v * r->tensor_scale;
+    return v * r->frac;
 }
 
 size_t lb__packed_row_bytes(lb_format element, size_t n)

@@ -12,13 +12,17 @@ lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor 
     size_t n = q->rows * q->cols, nb = q->scales_per_row;
     double se = 0, ae = 0, sig = 0, maxe = -1;
     size_t maxi = 0, saturated = 0, flushed = 0;
-    float lo_code = q->spec.affine ? (float)e->min_finite : -lb__element_max(&q->spec);
-    float hi_code = q->spec.affine ? (float)e->max_finite : lb__element_max(&q->spec);
+    lb__fenv_guard g;
+    lb__fenv_begin(&g);
+    lb__scale_rules rules;
+    lb__scale_rules_init(&q->spec, &rules);
+    rules.tensor_scale = q->tensor_scale;
+    float lo_code = rules.clamp_lo, hi_code = rules.clamp_hi;
     for (size_t r = 0; r < q->rows; r++) {
         for (size_t b = 0; b < nb; b++) {
             size_t start = b * q->block, len = q->cols - start < q->block ? q->cols - start : q->block;
             size_t si = q->spec.granularity == LB_GRAN_TENSOR ? 0 : r * nb + b;
-            double d = lb__scale_divisor(&q->spec, lb__load_code(sf, q->scales, si), q->tensor_scale);
+            double d = lb__scale_divisor(&rules, lb__load_code(sf, q->scales, si));
             double zp = q->zero_points ? q->zero_points[si] : 0;
             /* what the block can hold: [(lo - zp) d, (hi - zp) d], widened by
              * fp32 rounding of the scale, so that the absmax value itself,
@@ -36,6 +40,7 @@ lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor 
             }
         }
     }
+    lb__fenv_end(&g);
     out->count = n;
     out->mse = se / (double)n;
     out->rmse = sqrt(out->mse);
