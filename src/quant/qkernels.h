@@ -12,10 +12,13 @@
 #include "lowbit.h"
 
 typedef struct lb__qkernels {
-    /* out[b] = max |x| over block b (0 for an empty block) */
-    void (*block_absmax)(const float *x, size_t n, size_t block, float *out);
-    /* lo[b] = min(0, min x), hi[b] = max(0, max x), as +0 when zero */
-    void (*block_minmax)(const float *x, size_t n, size_t block, float *lo, float *hi);
+    /* out[b] = max |x| over block b (0 for an empty block). Returns 1 if
+     * any x is NaN or infinite (then out is meaningless), else 0: the
+     * check rides along the pass that reads the row from memory anyway. */
+    int (*block_absmax)(const float *x, size_t n, size_t block, float *out);
+    /* lo[b] = min(0, min x), hi[b] = max(0, max x), as +0 when zero;
+     * returns 1 on NaN or infinity, like block_absmax */
+    int (*block_minmax)(const float *x, size_t n, size_t block, float *lo, float *hi);
     /* out[i] = min(max(x[i] / div[b] + add[b], lo), hi) */
     void (*block_div_clamp)(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,
                             float hi, float *out);

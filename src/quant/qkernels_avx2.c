@@ -31,35 +31,53 @@ static inline float hmin(__m256 v)
     return _mm_cvtss_f32(m);
 }
 
-static void block_absmax(const float *x, size_t n, size_t block, float *out)
+/* lanes whose |v| is infinite or NaN (not less than inf, unordered) */
+static inline __m256 nonfinite(__m256 absv) { return _mm256_cmp_ps(absv, _mm256_set1_ps(__builtin_inff()), _CMP_NLT_UQ); }
+
+static int block_absmax(const float *x, size_t n, size_t block, float *out)
 {
     const __m256 signless = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 bad = _mm256_setzero_ps();
     FOR_BLOCKS(n, block) {
         const float *p = x + start;
         __m256 m = _mm256_setzero_ps();
         size_t i = 0;
-        for (; i + 8 <= len; i += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(p + i), signless));
-        if (i < len) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_maskload_ps(p + i, tail_mask(len - i)), signless));
+        for (; i + 8 <= len; i += 8) {
+            __m256 a = _mm256_and_ps(_mm256_loadu_ps(p + i), signless);
+            bad = _mm256_or_ps(bad, nonfinite(a));
+            m = _mm256_max_ps(m, a);
+        }
+        if (i < len) {
+            __m256 a = _mm256_and_ps(_mm256_maskload_ps(p + i, tail_mask(len - i)), signless);
+            bad = _mm256_or_ps(bad, nonfinite(a));
+            m = _mm256_max_ps(m, a);
+        }
         out[b] = hmax(m);
     }
+    return _mm256_movemask_ps(bad) != 0;
 }
 
-static void block_minmax(const float *x, size_t n, size_t block, float *lo, float *hi)
+static int block_minmax(const float *x, size_t n, size_t block, float *lo, float *hi)
 {
+    const __m256 signless = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 bad = _mm256_setzero_ps();
     FOR_BLOCKS(n, block) {
         const float *p = x + start;
         __m256 a = _mm256_setzero_ps(), c = _mm256_setzero_ps();
         size_t i = 0;
         for (; i + 8 <= len; i += 8) {
             __m256 v = _mm256_loadu_ps(p + i);
+            bad = _mm256_or_ps(bad, nonfinite(_mm256_and_ps(v, signless)));
             a = _mm256_min_ps(a, v), c = _mm256_max_ps(c, v);
         }
         if (i < len) {
             __m256 v = _mm256_maskload_ps(p + i, tail_mask(len - i));
+            bad = _mm256_or_ps(bad, nonfinite(_mm256_and_ps(v, signless)));
             a = _mm256_min_ps(a, v), c = _mm256_max_ps(c, v);
         }
         lo[b] = hmin(a) + 0.0f, hi[b] = hmax(c) + 0.0f;
     }
+    return _mm256_movemask_ps(bad) != 0;
 }
 
 static void block_div_clamp(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,

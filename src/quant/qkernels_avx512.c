@@ -13,35 +13,53 @@
 
 static inline __mmask16 tail_mask(size_t k) { return (__mmask16)((1u << k) - 1); }
 
-static void block_absmax(const float *x, size_t n, size_t block, float *out)
+/* lanes whose |v| is infinite or NaN (not less than inf, unordered) */
+static inline __mmask16 nonfinite(__m512 absv) { return _mm512_cmp_ps_mask(absv, _mm512_set1_ps(__builtin_inff()), _CMP_NLT_UQ); }
+
+static int block_absmax(const float *x, size_t n, size_t block, float *out)
 {
     const __m512 signless = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+    __mmask16 bad = 0;
     FOR_BLOCKS(n, block) {
         const float *p = x + start;
         __m512 m = _mm512_setzero_ps();
         size_t i = 0;
-        for (; i + 16 <= len; i += 16) m = _mm512_max_ps(m, _mm512_and_ps(_mm512_loadu_ps(p + i), signless));
-        if (i < len) m = _mm512_max_ps(m, _mm512_and_ps(_mm512_maskz_loadu_ps(tail_mask(len - i), p + i), signless));
+        for (; i + 16 <= len; i += 16) {
+            __m512 a = _mm512_and_ps(_mm512_loadu_ps(p + i), signless);
+            bad |= nonfinite(a);
+            m = _mm512_max_ps(m, a);
+        }
+        if (i < len) {
+            __m512 a = _mm512_and_ps(_mm512_maskz_loadu_ps(tail_mask(len - i), p + i), signless);
+            bad |= nonfinite(a);
+            m = _mm512_max_ps(m, a);
+        }
         out[b] = _mm512_reduce_max_ps(m);
     }
+    return bad != 0;
 }
 
-static void block_minmax(const float *x, size_t n, size_t block, float *lo, float *hi)
+static int block_minmax(const float *x, size_t n, size_t block, float *lo, float *hi)
 {
+    const __m512 signless = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+    __mmask16 bad = 0;
     FOR_BLOCKS(n, block) {
         const float *p = x + start;
         __m512 a = _mm512_setzero_ps(), c = _mm512_setzero_ps();
         size_t i = 0;
         for (; i + 16 <= len; i += 16) {
             __m512 v = _mm512_loadu_ps(p + i);
+            bad |= nonfinite(_mm512_and_ps(v, signless));
             a = _mm512_min_ps(a, v), c = _mm512_max_ps(c, v);
         }
         if (i < len) { /* masked-off lanes load 0, which both already hold */
             __m512 v = _mm512_maskz_loadu_ps(tail_mask(len - i), p + i);
+            bad |= nonfinite(_mm512_and_ps(v, signless));
             a = _mm512_min_ps(a, v), c = _mm512_max_ps(c, v);
         }
         lo[b] = _mm512_reduce_min_ps(a) + 0.0f, hi[b] = _mm512_reduce_max_ps(c) + 0.0f;
     }
+    return bad != 0;
 }
 
 static void block_div_clamp(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,

@@ -1,4 +1,5 @@
 /* Scalar twins of the quantization loops (the reference). */
+#include <float.h>
 #include <math.h>
 
 #include "quant/qkernels.h"
@@ -7,28 +8,34 @@
     for (size_t start = 0, b = 0, len; start < (n); start += (block), b++)                      \
         if ((len = (n) - start < (block) ? (n) - start : (block)), 1)
 
-static void block_absmax(const float *x, size_t n, size_t block, float *out)
+static int block_absmax(const float *x, size_t n, size_t block, float *out)
 {
+    int bad = 0;
     FOR_BLOCKS(n, block) {
         float m = 0;
         for (size_t i = start; i < start + len; i++) {
             float a = fabsf(x[i]);
+            bad |= !(a <= FLT_MAX); /* NaN or infinity */
             m = a > m ? a : m;
         }
         out[b] = m;
     }
+    return bad;
 }
 
-static void block_minmax(const float *x, size_t n, size_t block, float *lo, float *hi)
+static int block_minmax(const float *x, size_t n, size_t block, float *lo, float *hi)
 {
+    int bad = 0;
     FOR_BLOCKS(n, block) {
         float a = 0, c = 0;
         for (size_t i = start; i < start + len; i++) {
+            bad |= !(fabsf(x[i]) <= FLT_MAX);
             a = x[i] < a ? x[i] : a;
             c = x[i] > c ? x[i] : c;
         }
         lo[b] = a + 0.0f, hi[b] = c + 0.0f; /* both include 0, as +0: zero must be exactly representable */
     }
+    return bad;
 }
 
 static void block_div_clamp(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,

@@ -56,8 +56,9 @@ float lb__tensor_scale(const lb__scale_rules *r, float tensor_amax);
 void lb__scales_for_blocks(const lb__scale_rules *r, lb_isa isa, size_t n, const float *amax, const float *lo,
                            const float *hi, float ratio, lb__block_scale *out, float *tmp, uint8_t *codes);
 
-/* The divisor of a stored scale code (for dequantization). */
-float lb__scale_divisor(const lb__scale_rules *r, uint32_t code);
+/* The divisors of n stored scale codes (bulk layout of the scale format),
+ * for dequantization and statistics. */
+void lb__scale_divisors(const lb__scale_rules *r, lb_isa isa, const uint8_t *codes, size_t n, float *out);
 
 /* 6-bit codes: one per byte <-> the dense little-endian bit stream. */
 void lb__pack6(const uint8_t *codes, size_t n, uint8_t *out);

@@ -94,13 +94,14 @@ static void tensor_scale_at(const qjob *j, float ratio, lb__block_scale *s)
     lb__scales_for_blocks(&j->rules, j->isa, 1, &j->tensor_amax, &j->tensor_lo, &j->tensor_hi, ratio, s, &tmp, codes);
 }
 
-/* Per block of row x: the largest magnitude, or the range (affine). */
-static void row_block_stats(const qjob *j, const lb__qkernels *k, const float *x, scratch *w)
+/* Per block of row x: the largest magnitude, or the range (affine).
+ * Returns 1 if the row holds NaN or infinity. */
+static int row_block_stats(const qjob *j, const lb__qkernels *k, const float *x, scratch *w)
 {
     const lb_qtensor *q = j->q;
-    if (j->spec->granularity == LB_GRAN_TENSOR) return;
-    if (j->spec->affine) k->block_minmax(x, q->cols, q->block, w->lo, w->hi);
-    else k->block_absmax(x, q->cols, q->block, w->amax);
+    if (j->spec->granularity == LB_GRAN_TENSOR) return 0; /* pass 1 checked every row */
+    if (j->spec->affine) return k->block_minmax(x, q->cols, q->block, w->lo, w->hi);
+    return k->block_absmax(x, q->cols, q->block, w->amax);
 }
 
 /* Every block's scale at a clipping ratio, and what the vector loops need. */
@@ -174,12 +175,10 @@ static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
     lb__fenv_begin(&g);
     for (size_t r = begin; r < end; r++) {
         const float *x = j->x + r * q->cols;
-        size_t bad = k->first_nonfinite(x, q->cols);
-        if (bad < q->cols) {
-            st = nonfinite_error(j, r, bad);
+        if (row_block_stats(j, k, x, &w)) {
+            st = nonfinite_error(j, r, k->first_nonfinite(x, q->cols));
             break;
         }
-        row_block_stats(j, k, x, &w);
         if (search) { /* every ratio on the whole row; each block keeps its best (ties: larger ratio) */
             for (int step = 0; step < LB_CLIP_STEPS; step++) {
                 row_scales(j, clip_ratio(step), &w);
@@ -213,9 +212,8 @@ static lb_status row_stats(void *ctx, size_t begin, size_t end)
     size_t cols = j->q->cols;
     for (size_t r = begin; r < end; r++) {
         const float *x = j->x + r * cols;
-        size_t bad = k->first_nonfinite(x, cols);
-        if (bad < cols) return nonfinite_error(j, r, bad);
-        k->block_absmax(x, cols, cols, &j->row_stats[3 * r]);
+        if (k->block_absmax(x, cols, cols, &j->row_stats[3 * r]))
+            return nonfinite_error(j, r, k->first_nonfinite(x, cols));
         if (j->spec->affine) k->block_minmax(x, cols, cols, &j->row_stats[3 * r + 1], &j->row_stats[3 * r + 2]);
         else j->row_stats[3 * r + 1] = j->row_stats[3 * r + 2] = 0;
     }
@@ -340,10 +338,12 @@ static lb_status dequantize_rows(void *ctx, size_t begin, size_t end)
         if (codes) lb__unpack6(src, q->cols, codes), src = codes;
         float *o = j->out + r * q->cols;
         lb__decode_kernel(j->isa)(e, src, q->cols, o);
-        for (size_t b = 0; b < nb; b++) {
-            size_t si = q->spec.granularity == LB_GRAN_TENSOR ? 0 : r * nb + b;
-            mul[b] = lb__scale_divisor(&j->rules, lb__load_code(sf, q->scales, si));
-            sub[b] = q->zero_points ? (float)q->zero_points[si] : 0.0f;
+        if (q->spec.granularity == LB_GRAN_TENSOR) {
+            lb__scale_divisors(&j->rules, j->isa, q->scales, 1, mul);
+            sub[0] = q->zero_points ? (float)q->zero_points[0] : 0.0f;
+        } else {
+            lb__scale_divisors(&j->rules, j->isa, q->scales + lb_format_bytes(sf->id, r * nb), nb, mul);
+            for (size_t b = 0; b < nb; b++) sub[b] = q->zero_points ? (float)q->zero_points[r * nb + b] : 0.0f;
         }
         k->block_sub_mul(o, q->cols, q->block, sub, mul, o);
     }

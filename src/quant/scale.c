@@ -96,7 +96,8 @@ static void scale_mx(const lb__scale_rules *r, float amax, lb__block_scale *s)
     if (x < -127) x = -127;
     if (x > 127) x = 127;
     s->code = (uint32_t)(x + 127);
-    s->value = lb__decode_fast(LB_FMT_E8M0, s->code);
+    uint32_t vbits = s->code ? s->code << 23 : 0x00400000u; /* 2^(c-127); code 0 is the subnormal 2^-127 */
+    memcpy(&s->value, &vbits, sizeof vbits);
     s->divisor = s->value * r->frac; /* MXINT8: X * 2^-6, exact */
     s->zero_point = 0;
 }
@@ -164,11 +165,11 @@ void lb__scales_for_blocks(const lb__scale_rules *r, lb_isa isa, size_t n, const
     }
 }
 
-float lb__scale_divisor(const lb__scale_rules *r, uint32_t code)
+void lb__scale_divisors(const lb__scale_rules *r, lb_isa isa, const uint8_t *codes, size_t n, float *out)
 {
-    float v = lb__decode_fast(r->spec.scale_format, code);
-    if (r->spec.two_level) return v * r->tensor_scale;
-    return v * r->frac;
+    lb__decode_kernel(isa)(lb_format_get(r->spec.scale_format), codes, n, out);
+    float m = r->spec.two_level ? r->tensor_scale : r->frac; /* a product by 1 is exact */
+    for (size_t b = 0; b < n; b++) out[b] *= m;
 }
 
 size_t lb__packed_row_bytes(lb_format element, size_t n)

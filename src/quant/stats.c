@@ -22,7 +22,9 @@ lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor 
         for (size_t b = 0; b < nb; b++) {
             size_t start = b * q->block, len = q->cols - start < q->block ? q->cols - start : q->block;
             size_t si = q->spec.granularity == LB_GRAN_TENSOR ? 0 : r * nb + b;
-            double d = lb__scale_divisor(&rules, lb__load_code(sf, q->scales, si));
+            float df;
+            lb__scale_divisors(&rules, LB_ISA_SCALAR, q->scales + lb_format_bytes(sf->id, si), 1, &df);
+            double d = df;
             double zp = q->zero_points ? q->zero_points[si] : 0;
             /* what the block can hold: [(lo - zp) d, (hi - zp) d], widened by
              * fp32 rounding of the scale, so that the absmax value itself,
