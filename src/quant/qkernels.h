@@ -28,6 +28,13 @@ typedef struct lb__qkernels {
      * a block goes to partial sum k % 16, and the 16 sums are added in a
      * fixed tree, so the result does not depend on the vector width */
     void (*block_sq_err)(const float *x, const float *y, size_t n, size_t block, double *out);
+    /* The clipping search's inner loop for integer elements, fused: per
+     * block the squared error of (rne(min(max(x / div + add, lo), hi)) - sub)
+     * * mul against x, summed as block_sq_err sums. Equal, bit for bit, to
+     * block_div_clamp, the int encode and decode, block_sub_mul and
+     * block_sq_err in a row (integers decode exactly). */
+    void (*block_trial_err_int)(const float *x, size_t n, size_t block, const float *div, const float *add,
+                                float lo, float hi, const float *sub, const float *mul, double *err);
     /* index of the first NaN or infinity, or n */
     size_t (*first_nonfinite)(const float *x, size_t n);
 } lb__qkernels;

@@ -138,6 +138,32 @@ static void block_sq_err(const float *x, const float *y, size_t n, size_t block,
     }
 }
 
+static void block_trial_err_int(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,
+                                float hi, const float *sub, const float *mul, double *err)
+{
+    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    FOR_BLOCKS(n, block) {
+        const __m256 vd = _mm256_set1_ps(div[b]), va = _mm256_set1_ps(add[b]);
+        const __m256 vs = _mm256_set1_ps(sub[b]), vm = _mm256_set1_ps(mul[b]);
+        __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+        for (size_t i = 0; i < len; i += 16) {
+            for (int h = 0; h < 2; h++) {
+                size_t at = i + 8 * (size_t)h, left = at < len ? len - at : 0;
+                __m256i k = tail_mask(left < 8 ? left : 8);
+                __m256 v = _mm256_maskload_ps(x + start + at, k);
+                __m256 y = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(_mm256_div_ps(v, vd), va), vlo), vhi);
+                __m256 q = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                __m256 xh = _mm256_and_ps(_mm256_mul_ps(_mm256_sub_ps(q, vs), vm), _mm256_castsi256_ps(k));
+                acc[2 * h] = _mm256_add_pd(acc[2 * h], sq4(_mm256_castps256_ps128(v), _mm256_castps256_ps128(xh)));
+                acc[2 * h + 1] = _mm256_add_pd(acc[2 * h + 1], sq4(_mm256_extractf128_ps(v, 1), _mm256_extractf128_ps(xh, 1)));
+            }
+        }
+        double s16[16];
+        for (int q = 0; q < 4; q++) _mm256_storeu_pd(s16 + 4 * q, acc[q]);
+        err[b] = lb__sum16(s16);
+    }
+}
+
 static size_t first_nonfinite(const float *x, size_t n)
 {
     const __m256 inf = _mm256_set1_ps(__builtin_inff());
@@ -149,7 +175,7 @@ static size_t first_nonfinite(const float *x, size_t n)
 }
 
 const lb__qkernels lb__qkernels_avx2 = {block_absmax, block_minmax, block_div_clamp, block_sub_mul, block_sq_err,
-                                        first_nonfinite};
+                                        block_trial_err_int, first_nonfinite};
 #else
 const lb__qkernels lb__qkernels_avx2 = {0};
 #endif

@@ -117,6 +117,33 @@ static void block_sq_err(const float *x, const float *y, size_t n, size_t block,
     }
 }
 
+static void block_trial_err_int(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,
+                                float hi, const float *sub, const float *mul, double *err)
+{
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    FOR_BLOCKS(n, block) {
+        const __m512 vd = _mm512_set1_ps(div[b]), va = _mm512_set1_ps(add[b]);
+        const __m512 vs = _mm512_set1_ps(sub[b]), vm = _mm512_set1_ps(mul[b]);
+        __m512d accl = _mm512_setzero_pd(), acch = _mm512_setzero_pd();
+        for (size_t i = 0; i < len; i += 16) {
+            __mmask16 k = len - i >= 16 ? (__mmask16)0xFFFF : tail_mask(len - i);
+            __m512 v = _mm512_maskz_loadu_ps(k, x + start + i);
+            __m512 y = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(_mm512_div_ps(v, vd), va), vlo), vhi);
+            __m512 q = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m512 xh = _mm512_maskz_mov_ps(k, _mm512_mul_ps(_mm512_sub_ps(q, vs), vm)); /* off lanes: 0 - 0 */
+            __m512d d0 = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), _mm512_cvtps_pd(_mm512_castps512_ps256(xh)));
+            __m512d d1 = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))),
+                                       _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(xh), 1))));
+            accl = _mm512_add_pd(accl, _mm512_mul_pd(d0, d0));
+            acch = _mm512_add_pd(acch, _mm512_mul_pd(d1, d1));
+        }
+        double s16[16];
+        _mm512_storeu_pd(s16, accl);
+        _mm512_storeu_pd(s16 + 8, acch);
+        err[b] = lb__sum16(s16);
+    }
+}
+
 static size_t first_nonfinite(const float *x, size_t n)
 {
     const __m512 inf = _mm512_set1_ps(__builtin_inff());
@@ -128,7 +155,7 @@ static size_t first_nonfinite(const float *x, size_t n)
 }
 
 const lb__qkernels lb__qkernels_avx512 = {block_absmax, block_minmax, block_div_clamp, block_sub_mul, block_sq_err,
-                                          first_nonfinite};
+                                          block_trial_err_int, first_nonfinite};
 #else
 const lb__qkernels lb__qkernels_avx512 = {0};
 #endif

@@ -2,6 +2,7 @@
 #include <float.h>
 #include <math.h>
 
+#include "format/codec.h"
 #include "quant/qkernels.h"
 
 #define FOR_BLOCKS(n, block)                                                                    \
@@ -68,6 +69,22 @@ static void block_sq_err(const float *x, const float *y, size_t n, size_t block,
     }
 }
 
+static void block_trial_err_int(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,
+                                float hi, const float *sub, const float *mul, double *err)
+{
+    FOR_BLOCKS(n, block) {
+        double s[16] = {0};
+        for (size_t i = 0; i < len; i++) {
+            float y = x[start + i] / div[b] + add[b];
+            y = y < lo ? lo : y > hi ? hi : y;
+            float q = (float)lb__round_half_even((double)y);
+            double d = (double)x[start + i] - (double)((q - sub[b]) * mul[b]);
+            s[i % 16] += d * d;
+        }
+        err[b] = lb__sum16(s);
+    }
+}
+
 static size_t first_nonfinite(const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -76,7 +93,7 @@ static size_t first_nonfinite(const float *x, size_t n)
 }
 
 const lb__qkernels lb__qkernels_scalar = {block_absmax, block_minmax, block_div_clamp, block_sub_mul, block_sq_err,
-                                          first_nonfinite};
+                                          block_trial_err_int, first_nonfinite};
 
 const lb__qkernels *lb__qkernels_get(lb_isa isa)
 {

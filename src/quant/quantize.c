@@ -180,10 +180,17 @@ static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
             break;
         }
         if (search) { /* every ratio on the whole row; each block keeps its best (ties: larger ratio) */
+            int fused = lb_format_get(j->spec->element)->kind == LB_KIND_INT;
             for (int step = 0; step < LB_CLIP_STEPS; step++) {
                 row_scales(j, clip_ratio(step), &w);
-                encode_row(j, k, x, &w);
-                row_errors(j, k, x, &w);
+                if (fused) { /* integers: one pass, no codes */
+                    load_block_arrays(j, &w);
+                    k->block_trial_err_int(x, q->cols, q->block, w.div, w.add, j->rules.clamp_lo, j->rules.clamp_hi,
+                                           w.sub, w.mul, w.err);
+                } else {
+                    encode_row(j, k, x, &w);
+                    row_errors(j, k, x, &w);
+                }
                 for (size_t b = 0; b < nb; b++)
                     if (step == 0 || w.err[b] < w.best_err[b]) w.best_err[b] = w.err[b], w.best[b] = w.chosen[b];
             }

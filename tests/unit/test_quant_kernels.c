@@ -1,0 +1,87 @@
+/* The quantization loops of every instruction set against the scalar
+ * twins, bit for bit, at block sizes and lengths that exercise the masked
+ * tails; and the fused integer trial against the unfused chain. */
+#undef NDEBUG
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/convert.h"
+#include "lowbit.h"
+#include "quant/qkernels.h"
+
+static int passed, failed;
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        if (cond) passed++;                                                  \
+        else {                                                               \
+            failed++;                                                        \
+            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fputc('\n', stderr);                                             \
+        }                                                                    \
+    } while (0)
+
+static uint64_t state = 42;
+static float rndf(void)
+{
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    double u = (double)(state >> 11) / 9007199254740992.0;
+    return (float)((u - 0.5) * pow(10.0, (double)(state % 7) - 3.0));
+}
+
+int main(void)
+{
+    enum { N = 1000 };
+    static const size_t blocks[] = {1, 3, 7, 8, 15, 16, 17, 32, 33, 100, 1000};
+    static const size_t lengths[] = {1, 5, 16, 31, 64, 97, 1000};
+    float *x = malloc(N * 4), *o1 = malloc(N * 4), *o2 = malloc(N * 4), *dq = malloc(N * 4);
+    float div[N], add[N], sub[N], mul[N], a1[N], a2[N], l1[N], l2[N], h1[N], h2[N];
+    double e1[N], e2[N];
+    uint8_t *codes = malloc(N * 4);
+    for (int i = 0; i < N; i++) x[i] = rndf();
+    for (int i = 0; i < N; i++) {
+        div[i] = fabsf(rndf()) + 1e-3f, add[i] = (float)(i % 5) - 2.0f;
+        sub[i] = add[i], mul[i] = div[i];
+    }
+    const lb__qkernels *ref = lb__qkernels_get(LB_ISA_SCALAR);
+    const lb_format_info *int4 = lb_format_get(LB_FMT_INT4);
+    for (int isa = 0; isa <= (int)lb_isa_detected(); isa++) {
+        const lb__qkernels *k = lb__qkernels_get((lb_isa)isa);
+        for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
+            for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+                size_t n = lengths[li], bl = blocks[bi], nb = (n + bl - 1) / bl;
+                CHECK(ref->block_absmax(x, n, bl, a1) == 0 && k->block_absmax(x, n, bl, a2) == 0, "finite input");
+                CHECK(memcmp(a1, a2, nb * 4) == 0, "absmax isa=%d block=%zu n=%zu", isa, bl, n);
+                ref->block_minmax(x, n, bl, l1, h1);
+                k->block_minmax(x, n, bl, l2, h2);
+                CHECK(memcmp(l1, l2, nb * 4) == 0 && memcmp(h1, h2, nb * 4) == 0, "minmax isa=%d block=%zu", isa, bl);
+                ref->block_div_clamp(x, n, bl, div, add, -8, 7, o1);
+                k->block_div_clamp(x, n, bl, div, add, -8, 7, o2);
+                CHECK(memcmp(o1, o2, n * 4) == 0, "div_clamp isa=%d block=%zu n=%zu", isa, bl, n);
+                ref->block_sub_mul(x, n, bl, sub, mul, o1);
+                k->block_sub_mul(x, n, bl, sub, mul, o2);
+                CHECK(memcmp(o1, o2, n * 4) == 0, "sub_mul isa=%d block=%zu n=%zu", isa, bl, n);
+                ref->block_sq_err(x, o1, n, bl, e1);
+                k->block_sq_err(x, o1, n, bl, e2);
+                CHECK(memcmp(e1, e2, nb * 8) == 0, "sq_err isa=%d block=%zu n=%zu", isa, bl, n);
+                /* fused integer trial = div_clamp, int4 encode, decode, sub_mul, sq_err */
+                k->block_trial_err_int(x, n, bl, div, add, -8, 7, sub, mul, e1);
+                ref->block_div_clamp(x, n, bl, div, add, -8, 7, o1);
+                lb__encode_kernel(LB_ISA_SCALAR)(int4, LB_SATURATE, o1, n, codes);
+                lb__decode_kernel(LB_ISA_SCALAR)(int4, codes, n, dq);
+                ref->block_sub_mul(dq, n, bl, sub, mul, dq);
+                ref->block_sq_err(x, dq, n, bl, e2);
+                CHECK(memcmp(e1, e2, nb * 8) == 0, "fused trial isa=%d block=%zu n=%zu", isa, bl, n);
+            }
+        x[77] = NAN;
+        CHECK(k->block_absmax(x, 100, 16, a1) == 1 && k->block_minmax(x, 100, 7, l1, h1) == 1, "NaN seen isa=%d", isa);
+        x[77] = -INFINITY;
+        CHECK(k->block_absmax(x, 100, 33, a1) == 1 && k->first_nonfinite(x, 100) == 77, "inf seen isa=%d", isa);
+        x[77] = 0.5f;
+    }
+    free(x), free(o1), free(o2), free(dq), free(codes);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
