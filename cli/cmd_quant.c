@@ -14,8 +14,9 @@ typedef struct input {
     size_t n, rows, cols;
 } input;
 
-/* Reads FILE (or stdin for "-") as text numbers or raw fp32. */
-static int read_input(const char *path, int raw, int json, input *in)
+/* Reads FILE (or stdin for "-") as text numbers or raw fp32; raw input
+ * may skip a header and stop after `count` values (0: all). */
+static int read_input(const char *path, int raw, size_t skip, size_t count, int json, input *in)
 {
     FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
     if (!f) return cli_fail("quant", json, EXIT_RUNTIME, "io", "cannot open '%s': %s", path, strerror(errno));
@@ -23,10 +24,13 @@ static int read_input(const char *path, int raw, int json, input *in)
     float *x = malloc(cap * sizeof *x);
     int rc = EXIT_OK;
     if (!x) rc = cli_fail("quant", json, EXIT_RUNTIME, "out_of_memory", "out of memory");
+    for (size_t i = 0; raw && rc == EXIT_OK && i < skip; i++)
+        if (fgetc(f) == EOF)
+            rc = cli_fail("quant", json, EXIT_USAGE, "parse", "'%s' is shorter than --skip %zu bytes", path, skip);
     if (raw && rc == EXIT_OK) {
         unsigned char b[4];
-        size_t got, total = 0;
-        while ((got = fread(b, 1, 4, f)) == 4) {
+        size_t got = 0, total = 0;
+        while ((count == 0 || n < count) && (got = fread(b, 1, 4, f)) == 4) {
             if (n == cap) {
                 float *t = realloc(x, (cap *= 2) * sizeof *x);
                 if (!t) { rc = cli_fail("quant", json, EXIT_RUNTIME, "out_of_memory", "out of memory"); break; }
@@ -36,9 +40,12 @@ static int read_input(const char *path, int raw, int json, input *in)
             memcpy(&x[n++], &u, 4);
             total += 4;
         }
-        if (rc == EXIT_OK && got != 0)
-            rc = cli_fail("quant", json, EXIT_USAGE, "parse", "'%s' is %zu bytes: raw fp32 needs a multiple of 4",
-                          path, total + got);
+        if (rc == EXIT_OK && count && n < count)
+            rc = cli_fail("quant", json, EXIT_USAGE, "parse", "'%s' holds %zu values after --skip, not --count %zu",
+                          path, n, count);
+        else if (rc == EXIT_OK && !count && got != 0 && got != 4)
+            rc = cli_fail("quant", json, EXIT_USAGE, "parse", "'%s' has %zu bytes of values: raw fp32 needs a "
+                          "multiple of 4", path, total + got);
     } else if (rc == EXIT_OK) {
         char tok[256];
         while (fscanf(f, "%255s", tok) == 1) {
@@ -120,6 +127,7 @@ static int run(int argc, char **argv)
 {
     const char *spec_text = NULL, *shape = NULL, *path = NULL;
     int json = 0, raw = 0, print = 0, stats = 0, threads = 0;
+    size_t skip = 0, count = 0;
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--json") == 0) json = 1;
     for (int i = 1; i < argc; i++) {
@@ -128,13 +136,20 @@ static int run(int argc, char **argv)
         else if (strcmp(a, "--raw") == 0) raw = 1;
         else if (strcmp(a, "--print") == 0) print = 1;
         else if (strcmp(a, "--stats") == 0) stats = 1;
-        else if (strcmp(a, "--spec") == 0 || strcmp(a, "--shape") == 0 || strcmp(a, "--threads") == 0) {
+        else if (strcmp(a, "--spec") == 0 || strcmp(a, "--shape") == 0 || strcmp(a, "--threads") == 0 ||
+                 strcmp(a, "--skip") == 0 || strcmp(a, "--count") == 0) {
             if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)
                 return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "%s needs a value", a);
             const char *v = argv[++i];
-            if (a[3] == 'p') spec_text = v;
-            else if (a[3] == 'h' && a[2] == 's') shape = v;
-            else {
+            if (strcmp(a, "--spec") == 0) spec_text = v;
+            else if (strcmp(a, "--shape") == 0) shape = v;
+            else if (strcmp(a, "--skip") == 0 || strcmp(a, "--count") == 0) {
+                char *end;
+                unsigned long long u = strtoull(v, &end, 10);
+                if (*end || !*v || v[0] == '-')
+                    return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "%s takes a byte or value count, not '%s'", a, v);
+                *(a[2] == 's' ? &skip : &count) = (size_t)u;
+            } else {
                 char *end;
                 long t = strtol(v, &end, 10);
                 if (*end || t < 0 || t > 256)
@@ -168,7 +183,9 @@ static int run(int argc, char **argv)
     if (n_specs == 0) return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--spec is empty");
 
     input in = {0};
-    int rc = read_input(path ? path : "-", raw, json, &in);
+    if ((skip || count) && !raw)
+        return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--skip and --count apply to --raw input");
+    int rc = read_input(path ? path : "-", raw, skip, count, json, &in);
     if (rc != EXIT_OK) return rc;
     in.rows = 1, in.cols = in.n;
     if (shape) {
@@ -260,8 +277,8 @@ static int run(int argc, char **argv)
 
 const cli_command cmd_quant = {
     "quant", "quantize numbers with one or more specs; error statistics",
-    "usage: lowbit quant --spec SPEC[,SPEC...] [--shape RxC] [--raw] [--print] [--stats] [--json]\n"
-    "                    [--threads N] [FILE|-]\n\n"
+    "usage: lowbit quant --spec SPEC[,SPEC...] [--shape RxC] [--raw [--skip B] [--count N]]\n"
+    "                    [--print] [--stats] [--json] [--threads N] [FILE|-]\n\n"
     "Quantizes the numbers in FILE (stdin if absent or '-'): white-space\n"
     "separated text, or with --raw little-endian fp32. --shape gives ROWS x COLS\n"
     "(COLS is the reduction axis that blocks run along); default one row.\n"
@@ -272,6 +289,8 @@ const cli_command cmd_quant = {
     "                granularity: tensor | channel | token | gN (blocks of N)\n"
     "                options: sym | affine | scale=fp32|fp16|bf16|e8m0|ue4m3 | twolevel\n"
     "                         clip=absmax|mse | round=floor|ceil|even|rceil (e8m0 scales)\n"
+    "  --raw         FILE is little-endian fp32; --skip B bytes first, then read\n"
+    "                --count N values (default: all)\n"
     "  --print       print the dequantized values (one row per line)\n"
     "  --stats       print the error statistics (the default): bits per value with\n"
     "                all scales, MSE, RMSE, MAE, max |error| and where, SQNR,\n"

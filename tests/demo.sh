@@ -1,15 +1,28 @@
 #!/bin/sh
-# make demo: a tour of lowbit's number formats with the freshly built CLI.
+# make demo: lowbit on the embedded default model (models/stories260K.bin).
 set -e
 lowbit=${1:-build/lowbit}
+model=models/stories260K.bin
 run() {
     echo "\$ lowbit $*"
     "$lowbit" "$@"
     echo
 }
+echo "== What each spec costs on real weights: wq of all 5 layers of stories260K (320 x 64)"
+echo
+run quant --raw --skip 132380 --count 20480 --shape 320x64 \
+    --spec int8:channel,int8:g32,int4:g32,int4:g32:affine,int4:g32:clip=mse,fp8_e4m3:channel,mxfp8_e4m3,mxfp6_e2m3,mxfp4,nvfp4 \
+    "$model"
+echo "== The outlier lesson: 64 small values and one huge one"
+echo
+values="0.12 -0.31 0.05 0.44 -0.27 0.19 -0.08 0.36 -0.41 0.02 0.28 -0.15 0.33 -0.22 0.09 -0.47"
+values="$values $values $values $values 100"
+echo "\$ echo \"$values\" | lowbit quant --spec int8:tensor,int8:g16,int8:g4"
+echo "$values" | "$lowbit" quant --spec int8:tensor,int8:g16,int8:g4
+echo
+echo "== The number formats"
+echo
 run formats
 run cast --to fp8_e4m3 237.4 464 464.0001 1e-9 -0
-run cast --to fp8_e4m3 --mode ieee 464.0001 1e6
 run cast --to fp4_e2m1 0.25 0.75 2.5 3.5 5 7
-run cast --to e8m0 0.3 1.5 3 1e-40
 run grid fp4_e2m1

@@ -192,6 +192,16 @@ def test_quant_raw_input(tmp_path):
     f.write_bytes(b"\0" * 7)
     r = run("quant", "--spec", "int8:tensor", "--raw", str(f))
     assert r.returncode == 2 and "multiple of 4" in r.stderr and r.stdout == ""
+    # a header to skip, then a slice
+    f.write_bytes(b"HEAD" + struct.pack("<5f", 9.0, 1.0, 2.0, 3.0, 9.0))
+    r = run("quant", "--spec", "fp8_e4m3:tensor", "--raw", "--skip", "8", "--count", "3", "--print", "--json", str(f))
+    assert json.loads(r.stdout)["results"][0]["dequantized"] == pytest.approx([1, 2, 3], rel=0.05)
+    r = run("quant", "--spec", "int8:tensor", "--raw", "--skip", "8", "--count", "9", str(f))
+    assert r.returncode == 2 and "not --count 9" in r.stderr
+    r = run("quant", "--spec", "int8:tensor", "--raw", "--skip", "99", str(f))
+    assert r.returncode == 2 and "shorter than --skip 99" in r.stderr
+    r = run("quant", "--spec", "int8:tensor", "--skip", "4", str(f))
+    assert r.returncode == 2 and "apply to --raw" in r.stderr
 
 
 @pytest.mark.parametrize("args,stdin,needle", [
@@ -212,6 +222,15 @@ def test_quant_bad_input(args, stdin, needle):
     assert r.returncode == 2 and r.stdout == "" and needle in r.stderr, r.stderr
     rj = run("quant", *args, "--json", stdin=stdin)
     assert rj.returncode == 2 and needle in json.loads(rj.stdout)["error"]["message"]
+
+
+def test_quant_demo_reads_real_weights():
+    model = ROOT / "models" / "stories260K.bin"
+    r = run("quant", "--raw", "--skip", "132380", "--count", "20480", "--shape", "320x64", "--json",
+            "--spec", "int8:channel,int4:g32,mxfp4,nvfp4", str(model))
+    res = {x["spec"]: x["stats"] for x in json.loads(r.stdout)["results"]}
+    assert res["int8:channel"]["sqnr_db"] > 40 and 15 < res["mxfp4"]["sqnr_db"] < res["int8:channel"]["sqnr_db"]
+    assert res["nvfp4"]["bits_per_value"] == pytest.approx(4 + (8 * 320 * 4 + 32) / 20480)
 
 
 def test_quant_missing_file():
