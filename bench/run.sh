@@ -9,3 +9,9 @@ echo
 echo "Command: \`make bench\` (runs \`$python bench/run_convert.py $build --gib ${LOWBIT_BENCH_GIB:-1}\`)"
 echo
 "$python" bench/run_convert.py "$build" --gib "${LOWBIT_BENCH_GIB:-1}"
+echo
+echo "## Tensor quantization"
+echo
+echo "Command: \`make bench\` (runs \`$build/bench/bench_quant ${LOWBIT_BENCH_GIB:-1}\`)"
+echo
+"$build/bench/bench_quant" "${LOWBIT_BENCH_GIB:-1}"
