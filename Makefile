@@ -97,7 +97,8 @@ warnings:
 	$(MAKE) BUILD=build-gcc CC=gcc CFLAGS=-Werror all $(patsubst $(BUILD)/%,build-gcc/%,$(UNIT_BIN) $(BENCH_BIN))
 	$(MAKE) BUILD=build-clang CC=clang CFLAGS=-Werror all $(patsubst $(BUILD)/%,build-clang/%,$(UNIT_BIN) $(BENCH_BIN))
 
-bench: all $(BENCH_BIN) $(VENV)/.ready
+bench:
+	@$(MAKE) -s all $(BENCH_BIN) $(VENV)/.ready >&2
 	@sh bench/run.sh $(BUILD) $(VENV)/bin/python
 
 install: all
