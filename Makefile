@@ -28,11 +28,12 @@ CLI_SRC := $(wildcard cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/*.c)
-UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+FUZZ_SRC := $(wildcard tests/fuzz/*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all demo test test-unit test-python venv asan bench install uninstall clean warnings
+.PHONY: all demo test test-unit test-python venv asan bench install uninstall clean warnings fuzz
 
 all: $(BUILD)/liblowbit.a $(BUILD)/liblowbit.so $(BUILD)/lowbit
 
@@ -56,6 +57,18 @@ $(BUILD)/lowbit: $(CLI_OBJ) $(BUILD)/liblowbit.a
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/liblowbit.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -o $@ $< $(BUILD)/liblowbit.a $(LDLIBS)
+
+$(BUILD)/tests/%: tests/fuzz/%.c $(BUILD)/liblowbit.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLFLAGS) -o $@ $< $(BUILD)/liblowbit.a $(LDLIBS)
+
+# Coverage-guided fuzzing with libFuzzer (clang): make fuzz FUZZ_SECONDS=60
+FUZZ_SECONDS ?= 30
+fuzz:
+	@mkdir -p build-fuzz
+	clang -std=c11 -g -O1 -D_POSIX_C_SOURCE=200809L -DLB_LIBFUZZER -fsanitize=fuzzer,address,undefined \
+	    -Iinclude -Isrc $(LIB_SRC) tests/fuzz/fuzz_qspec.c -o build-fuzz/fuzz_qspec -lm -lpthread
+	build-fuzz/fuzz_qspec -max_total_time=$(FUZZ_SECONDS) -max_len=128
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/liblowbit.a
 	@mkdir -p $(dir $@)
@@ -115,4 +128,4 @@ uninstall:
 	    $(DESTDIR)$(PREFIX)/include/lowbit.h $(DESTDIR)$(PREFIX)/bin/lowbit $(DESTDIR)$(PREFIX)/lib/pkgconfig/lowbit.pc
 
 clean:
-	rm -rf build build-asan build-gcc build-clang
+	rm -rf build build-asan build-gcc build-clang build-fuzz

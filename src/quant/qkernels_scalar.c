@@ -97,9 +97,7 @@ const lb__qkernels lb__qkernels_scalar = {block_absmax, block_minmax, block_div_
 
 const lb__qkernels *lb__qkernels_get(lb_isa isa)
 {
-    switch (isa) {
-    case LB_ISA_AVX512: return &lb__qkernels_avx512;
-    case LB_ISA_AVX2: return &lb__qkernels_avx2;
-    default: return &lb__qkernels_scalar;
-    }
+    /* a set compiled without its instruction set is empty: the scalar one serves */
+    const lb__qkernels *k = isa == LB_ISA_AVX512 ? &lb__qkernels_avx512 : isa == LB_ISA_AVX2 ? &lb__qkernels_avx2 : NULL;
+    return k && k->block_absmax ? k : &lb__qkernels_scalar;
 }

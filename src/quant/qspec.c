@@ -134,6 +134,7 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
                                         "options: sym, affine, twolevel, scale=, clip=, round=)", text, tok);
         }
     }
+    if (q.granularity != LB_GRAN_GROUP) q.group = 0; /* "g744:tensor": the last granularity wins, whole */
     lb_status s = validate(text, &q);
     if (s == LB_OK) *out = q;
     return s;
@@ -153,6 +154,9 @@ int lb_qspec_format(const lb_qspec *q, char *buf, size_t size)
     char gran[32];
     if (q->granularity == LB_GRAN_GROUP) snprintf(gran, sizeof gran, "g%zu", q->group);
     else snprintf(gran, sizeof gran, "%s", gran_names[q->granularity]);
+    if (q->int_frac_bits) /* MXINT8's implied fraction has no spelling but the preset's name */
+        return snprintf(buf, size, "mxint8:%s%s%s", gran, q->mx_rounding != LB_MX_FLOOR ? ":round=" : "",
+                        q->mx_rounding != LB_MX_FLOOR ? round_names[q->mx_rounding] : "");
     return snprintf(buf, size, "%s:%s%s%s%s%s%s%s%s", lb_format_get(q->element)->name, gran,
                     q->affine ? ":affine" : "", q->scale_format != LB_FMT_FP32 ? ":scale=" : "",
                     q->scale_format != LB_FMT_FP32 ? lb_format_get(q->scale_format)->name : "",

@@ -86,7 +86,7 @@ def test_outlier_lesson_smaller_blocks_smaller_error():
     "int8:tensor", "int8:channel", "int8:token", "int4:g128:affine", "uint4:g32:affine", "fp8_e4m3:channel",
     "fp8_e5m2:g64:scale=bf16", "int8:g16:scale=fp16:clip=mse", "fp4_e2m1:g16:scale=ue4m3:twolevel",
     "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "mxint8", "nvfp4", "mxfp4:round=rceil",
-    "mxfp8_e4m3:round=even", "fp6_e3m2:g7", "int8:g1",
+    "mxfp8_e4m3:round=even", "fp6_e3m2:g7", "int8:g1", "mxint8:b1", "mxint8:channel:round=ceil", "mxfp4:g64",
 ])
 def test_spec_canonical_text_round_trips(text):
     st, spec = lb.parse_spec(text)
