@@ -7,47 +7,13 @@
  * Prints one JSON object per line: {"op", "format", "threads", "seconds",
  * "gbps"}; gbps counts the fp32 side's bytes (read for encode, written for
  * decode), and for memcpy the bytes copied. Best of REPS (default 3). */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "lowbit.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-typedef struct copy_job {
-    void *dst;
-    const void *src;
-    size_t n;
-} copy_job;
-
-static void *copy_part(void *arg)
-{
-    copy_job *j = arg;
-    memcpy(j->dst, j->src, j->n);
-    return NULL;
-}
-
-/* memcpy split over threads the way lb__parallel_for splits: one slice each. */
-static void parallel_memcpy(void *dst, const void *src, size_t n, int threads)
-{
-    pthread_t tid[16];
-    copy_job jobs[16];
-    for (int i = 0; i < threads; i++) {
-        size_t b = n * (size_t)i / (size_t)threads, e = n * (size_t)(i + 1) / (size_t)threads;
-        jobs[i] = (copy_job){(char *)dst + b, (const char *)src + b, e - b};
-    }
-    for (int i = 1; i < threads; i++) pthread_create(&tid[i], NULL, copy_part, &jobs[i]);
-    copy_part(&jobs[0]);
-    for (int i = 1; i < threads; i++) pthread_join(tid[i], NULL);
-}
 
 static void report(const char *op, const char *fmt, int threads, double secs, double bytes)
 {
@@ -84,14 +50,7 @@ int main(int argc, char **argv)
     const int thread_counts[] = {1, 2};
     for (int ti = 0; ti < 2; ti++) {
         int t = thread_counts[ti];
-        double best = 1e30;
-        for (int r = 0; r < reps; r++) {
-            double t0 = now();
-            parallel_memcpy(back, src, n * 4, t);
-            double dt = now() - t0;
-            if (dt < best) best = dt;
-        }
-        report("memcpy", "fp32", t, best, (double)n * 4);
+        report("memcpy", "fp32", t, bench_memcpy_seconds(back, src, n * 4, t, reps), (double)n * 4);
     }
     const lb_format formats[] = {LB_FMT_BF16, LB_FMT_FP16, LB_FMT_FP8_E4M3, LB_FMT_FP8_E5M2, LB_FMT_FP4_E2M1};
     for (size_t fi = 0; fi < sizeof formats / sizeof formats[0]; fi++) {
@@ -100,14 +59,14 @@ int main(int argc, char **argv)
             int t = thread_counts[ti];
             double best_enc = 1e30, best_dec = 1e30;
             for (int r = 0; r < reps; r++) {
-                double t0 = now();
+                double t0 = bench_now();
                 if (lb_encode_f32(formats[fi], LB_SATURATE, src, n, codes, t) != LB_OK) {
                     fprintf(stderr, "%s\n", lb_last_error());
                     return 1;
                 }
-                double t1 = now();
+                double t1 = bench_now();
                 lb_decode_f32(formats[fi], codes, n, back, t);
-                double t2 = now();
+                double t2 = bench_now();
                 if (t1 - t0 < best_enc) best_enc = t1 - t0;
                 if (t2 - t1 < best_dec) best_dec = t2 - t1;
             }

@@ -4,51 +4,13 @@
  * usage: bench_quant [GIB] [REPS]   (default 1 GiB, best of 3)
  * Prints a markdown table; GB/s counts the fp32 side (read when
  * quantizing, written when dequantizing). */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "lowbit.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-typedef struct copy_job {
-    void *dst;
-    const void *src;
-    size_t n;
-} copy_job;
-
-static void *copy_part(void *arg)
-{
-    copy_job *j = arg;
-    memcpy(j->dst, j->src, j->n);
-    return NULL;
-}
-
-static double time_memcpy(void *dst, const void *src, size_t n, int threads, int reps)
-{
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        pthread_t tid[2];
-        copy_job jobs[2];
-        double t0 = now();
-        for (int i = 0; i < threads; i++)
-            jobs[i] = (copy_job){(char *)dst + n * i / threads, (const char *)src + n * i / threads, n / threads};
-        for (int i = 1; i < threads; i++) pthread_create(&tid[i], NULL, copy_part, &jobs[i]);
-        copy_part(&jobs[0]);
-        for (int i = 1; i < threads; i++) pthread_join(tid[i], NULL);
-        double dt = now() - t0;
-        if (dt < best) best = dt;
-    }
-    return best;
-}
 
 /* xorshift normal-ish values: the sum of four uniforms, deterministic */
 static void fill(float *x, size_t n)
@@ -73,7 +35,7 @@ int main(int argc, char **argv)
     if (!x || !back) return fprintf(stderr, "cannot allocate %zu floats\n", n), 1;
     fill(x, n);
     memset(back, 0, n * 4);
-    double mc[3] = {0, time_memcpy(back, x, n * 4, 1, reps), time_memcpy(back, x, n * 4, 2, reps)};
+    double mc[3] = {0, bench_memcpy_seconds(back, x, n * 4, 1, reps), bench_memcpy_seconds(back, x, n * 4, 2, reps)};
     printf("Tensor %zu x %zu fp32 (%.2f GiB), best of %d, kernels: %s.\n\n", rows, cols, (double)n * 4 / (1u << 30),
            reps, lb_isa_name(lb_isa_active()));
     printf("memcpy: %.2f GB/s (1 thread), %.2f GB/s (2 threads)\n\n", (double)n * 4 / mc[1] / 1e9,
@@ -91,11 +53,11 @@ int main(int argc, char **argv)
             lb_qstats st = {0};
             for (int r = 0; r < reps; r++) {
                 lb_qtensor *q;
-                double t0 = now();
+                double t0 = bench_now();
                 if (lb_quantize(&spec, x, rows, cols, t, &q) != LB_OK) return fprintf(stderr, "%s\n", lb_last_error()), 1;
-                double t1 = now();
+                double t1 = bench_now();
                 lb_dequantize(q, back, t);
-                double t2 = now();
+                double t2 = bench_now();
                 if (t1 - t0 < bq) bq = t1 - t0;
                 if (t2 - t1 < bd) bd = t2 - t1;
                 if (r == 0 && t == 1) lb_qstats_compute(x, back, q, &st);

@@ -47,4 +47,7 @@ void json_string(FILE *out, const char *s);
 /* Writes a JSON number, or the string "nan"/"inf"/"-inf" (JSON has none). */
 void json_number(FILE *out, double v);
 
+/* Writes `, "name": v` (the separator first: for fields after the first). */
+void json_field(FILE *out, const char *name, double v);
+
 #endif

@@ -75,3 +75,9 @@ void json_number(FILE *out, double v)
     if (isnan(v) || isinf(v)) json_string(out, buf);
     else fputs(buf, out);
 }
+
+void json_field(FILE *out, const char *name, double v)
+{
+    fprintf(out, ", \"%s\": ", name);
+    json_number(out, v);
+}

@@ -30,16 +30,13 @@ static void print_json(void)
         printf("%s\n  {\"name\": ", i ? "," : "");
         json_string(stdout, f->name);
         printf(", \"kind\": \"%s\", \"bits\": %d, \"sign_bits\": %d, \"exponent_bits\": %d, "
-               "\"mantissa_bits\": %d, \"bias\": %d, \"specials\": \"%s\", \"max_finite\": ",
+               "\"mantissa_bits\": %d, \"bias\": %d, \"specials\": \"%s\"",
                f->kind == LB_KIND_INT ? "int" : "float", f->bits, f->sign_bits, f->exp_bits, f->man_bits,
                f->bias, specials_key(f));
-        json_number(stdout, f->max_finite);
-        printf(", \"min_finite\": ");
-        json_number(stdout, f->min_finite);
-        printf(", \"min_normal\": ");
-        json_number(stdout, f->min_normal);
-        printf(", \"min_subnormal\": ");
-        json_number(stdout, f->min_subnormal);
+        json_field(stdout, "max_finite", f->max_finite);
+        json_field(stdout, "min_finite", f->min_finite);
+        json_field(stdout, "min_normal", f->min_normal);
+        json_field(stdout, "min_subnormal", f->min_subnormal);
         printf(", \"finite_values\": %llu, \"bytes_per_1024\": %zu, \"summary\": ",
                (unsigned long long)f->finite_values, lb_format_bytes(f->id, 1024));
         json_string(stdout, f->summary);

@@ -99,27 +99,19 @@ static void print_values(const float *v, size_t rows, size_t cols)
 
 static void json_stats(const lb_qstats *s, size_t cols)
 {
-    printf("\"stats\": {\"bits_per_value\": ");
-    json_number(stdout, s->bits_per_value);
-    printf(", \"mse\": ");
-    json_number(stdout, s->mse);
-    printf(", \"rmse\": ");
-    json_number(stdout, s->rmse);
-    printf(", \"mae\": ");
-    json_number(stdout, s->mae);
-    printf(", \"max_abs_error\": ");
-    json_number(stdout, s->max_abs_error);
-    printf(", \"max_error_index\": %zu, \"max_error_row\": %zu, \"max_error_col\": %zu, \"max_error_original\": ",
-           s->max_error_index, s->max_error_index / cols, s->max_error_index % cols);
-    json_number(stdout, s->max_error_original);
-    printf(", \"max_error_dequantized\": ");
-    json_number(stdout, s->max_error_dequantized);
-    printf(", \"sqnr_db\": ");
-    json_number(stdout, s->sqnr_db);
-    printf(", \"saturated_fraction\": ");
-    json_number(stdout, s->saturated_fraction);
-    printf(", \"flushed_fraction\": ");
-    json_number(stdout, s->flushed_fraction);
+    printf("\"stats\": {\"count\": %zu", s->count);
+    json_field(stdout, "bits_per_value", s->bits_per_value);
+    json_field(stdout, "mse", s->mse);
+    json_field(stdout, "rmse", s->rmse);
+    json_field(stdout, "mae", s->mae);
+    json_field(stdout, "max_abs_error", s->max_abs_error);
+    printf(", \"max_error_index\": %zu, \"max_error_row\": %zu, \"max_error_col\": %zu", s->max_error_index,
+           s->max_error_index / cols, s->max_error_index % cols);
+    json_field(stdout, "max_error_original", s->max_error_original);
+    json_field(stdout, "max_error_dequantized", s->max_error_dequantized);
+    json_field(stdout, "sqnr_db", s->sqnr_db);
+    json_field(stdout, "saturated_fraction", s->saturated_fraction);
+    json_field(stdout, "flushed_fraction", s->flushed_fraction);
     printf("}");
 }
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "lowbit.h"
 #include "format/codec_fast.h" /* internal: the per-value fast path */
 
@@ -17,18 +18,6 @@
 #define HAVE_MXCSR 1
 #endif
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (cond) passed++;                                           \
-        else {                                                        \
-            failed++;                                                 \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                             \
-            fputc('\n', stderr);                                      \
-        }                                                             \
-    } while (0)
 
 static float from_bits(uint32_t u)
 {
@@ -334,6 +323,5 @@ int main(void)
 #ifdef HAVE_MXCSR
     test_hostile_fp_environment();
 #endif
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return check_summary();
 }

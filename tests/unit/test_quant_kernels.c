@@ -8,20 +8,10 @@
 #include <string.h>
 
 #include "format/convert.h"
+#include "check.h"
 #include "lowbit.h"
 #include "quant/qkernels.h"
 
-static int passed, failed;
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (cond) passed++;                                                  \
-        else {                                                               \
-            failed++;                                                        \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-        }                                                                    \
-    } while (0)
 
 static uint64_t state = 42;
 static float rndf(void)
@@ -82,6 +72,5 @@ int main(void)
         x[77] = 0.5f;
     }
     free(x), free(o1), free(o2), free(dq), free(codes);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return check_summary();
 }
