@@ -231,7 +231,8 @@ void lb_qtensor_free(lb_qtensor *q)
 {
     if (!q) return;
     lb__free_large(q->data, q->rows * q->row_bytes);
-    free(q->scales), free(q->zero_points), free(q);
+    lb__free_large(q->scales, lb_format_bytes(q->spec.scale_format, q->scale_count));
+    free(q->zero_points), free(q);
 }
 
 static lb_status alloc_qtensor(const lb_qspec *spec, size_t rows, size_t cols, lb_qtensor **out)
@@ -247,7 +248,7 @@ static lb_status alloc_qtensor(const lb_qspec *spec, size_t rows, size_t cols, l
     q->tensor_scale = 1.0f;
     size_t scale_bytes = lb_format_bytes(spec->scale_format, q->scale_count);
     q->data = lb__alloc_large(rows * q->row_bytes);
-    q->scales = calloc(scale_bytes ? scale_bytes : 1, 1);
+    q->scales = lb__alloc_large(scale_bytes);
     if (spec->affine) q->zero_points = calloc(q->scale_count, 1);
     if (!q->data || !q->scales || (spec->affine && !q->zero_points)) {
         lb_qtensor_free(q);
