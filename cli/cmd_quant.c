@@ -14,6 +14,47 @@ typedef struct input {
     size_t n, rows, cols;
 } input;
 
+/* Longest text value: more digits than any float needs, and a bound. */
+#define QUANT_MAX_TOKEN 255
+
+/* Decimal digits only (no sign, no space), no overflow; 0 if not so. */
+static int parse_count(const char *s, size_t *out)
+{
+    size_t v = 0;
+    if (!*s) return 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (SIZE_MAX - 9) / 10) return 0;
+        v = v * 10 + (size_t)(*s - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+static int push_value(float **x, size_t *n, size_t *cap, float v)
+{
+    if (*n == *cap) {
+        float *t = realloc(*x, (*cap *= 2) * sizeof **x);
+        if (!t) return 0;
+        *x = t;
+    }
+    (*x)[(*n)++] = v;
+    return 1;
+}
+
+/* Next white-space separated token of f into tok; 0 at the end, -1 if
+ * longer than QUANT_MAX_TOKEN. */
+static int next_token(FILE *f, char tok[QUANT_MAX_TOKEN + 1])
+{
+    int c, len = 0;
+    while ((c = getc(f)) != EOF && (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v')) {}
+    for (; c != EOF && !(c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'); c = getc(f)) {
+        if (len == QUANT_MAX_TOKEN) return -1;
+        tok[len++] = (char)c;
+    }
+    tok[len] = '\0';
+    return len > 0;
+}
+
 /* Reads FILE (or stdin for "-") as text numbers or raw fp32; raw input
  * may skip a header and stop after `count` values (0: all). */
 static int read_input(const char *path, int raw, size_t skip, size_t count, int json, input *in)
@@ -25,44 +66,48 @@ static int read_input(const char *path, int raw, size_t skip, size_t count, int 
     int rc = EXIT_OK;
     if (!x) rc = cli_fail("quant", json, EXIT_RUNTIME, "out_of_memory", "out of memory");
     for (size_t i = 0; raw && rc == EXIT_OK && i < skip; i++)
-        if (fgetc(f) == EOF)
+        if (fgetc(f) == EOF && !ferror(f))
             rc = cli_fail("quant", json, EXIT_USAGE, "parse", "'%s' is shorter than --skip %zu bytes", path, skip);
-    if (raw && rc == EXIT_OK) {
+    if (raw && rc == EXIT_OK && !ferror(f)) {
         unsigned char b[4];
-        size_t got = 0, total = 0;
+        size_t got = 0;
         while ((count == 0 || n < count) && (got = fread(b, 1, 4, f)) == 4) {
-            if (n == cap) {
-                float *t = realloc(x, (cap *= 2) * sizeof *x);
-                if (!t) { rc = cli_fail("quant", json, EXIT_RUNTIME, "out_of_memory", "out of memory"); break; }
-                x = t;
-            }
             uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-            memcpy(&x[n++], &u, 4);
-            total += 4;
-        }
-        if (rc == EXIT_OK && count && n < count)
-            rc = cli_fail("quant", json, EXIT_USAGE, "parse", "'%s' holds %zu values after --skip, not --count %zu",
-                          path, n, count);
-        else if (rc == EXIT_OK && !count && got != 0 && got != 4)
-            rc = cli_fail("quant", json, EXIT_USAGE, "parse", "'%s' has %zu bytes of values: raw fp32 needs a "
-                          "multiple of 4", path, total + got);
-    } else if (rc == EXIT_OK) {
-        char tok[256];
-        while (fscanf(f, "%255s", tok) == 1) {
-            char *end;
-            double v = strtod(tok, &end);
-            if (*end || end == tok) {
-                rc = cli_fail("quant", json, EXIT_USAGE, "parse", "value %zu of '%s', '%s', is not a number", n, path, tok);
+            float v;
+            memcpy(&v, &u, 4);
+            if (!push_value(&x, &n, &cap, v)) {
+                rc = cli_fail("quant", json, EXIT_RUNTIME, "out_of_memory", "out of memory");
                 break;
             }
-            if (n == cap) {
-                float *t = realloc(x, (cap *= 2) * sizeof *x);
-                if (!t) { rc = cli_fail("quant", json, EXIT_RUNTIME, "out_of_memory", "out of memory"); break; }
-                x = t;
+        }
+        if (rc == EXIT_OK && !ferror(f) && count && n < count)
+            rc = cli_fail("quant", json, EXIT_USAGE, "parse", "'%s' holds %zu values%s, not --count %zu", path, n,
+                          skip ? " after --skip" : "", count);
+        else if (rc == EXIT_OK && !ferror(f) && !count && got != 0 && got != 4)
+            rc = cli_fail("quant", json, EXIT_USAGE, "parse", "'%s' has %zu bytes of values: raw fp32 needs a "
+                          "multiple of 4", path, 4 * n + got);
+    } else if (rc == EXIT_OK) {
+        char tok[QUANT_MAX_TOKEN + 1];
+        int t;
+        while (rc == EXIT_OK && (t = next_token(f, tok)) != 0) {
+            char *end;
+            if (t < 0) {
+                rc = cli_fail("quant", json, EXIT_USAGE, "parse", "value %zu of '%s' is longer than %d characters",
+                              n, path, QUANT_MAX_TOKEN);
+                break;
             }
-            x[n++] = (float)v;
+            double v = strtod(tok, &end);
+            if (*end || end == tok)
+                rc = cli_fail("quant", json, EXIT_USAGE, "parse", "value %zu of '%s', '%s', is not a number", n, path, tok);
+            else if (isfinite(v) && !isfinite((float)v))
+                rc = cli_fail("quant", json, EXIT_USAGE, "parse", "value %zu of '%s', '%s', overflows fp32 (max 3.4e38)",
+                              n, path, tok);
+            else if (!push_value(&x, &n, &cap, (float)v))
+                rc = cli_fail("quant", json, EXIT_RUNTIME, "out_of_memory", "out of memory");
         }
     }
+    if (rc == EXIT_OK && ferror(f))
+        rc = cli_fail("quant", json, EXIT_RUNTIME, "io", "cannot read '%s': %s", path, strerror(errno));
     if (f != stdin) fclose(f);
     if (rc == EXIT_OK && n == 0) rc = cli_fail("quant", json, EXIT_USAGE, "bad_argument", "'%s' holds no values", path);
     if (rc != EXIT_OK) {
@@ -73,16 +118,16 @@ static int read_input(const char *path, int raw, size_t skip, size_t count, int 
     return EXIT_OK;
 }
 
+/* ROWSxCOLS, digits only, both at least 1, product without overflow. */
 static int parse_shape(const char *s, size_t *rows, size_t *cols)
 {
-    char *end;
-    unsigned long long r = strtoull(s, &end, 10);
-    if (end == s || (*end != 'x' && *end != 'X')) return 0;
-    const char *c0 = end + 1;
-    unsigned long long c = strtoull(c0, &end, 10);
-    if (end == c0 || *end || r == 0 || c == 0) return 0;
-    *rows = (size_t)r, *cols = (size_t)c;
-    return 1;
+    char buf[64];
+    const char *x = strpbrk(s, "xX");
+    if (!x || (size_t)(x - s) >= sizeof buf) return 0;
+    memcpy(buf, s, (size_t)(x - s));
+    buf[x - s] = '\0';
+    if (!parse_count(buf, rows) || !parse_count(x + 1, cols) || *rows == 0 || *cols == 0) return 0;
+    return *rows <= SIZE_MAX / 4 / *cols;
 }
 
 static void print_values(const float *v, size_t rows, size_t cols)
@@ -136,15 +181,11 @@ static int run(int argc, char **argv)
             if (strcmp(a, "--spec") == 0) spec_text = v;
             else if (strcmp(a, "--shape") == 0) shape = v;
             else if (strcmp(a, "--skip") == 0 || strcmp(a, "--count") == 0) {
-                char *end;
-                unsigned long long u = strtoull(v, &end, 10);
-                if (*end || !*v || v[0] == '-')
+                if (!parse_count(v, a[2] == 's' ? &skip : &count))
                     return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "%s takes a byte or value count, not '%s'", a, v);
-                *(a[2] == 's' ? &skip : &count) = (size_t)u;
             } else {
-                char *end;
-                long t = strtol(v, &end, 10);
-                if (*end || t < 0 || t > 256)
+                size_t t;
+                if (!parse_count(v, &t) || t > 256)
                     return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--threads takes 0..256, not '%s'", v);
                 threads = (int)t;
             }
@@ -159,10 +200,13 @@ static int run(int argc, char **argv)
     if (!print && !stats) stats = 1;
 
     lb_qspec specs[QUANT_MAX_SPECS];
-    char names[QUANT_MAX_SPECS][128];
+    char names[QUANT_MAX_SPECS][256];
     size_t n_specs = 0;
     char list[1024];
-    if (strlen(spec_text) >= sizeof list) return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--spec is too long");
+    size_t len = strlen(spec_text);
+    if (len >= sizeof list) return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--spec is too long");
+    if (len == 0 || spec_text[0] == ',' || spec_text[len - 1] == ',' || strstr(spec_text, ",,"))
+        return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--spec '%s' has an empty item", spec_text);
     strcpy(list, spec_text);
     for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (n_specs == QUANT_MAX_SPECS)
@@ -175,21 +219,21 @@ static int run(int argc, char **argv)
     if (n_specs == 0) return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--spec is empty");
 
     input in = {0};
+    size_t shape_rows = 0, shape_cols = 0;
+    if (shape && !parse_shape(shape, &shape_rows, &shape_cols)) /* before waiting on stdin */
+        return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--shape takes ROWSxCOLS, e.g. 4x16, not '%s'", shape);
     if ((skip || count) && !raw)
         return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--skip and --count apply to --raw input");
     int rc = read_input(path ? path : "-", raw, skip, count, json, &in);
     if (rc != EXIT_OK) return rc;
     in.rows = 1, in.cols = in.n;
     if (shape) {
-        if (!parse_shape(shape, &in.rows, &in.cols)) {
-            free(in.x);
-            return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--shape takes ROWSxCOLS, e.g. 4x16, not '%s'", shape);
-        }
-        if (in.rows * in.cols != in.n || in.cols != in.n / in.rows) {
+        if (shape_rows * shape_cols != in.n) {
             free(in.x);
             return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--shape %s is %zu values but the input has %zu",
-                            shape, in.rows * in.cols, in.n);
+                            shape, shape_rows * shape_cols, in.n);
         }
+        in.rows = shape_rows, in.cols = shape_cols;
     }
     float *xhat = malloc(in.n * sizeof *xhat);
     lb_qstats *st = calloc(n_specs, sizeof *st);

@@ -180,7 +180,8 @@ typedef enum lb_scale_search {
 /* How an E8M0 (power of two) block scale is rounded; X = 2^e. */
 typedef enum lb_mx_rounding {
     LB_MX_FLOOR = 0, /* OCP MX v1.0 sec. 6.3: e = floor(log2 amax) - emax_elem */
-    LB_MX_CEIL = 1,  /* e = ceil(log2 amax) - emax_elem (torchao CEIL) */
+    LB_MX_CEIL = 1,  /* e = ceil(log2 amax) - emax_elem, from amax's fp32 exponent field as
+                        torchao CEIL does (a subnormal amax counts as 2^-126) */
     LB_MX_EVEN = 2,  /* amax rounded to the element's mantissa width first (torchao EVEN,
                         compressed-tensors' MXFP4: carries when mantissa >= 1.75) */
     LB_MX_RCEIL = 3  /* e = ceil(log2(amax / max_elem)) (NVIDIA cuBLAS, torchao RCEIL) */
@@ -188,12 +189,18 @@ typedef enum lb_mx_rounding {
 
 /* A quantization recipe. Parse one from text with lb_qspec_parse:
  *   ELEMENT[:GRANULARITY][:OPTION]...      or a preset name
- *   GRANULARITY  tensor | channel | token | gN (blocks of N along a row)
- *   OPTION       sym | affine | scale=fp32|fp16|bf16|e8m0|ue4m3 | twolevel
- *                | clip=absmax|mse | round=floor|ceil|even|rceil
+ *   ELEMENT      any format but e8m0/ue4m3 (scale formats) and fp32/bf16
+ *                (they keep fp32's exponent range: a scale would be subnormal)
+ *   GRANULARITY  tensor | channel | token | gN (blocks of N along a row;
+ *                bN says the same; 1 <= N <= 2^30)
+ *   OPTION       sym | affine | scale=fp32|fp16|bf16|e8m0|ue4m3 (e4m3 = ue4m3)
+ *                | twolevel (ue4m3 or fp16 block scales) | clip=absmax|mse
+ *                | round=floor|ceil|even|rceil (e8m0 scales)
  *   presets      mxfp8_e4m3 mxfp8_e5m2 mxfp6_e2m3 mxfp6_e3m2 mxfp4 mxint8 nvfp4
  *                (options may follow: mxfp4:round=rceil)
- * e.g. "int4:g128:affine", "fp8_e4m3:channel", "int8:tensor", "nvfp4". */
+ * e.g. "int4:g128:affine", "fp8_e4m3:channel", "int8:tensor", "nvfp4".
+ * Scales are rounded to nearest and saturate at the scale format's largest
+ * value (then the block's elements saturate too). */
 typedef struct lb_qspec {
     lb_format element;         /* element format */
     lb_granularity granularity;
@@ -208,8 +215,13 @@ typedef struct lb_qspec {
 
 lb_status lb_qspec_parse(const char *text, lb_qspec *out);
 
+/* Checks a spec filled in by hand: every field in range and a defined
+ * combination (lb_quantize does the same). */
+lb_status lb_qspec_validate(const lb_qspec *spec);
+
 /* The canonical text of a spec (what lb_qspec_parse reads back to the
- * same spec). Returns the length, like snprintf. */
+ * same spec; "invalid" for a spec lb_qspec_validate refuses). Returns the
+ * length, like snprintf. */
 int lb_qspec_format(const lb_qspec *spec, char *buf, size_t size);
 
 /* A quantized 2-D tensor [rows, cols] (cols is the reduction axis). */
@@ -219,10 +231,13 @@ typedef struct lb_qtensor lb_qtensor;
  * data     rows of packed element codes, each row starting on a byte:
  *          4-bit: two per byte, element 2i in the low nibble; 6-bit: a
  *          little-endian bit stream, element i in bits [6i, 6i+6), so
- *          four values fill three bytes; 8/16-bit: one/two bytes each.
+ *          four values fill three bytes; 8-bit: one byte; 16-bit (fp16):
+ *          two bytes, little-endian.
  * scales   rows x scales_per_row codes of scale_format (one for a tensor
  *          scale), in lb_format_bytes layout, row-major.
- * zero_points  affine only: one int8 per scale, in the element's range.
+ * zero_points  affine only: one per scale, as a code of the element format
+ *          (two's complement for int8/int4), rows of zero_point_row_bytes
+ *          in the bulk layout (int4/uint4: two per byte, low nibble first).
  * tensor_scale two-level only: the fp32 multiplier over the block scales. */
 typedef struct lb_qtensor_view {
     lb_qspec spec;
@@ -234,15 +249,20 @@ typedef struct lb_qtensor_view {
     size_t scales_per_row;     /* 1 for tensor (then rows is irrelevant: one scale) */
     size_t scale_count;
     size_t scale_bytes;
-    const int8_t *zero_points; /* NULL unless affine */
+    const uint8_t *zero_points; /* NULL unless affine */
+    size_t zero_point_row_bytes;
+    size_t zero_point_bytes;
     float tensor_scale;        /* 1 unless two-level */
 } lb_qtensor_view;
 
-/* Quantizes x [rows, cols]. NaN or infinity in x is LB_ERR_NAN naming the
- * index (quantization needs a finite range). threads <= 0: one per CPU;
- * the bytes do not depend on the thread count. */
+/* Quantizes x [rows, cols] (row-major, rows * cols floats). NaN or
+ * infinity in x is LB_ERR_NAN naming the index (quantization needs a
+ * finite range); the spec is checked as lb_qspec_validate does. threads
+ * <= 0: one per CPU; the bytes depend neither on the thread count nor on
+ * the caller's floating-point environment. */
 lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads,
                       lb_qtensor **out);
+/* Writes rows * cols floats to out. */
 lb_status lb_dequantize(const lb_qtensor *q, float *out, int threads);
 lb_status lb_qtensor_view_get(const lb_qtensor *q, lb_qtensor_view *view);
 void lb_qtensor_free(lb_qtensor *q);
@@ -255,11 +275,13 @@ typedef struct lb_qstats {
     size_t max_error_index;      /* where the largest error is */
     float max_error_original, max_error_dequantized;
     double sqnr_db;              /* 10 log10(sum x^2 / sum (x - x')^2); inf if exact */
-    double saturated_fraction;   /* |x| beyond what its block can represent */
+    double saturated_fraction;   /* x beyond the range its block can represent (allowing fp32
+                                    rounding of the scale, and half a step for affine) */
     double flushed_fraction;     /* x != 0 but x' == 0 */
     double bits_per_value;       /* element bits plus every scale, zero point and tensor scale */
 } lb_qstats;
 
+/* x and xhat: the rows * cols original and dequantized values. */
 lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor *q, lb_qstats *out);
 
 /* ===== Instruction sets ===== */

@@ -160,7 +160,9 @@ class QView(ctypes.Structure):
         ("scales_per_row", ctypes.c_size_t),
         ("scale_count", ctypes.c_size_t),
         ("scale_bytes", ctypes.c_size_t),
-        ("zero_points", ctypes.POINTER(ctypes.c_int8)),
+        ("zero_points", ctypes.POINTER(ctypes.c_uint8)),
+        ("zero_point_row_bytes", ctypes.c_size_t),
+        ("zero_point_bytes", ctypes.c_size_t),
         ("tensor_scale", ctypes.c_float),
     ]
 
@@ -183,6 +185,7 @@ class QStats(ctypes.Structure):
 
 
 lib.lb_qspec_parse.argtypes = [ctypes.c_char_p, ctypes.POINTER(QSpec)]
+lib.lb_qspec_validate.argtypes = [ctypes.POINTER(QSpec)]
 lib.lb_qspec_format.argtypes = [ctypes.POINTER(QSpec), ctypes.c_char_p, ctypes.c_size_t]
 lib.lb_quantize.argtypes = [ctypes.POINTER(QSpec), ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int,
                             ctypes.POINTER(ctypes.c_void_p)]
@@ -206,8 +209,9 @@ def format_spec(spec):
 
 class Quantized:
     """What lb_quantize produced, copied out: data (rows x row_bytes uint8),
-    scales (raw bytes), zero_points (int8 or None), tensor_scale, and the
-    dequantized values and statistics."""
+    scales (raw bytes), zero_point_bytes (raw) and zero_points (decoded ints,
+    one per scale; None unless affine), tensor_scale, and the dequantized
+    values and statistics."""
 
     def __init__(self, view, deq, stats):
         self.rows, self.cols = view.rows, view.cols
@@ -215,8 +219,18 @@ class Quantized:
         self.data = np.ctypeslib.as_array(view.data, (view.data_bytes,)).copy().reshape(view.rows, view.row_bytes)
         self.scales = np.ctypeslib.as_array(view.scales, (view.scale_bytes,)).copy()
         self.scales_per_row, self.scale_count = view.scales_per_row, view.scale_count
-        self.zero_points = (np.ctypeslib.as_array(view.zero_points, (view.scale_count,)).copy()
-                            if view.zero_points else None)
+        self.zero_point_bytes = self.zero_points = None
+        if view.zero_points:
+            raw = np.ctypeslib.as_array(view.zero_points, (view.zero_point_bytes,)).copy()
+            self.zero_point_bytes = raw
+            el = lib.lb_format_get(view.spec.element).contents
+            rows = raw.reshape(-1, view.zero_point_row_bytes)
+            per_row = view.scale_count // rows.shape[0] if view.scale_count > 1 else 1
+            codes = np.concatenate([unpack_codes(el.name.decode(), r, per_row) for r in rows])[:view.scale_count]
+            codes = codes.astype(np.int64)
+            if el.sign_bits:
+                codes = np.where(codes >= 1 << (el.bits - 1), codes - (1 << el.bits), codes)
+            self.zero_points = codes
         self.tensor_scale = np.float32(view.tensor_scale)
         self.dequantized = deq
         self.stats = stats

@@ -43,6 +43,12 @@ const lb__qkernels *lb__qkernels_get(lb_isa isa);
 
 extern const lb__qkernels lb__qkernels_scalar, lb__qkernels_avx2, lb__qkernels_avx512;
 
+/* for each block b of `block` values along [0, n): start, b and len (the
+ * last block may be shorter) */
+#define FOR_BLOCKS(n, block)                                                                    \
+    for (size_t start = 0, b = 0, len; start < (n); start += (block), b++)                      \
+        if ((len = (n) - start < (block) ? (n) - start : (block)), 1)
+
 /* The fixed tree that adds the 16 partial sums of block_sq_err. */
 static inline double lb__sum16(const double s[16])
 {

@@ -5,10 +5,6 @@
 #if defined(__x86_64__) && defined(__AVX2__)
 #include <immintrin.h>
 
-#define FOR_BLOCKS(n, block)                                                                    \
-    for (size_t start = 0, b = 0, len; start < (n); start += (block), b++)                      \
-        if ((len = (n) - start < (block) ? (n) - start : (block)), 1)
-
 /* lanes [0, k) on, for k in 0..8 */
 static inline __m256i tail_mask(size_t k)
 {

@@ -1,15 +1,11 @@
 /* AVX-512 twins of the quantization loops in qkernels_scalar.c. A block's
  * partial last vector is loaded and stored under a mask, so any block size
- * runs in vector code. Max and min see no NaN: the caller has rejected
- * non-finite input first. */
+ * runs in vector code. block_absmax and block_minmax are also the finite
+ * check: they flag NaN and infinity, and their results are then unused. */
 #include "quant/qkernels.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512DQ__)
 #include <immintrin.h>
-
-#define FOR_BLOCKS(n, block)                                                                    \
-    for (size_t start = 0, b = 0, len; start < (n); start += (block), b++)                      \
-        if ((len = (n) - start < (block) ? (n) - start : (block)), 1)
 
 static inline __mmask16 tail_mask(size_t k) { return (__mmask16)((1u << k) - 1); }
 

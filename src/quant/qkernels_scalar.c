@@ -5,10 +5,6 @@
 #include "format/codec.h"
 #include "quant/qkernels.h"
 
-#define FOR_BLOCKS(n, block)                                                                    \
-    for (size_t start = 0, b = 0, len; start < (n); start += (block), b++)                      \
-        if ((len = (n) - start < (block) ? (n) - start : (block)), 1)
-
 static int block_absmax(const float *x, size_t n, size_t block, float *out)
 {
     int bad = 0;

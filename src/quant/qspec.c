@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include "lowbit.h"
+#include "quant/quant_internal.h"
 #include "util/error.h"
 
 /* The named block formats. MX: OCP Microscaling Formats v1.0, sec. 5
@@ -34,47 +35,72 @@ static int is_scale_format(lb_format f)
 }
 
 /* The combinations that are defined; everything else is refused with the
- * reason, so a typo never silently becomes a different recipe. */
+ * reason, so a typo never silently becomes a different recipe. `text`
+ * names the spec in messages. */
 static lb_status validate(const char *text, const lb_qspec *q)
 {
+    /* a hand-filled struct: every enum and flag in range first */
+    if ((unsigned)q->element >= LB_FMT_COUNT || (unsigned)q->scale_format >= LB_FMT_COUNT)
+        return lb__fail(LB_ERR_FORMAT, "spec %s: format id out of range", text);
+    if ((unsigned)q->granularity > LB_GRAN_GROUP || (unsigned)q->search > LB_SEARCH_MSE ||
+        (unsigned)q->mx_rounding > LB_MX_RCEIL || (q->affine != 0 && q->affine != 1) ||
+        (q->two_level != 0 && q->two_level != 1) || (q->int_frac_bits != 0 && q->int_frac_bits != 6))
+        return lb__fail(LB_ERR_ARG, "spec %s: a field is out of range (granularity, search, mx_rounding, affine, "
+                                    "two_level or int_frac_bits)", text);
     const lb_format_info *e = lb_format_get(q->element);
     if (q->element == LB_FMT_E8M0 || q->element == LB_FMT_UE4M3)
-        return lb__fail(LB_ERR_ARG, "spec '%s': %s is a scale format, not an element format", text, e->name);
+        return lb__fail(LB_ERR_ARG, "spec %s: %s is a scale format, not an element format", text, e->name);
+    if (q->element == LB_FMT_FP32 || q->element == LB_FMT_BF16)
+        return lb__fail(LB_ERR_ARG, "spec %s: %s elements keep fp32's whole exponent range, so a scale would be "
+                                    "an fp32 subnormal; convert with 'lowbit cast' instead", text, e->name);
     if (q->granularity == LB_GRAN_GROUP && q->group == 0)
-        return lb__fail(LB_ERR_ARG, "spec '%s': block size must be at least 1", text);
+        return lb__fail(LB_ERR_ARG, "spec %s: block size must be at least 1", text);
+    if (q->granularity == LB_GRAN_GROUP && q->group > LB_QUANT_MAX_GROUP)
+        return lb__fail(LB_ERR_ARG, "spec %s: block size %zu is above the limit %u", text, q->group,
+                        (unsigned)LB_QUANT_MAX_GROUP);
     if (!is_scale_format(q->scale_format))
-        return lb__fail(LB_ERR_ARG, "spec '%s': scale format must be fp32, fp16, bf16, e8m0 or ue4m3", text);
+        return lb__fail(LB_ERR_ARG, "spec %s: scale format must be fp32, fp16, bf16, e8m0 or ue4m3", text);
     if (q->affine && e->kind != LB_KIND_INT)
-        return lb__fail(LB_ERR_ARG, "spec '%s': affine (zero point) is defined for integer elements only "
+        return lb__fail(LB_ERR_ARG, "spec %s: affine (zero point) is defined for integer elements only "
                                     "(int8, uint8, int4, uint4), not %s", text, e->name);
     if (!q->affine && e->kind == LB_KIND_INT && !e->sign_bits)
-        return lb__fail(LB_ERR_ARG, "spec '%s': %s is unsigned: it needs :affine (a zero point)", text, e->name);
+        return lb__fail(LB_ERR_ARG, "spec %s: %s is unsigned: it needs :affine (a zero point)", text, e->name);
     if (q->affine && (q->scale_format == LB_FMT_E8M0 || q->scale_format == LB_FMT_UE4M3 || q->two_level))
-        return lb__fail(LB_ERR_ARG, "spec '%s': affine takes an fp32, fp16 or bf16 scale, single level", text);
-    if (q->two_level && q->scale_format == LB_FMT_E8M0)
-        return lb__fail(LB_ERR_ARG, "spec '%s': twolevel is defined for ue4m3, fp16, bf16 and fp32 block "
-                                    "scales, not e8m0", text);
+        return lb__fail(LB_ERR_ARG, "spec %s: affine takes an fp32, fp16 or bf16 scale, single level", text);
+    if (q->two_level && q->scale_format != LB_FMT_UE4M3 && q->scale_format != LB_FMT_FP16)
+        return lb__fail(LB_ERR_ARG, "spec %s: twolevel is defined for ue4m3 and fp16 block scales (the tensor "
+                                    "scale maps blocks onto their range; fp32, bf16 and e8m0 need none)", text);
     if (q->two_level && q->granularity == LB_GRAN_TENSOR)
-        return lb__fail(LB_ERR_ARG, "spec '%s': twolevel needs blocks or channels under the tensor scale", text);
+        return lb__fail(LB_ERR_ARG, "spec %s: twolevel needs blocks or channels under the tensor scale", text);
     if (q->search == LB_SEARCH_MSE && (q->scale_format == LB_FMT_E8M0 || q->two_level))
-        return lb__fail(LB_ERR_ARG, "spec '%s': clip=mse is defined for single-level fp32, fp16, bf16 and ue4m3 "
+        return lb__fail(LB_ERR_ARG, "spec %s: clip=mse is defined for single-level fp32, fp16, bf16 and ue4m3 "
                                     "scales", text);
     if (q->mx_rounding != LB_MX_FLOOR && q->scale_format != LB_FMT_E8M0)
-        return lb__fail(LB_ERR_ARG, "spec '%s': round= applies to e8m0 (power of two) scales only", text);
-    if (q->int_frac_bits && (q->element != LB_FMT_INT8 || q->scale_format != LB_FMT_E8M0))
-        return lb__fail(LB_ERR_ARG, "spec '%s': implied fraction bits are MXINT8's alone", text);
+        return lb__fail(LB_ERR_ARG, "spec %s: round= applies to e8m0 (power of two) scales only", text);
+    if (q->int_frac_bits && (q->element != LB_FMT_INT8 || q->scale_format != LB_FMT_E8M0 || q->affine))
+        return lb__fail(LB_ERR_ARG, "spec %s: implied fraction bits are MXINT8's alone (int8 elements, e8m0 "
+                                    "scales, symmetric)", text);
     if (q->scale_format == LB_FMT_E8M0 && e->kind == LB_KIND_INT && !q->int_frac_bits)
-        return lb__fail(LB_ERR_ARG, "spec '%s': e8m0 scales with integer elements: use the mxint8 preset", text);
+        return lb__fail(LB_ERR_ARG, "spec %s: e8m0 scales with integer elements: use the mxint8 preset", text);
     return LB_OK;
 }
 
+lb_status lb_qspec_validate(const lb_qspec *spec)
+{
+    if (!spec) return lb__fail(LB_ERR_ARG, "lb_qspec_validate: NULL spec");
+    return validate("(struct)", spec);
+}
+
+/* Decimal digits only, no sign, no overflow. */
 static int parse_size(const char *s, size_t *out)
 {
     if (!*s) return 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end || s[0] == '-' || s[0] == '+') return 0;
-    *out = (size_t)v;
+    size_t v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (SIZE_MAX - 9) / 10) return 0;
+        v = v * 10 + (size_t)(*s - '0');
+    }
+    *out = v;
     return 1;
 }
 
@@ -86,8 +112,13 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
     strcpy(buf, text);
     lb_qspec q = {LB_FMT_FP32, LB_GRAN_TENSOR, 0, LB_FMT_FP32, 0, 0, LB_SEARCH_ABSMAX, LB_MX_FLOOR, 0};
 
+    if (buf[0] == '\0') return lb__fail(LB_ERR_ARG, "empty spec; e.g. int8:channel, int4:g128:affine, mxfp4, nvfp4");
+    size_t len = strlen(buf);
+    if (buf[0] == ':' || buf[len - 1] == ':' || strstr(buf, "::"))
+        return lb__fail(LB_ERR_ARG, "spec '%s' has an empty part (between ':')", text);
+    char quoted[280];
+    snprintf(quoted, sizeof quoted, "'%s'", text);
     char *save = NULL, *tok = strtok_r(buf, ":", &save);
-    if (!tok) return lb__fail(LB_ERR_ARG, "empty spec; e.g. int8:channel, int4:g128:affine, mxfp4, nvfp4");
     int found = 0;
     for (size_t i = 0; i < N_PRESETS && !found; i++)
         if (strcasecmp(tok, presets[i].name) == 0) q = presets[i].spec, found = 1;
@@ -135,13 +166,14 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
         }
     }
     if (q.granularity != LB_GRAN_GROUP) q.group = 0; /* "g744:tensor": the last granularity wins, whole */
-    lb_status s = validate(text, &q);
+    lb_status s = validate(quoted, &q);
     if (s == LB_OK) *out = q;
     return s;
 }
 
 int lb_qspec_format(const lb_qspec *q, char *buf, size_t size)
 {
+    if (!q || validate("(struct)", q) != LB_OK) return snprintf(buf, size, "invalid");
     for (size_t i = 0; i < N_PRESETS; i++) {
         const lb_qspec *p = &presets[i].spec;
         if (p->element == q->element && p->granularity == q->granularity && p->group == q->group &&

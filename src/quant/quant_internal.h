@@ -8,6 +8,9 @@
 
 #include "lowbit.h"
 
+/* Largest block size: a row this long is ~16 GiB of fp32 already. */
+#define LB_QUANT_MAX_GROUP (1u << 30)
+
 struct lb_qtensor {
     lb_qspec spec;
     size_t rows, cols;
@@ -17,7 +20,8 @@ struct lb_qtensor {
     size_t row_bytes;      /* packed bytes per row */
     uint8_t *data;         /* [rows][row_bytes] */
     uint8_t *scales;       /* scale codes, lb_format_bytes layout */
-    int8_t *zero_points;   /* [scale_count], affine only */
+    uint8_t *zero_points;  /* affine only: rows of zp_row_bytes, zero points in the element's bulk layout */
+    size_t zp_row_bytes;   /* lb_format_bytes(element, scales_per_row) */
     float tensor_scale;    /* two-level: fp32 multiplier over block scales; else 1 */
 };
 
@@ -59,6 +63,11 @@ void lb__scales_for_blocks(const lb__scale_rules *r, lb_isa isa, size_t n, const
 /* The divisors of n stored scale codes (bulk layout of the scale format),
  * for dequantization and statistics. */
 void lb__scale_divisors(const lb__scale_rules *r, lb_isa isa, const uint8_t *codes, size_t n, float *out);
+
+/* The zero point of block b of row r (tensor granularity: r = b = 0),
+ * sign-extended from the element's code. */
+int lb__zero_point(const lb_qtensor *q, size_t r, size_t b);
+void lb__store_zero_point(lb_qtensor *q, size_t r, size_t b, int zp);
 
 /* 6-bit codes: one per byte <-> the dense little-endian bit stream. */
 void lb__pack6(const uint8_t *codes, size_t n, uint8_t *out);

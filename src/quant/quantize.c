@@ -60,15 +60,15 @@ static void scratch_free(scratch *w)
 static lb_status scratch_alloc(scratch *w, size_t cols, size_t nb)
 {
     memset(w, 0, sizeof *w);
-    w->scaled = malloc(cols * sizeof(float) + 64);
-    w->decoded = malloc(cols * sizeof(float) + 64);
-    w->codes = calloc(cols * 4 + 64, 1);
+    w->scaled = malloc(cols * sizeof(float));
+    w->decoded = malloc(cols * sizeof(float));
+    w->codes = calloc(cols * 4, 1); /* zeroed: a 4-bit row's spare high nibble stays 0 */
     w->chosen = malloc(nb * sizeof *w->chosen);
     w->best = malloc(nb * sizeof *w->best);
     w->amax = malloc(nb * sizeof(float)), w->lo = malloc(nb * sizeof(float)), w->hi = malloc(nb * sizeof(float));
     w->div = malloc(nb * sizeof(float)), w->add = malloc(nb * sizeof(float));
     w->sub = malloc(nb * sizeof(float)), w->mul = malloc(nb * sizeof(float));
-    w->stmp = malloc(nb * sizeof(float)), w->scodes = malloc(nb * 4 + 64);
+    w->stmp = malloc(nb * sizeof(float)), w->scodes = malloc(nb * 4);
     w->err = malloc(nb * sizeof(double)), w->best_err = malloc(nb * sizeof(double));
     if (w->scaled && w->decoded && w->codes && w->chosen && w->best && w->amax && w->lo && w->hi && w->div &&
         w->add && w->sub && w->mul && w->err && w->best_err && w->stmp && w->scodes)
@@ -157,7 +157,7 @@ static void store_row(const qjob *j, size_t r, scratch *w)
     size_t nb = blocks_per_row(q);
     for (size_t b = 0; b < nb; b++) {
         lb__store_code(sf, q->scales, r * nb + b, w->chosen[b].code);
-        if (q->zero_points) q->zero_points[r * nb + b] = (int8_t)w->chosen[b].zero_point;
+        if (q->zero_points) lb__store_zero_point(q, r, b, w->chosen[b].zero_point);
     }
 }
 
@@ -232,7 +232,8 @@ void lb_qtensor_free(lb_qtensor *q)
     if (!q) return;
     lb__free_large(q->data, q->rows * q->row_bytes);
     lb__free_large(q->scales, lb_format_bytes(q->spec.scale_format, q->scale_count));
-    free(q->zero_points), free(q);
+    lb__free_large(q->zero_points, q->rows * q->zp_row_bytes);
+    free(q);
 }
 
 static lb_status alloc_qtensor(const lb_qspec *spec, size_t rows, size_t cols, lb_qtensor **out)
@@ -249,7 +250,8 @@ static lb_status alloc_qtensor(const lb_qspec *spec, size_t rows, size_t cols, l
     size_t scale_bytes = lb_format_bytes(spec->scale_format, q->scale_count);
     q->data = lb__alloc_large(rows * q->row_bytes);
     q->scales = lb__alloc_large(scale_bytes);
-    if (spec->affine) q->zero_points = calloc(q->scale_count, 1);
+    q->zp_row_bytes = lb_format_bytes(spec->element, q->scales_per_row);
+    if (spec->affine) q->zero_points = lb__alloc_large(rows * q->zp_row_bytes);
     if (!q->data || !q->scales || (spec->affine && !q->zero_points)) {
         lb_qtensor_free(q);
         return lb__fail(LB_ERR_NOMEM, "out of memory for a %zu x %zu quantized tensor", rows, cols);
@@ -264,10 +266,7 @@ lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t 
     *out = NULL;
     if (rows == 0 || cols == 0) return lb__fail(LB_ERR_ARG, "cannot quantize an empty tensor (%zu x %zu)", rows, cols);
     if (rows > SIZE_MAX / 4 / cols) return lb__fail(LB_ERR_ARG, "%zu x %zu values overflow the address space", rows, cols);
-    char text[128];
-    lb_qspec_format(spec, text, sizeof text);
-    lb_qspec check;
-    lb_status st = lb_qspec_parse(text, &check); /* the same validation as text specs */
+    lb_status st = lb_qspec_validate(spec);
     if (st != LB_OK) return st;
 
     lb_qtensor *q = NULL;
@@ -286,7 +285,10 @@ lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t 
                 if (lo < j.tensor_lo) j.tensor_lo = lo;
                 if (hi > j.tensor_hi) j.tensor_hi = hi;
             }
+            lb__fenv_guard g;
+            lb__fenv_begin(&g);
             q->tensor_scale = j.rules.tensor_scale = lb__tensor_scale(&j.rules, j.tensor_amax);
+            lb__fenv_end(&g);
         }
         free(j.row_stats);
     }
@@ -306,8 +308,11 @@ lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t 
                 lb__fenv_end(&g);
                 j.final = 0;
                 st = lb__parallel_for(rows, 1, threads, quantize_rows, &j);
+                if (st != LB_OK) break;
+                lb__fenv_begin(&g);
                 double e = 0;
                 for (size_t r = 0; r < rows; r++) e += j.row_err[r]; /* row order: thread-count independent */
+                lb__fenv_end(&g);
                 if (step == 0 || e < best) best = e, best_scale = j.fixed;
             }
             j.fixed = best_scale;
@@ -315,7 +320,7 @@ lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t 
             free(j.row_err);
         }
         lb__store_code(lb_format_get(spec->scale_format), q->scales, 0, j.fixed.code);
-        if (q->zero_points) q->zero_points[0] = (int8_t)j.fixed.zero_point;
+        if (q->zero_points) lb__store_zero_point(q, 0, 0, j.fixed.zero_point);
     }
     if (st == LB_OK) st = lb__parallel_for(rows, 1, threads, quantize_rows, &j);
     if (st != LB_OK) {
@@ -335,7 +340,7 @@ static lb_status dequantize_rows(void *ctx, size_t begin, size_t end)
     const lb__qkernels *k = lb__qkernels_get(j->isa);
     const lb_format_info *e = lb_format_get(q->spec.element), *sf = lb_format_get(q->spec.scale_format);
     size_t nb = blocks_per_row(q);
-    uint8_t *codes = e->bits == 6 ? malloc(q->cols + 16) : NULL;
+    uint8_t *codes = e->bits == 6 ? malloc(q->cols) : NULL;
     float *sub = malloc(nb * sizeof(float)), *mul = malloc(nb * sizeof(float));
     lb_status st = LB_OK;
     if ((e->bits == 6 && !codes) || !sub || !mul) st = lb__fail(LB_ERR_NOMEM, "out of memory");
@@ -348,10 +353,10 @@ static lb_status dequantize_rows(void *ctx, size_t begin, size_t end)
         lb__decode_kernel(j->isa)(e, src, q->cols, o);
         if (q->spec.granularity == LB_GRAN_TENSOR) {
             lb__scale_divisors(&j->rules, j->isa, q->scales, 1, mul);
-            sub[0] = q->zero_points ? (float)q->zero_points[0] : 0.0f;
+            sub[0] = q->zero_points ? (float)lb__zero_point(q, 0, 0) : 0.0f;
         } else {
             lb__scale_divisors(&j->rules, j->isa, q->scales + lb_format_bytes(sf->id, r * nb), nb, mul);
-            for (size_t b = 0; b < nb; b++) sub[b] = q->zero_points ? (float)q->zero_points[r * nb + b] : 0.0f;
+            for (size_t b = 0; b < nb; b++) sub[b] = q->zero_points ? (float)lb__zero_point(q, r, b) : 0.0f;
         }
         k->block_sub_mul(o, q->cols, q->block, sub, mul, o);
     }
@@ -382,6 +387,22 @@ lb_status lb_qtensor_view_get(const lb_qtensor *q, lb_qtensor_view *v)
     v->scale_count = q->scale_count;
     v->scale_bytes = lb_format_bytes(q->spec.scale_format, q->scale_count);
     v->zero_points = q->zero_points;
+    v->zero_point_row_bytes = q->zero_points ? q->zp_row_bytes : 0;
+    v->zero_point_bytes = q->zero_points ? q->rows * q->zp_row_bytes : 0;
     v->tensor_scale = q->tensor_scale;
     return LB_OK;
+}
+
+int lb__zero_point(const lb_qtensor *q, size_t r, size_t b)
+{
+    const lb_format_info *e = lb_format_get(q->spec.element);
+    uint32_t c = lb__load_code(e, q->zero_points + r * q->zp_row_bytes, b);
+    if (e->sign_bits && (c >> (e->bits - 1))) return (int)c - (1 << e->bits);
+    return (int)c;
+}
+
+void lb__store_zero_point(lb_qtensor *q, size_t r, size_t b, int zp)
+{
+    const lb_format_info *e = lb_format_get(q->spec.element);
+    lb__store_code(e, q->zero_points + r * q->zp_row_bytes, b, (uint32_t)zp & ((1u << e->bits) - 1));
 }

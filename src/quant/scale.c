@@ -109,7 +109,9 @@ static void scale_affine(const lb__scale_rules *r, float lo, float hi, float rat
         zero_block(r, s);
         return;
     }
-    store_positive(r, (hi - lo) / (r->qmax - r->qmin), s);
+    float steps = r->qmax - r->qmin, range = hi - lo;
+    /* a range wider than FLT_MAX overflows: split the division instead */
+    store_positive(r, isinf(range) ? hi / steps - lo / steps : range / steps, s);
     s->divisor = s->value;
     /* the integer that real 0 maps to, kept inside the element's range */
     float z = r->qmin - lo / s->value; /* fp32, in this order */

@@ -25,12 +25,15 @@ lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor 
             float df;
             lb__scale_divisors(&rules, LB_ISA_SCALAR, q->scales + lb_format_bytes(sf->id, si), 1, &df);
             double d = df;
-            double zp = q->zero_points ? q->zero_points[si] : 0;
+            int tensor = q->spec.granularity == LB_GRAN_TENSOR;
+            double zp = q->zero_points ? lb__zero_point(q, tensor ? 0 : r, tensor ? 0 : b) : 0;
             /* what the block can hold: [(lo - zp) d, (hi - zp) d], widened by
-             * fp32 rounding of the scale, so that the absmax value itself,
-             * which lands on the top code, does not count as clipped */
-            double slack = 1 + 0x1p-22;
-            double lo = (lo_code - zp) * d * slack, hi = (hi_code - zp) * d * slack;
+             * fp32 rounding of the scale (so that the absmax value itself,
+             * which lands on the top code, does not count as clipped) and,
+             * for affine, by the half step that rounding the zero point can
+             * leave between the range and the top code */
+            double slack = 1 + 0x1p-22, half = q->zero_points ? 0.5 : 0;
+            double lo = (lo_code - zp - half) * d * slack, hi = (hi_code - zp + half) * d * slack;
             for (size_t i = r * q->cols + start, end = i + len; i < end; i++) {
                 double v = x[i], err = fabs(v - (double)xhat[i]);
                 se += err * err;
@@ -55,7 +58,7 @@ lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor 
     out->saturated_fraction = (double)saturated / (double)n;
     out->flushed_fraction = (double)flushed / (double)n;
     double bits = (double)e->bits * (double)n + (double)sf->bits * (double)q->scale_count;
-    if (q->zero_points) bits += 8.0 * (double)q->scale_count;
+    if (q->zero_points) bits += (double)e->bits * (double)q->scale_count;
     if (q->spec.two_level) bits += 32;
     out->bits_per_value = bits / (double)n;
     return LB_OK;

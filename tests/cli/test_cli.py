@@ -216,6 +216,18 @@ def test_quant_raw_input(tmp_path):
     (("--spec", "int8:tensor", "--shape", "2x2"), "1 2 3", "--shape 2x2 is 4 values but the input has 3"),
     (("--spec", "int8:tensor", "--shape", "2by2"), "1 2 3 4", "--shape takes ROWSxCOLS"),
     (("--shape", "1x2"), "1 2", "--spec is required"),
+    (("--spec", "int8:tensor"), "1." + "0" * 300, "longer than 255 characters"),
+    (("--spec", "int8:tensor"), "1e39 2", "'1e39', overflows fp32"),
+    (("--spec", "int8:tensor", "--shape", "-1x-4"), "1 2 3 4", "--shape takes ROWSxCOLS"),
+    (("--spec", "int8:tensor", "--shape", "4294967296x4294967297"), "1 2", "--shape takes ROWSxCOLS"),
+    (("--spec", "int8:tensor", "--shape", " 2x2"), "1 2 3 4", "--shape takes ROWSxCOLS"),
+    (("--spec", "int8:tensor", "--threads", " 3"), "1 2", "--threads takes 0..256"),
+    (("--spec", "int8:tensor", "--threads", ""), "1 2", "--threads takes 0..256"),
+    (("--spec", "int8,,int4:g2"), "1 2", "has an empty item"),
+    (("--spec", ","), "1 2", "has an empty item"),
+    (("--spec", "int8:g18446744073709551615"), "1 2 3", "bad block size"),
+    (("--spec", "int8:g2000000000"), "1 2 3", "above the limit"),
+    (("--spec", "uint8:tensor"), "1 2", "needs :affine"),
 ])
 def test_quant_bad_input(args, stdin, needle):
     r = run("quant", *args, stdin=stdin)
@@ -233,6 +245,18 @@ def test_quant_demo_reads_real_weights():
     assert res["nvfp4"]["bits_per_value"] == pytest.approx(4 + (8 * 320 * 4 + 32) / 20480)
 
 
-def test_quant_missing_file():
+def test_quant_missing_file_and_read_errors(tmp_path):
     r = run("quant", "--spec", "int8:tensor", "/nonexistent/x.txt")
-    assert r.returncode == 1 and "cannot open '/nonexistent/x.txt'" in r.stderr
+    assert r.returncode == 1 and "cannot open '/nonexistent/x.txt'" in r.stderr and r.stdout == ""
+    r = run("quant", "--spec", "int8:tensor", str(tmp_path))  # a directory
+    assert r.returncode == 1 and "cannot read" in r.stderr and r.stdout == ""
+
+
+def test_quant_raw_count_and_skip_are_digits(tmp_path):
+    f = tmp_path / "x.f32"
+    f.write_bytes(b"\0" * 16)
+    for opt in ("--count", "--skip"):
+        r = run("quant", "--spec", "int8:tensor", "--raw", opt, " -1", str(f))
+        assert r.returncode == 2 and "takes a byte or value count" in r.stderr
+    r = run("quant", "--spec", "int8:tensor", "--raw", "--count", "9", str(f))
+    assert r.returncode == 2 and "holds 4 values, not --count 9" in r.stderr

@@ -105,8 +105,17 @@ def test_spec_canonical_text_round_trips(text):
     ("fp8_e4m3:affine", "affine (zero point) is defined for integer elements only"),
     ("uint4:g32", "needs :affine"),
     ("int8:scale=fp8", "unknown scale format"),
-    ("int8:channel:twolevel:scale=e8m0", "not e8m0"),
-    ("int8:tensor:twolevel", "twolevel needs blocks"),
+    ("int8:channel:twolevel:scale=e8m0", "fp32, bf16 and e8m0 need none"),
+    ("int8:channel:twolevel", "twolevel is defined for ue4m3 and fp16"),
+    ("int8:tensor:twolevel:scale=ue4m3", "twolevel needs blocks"),
+    ("int8:g18446744073709551615", "bad block size"),
+    ("int8:g2000000000", "above the limit"),
+    ("int8:g99999999999999999999", "bad block size"),
+    ("int8::channel", "empty part"),
+    (":int8", "empty part"),
+    ("int8:", "empty part"),
+    ("fp32:channel", "convert with 'lowbit cast'"),
+    ("bf16:g32", "convert with 'lowbit cast'"),
     ("mxfp4:clip=mse", "clip=mse is defined for"),
     ("int8:g32:round=ceil", "round= applies to e8m0"),
     ("int8:g32:scale=e8m0", "use the mxint8 preset"),
@@ -193,7 +202,8 @@ def test_every_isa_and_thread_count_gives_the_same_bytes(spec):
 # ---------------------------------------------------------------- statistics
 
 @pytest.mark.parametrize("spec,bits", [("int8:tensor", 8 + 32 / 600), ("int8:channel", 8 + 32 * 6 / 600),
-                                       ("int4:g32:affine", 4 + (32 + 8) * 6 * 4 / 600),
+                                       ("int4:g32:affine", 4 + (32 + 4) * 6 * 4 / 600),
+                                       ("uint8:g32:affine", 8 + (32 + 8) * 6 * 4 / 600),
                                        ("mxfp4", 4 + 8 * 6 * 4 / 600), ("nvfp4", 4 + (8 * 6 * 7 + 32) / 600),
                                        ("mxfp6_e2m3", 6 + 8 * 6 * 4 / 600)])
 def test_statistics_match_numpy(spec, bits):
@@ -232,6 +242,51 @@ def test_nan_and_inf_are_refused_with_the_index():
         x[1, 3] = -np.inf
         st, _ = lb.quantize(spec, x, threads=2)
         assert st == lb.LB_ERR_NAN and "row 1, column 3) is infinite" in lb.last_error()
+
+
+def test_uint8_affine_zero_points_span_0_to_255():
+    # all-negative values put the zero point at the top of uint8's range
+    x = np.array([[-1.0, -2.0, -3.0, -0.5]], f32)
+    q = q_ok("uint8:tensor:affine", x)
+    s = f32(3.0) / f32(255.0)
+    assert q.zero_points[0] == 255 and q.zero_point_bytes[0] == 255
+    assert np.abs(q.dequantized - x).max() <= s / 2 * 1.0001
+    y = (np.random.default_rng(1).standard_normal((9, 37))).astype(f32)
+    assert q_ok("uint8:channel:affine", y).stats.sqnr_db > 40
+    assert q_ok("uint4:g8:affine", y).stats.sqnr_db > 15
+
+
+def test_int4_zero_points_pack_two_per_byte_per_row():
+    x = (np.random.default_rng(2).standard_normal((3, 40)) + 1).astype(f32)
+    q = q_ok("int4:g8:affine", x)  # 5 zero points per row: 3 bytes per row, the last high nibble 0
+    assert q.zero_point_bytes.size == 3 * 3
+    assert all(b >> 4 == 0 for b in q.zero_point_bytes.reshape(3, 3)[:, 2])
+    assert q.zero_points.shape == (15,) and q.zero_points.min() >= -8 and q.zero_points.max() <= 7
+
+
+def test_affine_range_beyond_flt_max_stays_finite():
+    x = np.array([[3e38, -3e38, 1.0, 0.0]], f32)
+    q = q_ok("int8:tensor:affine", x)
+    assert np.isfinite(q.dequantized).all()
+    assert abs(q.dequantized[0, 0] - 3e38) < 3e36
+
+
+def test_hand_filled_specs_are_validated():
+    import ctypes
+    st, spec = lb.parse_spec("mxint8")
+    spec.scale_format = lb.FORMATS["fp16"]
+    x = np.ones((2, 32), f32)
+    h = ctypes.c_void_p()
+    assert lb.lib.lb_quantize(ctypes.byref(spec), x.ctypes.data, 2, 32, 1, ctypes.byref(h)) == lb.LB_ERR_ARG
+    assert "MXINT8's alone" in lb.last_error()
+    for field, value in (("granularity", 9), ("mx_rounding", 7), ("affine", 2), ("int_frac_bits", 3), ("search", -1)):
+        st, spec = lb.parse_spec("int8:g32")
+        setattr(spec, field, value)
+        assert lb.lib.lb_qspec_validate(ctypes.byref(spec)) == lb.LB_ERR_ARG, field
+        assert lb.format_spec(spec) == "invalid"
+    st, spec = lb.parse_spec("int8:g32")
+    spec.element = 99
+    assert lb.lib.lb_qspec_validate(ctypes.byref(spec)) == lb.LB_ERR_FORMAT
 
 
 def test_partial_blocks_are_quantized_not_rejected():

@@ -21,6 +21,43 @@ static float rndf(void)
     return (float)((u - 0.5) * pow(10.0, (double)(state % 7) - 3.0));
 }
 
+#if defined(__x86_64__)
+#include <fenv.h>
+#include <xmmintrin.h>
+
+/* lb_quantize gives the same bytes whatever the caller's FP environment:
+ * round downward, flush-to-zero and denormals-are-zero on. */
+static void test_quantize_in_hostile_fp_environment(void)
+{
+    static const char *const specs[] = {"nvfp4", "fp8_e4m3:g16:scale=ue4m3:twolevel", "int8:tensor:clip=mse",
+                                        "int4:g32:affine:clip=mse", "mxfp4", "fp6_e3m2:channel:scale=fp16"};
+    enum { R = 5, C = 67 };
+    float x[R * C], y1[R * C], y2[R * C];
+    for (int i = 0; i < R * C; i++) x[i] = rndf() * (i % 11 == 0 ? 1e-30f : 1.0f);
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        lb_qspec spec;
+        lb_qtensor *q1, *q2;
+        lb_qtensor_view v1, v2;
+        CHECK(lb_qspec_parse(specs[k], &spec) == LB_OK, "%s", lb_last_error());
+        lb_quantize(&spec, x, R, C, 2, &q1);
+        lb_dequantize(q1, y1, 2);
+        unsigned saved = _mm_getcsr();
+        fesetround(FE_DOWNWARD);
+        _mm_setcsr(_mm_getcsr() | 0x8040);
+        lb_quantize(&spec, x, R, C, 2, &q2);
+        lb_dequantize(q2, y2, 2);
+        _mm_setcsr(saved);
+        fesetround(FE_TONEAREST);
+        lb_qtensor_view_get(q1, &v1);
+        lb_qtensor_view_get(q2, &v2);
+        CHECK(memcmp(v1.data, v2.data, v1.data_bytes) == 0 && memcmp(v1.scales, v2.scales, v1.scale_bytes) == 0 &&
+                  memcmp(&v1.tensor_scale, &v2.tensor_scale, 4) == 0 && memcmp(y1, y2, sizeof y1) == 0,
+              "%s changed under round-down/FTZ/DAZ", specs[k]);
+        lb_qtensor_free(q1), lb_qtensor_free(q2);
+    }
+}
+#endif
+
 int main(void)
 {
     enum { N = 1000 };
@@ -72,5 +109,8 @@ int main(void)
         x[77] = 0.5f;
     }
     free(x), free(o1), free(o2), free(dq), free(codes);
+#if defined(__x86_64__)
+    test_quantize_in_hostile_fp_environment();
+#endif
     return check_summary();
 }
