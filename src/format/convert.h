@@ -5,6 +5,7 @@
 #include <fenv.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "lowbit.h"
 
@@ -49,9 +50,14 @@ static inline void lb__store_code(const lb_format_info *f, void *dst, size_t i, 
         d[i / 2] = (uint8_t)((i & 1) ? (d[i / 2] & 0x0F) | (code << 4) : code);
         break;
     case 6: case 8: d[i] = (uint8_t)code; break;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    case 16: { uint16_t h = (uint16_t)code; memcpy(d + 2 * i, &h, 2); break; } /* one store, not two */
+    default: memcpy(d + 4 * i, &code, 4);
+#else
     case 16: d[2 * i] = (uint8_t)code; d[2 * i + 1] = (uint8_t)(code >> 8); break;
     default:
         for (int b = 0; b < 4; b++) d[4 * i + b] = (uint8_t)(code >> (8 * b));
+#endif
     }
 }
 
@@ -62,10 +68,15 @@ static inline uint32_t lb__load_code(const lb_format_info *f, const void *src, s
     case 4: return (s[i / 2] >> ((i & 1) * 4)) & 0x0F;
     case 6: return s[i] & 0x3F;
     case 8: return s[i];
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    case 16: { uint16_t h; memcpy(&h, s + 2 * i, 2); return h; }
+    default: { uint32_t w; memcpy(&w, s + 4 * i, 4); return w; }
+#else
     case 16: return (uint32_t)s[2 * i] | ((uint32_t)s[2 * i + 1] << 8);
     default:
         return (uint32_t)s[4 * i] | ((uint32_t)s[4 * i + 1] << 8) | ((uint32_t)s[4 * i + 2] << 16) |
                ((uint32_t)s[4 * i + 3] << 24);
+#endif
     }
 }
 
