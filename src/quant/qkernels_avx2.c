@@ -108,6 +108,16 @@ static void block_sub_mul(const float *x, size_t n, size_t block, const float *s
     }
 }
 
+/* lb__sum16 in registers, the same additions in the same order: acc[q]
+ * holds partial sums 4q..4q+3. */
+static inline double sum16(const __m256d acc[4])
+{
+    __m256d a = _mm256_add_pd(acc[0], acc[2]), b = _mm256_add_pd(acc[1], acc[3]); /* s[i] + s[i+8] */
+    __m256d t4 = _mm256_add_pd(a, b);                                             /* t[i] + t[i+4] */
+    __m128d t2 = _mm_add_pd(_mm256_castpd256_pd128(t4), _mm256_extractf128_pd(t4, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(t2, _mm_unpackhi_pd(t2, t2)));
+}
+
 /* squared differences of 4 floats, widened to double */
 static inline __m256d sq4(__m128 a, __m128 c)
 {
@@ -128,9 +138,7 @@ static void block_sq_err(const float *x, const float *y, size_t n, size_t block,
                 acc[2 * h + 1] = _mm256_add_pd(acc[2 * h + 1], sq4(_mm256_extractf128_ps(a, 1), _mm256_extractf128_ps(c, 1)));
             }
         }
-        double s[16];
-        for (int q = 0; q < 4; q++) _mm256_storeu_pd(s + 4 * q, acc[q]);
-        out[b] = lb__sum16(s);
+        out[b] = sum16(acc);
     }
 }
 
@@ -154,9 +162,7 @@ static void block_trial_err_int(const float *x, size_t n, size_t block, const fl
                 acc[2 * h + 1] = _mm256_add_pd(acc[2 * h + 1], sq4(_mm256_extractf128_ps(v, 1), _mm256_extractf128_ps(xh, 1)));
             }
         }
-        double s16[16];
-        for (int q = 0; q < 4; q++) _mm256_storeu_pd(s16 + 4 * q, acc[q]);
-        err[b] = lb__sum16(s16);
+        err[b] = sum16(acc);
     }
 }
 

@@ -9,6 +9,16 @@
 
 static inline __mmask16 tail_mask(size_t k) { return (__mmask16)((1u << k) - 1); }
 
+/* lb__sum16 in registers, the same additions in the same order: lo holds
+ * partial sums 0-7, hi 8-15. */
+static inline double sum16(__m512d lo, __m512d hi)
+{
+    __m512d t8 = _mm512_add_pd(lo, hi);                                                      /* s[i] + s[i+8] */
+    __m256d t4 = _mm256_add_pd(_mm512_castpd512_pd256(t8), _mm512_extractf64x4_pd(t8, 1)); /* t[i] + t[i+4] */
+    __m128d t2 = _mm_add_pd(_mm256_castpd256_pd128(t4), _mm256_extractf128_pd(t4, 1));      /* t0+t2, t1+t3 */
+    return _mm_cvtsd_f64(_mm_add_sd(t2, _mm_unpackhi_pd(t2, t2)));
+}
+
 /* lanes whose |v| is infinite or NaN (not less than inf, unordered) */
 static inline __mmask16 nonfinite(__m512 absv) { return _mm512_cmp_ps_mask(absv, _mm512_set1_ps(__builtin_inff()), _CMP_NLT_UQ); }
 
@@ -106,10 +116,7 @@ static void block_sq_err(const float *x, const float *y, size_t n, size_t block,
             lo = _mm512_add_pd(lo, _mm512_mul_pd(d0, d0));
             hi = _mm512_add_pd(hi, _mm512_mul_pd(d1, d1));
         }
-        double s[16];
-        _mm512_storeu_pd(s, lo);
-        _mm512_storeu_pd(s + 8, hi);
-        out[b] = lb__sum16(s);
+        out[b] = sum16(lo, hi);
     }
 }
 
@@ -133,10 +140,7 @@ static void block_trial_err_int(const float *x, size_t n, size_t block, const fl
             accl = _mm512_add_pd(accl, _mm512_mul_pd(d0, d0));
             acch = _mm512_add_pd(acch, _mm512_mul_pd(d1, d1));
         }
-        double s16[16];
-        _mm512_storeu_pd(s16, accl);
-        _mm512_storeu_pd(s16 + 8, acch);
-        err[b] = lb__sum16(s16);
+        err[b] = sum16(accl, acch);
     }
 }
 
