@@ -22,6 +22,16 @@ static const struct { lb__encode_fn encode; lb__decode_fn decode; } kernels[] = 
 lb__encode_fn lb__encode_kernel(lb_isa isa) { return kernels[isa].encode; }
 lb__decode_fn lb__decode_kernel(lb_isa isa) { return kernels[isa].decode; }
 
+lb__encode_prescaled_fn lb__encode_prescaled_kernel(lb_isa isa, size_t *width)
+{
+#if defined(__x86_64__)
+    if (isa == LB_ISA_AVX512) return *width = 16, lb__encode_prescaled_avx512;
+#endif
+    (void)isa;
+    *width = 0;
+    return NULL;
+}
+
 void lb__fenv_begin(lb__fenv_guard *g)
 {
     fegetenv(&g->saved);

@@ -32,6 +32,23 @@ void lb__decode_avx512(const lb_format_info *f, const void *src, size_t n, float
 lb__encode_fn lb__encode_kernel(lb_isa isa);
 lb__decode_fn lb__decode_kernel(lb_isa isa);
 
+/* A row to be scaled before encoding: value i of block b (blocks of
+ * `block` values) becomes min(max(x / div[b] + add[b], lo), hi). */
+typedef struct lb__prescale {
+    const float *div, *add;
+    size_t block;
+    float lo, hi;
+} lb__prescale;
+
+/* Scales and encodes (saturating) in one pass, where an instruction set
+ * has such a kernel: returns it and its vector width (blocks must be a
+ * multiple of it, or the row one block), or NULL. Finite input only;
+ * returns LB_ENCODE_OK. */
+typedef size_t (*lb__encode_prescaled_fn)(const lb_format_info *f, const float *src, size_t n, const lb__prescale *ps,
+                                        void *dst);
+lb__encode_prescaled_fn lb__encode_prescaled_kernel(lb_isa isa, size_t *width);
+size_t lb__encode_prescaled_avx512(const lb_format_info *f, const float *src, size_t n, const lb__prescale *ps, void *dst);
+
 /* Runs in the default floating-point environment (round to nearest, no
  * FTZ/DAZ) between begin and end, restoring the caller's. */
 typedef struct lb__fenv_guard { fenv_t saved; } lb__fenv_guard;

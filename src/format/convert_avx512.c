@@ -123,9 +123,10 @@ static inline __m512i load16(int bits, const uint8_t *s)
 
 /* One loop per codec kind; `bits` is loop-invariant, so the switch in
  * store16/load16 is hoisted by the compiler. */
-#define ENCODE_LOOP(CODES)                                                            \
+#define ENCODE_LOOP(CODES) ENCODE_LOOP_FROM(_mm512_loadu_ps(src + i), CODES)
+#define ENCODE_LOOP_FROM(LOADX, CODES)                                                \
     for (; i + 16 <= n; i += 16) {                                                    \
-        __m512 x = _mm512_loadu_ps(src + i);                                          \
+        __m512 x = LOADX;                                                             \
         __m512i u = _mm512_castps_si512(x);                                           \
         (void)u;                                                                      \
         __mmask16 bad = 0;                                                            \
@@ -150,6 +151,57 @@ size_t lb__encode_avx512(const lb_format_info *f, lb_overflow mode, const float 
     }
     size_t bad = lb__encode_scalar(f, mode, src + i, n - i, d);
     return bad == LB_ENCODE_OK ? bad : i + bad;
+}
+
+/* Tensor quantization's inner step fused: each value is divided by its
+ * block's divisor, offset, clamped, then encoded, without writing the
+ * scaled row out in between. The same IEEE operations in the same order
+ * as block_div_clamp followed by lb__encode_avx512, so the same bytes.
+ * Blocks must be multiples of 16 values (or the row one block), so that
+ * no vector straddles two blocks. */
+typedef struct prescale_state {
+    const lb__prescale *ps;
+    size_t b, boundary;
+    __m512 vd, va, vlo, vhi;
+} prescale_state;
+
+static inline __m512 prescaled_load(const float *src, size_t i, prescale_state *st)
+{
+    if (i >= st->boundary) { /* the next block starts here */
+        st->b++;
+        st->boundary += st->ps->block;
+        st->vd = _mm512_set1_ps(st->ps->div[st->b]);
+        st->va = _mm512_set1_ps(st->ps->add[st->b]);
+    }
+    __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_loadu_ps(src + i), st->vd), st->va);
+    return _mm512_min_ps(_mm512_max_ps(y, st->vlo), st->vhi);
+}
+
+size_t lb__encode_prescaled_avx512(const lb_format_info *f, const float *src, size_t n, const lb__prescale *ps, void *dst)
+{
+    lb__enc_params p;
+    lb__enc_params_init(f, LB_SATURATE, &p);
+    uint8_t *d = dst;
+    const size_t step = lb_format_bytes(f->id, 16);
+    prescale_state st = {ps, 0, ps->block, _mm512_set1_ps(ps->div[0]), _mm512_set1_ps(ps->add[0]),
+                         _mm512_set1_ps(ps->lo), _mm512_set1_ps(ps->hi)};
+    size_t i = 0;
+    switch (p.kind) { /* finite input: the NaN report of ENCODE_LOOP never fires */
+    case LB_CODEC_MINIFLOAT: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), minifloat_codes(u, &p, &bad)) break;
+    case LB_CODEC_E8M0: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), e8m0_codes(u, &p)) break;
+    case LB_CODEC_INT: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), int_codes(x, &p, &bad)) break;
+    case LB_CODEC_FP32: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), fp32_codes(u, &p)) break;
+    }
+    if (i < n) { /* the tail lies in one block: scale it as block_div_clamp would, then encode */
+        float tail[16];
+        size_t b = i / ps->block;
+        for (size_t k = i; k < n; k++) {
+            float y = src[k] / ps->div[b] + ps->add[b];
+            tail[k - i] = y < ps->lo ? ps->lo : y > ps->hi ? ps->hi : y;
+        }
+        lb__encode_scalar(f, LB_SATURATE, tail, n - i, d);
+    }
+    return LB_ENCODE_OK;
 }
 
 /* ----- codes -> fp32 ----- */
@@ -224,6 +276,12 @@ void lb__decode_avx512(const lb_format_info *f, const void *src, size_t n, float
 }
 
 #else /* no AVX-512 in this build: the scalar loops stand in */
+
+size_t lb__encode_prescaled_avx512(const lb_format_info *f, const float *src, size_t n, const lb__prescale *ps, void *dst)
+{
+    (void)f, (void)src, (void)n, (void)ps, (void)dst; /* never called: lb__encode_prescaled_kernel says so */
+    return LB_ENCODE_OK;
+}
 
 size_t lb__encode_avx512(const lb_format_info *f, lb_overflow mode, const float *src, size_t n, void *dst)
 {

@@ -133,6 +133,13 @@ static void encode_row(const qjob *j, const lb__qkernels *k, const float *x, scr
     const lb_qtensor *q = j->q;
     const lb_format_info *e = lb_format_get(j->spec->element);
     load_block_arrays(j, w);
+    size_t width;
+    lb__encode_prescaled_fn fused = lb__encode_prescaled_kernel(j->isa, &width);
+    if (fused && (q->block % width == 0 || q->block >= q->cols)) { /* one pass, the same bytes */
+        lb__prescale ps = {w->div, w->add, q->block, j->rules.clamp_lo, j->rules.clamp_hi};
+        fused(e, x, q->cols, &ps, w->codes);
+        return;
+    }
     k->block_div_clamp(x, q->cols, q->block, w->div, w->add, j->rules.clamp_lo, j->rules.clamp_hi, w->scaled);
     lb__encode_kernel(j->isa)(e, LB_SATURATE, w->scaled, q->cols, w->codes);
 }
