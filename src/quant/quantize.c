@@ -234,12 +234,18 @@ static lb_status row_stats(void *ctx, size_t begin, size_t end)
     return LB_OK;
 }
 
+/* Rows of zero points: one row for a tensor scale, else one per row. */
+static size_t zero_point_bytes(const lb_qtensor *q)
+{
+    return (q->spec.granularity == LB_GRAN_TENSOR ? 1 : q->rows) * q->zp_row_bytes;
+}
+
 void lb_qtensor_free(lb_qtensor *q)
 {
     if (!q) return;
     lb__free_large(q->data, q->rows * q->row_bytes);
     lb__free_large(q->scales, lb_format_bytes(q->spec.scale_format, q->scale_count));
-    lb__free_large(q->zero_points, q->rows * q->zp_row_bytes);
+    lb__free_large(q->zero_points, zero_point_bytes(q));
     free(q);
 }
 
@@ -258,7 +264,7 @@ static lb_status alloc_qtensor(const lb_qspec *spec, size_t rows, size_t cols, l
     q->data = lb__alloc_large(rows * q->row_bytes);
     q->scales = lb__alloc_large(scale_bytes);
     q->zp_row_bytes = lb_format_bytes(spec->element, q->scales_per_row);
-    if (spec->affine) q->zero_points = lb__alloc_large(rows * q->zp_row_bytes);
+    if (spec->affine) q->zero_points = lb__alloc_large(zero_point_bytes(q));
     if (!q->data || !q->scales || (spec->affine && !q->zero_points)) {
         lb_qtensor_free(q);
         return lb__fail(LB_ERR_NOMEM, "out of memory for a %zu x %zu quantized tensor", rows, cols);
@@ -395,7 +401,7 @@ lb_status lb_qtensor_view_get(const lb_qtensor *q, lb_qtensor_view *v)
     v->scale_bytes = lb_format_bytes(q->spec.scale_format, q->scale_count);
     v->zero_points = q->zero_points;
     v->zero_point_row_bytes = q->zero_points ? q->zp_row_bytes : 0;
-    v->zero_point_bytes = q->zero_points ? q->rows * q->zp_row_bytes : 0;
+    v->zero_point_bytes = q->zero_points ? zero_point_bytes(q) : 0;
     v->tensor_scale = q->tensor_scale;
     return LB_OK;
 }
