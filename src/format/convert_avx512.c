@@ -42,6 +42,7 @@ static inline __m512i minifloat_codes(__m512i u, const lb__enc_params *p, __mmas
     __m512i res = _mm512_mask_or_epi32(mag, neg, mag, V1(p->sign_bit));
     if (p->zero_drops_sign)
         res = _mm512_mask_mov_epi32(res, _mm512_cmpeq_epi32_mask(mag, _mm512_setzero_si512()), _mm512_setzero_si512());
+    if (!nan_bad) return res; /* in range and finite (see minifloat_codes_in_range) */
     __mmask16 ovf = _mm512_cmpgt_epu32_mask(mag, V1(p->max_mag));
     res = _mm512_mask_mov_epi32(res, ovf & ~neg, V1(p->ovf_pos));
     res = _mm512_mask_mov_epi32(res, ovf & neg, V1(p->ovf_neg));
@@ -60,6 +61,14 @@ static inline __m512i minifloat_codes(__m512i u, const lb__enc_params *p, __mmas
         }
     }
     return res;
+}
+
+/* For values already clamped to +-max finite, and finite: no overflow, inf
+ * or NaN can occur, so the special-value blends are skipped (a signed
+ * element format; the unsigned ones are scale formats only). */
+static inline __m512i minifloat_codes_in_range(__m512i u, const lb__enc_params *p)
+{
+    return minifloat_codes(u, p, NULL);
 }
 
 static inline __m512i e8m0_codes(__m512i u, const lb__enc_params *p)
@@ -81,6 +90,13 @@ static inline __m512i int_codes(__m512 x, const lb__enc_params *p, __mmask16 *na
     *nan_bad |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     __m512 r = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(p->int_lo)), _mm512_set1_ps(p->int_hi));
+    return _mm512_and_si512(_mm512_cvtps_epi32(r), V1(p->code_mask));
+}
+
+/* integers already clamped to the format's range: round and convert */
+static inline __m512i int_codes_in_range(__m512 x, const lb__enc_params *p)
+{
+    __m512 r = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     return _mm512_and_si512(_mm512_cvtps_epi32(r), V1(p->code_mask));
 }
 
@@ -187,9 +203,9 @@ size_t lb__encode_prescaled_avx512(const lb_format_info *f, const float *src, si
                          _mm512_set1_ps(ps->lo), _mm512_set1_ps(ps->hi)};
     size_t i = 0;
     switch (p.kind) { /* finite input: the NaN report of ENCODE_LOOP never fires */
-    case LB_CODEC_MINIFLOAT: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), minifloat_codes(u, &p, &bad)) break;
+    case LB_CODEC_MINIFLOAT: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), minifloat_codes_in_range(u, &p)) break;
     case LB_CODEC_E8M0: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), e8m0_codes(u, &p)) break;
-    case LB_CODEC_INT: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), int_codes(x, &p, &bad)) break;
+    case LB_CODEC_INT: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), int_codes_in_range(x, &p)) break;
     case LB_CODEC_FP32: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), fp32_codes(u, &p)) break;
     }
     if (i < n) { /* the tail lies in one block: scale it as block_div_clamp would, then encode */
