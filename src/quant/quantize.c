@@ -127,8 +127,8 @@ static void load_block_arrays(const qjob *j, scratch *w)
     }
 }
 
-/* Scales and encodes row x with w->chosen into w->codes (bulk layout). */
-static void encode_row(const qjob *j, const lb__qkernels *k, const float *x, scratch *w)
+/* Scales and encodes row x with w->chosen into dst (bulk layout). */
+static void encode_row(const qjob *j, const lb__qkernels *k, const float *x, scratch *w, uint8_t *dst)
 {
     const lb_qtensor *q = j->q;
     const lb_format_info *e = lb_format_get(j->spec->element);
@@ -137,11 +137,11 @@ static void encode_row(const qjob *j, const lb__qkernels *k, const float *x, scr
     lb__encode_prescaled_fn fused = lb__encode_prescaled_kernel(j->isa, &width);
     if (fused && (q->block % width == 0 || q->block >= q->cols)) { /* one pass, the same bytes */
         lb__prescale ps = {w->div, w->add, q->block, j->rules.clamp_lo, j->rules.clamp_hi};
-        fused(e, x, q->cols, &ps, w->codes);
+        fused(e, x, q->cols, &ps, dst);
         return;
     }
     k->block_div_clamp(x, q->cols, q->block, w->div, w->add, j->rules.clamp_lo, j->rules.clamp_hi, w->scaled);
-    lb__encode_kernel(j->isa)(e, LB_SATURATE, w->scaled, q->cols, w->codes);
+    lb__encode_kernel(j->isa)(e, LB_SATURATE, w->scaled, q->cols, dst);
 }
 
 /* Each block's squared error for the row just encoded in w->codes. */
@@ -153,13 +153,19 @@ static void row_errors(const qjob *j, const lb__qkernels *k, const float *x, scr
     k->block_sq_err(x, w->decoded, q->cols, q->block, w->err);
 }
 
+/* Where a row's final codes go: straight into the tensor, except 6-bit
+ * codes, which are encoded a byte each and packed by store_row. */
+static uint8_t *final_codes(const qjob *j, size_t r, scratch *w)
+{
+    if (lb_format_get(j->spec->element)->bits == 6) return w->codes;
+    return j->q->data + r * j->q->row_bytes;
+}
+
 static void store_row(const qjob *j, size_t r, scratch *w)
 {
     lb_qtensor *q = j->q;
     const lb_format_info *e = lb_format_get(j->spec->element), *sf = lb_format_get(j->spec->scale_format);
-    uint8_t *dst = q->data + r * q->row_bytes;
-    if (e->bits == 6) lb__pack6(w->codes, q->cols, dst);
-    else memcpy(dst, w->codes, q->row_bytes);
+    if (e->bits == 6) lb__pack6(w->codes, q->cols, q->data + r * q->row_bytes);
     if (j->spec->granularity == LB_GRAN_TENSOR) return; /* the one scale is stored once */
     size_t nb = blocks_per_row(q);
     for (size_t b = 0; b < nb; b++) {
@@ -195,7 +201,7 @@ static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
                     k->block_trial_err_int(x, q->cols, q->block, w.div, w.add, j->rules.clamp_lo, j->rules.clamp_hi,
                                            w.sub, w.mul, w.err);
                 } else {
-                    encode_row(j, k, x, &w);
+                    encode_row(j, k, x, &w, w.codes);
                     row_errors(j, k, x, &w);
                 }
                 for (size_t b = 0; b < nb; b++)
@@ -205,10 +211,11 @@ static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
         } else {
             row_scales(j, 1.0f, &w);
         }
-        encode_row(j, k, x, &w);
         if (j->final) {
+            encode_row(j, k, x, &w, final_codes(j, r, &w));
             store_row(j, r, &w);
         } else { /* per-tensor search: this row's error at the trial scale */
+            encode_row(j, k, x, &w, w.codes);
             row_errors(j, k, x, &w);
             j->row_err[r] = w.err[0];
         }
