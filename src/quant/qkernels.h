@@ -24,17 +24,20 @@ typedef struct lb__qkernels {
                             float hi, float *out);
     /* out[i] = (x[i] - sub[b]) * mul[b] */
     void (*block_sub_mul)(const float *x, size_t n, size_t block, const float *sub, const float *mul, float *out);
-    /* out[b] = sum over block b of ((double)x - (double)y)^2; element k of
-     * a block goes to partial sum k % 16, and the 16 sums are added in a
-     * fixed tree, so the result does not depend on the vector width */
-    void (*block_sq_err)(const float *x, const float *y, size_t n, size_t block, double *out);
-    /* The clipping search's inner loop for integer elements, fused: per
-     * block the squared error of (rne(min(max(x / div + add, lo), hi)) - sub)
-     * * mul against x, summed as block_sq_err sums. Equal, bit for bit, to
-     * block_div_clamp, the int encode and decode, block_sub_mul and
-     * block_sq_err in a row (integers decode exactly). */
+    /* The clipping search's error, in units of the block's scale: with
+     * y = x / div[b] + add[b] (unclamped), out[b] = sum of (y - q)^2 over the
+     * block, where q[i] is the value the code decodes to (the integer, for
+     * integer elements). fp32 throughout: y is bounded by the element range
+     * over the clipping ratio, so no square overflows. Element k of a block
+     * goes to partial sum k % 16, and the 16 sums are added in a fixed tree
+     * (lb__sum16f), so the result does not depend on the vector width. */
+    void (*block_scaled_err)(const float *x, const float *q, size_t n, size_t block, const float *div,
+                             const float *add, float *out);
+    /* The same for integer elements with q computed inline as
+     * rne(min(max(y, lo), hi)): equal, bit for bit, to block_div_clamp, the
+     * integer encode and decode, then block_scaled_err. */
     void (*block_trial_err_int)(const float *x, size_t n, size_t block, const float *div, const float *add,
-                                float lo, float hi, const float *sub, const float *mul, double *err);
+                                float lo, float hi, float *out);
     /* index of the first NaN or infinity, or n */
     size_t (*first_nonfinite)(const float *x, size_t n);
 } lb__qkernels;
@@ -49,10 +52,10 @@ extern const lb__qkernels lb__qkernels_scalar, lb__qkernels_avx2, lb__qkernels_a
     for (size_t start = 0, b = 0, len; start < (n); start += (block), b++)                      \
         if ((len = (n) - start < (block) ? (n) - start : (block)), 1)
 
-/* The fixed tree that adds the 16 partial sums of block_sq_err. */
-static inline double lb__sum16(const double s[16])
+/* The fixed tree that adds the 16 partial sums of the error kernels. */
+static inline float lb__sum16f(const float s[16])
 {
-    double t[8];
+    float t[8];
     for (int i = 0; i < 8; i++) t[i] = s[i] + s[i + 8];
     for (int i = 0; i < 4; i++) t[i] = t[i] + t[i + 4];
     return (t[0] + t[2]) + (t[1] + t[3]);

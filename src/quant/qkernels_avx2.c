@@ -108,61 +108,54 @@ static void block_sub_mul(const float *x, size_t n, size_t block, const float *s
     }
 }
 
-/* lb__sum16 in registers, the same additions in the same order: acc[q]
- * holds partial sums 4q..4q+3. */
-static inline double sum16(const __m256d acc[4])
+/* lb__sum16f in registers, the same additions in the same order: lo
+ * holds partial sums 0-7, hi 8-15. */
+static inline float sum16(__m256 lo, __m256 hi)
 {
-    __m256d a = _mm256_add_pd(acc[0], acc[2]), b = _mm256_add_pd(acc[1], acc[3]); /* s[i] + s[i+8] */
-    __m256d t4 = _mm256_add_pd(a, b);                                             /* t[i] + t[i+4] */
-    __m128d t2 = _mm_add_pd(_mm256_castpd256_pd128(t4), _mm256_extractf128_pd(t4, 1));
-    return _mm_cvtsd_f64(_mm_add_sd(t2, _mm_unpackhi_pd(t2, t2)));
+    __m256 t8 = _mm256_add_ps(lo, hi);                                                 /* s[i] + s[i+8] */
+    __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1)); /* t[i] + t[i+4] */
+    __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));                                /* t0+t2, t1+t3 */
+    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
-/* squared differences of 4 floats, widened to double */
-static inline __m256d sq4(__m128 a, __m128 c)
-{
-    __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(a), _mm256_cvtps_pd(c));
-    return _mm256_mul_pd(d, d);
-}
-
-static void block_sq_err(const float *x, const float *y, size_t n, size_t block, double *out)
+static void block_scaled_err(const float *x, const float *q, size_t n, size_t block, const float *div,
+                             const float *add, float *out)
 {
     FOR_BLOCKS(n, block) {
-        __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
-        for (size_t i = 0; i < len; i += 16) { /* 16 elements: partial sums 0-3, 4-7, 8-11, 12-15 */
+        const __m256 vd = _mm256_set1_ps(div[b]), va = _mm256_set1_ps(add[b]);
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (size_t i = 0; i < len; i += 16) { /* 16 elements: partial sums 0-7, then 8-15 */
             for (int h = 0; h < 2; h++) {
                 size_t at = i + 8 * (size_t)h, left = at < len ? len - at : 0;
                 __m256i k = tail_mask(left < 8 ? left : 8);
-                __m256 a = _mm256_maskload_ps(x + start + at, k), c = _mm256_maskload_ps(y + start + at, k);
-                acc[2 * h] = _mm256_add_pd(acc[2 * h], sq4(_mm256_castps256_ps128(a), _mm256_castps256_ps128(c)));
-                acc[2 * h + 1] = _mm256_add_pd(acc[2 * h + 1], sq4(_mm256_extractf128_ps(a, 1), _mm256_extractf128_ps(c, 1)));
+                __m256 y = _mm256_add_ps(_mm256_div_ps(_mm256_maskload_ps(x + start + at, k), vd), va);
+                __m256 e = _mm256_and_ps(_mm256_sub_ps(y, _mm256_maskload_ps(q + start + at, k)), _mm256_castsi256_ps(k));
+                acc[h] = _mm256_add_ps(acc[h], _mm256_mul_ps(e, e));
             }
         }
-        out[b] = sum16(acc);
+        out[b] = sum16(acc[0], acc[1]);
     }
 }
 
 static void block_trial_err_int(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,
-                                float hi, const float *sub, const float *mul, double *err)
+                                float hi, float *out)
 {
     const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
     FOR_BLOCKS(n, block) {
         const __m256 vd = _mm256_set1_ps(div[b]), va = _mm256_set1_ps(add[b]);
-        const __m256 vs = _mm256_set1_ps(sub[b]), vm = _mm256_set1_ps(mul[b]);
-        __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         for (size_t i = 0; i < len; i += 16) {
             for (int h = 0; h < 2; h++) {
                 size_t at = i + 8 * (size_t)h, left = at < len ? len - at : 0;
                 __m256i k = tail_mask(left < 8 ? left : 8);
-                __m256 v = _mm256_maskload_ps(x + start + at, k);
-                __m256 y = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(_mm256_div_ps(v, vd), va), vlo), vhi);
-                __m256 q = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                __m256 xh = _mm256_and_ps(_mm256_mul_ps(_mm256_sub_ps(q, vs), vm), _mm256_castsi256_ps(k));
-                acc[2 * h] = _mm256_add_pd(acc[2 * h], sq4(_mm256_castps256_ps128(v), _mm256_castps256_ps128(xh)));
-                acc[2 * h + 1] = _mm256_add_pd(acc[2 * h + 1], sq4(_mm256_extractf128_ps(v, 1), _mm256_extractf128_ps(xh, 1)));
+                __m256 y = _mm256_add_ps(_mm256_div_ps(_mm256_maskload_ps(x + start + at, k), vd), va);
+                __m256 c = _mm256_round_ps(_mm256_min_ps(_mm256_max_ps(y, vlo), vhi),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                __m256 e = _mm256_and_ps(_mm256_sub_ps(y, c), _mm256_castsi256_ps(k));
+                acc[h] = _mm256_add_ps(acc[h], _mm256_mul_ps(e, e));
             }
         }
-        err[b] = sum16(acc);
+        out[b] = sum16(acc[0], acc[1]);
     }
 }
 
@@ -176,8 +169,8 @@ static size_t first_nonfinite(const float *x, size_t n)
     return i + lb__qkernels_scalar.first_nonfinite(x + i, n - i);
 }
 
-const lb__qkernels lb__qkernels_avx2 = {block_absmax, block_minmax, block_div_clamp, block_sub_mul, block_sq_err,
-                                        block_trial_err_int, first_nonfinite};
+const lb__qkernels lb__qkernels_avx2 = {block_absmax, block_minmax, block_div_clamp, block_sub_mul,
+                                        block_scaled_err, block_trial_err_int, first_nonfinite};
 #else
 const lb__qkernels lb__qkernels_avx2 = {0};
 #endif

@@ -9,14 +9,13 @@
 
 static inline __mmask16 tail_mask(size_t k) { return (__mmask16)((1u << k) - 1); }
 
-/* lb__sum16 in registers, the same additions in the same order: lo holds
- * partial sums 0-7, hi 8-15. */
-static inline double sum16(__m512d lo, __m512d hi)
+/* lb__sum16f in registers, the same additions in the same order. */
+static inline float sum16(__m512 s)
 {
-    __m512d t8 = _mm512_add_pd(lo, hi);                                                      /* s[i] + s[i+8] */
-    __m256d t4 = _mm256_add_pd(_mm512_castpd512_pd256(t8), _mm512_extractf64x4_pd(t8, 1)); /* t[i] + t[i+4] */
-    __m128d t2 = _mm_add_pd(_mm256_castpd256_pd128(t4), _mm256_extractf128_pd(t4, 1));      /* t0+t2, t1+t3 */
-    return _mm_cvtsd_f64(_mm_add_sd(t2, _mm_unpackhi_pd(t2, t2)));
+    __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(s), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+    __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1)); /* t[i] + t[i+4] */
+    __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));                                /* t0+t2, t1+t3 */
+    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
 /* lanes whose |v| is infinite or NaN (not less than inf, unordered) */
@@ -100,47 +99,46 @@ static void block_sub_mul(const float *x, size_t n, size_t block, const float *s
     }
 }
 
-static void block_sq_err(const float *x, const float *y, size_t n, size_t block, double *out)
+static void block_scaled_err(const float *x, const float *q, size_t n, size_t block, const float *div,
+                             const float *add, float *out)
 {
     FOR_BLOCKS(n, block) {
-        /* partial sum k % 16: lanes 0-7 in lo, 8-15 in hi */
-        __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
-        size_t i = 0;
-        for (; i < len; i += 16) {
+        const __m512 vd = _mm512_set1_ps(div[b]), va = _mm512_set1_ps(add[b]);
+        __m512 acc = _mm512_setzero_ps();
+        for (size_t i = 0; i < len; i += 16) {
             __mmask16 k = len - i >= 16 ? (__mmask16)0xFFFF : tail_mask(len - i);
-            __m512 a = _mm512_maskz_loadu_ps(k, x + start + i), c = _mm512_maskz_loadu_ps(k, y + start + i);
-            __m512d d0 = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)),
-                                       _mm512_cvtps_pd(_mm512_castps512_ps256(c)));
-            __m512d d1 = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))),
-                                       _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c), 1))));
-            lo = _mm512_add_pd(lo, _mm512_mul_pd(d0, d0));
-            hi = _mm512_add_pd(hi, _mm512_mul_pd(d1, d1));
+            __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(k, x + start + i), vd), va);
+            __m512 e = _mm512_maskz_sub_ps(k, y, _mm512_maskz_loadu_ps(k, q + start + i)); /* off lanes: 0 */
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(e, e));
         }
-        out[b] = sum16(lo, hi);
+        out[b] = sum16(acc);
     }
 }
 
 static void block_trial_err_int(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,
-                                float hi, const float *sub, const float *mul, double *err)
+                                float hi, float *out)
 {
     const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
     FOR_BLOCKS(n, block) {
         const __m512 vd = _mm512_set1_ps(div[b]), va = _mm512_set1_ps(add[b]);
-        const __m512 vs = _mm512_set1_ps(sub[b]), vm = _mm512_set1_ps(mul[b]);
-        __m512d accl = _mm512_setzero_pd(), acch = _mm512_setzero_pd();
-        for (size_t i = 0; i < len; i += 16) {
-            __mmask16 k = len - i >= 16 ? (__mmask16)0xFFFF : tail_mask(len - i);
-            __m512 v = _mm512_maskz_loadu_ps(k, x + start + i);
-            __m512 y = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(_mm512_div_ps(v, vd), va), vlo), vhi);
-            __m512 q = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            __m512 xh = _mm512_maskz_mov_ps(k, _mm512_mul_ps(_mm512_sub_ps(q, vs), vm)); /* off lanes: 0 - 0 */
-            __m512d d0 = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), _mm512_cvtps_pd(_mm512_castps512_ps256(xh)));
-            __m512d d1 = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))),
-                                       _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(xh), 1))));
-            accl = _mm512_add_pd(accl, _mm512_mul_pd(d0, d0));
-            acch = _mm512_add_pd(acch, _mm512_mul_pd(d1, d1));
+        __m512 acc = _mm512_setzero_ps();
+        size_t i = 0;
+        for (; i + 16 <= len; i += 16) {
+            __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_loadu_ps(x + start + i), vd), va);
+            __m512 c = _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(y, vlo), vhi),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m512 e = _mm512_sub_ps(y, c);
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(e, e));
         }
-        err[b] = sum16(accl, acch);
+        if (i < len) {
+            __mmask16 k = tail_mask(len - i);
+            __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(k, x + start + i), vd), va);
+            __m512 c = _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(y, vlo), vhi),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m512 e = _mm512_maskz_sub_ps(k, y, c);
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(e, e));
+        }
+        out[b] = sum16(acc);
     }
 }
 
@@ -154,8 +152,8 @@ static size_t first_nonfinite(const float *x, size_t n)
     return i + lb__qkernels_scalar.first_nonfinite(x + i, n - i);
 }
 
-const lb__qkernels lb__qkernels_avx512 = {block_absmax, block_minmax, block_div_clamp, block_sub_mul, block_sq_err,
-                                          block_trial_err_int, first_nonfinite};
+const lb__qkernels lb__qkernels_avx512 = {block_absmax, block_minmax, block_div_clamp, block_sub_mul,
+                                          block_scaled_err, block_trial_err_int, first_nonfinite};
 #else
 const lb__qkernels lb__qkernels_avx512 = {0};
 #endif

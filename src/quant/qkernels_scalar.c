@@ -53,31 +53,31 @@ static void block_sub_mul(const float *x, size_t n, size_t block, const float *s
     }
 }
 
-static void block_sq_err(const float *x, const float *y, size_t n, size_t block, double *out)
+static void block_scaled_err(const float *x, const float *q, size_t n, size_t block, const float *div,
+                             const float *add, float *out)
 {
     FOR_BLOCKS(n, block) {
-        double s[16] = {0};
+        float s[16] = {0};
         for (size_t i = 0; i < len; i++) {
-            double d = (double)x[start + i] - (double)y[start + i];
-            s[i % 16] += d * d;
+            float e = (x[start + i] / div[b] + add[b]) - q[start + i];
+            s[i % 16] += e * e;
         }
-        out[b] = lb__sum16(s);
+        out[b] = lb__sum16f(s);
     }
 }
 
 static void block_trial_err_int(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,
-                                float hi, const float *sub, const float *mul, double *err)
+                                float hi, float *out)
 {
     FOR_BLOCKS(n, block) {
-        double s[16] = {0};
+        float s[16] = {0};
         for (size_t i = 0; i < len; i++) {
             float y = x[start + i] / div[b] + add[b];
-            y = y < lo ? lo : y > hi ? hi : y;
-            float q = (float)lb__round_half_even((double)y);
-            double d = (double)x[start + i] - (double)((q - sub[b]) * mul[b]);
-            s[i % 16] += d * d;
+            float c = y < lo ? lo : y > hi ? hi : y;
+            float e = y - (float)lb__round_half_even((double)c);
+            s[i % 16] += e * e;
         }
-        err[b] = lb__sum16(s);
+        out[b] = lb__sum16f(s);
     }
 }
 
@@ -88,8 +88,8 @@ static size_t first_nonfinite(const float *x, size_t n)
     return n;
 }
 
-const lb__qkernels lb__qkernels_scalar = {block_absmax, block_minmax, block_div_clamp, block_sub_mul, block_sq_err,
-                                          block_trial_err_int, first_nonfinite};
+const lb__qkernels lb__qkernels_scalar = {block_absmax, block_minmax, block_div_clamp, block_sub_mul,
+                                          block_scaled_err, block_trial_err_int, first_nonfinite};
 
 const lb__qkernels *lb__qkernels_get(lb_isa isa)
 {

@@ -45,16 +45,17 @@ typedef struct scratch {
     float *div, *add;       /* what block_div_clamp divides by and adds */
     float *stmp;            /* scale rules' scratch: a float and 4 code bytes per block */
     uint8_t *scodes;
-    float *sub, *mul;       /* what block_sub_mul takes away and multiplies by */
-    double *err, *best_err;
+    float *mul;             /* each block's true divisor (0 for an all-zero block) */
+    float *serr;            /* per block: squared error in units of the scale */
+    double *err, *best_err; /* per block: squared error */
 } scratch;
 
 static void scratch_free(scratch *w)
 {
     free(w->scaled), free(w->decoded), free(w->codes), free(w->chosen), free(w->best);
-    free(w->amax), free(w->lo), free(w->hi), free(w->div), free(w->add), free(w->sub), free(w->mul);
+    free(w->amax), free(w->lo), free(w->hi), free(w->div), free(w->add), free(w->mul);
     free(w->stmp), free(w->scodes);
-    free(w->err), free(w->best_err);
+    free(w->err), free(w->best_err), free(w->serr);
 }
 
 static lb_status scratch_alloc(scratch *w, size_t cols, size_t nb)
@@ -67,11 +68,12 @@ static lb_status scratch_alloc(scratch *w, size_t cols, size_t nb)
     w->best = malloc(nb * sizeof *w->best);
     w->amax = malloc(nb * sizeof(float)), w->lo = malloc(nb * sizeof(float)), w->hi = malloc(nb * sizeof(float));
     w->div = malloc(nb * sizeof(float)), w->add = malloc(nb * sizeof(float));
-    w->sub = malloc(nb * sizeof(float)), w->mul = malloc(nb * sizeof(float));
+    w->mul = malloc(nb * sizeof(float));
     w->stmp = malloc(nb * sizeof(float)), w->scodes = malloc(nb * 4);
     w->err = malloc(nb * sizeof(double)), w->best_err = malloc(nb * sizeof(double));
+    w->serr = malloc(nb * sizeof(float));
     if (w->scaled && w->decoded && w->codes && w->chosen && w->best && w->amax && w->lo && w->hi && w->div &&
-        w->add && w->sub && w->mul && w->err && w->best_err && w->stmp && w->scodes)
+        w->add && w->mul && w->err && w->best_err && w->stmp && w->scodes && w->serr)
         return LB_OK;
     scratch_free(w);
     return lb__fail(LB_ERR_NOMEM, "out of memory for a row of %zu values", cols);
@@ -122,9 +124,16 @@ static void load_block_arrays(const qjob *j, scratch *w)
         const lb__block_scale *c = &w->chosen[b];
         w->div[b] = c->divisor != 0 ? c->divisor : 1.0f;
         w->add[b] = j->spec->affine ? (float)c->zero_point : -0.0f;
-        w->sub[b] = (float)c->zero_point;
         w->mul[b] = c->divisor;
     }
+}
+
+/* w->err[b] = w->serr[b] * divisor^2: errors in the scale's units back in
+ * the data's (an all-zero block has divisor 0 and no error). */
+static void scale_errors(const lb_qtensor *q, scratch *w)
+{
+    for (size_t b = 0, nb = blocks_per_row(q); b < nb; b++)
+        w->err[b] = (double)w->serr[b] * (double)w->mul[b] * (double)w->mul[b];
 }
 
 /* Scales and encodes row x with w->chosen into dst (bulk layout). */
@@ -144,13 +153,15 @@ static void encode_row(const qjob *j, const lb__qkernels *k, const float *x, scr
     lb__encode_kernel(j->isa)(e, LB_SATURATE, w->scaled, q->cols, dst);
 }
 
-/* Each block's squared error for the row just encoded in w->codes. */
+/* Each block's squared error, in the data's units, for the row just
+ * encoded in w->codes: the kernels measure it in units of the scale (which
+ * keeps fp32 squares in range), then it is scaled back in double. */
 static void row_errors(const qjob *j, const lb__qkernels *k, const float *x, scratch *w)
 {
     const lb_qtensor *q = j->q;
     lb__decode_kernel(j->isa)(lb_format_get(j->spec->element), w->codes, q->cols, w->decoded);
-    k->block_sub_mul(w->decoded, q->cols, q->block, w->sub, w->mul, w->decoded);
-    k->block_sq_err(x, w->decoded, q->cols, q->block, w->err);
+    k->block_scaled_err(x, w->decoded, q->cols, q->block, w->div, w->add, w->serr);
+    scale_errors(q, w);
 }
 
 /* Where a row's final codes go: straight into the tensor, except 6-bit
@@ -199,7 +210,8 @@ static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
                 if (fused) { /* integers: one pass, no codes */
                     load_block_arrays(j, &w);
                     k->block_trial_err_int(x, q->cols, q->block, w.div, w.add, j->rules.clamp_lo, j->rules.clamp_hi,
-                                           w.sub, w.mul, w.err);
+                                           w.serr);
+                    scale_errors(q, &w);
                 } else {
                     encode_row(j, k, x, &w, w.codes);
                     row_errors(j, k, x, &w);
