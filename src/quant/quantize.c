@@ -120,12 +120,17 @@ static void row_scales(const qjob *j, float ratio, scratch *w)
  * negative zero (or a negative value that underflowed to -0) into +0. */
 static void load_block_arrays(const qjob *j, scratch *w)
 {
-    for (size_t b = 0, nb = blocks_per_row(j->q); b < nb; b++) {
-        const lb__block_scale *c = &w->chosen[b];
-        w->div[b] = c->divisor != 0 ? c->divisor : 1.0f;
-        w->add[b] = j->spec->affine ? (float)c->zero_point : -0.0f;
-        w->mul[b] = c->divisor;
+    const lb__block_scale *c = w->chosen;
+    float *div = w->div, *add = w->add, *mul = w->mul; /* locals: the stores cannot alias them */
+    size_t nb = blocks_per_row(j->q);
+    for (size_t b = 0; b < nb; b++) {
+        div[b] = c[b].divisor != 0 ? c[b].divisor : 1.0f;
+        mul[b] = c[b].divisor;
     }
+    if (j->spec->affine)
+        for (size_t b = 0; b < nb; b++) add[b] = (float)c[b].zero_point;
+    else
+        for (size_t b = 0; b < nb; b++) add[b] = -0.0f;
 }
 
 /* w->err[b] = w->serr[b] * divisor^2: errors in the scale's units back in

@@ -7,6 +7,7 @@
 #include "format/codec.h"
 #include "format/codec_fast.h"
 #include "format/convert.h"
+#include "quant/qkernels.h"
 #include "quant/quant_internal.h"
 
 static uint32_t f32_bits(float x)
@@ -128,17 +129,19 @@ static void scales_symmetric(const lb__scale_rules *r, lb_isa isa, size_t n, con
                              lb__block_scale *out, float *tmp, uint8_t *codes)
 {
     const lb_format_info *sf = lb_format_get(r->spec.scale_format);
+    const lb__qkernels *k = lb__qkernels_get(isa); /* the divisions, vectorized; exact either way */
+    const float zero = 0.0f, neg_zero = -0.0f; /* x - 0 and x + (-0) are x */
     if (r->spec.two_level) {
         /* ModelOpt nvfp4_tensor.py: amax_block / (6 * scale_2); an all-zero
          * block gets 1.0; tiny ones are floored at the scale format's
          * smallest value (2^-9 for E4M3) instead of flushing to 0 */
         float denom = r->elem_max * r->tensor_scale;
-        for (size_t b = 0; b < n; b++) {
-            float bs = amax[b] == 0 ? 1.0f : amax[b] / denom;
-            tmp[b] = bs < r->scale_floor ? r->scale_floor : bs;
-        }
-    } else {
-        for (size_t b = 0; b < n; b++) tmp[b] = (amax[b] * ratio) / r->elem_max;
+        k->block_div_clamp(amax, n, n, &denom, &neg_zero, r->scale_floor, INFINITY, tmp);
+        for (size_t b = 0; b < n; b++)
+            if (amax[b] == 0) tmp[b] = 1.0f;
+    } else { /* (amax * ratio) / elem_max */
+        k->block_sub_mul(amax, n, n, &zero, &ratio, tmp);
+        k->block_div_clamp(tmp, n, n, &r->elem_max, &neg_zero, -INFINITY, INFINITY, tmp);
     }
     lb__encode_kernel(isa)(sf, LB_SATURATE, tmp, n, codes);
     lb__decode_kernel(isa)(sf, codes, n, tmp);
