@@ -115,30 +115,69 @@ static void block_scaled_err(const float *x, const float *q, size_t n, size_t bl
     }
 }
 
+/* lb__sum16f of 16 vectors at once, lane j of the result for vector j: a
+ * transposing tree whose levels pair the same lanes as lb__sum16f's
+ * (i with i+8, i with i+4, i with i+2, i with i+1), so each sum is the same
+ * bits, then a permute into vector order. */
+static inline __m512 sum16x16(const __m512 m[16])
+{
+    __m512 a[8], c[4], d[2];
+    for (int k = 0; k < 8; k++)
+        a[k] = _mm512_add_ps(_mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], 0x44),
+                             _mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], 0xEE));
+    for (int k = 0; k < 4; k++)
+        c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x88),
+                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xDD));
+    for (int k = 0; k < 2; k++)
+        d[k] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0x44),
+                             _mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0xEE));
+    __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(order, e);
+}
+
+/* One block's partial sums (lane k: elements k, k+16, ...) of the fused
+ * integer trial. */
+static inline __m512 trial_int_lanes(const float *x, size_t len, __m512 vd, __m512 va, __m512 vlo, __m512 vhi)
+{
+    __m512 acc = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+        __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), vd), va);
+        __m512 c = _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(y, vlo), vhi),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 e = _mm512_sub_ps(y, c);
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(e, e));
+    }
+    if (i < len) {
+        __mmask16 k = tail_mask(len - i);
+        __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), vd), va);
+        __m512 c = _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(y, vlo), vhi),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 e = _mm512_maskz_sub_ps(k, y, c);
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(e, e));
+    }
+    return acc;
+}
+
 static void block_trial_err_int(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,
                                 float hi, float *out)
 {
     const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-    FOR_BLOCKS(n, block) {
-        const __m512 vd = _mm512_set1_ps(div[b]), va = _mm512_set1_ps(add[b]);
-        __m512 acc = _mm512_setzero_ps();
-        size_t i = 0;
-        for (; i + 16 <= len; i += 16) {
-            __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_loadu_ps(x + start + i), vd), va);
-            __m512 c = _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(y, vlo), vhi),
-                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            __m512 e = _mm512_sub_ps(y, c);
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(e, e));
+    size_t b0 = 0;
+    /* 16 whole blocks at a time: their sums reduce together, not one by one */
+    for (size_t full = n / block; b0 + 16 <= full; b0 += 16) {
+        __m512 acc[16];
+        for (int j = 0; j < 16; j++) {
+            size_t b = b0 + (size_t)j;
+            acc[j] = trial_int_lanes(x + b * block, block, _mm512_set1_ps(div[b]), _mm512_set1_ps(add[b]), vlo, vhi);
         }
-        if (i < len) {
-            __mmask16 k = tail_mask(len - i);
-            __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(k, x + start + i), vd), va);
-            __m512 c = _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(y, vlo), vhi),
-                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            __m512 e = _mm512_maskz_sub_ps(k, y, c);
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(e, e));
-        }
-        out[b] = sum16(acc);
+        _mm512_storeu_ps(out + b0, sum16x16(acc));
+    }
+    size_t rest = b0 * block;
+    FOR_BLOCKS(n - rest, block) {
+        size_t bb = b0 + b;
+        out[bb] = sum16(trial_int_lanes(x + rest + start, len, _mm512_set1_ps(div[bb]), _mm512_set1_ps(add[bb]), vlo, vhi));
     }
 }
 
