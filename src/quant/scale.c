@@ -145,16 +145,20 @@ static void scales_symmetric(const lb__scale_rules *r, lb_isa isa, size_t n, con
     }
     lb__encode_kernel(isa)(sf, LB_SATURATE, tmp, n, codes);
     lb__decode_kernel(isa)(sf, codes, n, tmp);
+    /* plain loops, one per case, so that they stay branch-light */
+    if (sf->bits == 8)
+        for (size_t b = 0; b < n; b++) out[b].code = codes[b];
+    else
+        for (size_t b = 0; b < n; b++) out[b].code = lb__load_code(sf, codes, b);
+    if (r->spec.two_level) {
+        for (size_t b = 0; b < n; b++)
+            out[b].value = tmp[b], out[b].divisor = tmp[b] * r->tensor_scale, out[b].zero_point = 0;
+        return;
+    }
+    for (size_t b = 0; b < n; b++) out[b].value = out[b].divisor = tmp[b], out[b].zero_point = 0;
     for (size_t b = 0; b < n; b++) {
-        lb__block_scale *s = &out[b];
-        s->code = lb__load_code(sf, codes, b);
-        s->value = tmp[b];
-        s->zero_point = 0;
-        if (!r->spec.two_level) {
-            if (amax[b] == 0) zero_block(r, s); /* nothing to scale: every element is 0 */
-            else if (s->value == 0) store_positive(r, 0.0f, s);
-        }
-        s->divisor = r->spec.two_level ? s->value * r->tensor_scale : s->value;
+        if (amax[b] == 0) zero_block(r, &out[b]); /* nothing to scale: every element is 0 */
+        else if (out[b].value == 0) store_positive(r, 0.0f, &out[b]), out[b].divisor = out[b].value;
     }
 }
 
