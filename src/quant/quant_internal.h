@@ -69,6 +69,11 @@ void lb__scale_divisors(const lb__scale_rules *r, lb_isa isa, const uint8_t *cod
 int lb__zero_point(const lb_qtensor *q, size_t r, size_t b);
 void lb__store_zero_point(lb_qtensor *q, size_t r, size_t b, int zp);
 
+/* Row r's per-block divisors (mul) and zero points (sub, 0 unless
+ * affine), each array holding scales_per_row entries (one for tensor
+ * granularity): what dequantization and the statistics both need. */
+void lb__row_scales(const lb_qtensor *q, const lb__scale_rules *rules, lb_isa isa, size_t r, float *mul, float *sub);
+
 /* 6-bit codes: one per byte <-> the dense little-endian bit stream. */
 void lb__pack6(const uint8_t *codes, size_t n, uint8_t *out);
 void lb__unpack6(const uint8_t *packed, size_t n, uint8_t *codes);

@@ -375,7 +375,7 @@ static lb_status dequantize_rows(void *ctx, size_t begin, size_t end)
     const qjob *j = ctx;
     const lb_qtensor *q = j->q;
     const lb__qkernels *k = lb__qkernels_get(j->isa);
-    const lb_format_info *e = lb_format_get(q->spec.element), *sf = lb_format_get(q->spec.scale_format);
+    const lb_format_info *e = lb_format_get(q->spec.element);
     size_t nb = blocks_per_row(q);
     uint8_t *codes = e->bits == 6 ? malloc(q->cols) : NULL;
     float *sub = malloc(nb * sizeof(float)), *mul = malloc(nb * sizeof(float));
@@ -388,13 +388,7 @@ static lb_status dequantize_rows(void *ctx, size_t begin, size_t end)
         if (codes) lb__unpack6(src, q->cols, codes), src = codes;
         float *o = j->out + r * q->cols;
         lb__decode_kernel(j->isa)(e, src, q->cols, o);
-        if (q->spec.granularity == LB_GRAN_TENSOR) {
-            lb__scale_divisors(&j->rules, j->isa, q->scales, 1, mul);
-            sub[0] = q->zero_points ? (float)lb__zero_point(q, 0, 0) : 0.0f;
-        } else {
-            lb__scale_divisors(&j->rules, j->isa, q->scales + lb_format_bytes(sf->id, r * nb), nb, mul);
-            for (size_t b = 0; b < nb; b++) sub[b] = q->zero_points ? (float)lb__zero_point(q, r, b) : 0.0f;
-        }
+        lb__row_scales(q, &j->rules, j->isa, r, mul, sub);
         k->block_sub_mul(o, q->cols, q->block, sub, mul, o);
     }
     lb__fenv_end(&g);
@@ -442,4 +436,13 @@ void lb__store_zero_point(lb_qtensor *q, size_t r, size_t b, int zp)
 {
     const lb_format_info *e = lb_format_get(q->spec.element);
     lb__store_code(e, q->zero_points + r * q->zp_row_bytes, b, (uint32_t)zp & ((1u << e->bits) - 1));
+}
+
+void lb__row_scales(const lb_qtensor *q, const lb__scale_rules *rules, lb_isa isa, size_t r, float *mul, float *sub)
+{
+    /* tensor granularity: one block per row, the one stored scale */
+    int tensor = q->spec.granularity == LB_GRAN_TENSOR;
+    size_t nb = tensor ? 1 : q->scales_per_row, first = tensor ? 0 : r * nb;
+    lb__scale_divisors(rules, isa, q->scales + lb_format_bytes(q->spec.scale_format, first), nb, mul);
+    for (size_t b = 0; b < nb; b++) sub[b] = q->zero_points ? (float)lb__zero_point(q, tensor ? 0 : r, b) : 0.0f;
 }

@@ -1,5 +1,6 @@
 /* Error statistics of a quantized tensor against its original. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "format/convert.h"
 #include "quant/quant_internal.h"
@@ -12,28 +13,28 @@ lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor 
     size_t n = q->rows * q->cols, nb = q->scales_per_row;
     double se = 0, ae = 0, sig = 0, maxe = -1;
     size_t maxi = 0, saturated = 0, flushed = 0;
+    float *mul = malloc(nb * sizeof *mul), *sub = malloc(nb * sizeof *sub);
+    if (!mul || !sub) {
+        free(mul), free(sub);
+        return lb__fail(LB_ERR_NOMEM, "out of memory");
+    }
     lb__fenv_guard g;
     lb__fenv_begin(&g);
     lb__scale_rules rules;
     lb__scale_rules_init(&q->spec, &rules);
     rules.tensor_scale = q->tensor_scale;
-    float lo_code = rules.clamp_lo, hi_code = rules.clamp_hi;
+    /* what a block can hold: [(lo - zp) d, (hi - zp) d], widened by fp32
+     * rounding of the scale (so that the absmax value itself, which lands
+     * on the top code, does not count as clipped) and, for affine, by the
+     * half step that rounding the zero point can leave between the range
+     * and the top code */
+    double slack = 1 + 0x1p-22, half = q->zero_points ? 0.5 : 0;
     for (size_t r = 0; r < q->rows; r++) {
+        lb__row_scales(q, &rules, LB_ISA_SCALAR, r, mul, sub);
         for (size_t b = 0; b < nb; b++) {
             size_t start = b * q->block, len = q->cols - start < q->block ? q->cols - start : q->block;
-            size_t si = q->spec.granularity == LB_GRAN_TENSOR ? 0 : r * nb + b;
-            float df;
-            lb__scale_divisors(&rules, LB_ISA_SCALAR, q->scales + lb_format_bytes(sf->id, si), 1, &df);
-            double d = df;
-            int tensor = q->spec.granularity == LB_GRAN_TENSOR;
-            double zp = q->zero_points ? lb__zero_point(q, tensor ? 0 : r, tensor ? 0 : b) : 0;
-            /* what the block can hold: [(lo - zp) d, (hi - zp) d], widened by
-             * fp32 rounding of the scale (so that the absmax value itself,
-             * which lands on the top code, does not count as clipped) and,
-             * for affine, by the half step that rounding the zero point can
-             * leave between the range and the top code */
-            double slack = 1 + 0x1p-22, half = q->zero_points ? 0.5 : 0;
-            double lo = (lo_code - zp - half) * d * slack, hi = (hi_code - zp + half) * d * slack;
+            double d = mul[b], zp = sub[b];
+            double lo = (rules.clamp_lo - zp - half) * d * slack, hi = (rules.clamp_hi - zp + half) * d * slack;
             for (size_t i = r * q->cols + start, end = i + len; i < end; i++) {
                 double v = x[i], err = fabs(v - (double)xhat[i]);
                 se += err * err;
@@ -46,6 +47,7 @@ lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor 
         }
     }
     lb__fenv_end(&g);
+    free(mul), free(sub);
     out->count = n;
     out->mse = se / (double)n;
     out->rmse = sqrt(out->mse);

@@ -146,30 +146,28 @@ IDEMPOTENT = ["int8:tensor", "int8:channel", "int8:g32", "int4:g32", "int4:g128"
               "mxfp8_e4m3:round=even", "int4:g32:clip=mse", "int8:tensor:clip=mse"]
 
 
+def requantized_moves(spec, seed):
+    """Quantizes a wide-range heavy-tailed tensor, then its dequantized
+    values: does any data byte, scale byte or dequantized value change?"""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_t(3, (9, 100)) * np.exp(rng.uniform(-30, 8))).astype(f32)
+    q1 = q_ok(spec, x)
+    q2 = q_ok(spec, q1.dequantized)
+    return not ((q1.data == q2.data).all() and (q1.scales == q2.scales).all() and
+                (q1.dequantized.view(np.uint32) == q2.dequantized.view(np.uint32)).all())
+
+
 @pytest.mark.parametrize("spec", IDEMPOTENT)
 def test_requantizing_the_dequantized_tensor_changes_nothing(spec):
     for seed in range(12):
-        rng = np.random.default_rng(seed)
-        x = (rng.standard_t(3, (9, 100)) * np.exp(rng.uniform(-30, 8))).astype(f32)
-        q1 = q_ok(spec, x)
-        q2 = q_ok(spec, q1.dequantized)
-        assert (q1.data == q2.data).all() and (q1.scales == q2.scales).all(), (spec, seed)
-        assert (q1.dequantized.view(np.uint32) == q2.dequantized.view(np.uint32)).all()
+        assert not requantized_moves(spec, seed), (spec, seed)
 
 
 @pytest.mark.parametrize("spec", ["int4:g128:affine", "mxfp4:round=rceil", "mxfp4:round=ceil", "nvfp4",
                                   "fp8_e4m3:g16:scale=ue4m3:twolevel", "int8:g16:scale=fp16"])
 def test_non_idempotent_specs_really_are_not(spec):
     # the list above is exact in this direction too: each of these moves on some input
-    moved = 0
-    for seed in range(40):
-        rng = np.random.default_rng(seed)
-        x = (rng.standard_t(3, (9, 100)) * np.exp(rng.uniform(-30, 8))).astype(f32)
-        q1 = q_ok(spec, x)
-        q2 = q_ok(spec, q1.dequantized)
-        moved += not ((q1.data == q2.data).all() and (q1.scales == q2.scales).all() and
-                      (q1.dequantized.view(np.uint32) == q2.dequantized.view(np.uint32)).all())
-    assert moved > 0
+    assert any(requantized_moves(spec, seed) for seed in range(40))
 
 
 # ---------------------------------------------------------------- invariance
