@@ -115,9 +115,8 @@ static void row_scales(const qjob *j, float ratio, scratch *w)
 }
 
 /* Loads the per-block arrays from w->chosen. A zero divisor (an all-zero
- * block) divides by 1: its values are all +-0 already. Symmetric specs add
- * -0, not +0: x + (-0) is x for every x, while -0 + (+0) would turn a
- * negative zero (or a negative value that underflowed to -0) into +0. */
+ * block) divides by 1: its values are all +-0 already. Symmetric specs keep
+ * add[] at -0 from symmetric_adds. */
 static void load_block_arrays(const qjob *j, scratch *w)
 {
     const lb__block_scale *c = w->chosen;
@@ -129,8 +128,15 @@ static void load_block_arrays(const qjob *j, scratch *w)
     }
     if (j->spec->affine)
         for (size_t b = 0; b < nb; b++) add[b] = (float)c[b].zero_point;
-    else
-        for (size_t b = 0; b < nb; b++) add[b] = -0.0f;
+}
+
+/* Symmetric specs add -0, not +0, after the division: x + (-0) is x for
+ * every x, while -0 + (+0) would turn a negative zero (or a negative value
+ * that underflowed to -0) into +0. Set once per call of quantize_rows. */
+static void symmetric_adds(const qjob *j, scratch *w)
+{
+    if (j->spec->affine) return;
+    for (size_t b = 0, nb = blocks_per_row(j->q); b < nb; b++) w->add[b] = -0.0f;
 }
 
 /* w->err[b] = w->serr[b] * divisor^2: errors in the scale's units back in
@@ -184,10 +190,12 @@ static void store_row(const qjob *j, size_t r, scratch *w)
     if (e->bits == 6) lb__pack6(w->codes, q->cols, q->data + r * q->row_bytes);
     if (j->spec->granularity == LB_GRAN_TENSOR) return; /* the one scale is stored once */
     size_t nb = blocks_per_row(q);
-    for (size_t b = 0; b < nb; b++) {
-        lb__store_code(sf, q->scales, r * nb + b, w->chosen[b].code);
-        if (q->zero_points) lb__store_zero_point(q, r, b, w->chosen[b].zero_point);
-    }
+    if (sf->bits == 8) /* e8m0 and ue4m3: a byte per block, without the width's switch per block */
+        for (size_t b = 0; b < nb; b++) q->scales[r * nb + b] = (uint8_t)w->chosen[b].code;
+    else
+        for (size_t b = 0; b < nb; b++) lb__store_code(sf, q->scales, r * nb + b, w->chosen[b].code);
+    if (q->zero_points)
+        for (size_t b = 0; b < nb; b++) lb__store_zero_point(q, r, b, w->chosen[b].zero_point);
 }
 
 static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
@@ -199,6 +207,7 @@ static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
     scratch w;
     lb_status st = scratch_alloc(&w, q->cols, nb);
     if (st != LB_OK) return st;
+    symmetric_adds(j, &w);
     int search = j->spec->search == LB_SEARCH_MSE && j->spec->granularity != LB_GRAN_TENSOR;
     lb__fenv_guard g;
     lb__fenv_begin(&g);

@@ -145,9 +145,12 @@ static void scales_symmetric(const lb__scale_rules *r, lb_isa isa, size_t n, con
     }
     lb__encode_kernel(isa)(sf, LB_SATURATE, tmp, n, codes);
     lb__decode_kernel(isa)(sf, codes, n, tmp);
-    /* plain loops, one per case, so that they stay branch-light */
+    /* plain loops, one per code width, so that the width's switch in
+     * lb__load_code is not taken per block */
     if (sf->bits == 8)
         for (size_t b = 0; b < n; b++) out[b].code = codes[b];
+    else if (sf->bits == 32) /* fp32 codes are the decoded values' bits (a NaN never gets here) */
+        for (size_t b = 0; b < n; b++) out[b].code = f32_bits(tmp[b]);
     else
         for (size_t b = 0; b < n; b++) out[b].code = lb__load_code(sf, codes, b);
     if (r->spec.two_level) {
@@ -155,8 +158,12 @@ static void scales_symmetric(const lb__scale_rules *r, lb_isa isa, size_t n, con
             out[b].value = tmp[b], out[b].divisor = tmp[b] * r->tensor_scale, out[b].zero_point = 0;
         return;
     }
-    for (size_t b = 0; b < n; b++) out[b].value = out[b].divisor = tmp[b], out[b].zero_point = 0;
+    int zeros = 0; /* a zero scale comes from an all-zero block or an underflow; both are rare */
     for (size_t b = 0; b < n; b++) {
+        out[b].value = out[b].divisor = tmp[b], out[b].zero_point = 0;
+        zeros |= tmp[b] == 0;
+    }
+    for (size_t b = 0; zeros && b < n; b++) {
         if (amax[b] == 0) zero_block(r, &out[b]); /* nothing to scale: every element is 0 */
         else if (out[b].value == 0) store_positive(r, 0.0f, &out[b]), out[b].divisor = out[b].value;
     }

@@ -106,6 +106,14 @@ int main(void)
         x[77] = -INFINITY;
         CHECK(k->block_absmax(x, 100, 33, a1) == 1 && k->first_nonfinite(x, 100) == 77, "inf seen isa=%d", isa);
         x[77] = 0.5f;
+        /* inside the 16-blocks-at-once part of the vector kernels too */
+        x[700] = -NAN;
+        CHECK(k->block_absmax(x, N, 16, a1) == 1 && k->block_absmax(x, N, 32, a1) == 1, "NaN in a batch isa=%d", isa);
+        x[700] = INFINITY;
+        CHECK(k->block_absmax(x, N, 16, a1) == 1 && k->block_absmax(x, N, 3, a1) == 1, "inf in a batch isa=%d", isa);
+        x[700] = -3.0e38f; /* the largest finite magnitudes are not flagged */
+        CHECK(k->block_absmax(x, N, 16, a1) == 0 && a1[700 / 16] == 3.0e38f, "huge finite isa=%d", isa);
+        x[700] = 0.25f;
     }
     free(x), free(o1), free(o2), free(dq), free(codes);
 #if defined(__x86_64__)
