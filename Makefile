@@ -62,13 +62,21 @@ $(BUILD)/tests/%: tests/fuzz/%.c $(BUILD)/liblowbit.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -o $@ $< $(BUILD)/liblowbit.a $(LDLIBS)
 
-# Coverage-guided fuzzing with libFuzzer (clang): make fuzz FUZZ_SECONDS=60
+# Coverage-guided fuzzing with libFuzzer (clang), every harness in
+# tests/fuzz or the ones named: make fuzz FUZZ="fuzz_gguf fuzz_json" FUZZ_SECONDS=60
+# Each starts from tests/fuzz/seeds/NAME/ when that folder exists.
 FUZZ_SECONDS ?= 30
+FUZZ ?= $(FUZZ_SRC:tests/fuzz/%.c=%)
 fuzz:
 	@mkdir -p build-fuzz
-	clang -std=c11 -g -O1 -D_POSIX_C_SOURCE=200809L -DLB_LIBFUZZER -fsanitize=fuzzer,address,undefined \
-	    -Iinclude -Isrc $(LIB_SRC) tests/fuzz/fuzz_qspec.c -o build-fuzz/fuzz_qspec -lm -lpthread
-	build-fuzz/fuzz_qspec -max_total_time=$(FUZZ_SECONDS) -max_len=128
+	@for t in $(FUZZ); do \
+	    clang -std=c11 -g -O1 -D_POSIX_C_SOURCE=200809L -DLB_LIBFUZZER -fsanitize=fuzzer,address,undefined \
+	        -Iinclude -Isrc $(LIB_SRC) tests/fuzz/$$t.c -o build-fuzz/$$t -lm -lpthread || exit 1; \
+	    mkdir -p build-fuzz/corpus-$$t; \
+	    seeds=; [ -d tests/fuzz/seeds/$$t ] && seeds=tests/fuzz/seeds/$$t; \
+	    echo "== $$t ($(FUZZ_SECONDS) s)"; \
+	    build-fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 build-fuzz/corpus-$$t $$seeds || exit 1; \
+	done
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/liblowbit.a
 	@mkdir -p $(dir $@)

@@ -285,6 +285,51 @@ typedef struct lb_qstats {
 /* x and xhat: the rows * cols original and dequantized values. */
 lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor *q, lb_qstats *out);
 
+/* ===== Tensor storage types (model files) =====
+ *
+ * The element types a checkpoint stores: safetensors' dtypes and ggml's
+ * block-quantized types (GGUF). A block type stores `block` elements in
+ * `block_bytes` bytes, in ggml's exact layout; a plain type has block 1. */
+
+typedef enum lb_dtype {
+    LB_DT_F32, LB_DT_F16, LB_DT_BF16, LB_DT_F64, LB_DT_F8_E4M3, LB_DT_F8_E5M2,
+    LB_DT_I8, LB_DT_I16, LB_DT_I32, LB_DT_I64, LB_DT_U8, LB_DT_BOOL,
+    LB_DT_Q4_0, LB_DT_Q4_1, LB_DT_Q5_0, LB_DT_Q5_1, LB_DT_Q8_0,
+    LB_DT_Q2_K, LB_DT_Q3_K, LB_DT_Q4_K, LB_DT_Q5_K, LB_DT_Q6_K,
+    LB_DT_MXFP4, LB_DT_NVFP4,
+    LB_DT_COUNT
+} lb_dtype;
+
+typedef struct lb_dtype_info {
+    lb_dtype id;
+    const char *name;        /* lowbit's name: "f32", "bf16", "q4_0", "mxfp4" ... */
+    const char *st_name;     /* safetensors dtype string ("F32", "F8_E4M3" ...) or NULL */
+    int ggml_type;           /* GGUF tensor type id, or -1 if GGUF has none */
+    unsigned block;          /* elements per block (1 for plain types) */
+    unsigned block_bytes;    /* bytes per block */
+    int can_read;            /* lb_dtype_to_f32 supports it */
+    int can_write;           /* lb_dtype_from_f32 supports it */
+} lb_dtype_info;
+
+const lb_dtype_info *lb_dtype_get(lb_dtype t);
+/* By lowbit name, safetensors name or ggml name (case-insensitive). */
+lb_status lb_dtype_by_name(const char *name, lb_dtype *out);
+/* The dtype of a GGUF tensor type id (LB_ERR_PARSE if unknown). */
+lb_status lb_dtype_from_ggml(int ggml_type, lb_dtype *out);
+/* Bytes of n elements; LB_ERR_ARG if n is not a multiple of the block or
+ * the count overflows 64 bits (*bytes untouched). */
+lb_status lb_dtype_bytes(lb_dtype t, uint64_t n, uint64_t *bytes);
+
+/* Converts n elements (a multiple of the block) to fp32, bit-identical to
+ * the gguf Python package's dequantization for the ggml types. Integers
+ * and bools convert exactly where fp32 can hold them (rounded otherwise). */
+lb_status lb_dtype_to_f32(lb_dtype t, const void *src, size_t n, float *dst);
+/* Converts n fp32 values (a multiple of the block) to t, for the types
+ * lowbit writes (f32, f16, bf16, q8_0, q4_0, mxfp4): ggml's reference
+ * quantizers, byte-identical to the gguf package's. LB_ERR_UNSUPPORTED
+ * otherwise; LB_ERR_NAN on NaN/infinity for a block type. */
+lb_status lb_dtype_from_f32(lb_dtype t, const float *src, size_t n, void *dst);
+
 /* ===== Instruction sets ===== */
 
 typedef enum lb_isa {
