@@ -16,7 +16,7 @@ typedef struct cli_command {
     int (*run)(int argc, char **argv);
 } cli_command;
 
-extern const cli_command cmd_formats, cmd_cast, cmd_grid, cmd_quant;
+extern const cli_command cmd_formats, cmd_cast, cmd_grid, cmd_quant, cmd_inspect, cmd_error, cmd_convert;
 
 /* Reports an error: on stderr as "lowbit CMD: message", or with json set
  * as {"error": {...}} on stdout. Returns exit_code for `return fail(...)`. */
@@ -28,6 +28,12 @@ int cli_fail(const char *cmd, int json, int exit_code, const char *status, const
 
 /* Same, for a failed library call: status name and lb_last_error(). */
 int cli_fail_lb(const char *cmd, int json, int exit_code, lb_status s);
+
+/* Parses a comma-separated list of specs ("int8:channel,mxfp4") into
+ * specs[] and their texts into names[]; at most max. Returns EXIT_OK or,
+ * after reporting, EXIT_USAGE. */
+int cli_parse_specs(const char *cmd, int json, const char *text, lb_qspec *specs, char (*names)[256], size_t max,
+                    size_t *n);
 
 /* True if arg is --help or -h. */
 int cli_is_help(const char *arg);

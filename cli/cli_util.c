@@ -29,6 +29,26 @@ int cli_fail_lb(const char *cmd, int json, int exit_code, lb_status s)
     return cli_fail(cmd, json, exit_code, lb_status_name(s), "%s", lb_last_error());
 }
 
+int cli_parse_specs(const char *cmd, int json, const char *text, lb_qspec *specs, char (*names)[256], size_t max,
+                    size_t *n)
+{
+    char list[1024];
+    size_t len = strlen(text);
+    *n = 0;
+    if (len >= sizeof list) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--spec is too long");
+    if (len == 0 || text[0] == ',' || text[len - 1] == ',' || strstr(text, ",,"))
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--spec '%s' has an empty item", text);
+    strcpy(list, text);
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (*n == max) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "at most %zu specs at once", max);
+        lb_status s = lb_qspec_parse(t, &specs[*n]);
+        if (s != LB_OK) return cli_fail_lb(cmd, json, EXIT_USAGE, s);
+        snprintf(names[*n], 256, "%s", t);
+        (*n)++;
+    }
+    return EXIT_OK;
+}
+
 int cli_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
 
 /* Shortest "%.Ng" that reads back exactly; plain notation is preferred

@@ -202,21 +202,8 @@ static int run(int argc, char **argv)
     lb_qspec specs[QUANT_MAX_SPECS];
     char names[QUANT_MAX_SPECS][256];
     size_t n_specs = 0;
-    char list[1024];
-    size_t len = strlen(spec_text);
-    if (len >= sizeof list) return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--spec is too long");
-    if (len == 0 || spec_text[0] == ',' || spec_text[len - 1] == ',' || strstr(spec_text, ",,"))
-        return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--spec '%s' has an empty item", spec_text);
-    strcpy(list, spec_text);
-    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (n_specs == QUANT_MAX_SPECS)
-            return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "at most %d specs at once", QUANT_MAX_SPECS);
-        lb_status s = lb_qspec_parse(t, &specs[n_specs]);
-        if (s != LB_OK) return cli_fail_lb("quant", json, EXIT_USAGE, s);
-        snprintf(names[n_specs], sizeof names[0], "%s", t);
-        n_specs++;
-    }
-    if (n_specs == 0) return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--spec is empty");
+    int rc = cli_parse_specs("quant", json, spec_text, specs, names, QUANT_MAX_SPECS, &n_specs);
+    if (rc != EXIT_OK) return rc;
 
     input in = {0};
     size_t shape_rows = 0, shape_cols = 0;
@@ -224,7 +211,7 @@ static int run(int argc, char **argv)
         return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--shape takes ROWSxCOLS, e.g. 4x16, not '%s'", shape);
     if ((skip || count) && !raw)
         return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--skip and --count apply to --raw input");
-    int rc = read_input(path ? path : "-", raw, skip, count, json, &in);
+    rc = read_input(path ? path : "-", raw, skip, count, json, &in);
     if (rc != EXIT_OK) return rc;
     in.rows = 1, in.cols = in.n;
     if (shape) {

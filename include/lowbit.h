@@ -285,6 +285,20 @@ typedef struct lb_qstats {
 /* x and xhat: the rows * cols original and dequantized values. */
 lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor *q, lb_qstats *out);
 
+/* What a tensor's values look like before quantization (lowbit inspect). */
+typedef struct lb_tensor_stats {
+    uint64_t count;
+    double absmax, mean, std;   /* std: population standard deviation */
+    double kurtosis;            /* E[(x-mean)^4] / std^4: 3 for a normal distribution, larger for heavy tails */
+    double outlier_ratio;       /* largest row absmax / median row absmax (rows: output channels of a
+                                   [out, in] weight); inf when the median is 0, 1 for one row */
+    uint64_t beyond_6std;       /* values with |x - mean| > 6 std */
+} lb_tensor_stats;
+
+/* Statistics of rows x cols values (NaN or infinity: LB_ERR_NAN naming
+ * the index). Sums in double, in index order. */
+lb_status lb_tensor_stats_compute(const float *x, uint64_t rows, uint64_t cols, lb_tensor_stats *out);
+
 /* ===== Tensor storage types (model files) =====
  *
  * The element types a checkpoint stores: safetensors' dtypes and ggml's
@@ -329,6 +343,88 @@ lb_status lb_dtype_to_f32(lb_dtype t, const void *src, size_t n, float *dst);
  * quantizers, byte-identical to the gguf package's. LB_ERR_UNSUPPORTED
  * otherwise; LB_ERR_NAN on NaN/infinity for a block type. */
 lb_status lb_dtype_from_f32(lb_dtype t, const float *src, size_t n, void *dst);
+
+/* ===== Models =====
+ *
+ * One view of a checkpoint whatever its file type (GGUF, a safetensors file,
+ * a Hugging Face directory with config.json and one or more safetensors
+ * shards, a llama2.c .bin): named tensors plus the architecture. Tensor
+ * data stays in the read-only mapping of the file; nothing is copied. */
+
+#define LB_MAX_DIMS 8
+
+typedef enum lb_model_kind {
+    LB_MODEL_GGUF, LB_MODEL_SAFETENSORS, LB_MODEL_HF_DIR, LB_MODEL_LLAMA2C
+} lb_model_kind;
+
+/* How a checkpoint lays out rotary pairs in the q/k projection rows:
+ * (i, i + head_dim/2) as Hugging Face stores them, or adjacent (2i, 2i+1)
+ * as llama2.c and llama.cpp's llama-family GGUF files do (its converter
+ * permutes q_proj and k_proj). `lowbit convert` permutes between them. */
+typedef enum lb_rope_layout { LB_ROPE_HALF, LB_ROPE_ADJACENT } lb_rope_layout;
+
+typedef struct lb_arch {
+    char name[32];          /* "llama", "mistral", "qwen2", "qwen3", or "" if unknown */
+    uint32_t n_layers, dim, hidden_dim, n_heads, n_kv_heads, head_dim, vocab_size, max_seq_len;
+    double rope_theta, norm_eps;
+    int tied_embeddings;    /* the output head is the token embedding */
+    int qkv_bias;           /* q/k/v projections have biases (Qwen2) */
+    int qk_norm;            /* per-head RMSNorm of q and k (Qwen3) */
+    lb_rope_layout rope_layout;
+} lb_arch;
+
+typedef struct lb_tensor {
+    const char *name;       /* canonical: the Hugging Face name (model.layers.3.self_attn.q_proj.weight);
+                               a tensor with no such name keeps its file name */
+    const char *file_name;  /* as the file names it (blk.3.attn_q.weight, or llama2.c's wq[3]) */
+    lb_dtype dtype;
+    int n_dims;
+    uint64_t shape[LB_MAX_DIMS]; /* outermost first, as numpy and PyTorch (a GGUF ne[] reversed) */
+    uint64_t n_elements, n_bytes;
+    const void *data;       /* in the file's read-only mapping */
+} lb_tensor;
+
+typedef struct lb_model lb_model;
+
+/* Opens a .gguf, .safetensors or llama2.c .bin file (by content, not by
+ * name) or a Hugging Face model directory. */
+lb_status lb_model_open(const char *path, lb_model **out);
+void lb_model_close(lb_model *m);
+lb_model_kind lb_model_get_kind(const lb_model *m);
+const lb_arch *lb_model_arch(const lb_model *m);
+size_t lb_model_tensor_count(const lb_model *m);
+const lb_tensor *lb_model_tensor(const lb_model *m, size_t i);
+/* By canonical or file name; NULL if absent. */
+const lb_tensor *lb_model_find(const lb_model *m, const char *name);
+/* The whole tensor as fp32 (dst holds n_elements floats). */
+lb_status lb_tensor_to_f32(const lb_tensor *t, float *dst);
+/* Drops the tensor's pages from this process's memory (they stay in the
+ * page cache): a pass over a model larger than RAM calls it after each
+ * tensor, so resident memory stays near one tensor's size. */
+void lb_tensor_release(const lb_tensor *t);
+/* A tensor's weight role: 1 for the matrices quantization applies to
+ * (2-D projections, embeddings and output head), 0 for norms, biases and
+ * anything else. */
+int lb_tensor_is_weight(const lb_tensor *t);
+
+/* Writes the model to path: a .gguf file, a .safetensors file, or (any
+ * other name) a Hugging Face directory with config.json and
+ * model.safetensors, which must not exist yet or be empty. Floating-point
+ * tensors are stored as `dtype` (f32, f16 or bf16; or, for GGUF, q8_0,
+ * q4_0 or mxfp4, which apply to weight matrices whose rows are whole
+ * blocks, the rest staying f32); LB_DT_COUNT keeps f32/f16/bf16 tensors as
+ * they are and widens everything else to f32. q_proj/k_proj rows are
+ * permuted between rotary layouts as the target expects (Hugging Face:
+ * half-split; GGUF llama/mistral: adjacent). GGUF metadata of a GGUF
+ * source (the tokenizer too) is carried over. Written to temporary names
+ * and renamed into place: on failure nothing is left behind. */
+lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype);
+
+/* Canonical (Hugging Face) name of a GGUF tensor name, into buf; returns 0
+ * if the name has no mapping (buf then holds the name unchanged). And the
+ * reverse. */
+int lb_name_from_gguf(const char *gguf_name, char *buf, size_t size);
+int lb_name_to_gguf(const char *hf_name, char *buf, size_t size);
 
 /* ===== Instruction sets ===== */
 

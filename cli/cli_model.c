@@ -1,0 +1,70 @@
+#include "cli_model.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+const char *cli_model_kind_name(lb_model_kind k)
+{
+    switch (k) {
+    case LB_MODEL_GGUF: return "gguf";
+    case LB_MODEL_SAFETENSORS: return "safetensors";
+    case LB_MODEL_HF_DIR: return "hf-directory";
+    case LB_MODEL_LLAMA2C: return "llama2.c";
+    }
+    return "?";
+}
+
+void cli_tensor_matrix(const lb_tensor *t, uint64_t *rows, uint64_t *cols)
+{
+    *rows = t->n_dims >= 2 ? t->shape[0] : 1;
+    *cols = *rows ? t->n_elements / *rows : 0;
+}
+
+void cli_shape_string(const lb_tensor *t, char *buf, size_t size)
+{
+    size_t at = (size_t)snprintf(buf, size, "[");
+    for (int d = 0; d < t->n_dims && at < size; d++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
+    if (at < size) snprintf(buf + at, size - at, "]");
+}
+
+float *cli_tensor_f32(const lb_tensor *t, float **buf, size_t *cap)
+{
+    size_t n = (size_t)t->n_elements;
+    if (n > *cap) {
+        float *p = realloc(*buf, n * sizeof **buf);
+        if (!p) return NULL;
+        *buf = p, *cap = n;
+    }
+    return lb_tensor_to_f32(t, *buf) == LB_OK ? *buf : NULL;
+}
+
+void cli_progress(const char *label, size_t done, size_t total)
+{
+    if (!isatty(STDERR_FILENO) || total == 0) return;
+    int width = 30, filled = (int)((double)done / (double)total * width);
+    fprintf(stderr, "\r%s [", label);
+    for (int i = 0; i < width; i++) fputc(i < filled ? '#' : '.', stderr);
+    fprintf(stderr, "] %zu/%zu", done, total);
+    if (done == total) fprintf(stderr, "\r\033[K");
+    fflush(stderr);
+}
+
+void cli_arch_json(FILE *out, const lb_arch *a)
+{
+    fprintf(out, "\"name\": ");
+    json_string(out, a->name);
+    json_field(out, "layers", a->n_layers);
+    json_field(out, "dim", a->dim);
+    json_field(out, "hidden_dim", a->hidden_dim);
+    json_field(out, "heads", a->n_heads);
+    json_field(out, "kv_heads", a->n_kv_heads);
+    json_field(out, "head_dim", a->head_dim);
+    json_field(out, "vocab_size", a->vocab_size);
+    json_field(out, "max_seq_len", a->max_seq_len);
+    json_field(out, "rope_theta", a->rope_theta);
+    json_field(out, "norm_eps", a->norm_eps);
+    fprintf(out, ", \"tied_embeddings\": %s, \"qkv_bias\": %s, \"qk_norm\": %s, \"rope_layout\": \"%s\"",
+            a->tied_embeddings ? "true" : "false", a->qkv_bias ? "true" : "false", a->qk_norm ? "true" : "false",
+            a->rope_layout == LB_ROPE_ADJACENT ? "adjacent" : "half");
+}

@@ -1,0 +1,28 @@
+/* What the model commands (inspect, error, convert) share. */
+#ifndef LOWBIT_CLI_MODEL_H
+#define LOWBIT_CLI_MODEL_H
+
+#include <stdint.h>
+
+#include "cli.h"
+
+const char *cli_model_kind_name(lb_model_kind k);
+
+/* A tensor as a matrix: rows = the first dimension, cols = the rest (a
+ * vector or scalar is one row). */
+void cli_tensor_matrix(const lb_tensor *t, uint64_t *rows, uint64_t *cols);
+
+/* "[49152, 576]" */
+void cli_shape_string(const lb_tensor *t, char *buf, size_t size);
+
+/* The tensor as fp32 in *buf (grown as needed); NULL on failure with the
+ * library's message set. */
+float *cli_tensor_f32(const lb_tensor *t, float **buf, size_t *cap);
+
+/* A progress bar on stderr when it is a terminal; done == total ends it. */
+void cli_progress(const char *label, size_t done, size_t total);
+
+/* The architecture as JSON fields (after an opening brace was written). */
+void cli_arch_json(FILE *out, const lb_arch *a);
+
+#endif

@@ -1,0 +1,51 @@
+/* lowbit convert: a model from one file type to another (GGUF <->
+ * safetensors / Hugging Face directory, llama2.c -> either), so that a
+ * checkpoint can be checked with the tools of the other side. */
+#include <string.h>
+
+#include "cli_model.h"
+
+static const char usage[] =
+    "usage: lowbit convert IN OUT [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4]\n\n"
+    "IN is any model lowbit reads (see 'lowbit help inspect'). OUT is chosen by\n"
+    "its name: NAME.gguf writes GGUF, NAME.safetensors one safetensors file, and\n"
+    "anything else a Hugging Face directory (config.json + model.safetensors;\n"
+    "it must not exist or be empty). Tensors are renamed (blk.N.attn_q.weight <->\n"
+    "model.layers.N.self_attn.q_proj.weight) and q/k projection rows permuted\n"
+    "between llama.cpp's adjacent rotary pairs and Hugging Face's half-split\n"
+    "ones. --dtype stores floating-point tensors as f32, f16 or bf16 (default:\n"
+    "keep f32/f16/bf16 tensors, widen quantized ones to f32); for GGUF output\n"
+    "q8_0, q4_0 and mxfp4 quantize the weight matrices (ggml's reference\n"
+    "quantizers; other tensors f32). GGUF metadata, tokenizer included, is\n"
+    "carried from a GGUF input. Output appears only when complete.\n";
+
+static int run(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL, *dtype_name = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--dtype") == 0 && i + 1 < argc) dtype_name = argv[++i];
+        else if (a[0] == '-' && a[1]) return cli_fail("convert", 0, EXIT_USAGE, "bad_argument",
+                                                      "unknown option or missing value: '%s'", a);
+        else if (!in) in = a;
+        else if (!out) out = a;
+        else return cli_fail("convert", 0, EXIT_USAGE, "bad_argument", "one IN and one OUT only ('%s')", a);
+    }
+    if (!in || !out) return cli_fail("convert", 0, EXIT_USAGE, "bad_argument", "need IN and OUT\n%s", usage);
+    lb_dtype dtype = LB_DT_COUNT;
+    if (dtype_name && lb_dtype_by_name(dtype_name, &dtype) != LB_OK)
+        return cli_fail("convert", 0, EXIT_USAGE, "bad_argument", "unknown --dtype '%s' (f32, f16, bf16, q8_0, q4_0, mxfp4)",
+                        dtype_name);
+    lb_model *m;
+    lb_status st = lb_model_open(in, &m);
+    if (st != LB_OK) return cli_fail_lb("convert", 0, EXIT_RUNTIME, st);
+    st = lb_model_save(m, out, dtype);
+    size_t n = lb_model_tensor_count(m);
+    lb_model_close(m);
+    if (st != LB_OK) return cli_fail_lb("convert", 0, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
+    printf("wrote %s (%zu tensors)\n", out, n);
+    return EXIT_OK;
+}
+
+const cli_command cmd_convert = {"convert", "convert a model between GGUF, safetensors and Hugging Face directories",
+                                 usage, run};

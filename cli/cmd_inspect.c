@@ -1,0 +1,121 @@
+/* lowbit inspect: what a checkpoint holds, and which tensors will be hard
+ * to quantize (heavy tails, one dominant channel, far outliers). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_model.h"
+
+static const char usage[] =
+    "usage: lowbit inspect MODEL [--json]\n\n"
+    "MODEL is a .gguf, .safetensors or llama2.c .bin file, or a Hugging Face model\n"
+    "directory (config.json + model.safetensors or sharded model-*.safetensors).\n"
+    "Prints the architecture, parameter count and bytes, and per tensor: canonical\n"
+    "(Hugging Face) name, stored dtype, shape, bytes, absmax, standard deviation,\n"
+    "kurtosis (3 for a normal distribution), the outlier ratio (largest row absmax\n"
+    "over the median row's: rows are a weight's output channels) and the count of\n"
+    "values beyond 6 standard deviations from the mean.\n";
+
+static void print_arch(const char *path, const lb_model *m, uint64_t params, uint64_t bytes)
+{
+    const lb_arch *a = lb_model_arch(m);
+    printf("model: %s (%s)\n", path, cli_model_kind_name(lb_model_get_kind(m)));
+    printf("architecture: %s, %u layers, dim %u, hidden %u, heads %u/%u kv (head_dim %u), vocab %u",
+           a->name[0] ? a->name : "unknown", a->n_layers, a->dim, a->hidden_dim, a->n_heads, a->n_kv_heads,
+           a->head_dim, a->vocab_size);
+    if (a->max_seq_len) printf(", context %u", a->max_seq_len);
+    printf("\n  rope theta %g (%s pairs), rms eps %g%s%s%s\n", a->rope_theta,
+           a->rope_layout == LB_ROPE_ADJACENT ? "adjacent" : "half-split", a->norm_eps,
+           a->tied_embeddings ? ", tied embeddings" : "", a->qkv_bias ? ", qkv bias" : "", a->qk_norm ? ", q/k norm" : "");
+    printf("parameters: %llu (%.1f M); bytes: %llu (%.1f MB, %.2f bits per parameter)\n\n", (unsigned long long)params,
+           (double)params / 1e6, (unsigned long long)bytes, (double)bytes / 1e6,
+           params ? 8.0 * (double)bytes / (double)params : 0.0);
+}
+
+static int run(int argc, char **argv)
+{
+    int json = 0;
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (argv[i][0] == '-' && argv[i][1]) return cli_fail("inspect", json, EXIT_USAGE, "bad_argument",
+                                                                   "unknown option '%s'", argv[i]);
+        else if (path) return cli_fail("inspect", json, EXIT_USAGE, "bad_argument", "more than one MODEL");
+        else path = argv[i];
+    }
+    if (!path) return cli_fail("inspect", json, EXIT_USAGE, "bad_argument", "no MODEL given\n%s", usage);
+    lb_model *m;
+    lb_status st = lb_model_open(path, &m);
+    if (st != LB_OK) return cli_fail_lb("inspect", json, EXIT_RUNTIME, st);
+    size_t n = lb_model_tensor_count(m);
+    uint64_t params = 0, bytes = 0;
+    for (size_t i = 0; i < n; i++) params += lb_model_tensor(m, i)->n_elements, bytes += lb_model_tensor(m, i)->n_bytes;
+    /* all statistics first: a failure (a NaN in a tensor) prints nothing half-done */
+    lb_tensor_stats *stats = calloc(n ? n : 1, sizeof *stats);
+    float *buf = NULL;
+    size_t cap = 0;
+    if (!stats) st = LB_ERR_NOMEM;
+    for (size_t i = 0; st == LB_OK && i < n; i++) {
+        const lb_tensor *t = lb_model_tensor(m, i);
+        uint64_t rows, cols;
+        cli_tensor_matrix(t, &rows, &cols);
+        cli_progress("inspect", i, n);
+        if (t->n_elements == 0) continue;
+        if (!cli_tensor_f32(t, &buf, &cap)) st = LB_ERR_NOMEM;
+        else st = lb_tensor_stats_compute(buf, rows, cols, &stats[i]);
+        if (st != LB_OK) {
+            char msg[1200];
+            snprintf(msg, sizeof msg, "tensor '%s': %s", t->name, lb_last_error());
+            free(stats), free(buf);
+            lb_model_close(m);
+            return cli_fail("inspect", json, EXIT_RUNTIME, lb_status_name(st), "%s", msg);
+        }
+        lb_tensor_release(t);
+    }
+    cli_progress("inspect", n, n);
+    free(buf);
+    if (json) {
+        printf("{\"model\": ");
+        json_string(stdout, path);
+        printf(", \"kind\": \"%s\", \"architecture\": {", cli_model_kind_name(lb_model_get_kind(m)));
+        cli_arch_json(stdout, lb_model_arch(m));
+        printf("}, \"parameters\": %llu, \"bytes\": %llu, \"tensors\": [", (unsigned long long)params,
+               (unsigned long long)bytes);
+    } else {
+        print_arch(path, m, params, bytes);
+        printf("%-48s %-7s %-14s %11s %9s %9s %9s %8s %7s\n", "tensor", "dtype", "shape", "bytes", "absmax", "std",
+               "kurtosis", "outlier", ">6 std");
+    }
+    for (size_t i = 0; i < n; i++) {
+        const lb_tensor *t = lb_model_tensor(m, i);
+        const lb_tensor_stats *s = &stats[i];
+        char shape[128];
+        cli_shape_string(t, shape, sizeof shape);
+        const char *dt = lb_dtype_get(t->dtype)->name;
+        if (json) {
+            printf("%s{\"name\": ", i ? ", " : "");
+            json_string(stdout, t->name);
+            printf(", \"file_name\": ");
+            json_string(stdout, t->file_name);
+            printf(", \"dtype\": \"%s\", \"shape\": [", dt);
+            for (int d = 0; d < t->n_dims; d++) printf("%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
+            printf("], \"bytes\": %llu", (unsigned long long)t->n_bytes);
+            json_field(stdout, "absmax", s->absmax);
+            json_field(stdout, "mean", s->mean);
+            json_field(stdout, "std", s->std);
+            json_field(stdout, "kurtosis", s->kurtosis);
+            json_field(stdout, "outlier_ratio", s->outlier_ratio);
+            printf(", \"beyond_6std\": %llu}", (unsigned long long)s->beyond_6std);
+        } else {
+            printf("%-48s %-7s %-14s %11llu %9.4g %9.4g %9.4g %8.3g %7llu\n", t->name, dt, shape,
+                   (unsigned long long)t->n_bytes, s->absmax, s->std, s->kurtosis, s->outlier_ratio,
+                   (unsigned long long)s->beyond_6std);
+        }
+    }
+    if (json) printf("]}\n");
+    free(stats);
+    lb_model_close(m);
+    return EXIT_OK;
+}
+
+const cli_command cmd_inspect = {"inspect", "show a model's architecture, tensors and their statistics", usage, run};

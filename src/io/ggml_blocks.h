@@ -1,0 +1,205 @@
+/* ggml's block-quantized storage types: the on-disk block layouts and the
+ * loops that turn whole runs of blocks into fp32 and back.
+ *
+ * Every struct below is the exact byte image of one block in a GGUF file
+ * (ggml's block_q4_0 & co.). The fields are byte arrays, never uint16_t:
+ * a tensor's data may start at any address, so a block has alignment 1 and
+ * multi-byte fields are read little-endian by hand.
+ *
+ * The arithmetic is the gguf Python package's (gguf.quants, 0.19.0), op for
+ * op in fp32, so results are bit-identical to it: keep every product and
+ * sum in the order written (the build has -ffp-contract=off, so no fused
+ * multiply-add changes a rounding). */
+#ifndef LB_IO_GGML_BLOCKS_H
+#define LB_IO_GGML_BLOCKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define LB__QK 32   /* elements per block of the classic types */
+#define LB__QK_K 256 /* elements per super-block of the K-quants */
+
+/* Q4_0: x = d * (q - 8), q a 4-bit code. Element j (0..15) is the low
+ * nibble of qs[j], element j + 16 its high nibble. */
+typedef struct {
+    uint8_t d[2];         /* fp16 scale */
+    uint8_t qs[LB__QK / 2];
+} lb__block_q4_0;
+_Static_assert(sizeof(lb__block_q4_0) == 18, "q4_0 block is 18 bytes");
+
+/* Q4_1: x = d * q + m, same nibble order as Q4_0. */
+typedef struct {
+    uint8_t d[2];         /* fp16 scale */
+    uint8_t m[2];         /* fp16 minimum */
+    uint8_t qs[LB__QK / 2];
+} lb__block_q4_1;
+_Static_assert(sizeof(lb__block_q4_1) == 20, "q4_1 block is 20 bytes");
+
+/* Q5_0: x = d * (q - 16), q = nibble (as Q4_0) | bit i of qh << 4, where
+ * qh is one little-endian 32-bit word and i the element index. */
+typedef struct {
+    uint8_t d[2];         /* fp16 scale */
+    uint8_t qh[4];        /* fifth bits, element i in bit i */
+    uint8_t qs[LB__QK / 2];
+} lb__block_q5_0;
+_Static_assert(sizeof(lb__block_q5_0) == 22, "q5_0 block is 22 bytes");
+
+/* Q5_1: x = d * q + m, q as in Q5_0 (unsigned). */
+typedef struct {
+    uint8_t d[2];         /* fp16 scale */
+    uint8_t m[2];         /* fp16 minimum */
+    uint8_t qh[4];
+    uint8_t qs[LB__QK / 2];
+} lb__block_q5_1;
+_Static_assert(sizeof(lb__block_q5_1) == 24, "q5_1 block is 24 bytes");
+
+/* Q8_0: x = d * q, q a signed byte per element. */
+typedef struct {
+    uint8_t d[2];         /* fp16 scale */
+    int8_t qs[LB__QK];
+} lb__block_q8_0;
+_Static_assert(sizeof(lb__block_q8_0) == 34, "q8_0 block is 34 bytes");
+
+/* Q2_K: 16 sub-blocks of 16. x = d * (sc & 15) * q - dmin * (sc >> 4).
+ * Element 128 h + 32 s + l (h < 2, s < 4, l < 32) is bits 2s..2s+1 of
+ * qs[32 h + l]; it belongs to sub-block (128 h + 32 s + l) / 16. */
+typedef struct {
+    uint8_t scales[LB__QK_K / 16]; /* low nibble: scale, high: min */
+    uint8_t qs[LB__QK_K / 4];
+    uint8_t d[2];                  /* fp16 super-block scale of the scales */
+    uint8_t dmin[2];               /* fp16 super-block scale of the mins */
+} lb__block_q2_k;
+_Static_assert(sizeof(lb__block_q2_k) == 84, "q2_k block is 84 bytes");
+
+/* Q3_K: 16 sub-blocks of 16. x = d * (s6 - 32) * q, q = low2 - 4 when the
+ * element's hmask bit is 0 (the offset applies when the bit is clear).
+ * low2 is placed as in Q2_K; element 32 b + l has hmask bit b of hmask[l].
+ * The 6-bit scales: the low nibble of scale i is scales[i] & 15 (i < 8)
+ * or scales[i - 8] >> 4, its high two bits are bits 2(i / 4).. of
+ * scales[8 + i % 4]. */
+typedef struct {
+    uint8_t hmask[LB__QK_K / 8];
+    uint8_t qs[LB__QK_K / 4];
+    uint8_t scales[12];
+    uint8_t d[2];                  /* fp16 */
+} lb__block_q3_k;
+_Static_assert(sizeof(lb__block_q3_k) == 110, "q3_k block is 110 bytes");
+
+/* Q4_K: 8 sub-blocks of 32. x = d * sc * q - dmin * m, with 6-bit sc and
+ * m packed in 12 bytes (j < 4: sc = scales[j] & 63, m = scales[j + 4] & 63;
+ * j >= 4: sc = (scales[j + 4] & 15) | (scales[j - 4] >> 6) << 4, m =
+ * (scales[j + 4] >> 4) | (scales[j] >> 6) << 4). Sub-block 2c + t takes
+ * nibble t (low first) of qs[32 c .. 32 c + 31]. */
+typedef struct {
+    uint8_t d[2];                  /* fp16 */
+    uint8_t dmin[2];               /* fp16 */
+    uint8_t scales[12];
+    uint8_t qs[LB__QK_K / 2];
+} lb__block_q4_k;
+_Static_assert(sizeof(lb__block_q4_k) == 144, "q4_k block is 144 bytes");
+
+/* Q5_K: Q4_K plus a fifth bit: element 32 j + l of sub-block j has bit j
+ * of qh[l]. */
+typedef struct {
+    uint8_t d[2];                  /* fp16 */
+    uint8_t dmin[2];               /* fp16 */
+    uint8_t scales[12];
+    uint8_t qh[LB__QK_K / 8];
+    uint8_t qs[LB__QK_K / 2];
+} lb__block_q5_k;
+_Static_assert(sizeof(lb__block_q5_k) == 176, "q5_k block is 176 bytes");
+
+/* Q6_K: 16 sub-blocks of 16, x = d * scales[i] * (q - 32), q 6 bits.
+ * In each half h (128 elements), element 128 h + r has low nibble
+ * (r / 64 selects which) of ql[64 h + r % 64] and high two bits
+ * 2(r / 32).. of qh[32 h + r % 32]. */
+typedef struct {
+    uint8_t ql[LB__QK_K / 2];
+    uint8_t qh[LB__QK_K / 4];
+    int8_t scales[LB__QK_K / 16];
+    uint8_t d[2];                  /* fp16 */
+} lb__block_q6_k;
+_Static_assert(sizeof(lb__block_q6_k) == 210, "q6_k block is 210 bytes");
+
+/* MXFP4 (OCP MX, 32 FP4 E2M1 elements, one E8M0 scale). gguf stores the
+ * element values doubled (kvalues 0, 1, 2, 3, 4, 6, 8, 12 and negatives)
+ * and so halves the scale: x = 2^(e - 128) * kvalue. Nibbles as Q4_0. */
+typedef struct {
+    uint8_t e;                     /* E8M0 exponent */
+    uint8_t qs[LB__QK / 2];
+} lb__block_mxfp4;
+_Static_assert(sizeof(lb__block_mxfp4) == 17, "mxfp4 block is 17 bytes");
+
+/* NVFP4: 4 sub-blocks of 16 E2M1 elements, each with a UE4M3 scale (the
+ * per-tensor fp32 scale lives outside the block). Within sub-block s,
+ * element k < 8 is the low nibble of qs[8 s + k], element k + 8 its high
+ * nibble. gguf decodes the scale with codes 0x00 and 0x7F as zero and
+ * ignores the top bit, then halves it for the doubled kvalues. */
+typedef struct {
+    uint8_t d[4];                  /* UE4M3 scale of each sub-block */
+    uint8_t qs[32];
+} lb__block_nvfp4;
+_Static_assert(sizeof(lb__block_nvfp4) == 36, "nvfp4 block is 36 bytes");
+
+/* ===== Scalar helpers (exact) ===== */
+
+static inline float lb__f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t lb__bits_from_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline uint32_t lb__le16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
+
+static inline uint32_t lb__le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* fp16 bits to fp32, exact for every code; NaN keeps its payload (numpy's
+ * conversion, which the gguf package uses). */
+static inline float lb__fp16_to_f32(uint32_t h)
+{
+    uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+    if (exp == 0x1F) return lb__f32_from_bits(sign | 0x7F800000u | man << 13);
+    if (exp != 0) return lb__f32_from_bits(sign | (exp + 112u) << 23 | man << 13);
+    float sub = (float)man * 0x1p-24f; /* subnormal (or zero): man * 2^-24 exactly */
+    return sign ? -sub : sub;
+}
+
+/* fp32 to fp16 bits, round to nearest even, overflow to inf, NaN keeping
+ * its top payload bits (never turning into inf): numpy's astype. */
+uint16_t lb__fp16_from_f32(float x);
+
+/* ===== Runs of blocks =====
+ * nb blocks of src (the block structs above, packed back to back) become
+ * nb * block floats in dst, and back. The quantizers expect finite input
+ * (the caller checks); they reproduce gguf.quants.quantize byte for byte. */
+
+void lb__dequantize_q4_0(const void *restrict src, size_t nb, float *restrict dst);
+void lb__dequantize_q4_1(const void *restrict src, size_t nb, float *restrict dst);
+void lb__dequantize_q5_0(const void *restrict src, size_t nb, float *restrict dst);
+void lb__dequantize_q5_1(const void *restrict src, size_t nb, float *restrict dst);
+void lb__dequantize_q8_0(const void *restrict src, size_t nb, float *restrict dst);
+void lb__dequantize_mxfp4(const void *restrict src, size_t nb, float *restrict dst);
+void lb__dequantize_nvfp4(const void *restrict src, size_t nb, float *restrict dst);
+void lb__dequantize_q2_k(const void *restrict src, size_t nb, float *restrict dst);
+void lb__dequantize_q3_k(const void *restrict src, size_t nb, float *restrict dst);
+void lb__dequantize_q4_k(const void *restrict src, size_t nb, float *restrict dst);
+void lb__dequantize_q5_k(const void *restrict src, size_t nb, float *restrict dst);
+void lb__dequantize_q6_k(const void *restrict src, size_t nb, float *restrict dst);
+
+void lb__quantize_q4_0(const float *restrict src, size_t nb, void *restrict dst);
+void lb__quantize_q8_0(const float *restrict src, size_t nb, void *restrict dst);
+void lb__quantize_mxfp4(const float *restrict src, size_t nb, void *restrict dst);
+
+#endif

@@ -1,0 +1,32 @@
+/* The model view's insides, shared by the files that fill it in. */
+#ifndef LB_IO_MODEL_INTERNAL_H
+#define LB_IO_MODEL_INTERNAL_H
+
+#include "io/gguf.h"
+#include "io/json.h"
+#include "io/llama2c.h"
+#include "io/safetensors.h"
+#include "util/file.h"
+
+struct lb_model {
+    lb_model_kind kind;
+    lb_arch arch;
+    size_t n_tensors;
+    lb_tensor *tensors;
+    char **owned_names;          /* names the model allocated (GGUF canonical names) */
+    lb__gguf_file gguf;          /* LB_MODEL_GGUF */
+    size_t n_shards;             /* LB_MODEL_SAFETENSORS / HF_DIR */
+    lb__st_file *shards;
+    lb__mapped l2c_map;          /* LB_MODEL_LLAMA2C */
+    lb__l2c_model l2c;
+};
+
+/* Architecture from GGUF metadata ({arch}.block_count and friends). */
+lb_status lb__arch_from_gguf(const lb__gguf_file *f, const char *what, lb_arch *a);
+/* Architecture from a Hugging Face config.json. */
+lb_status lb__arch_from_config(const lb__json *cfg, const char *what, lb_arch *a);
+/* What the tensors themselves say (layers, dim, vocab, biases, q/k norms,
+ * tied head); fills only fields still 0. */
+void lb__arch_from_tensors(const lb_model *m, lb_arch *a);
+
+#endif
