@@ -75,7 +75,7 @@ fuzz:
 	    mkdir -p build-fuzz/corpus-$$t; \
 	    seeds=; [ -d tests/fuzz/seeds/$$t ] && seeds=tests/fuzz/seeds/$$t; \
 	    echo "== $$t ($(FUZZ_SECONDS) s)"; \
-	    build-fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 build-fuzz/corpus-$$t $$seeds || exit 1; \
+	    build-fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 build-fuzz/corpus-$$t $$seeds || exit 1; \
 	done
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/liblowbit.a

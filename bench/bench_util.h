@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-static double bench_now(void)
+static inline double bench_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -20,7 +20,7 @@ typedef struct bench_copy {
     size_t n;
 } bench_copy;
 
-static void *bench_copy_part(void *arg)
+static inline void *bench_copy_part(void *arg)
 {
     bench_copy *j = arg;
     memcpy(j->dst, j->src, j->n);
@@ -44,7 +44,7 @@ static void bench_parallel_memcpy(void *dst, const void *src, size_t n, int thre
 }
 
 /* Best of reps: the least disturbed run on a shared machine. */
-static double bench_memcpy_seconds(void *dst, const void *src, size_t n, int threads, int reps)
+static inline double bench_memcpy_seconds(void *dst, const void *src, size_t n, int threads, int reps)
 {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {

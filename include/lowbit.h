@@ -386,8 +386,11 @@ typedef struct lb_tensor {
 
 typedef struct lb_model lb_model;
 
-/* Opens a .gguf, .safetensors or llama2.c .bin file (by content, not by
- * name) or a Hugging Face model directory. */
+/* Opens a .gguf, .safetensors or llama2.c .bin file or a Hugging Face
+ * model directory. The file type comes from the content (GGUF magic, a
+ * safetensors JSON header); only when the content is too broken to tell
+ * does the name (.gguf, .safetensors) choose the reader that explains what
+ * is wrong. Anything else is read as a llama2.c checkpoint. */
 lb_status lb_model_open(const char *path, lb_model **out);
 void lb_model_close(lb_model *m);
 lb_model_kind lb_model_get_kind(const lb_model *m);

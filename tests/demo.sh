@@ -8,7 +8,15 @@ run() {
     "$lowbit" "$@"
     echo
 }
-echo "== What each spec costs on real weights: wq of all 5 layers of stories260K (320 x 64)"
+echo "== The embedded model: what it holds"
+echo
+echo "\$ lowbit inspect $model | head -12"
+"$lowbit" inspect "$model" | head -12
+echo
+echo "== Every weight matrix of the model under each spec (SQNR dB / MSE, then the model-wide summary)"
+echo
+run error "$model" --spec int8:channel,fp8_e4m3:channel,int4:g32,int4:g128:affine,mxfp8_e4m3,mxfp4,nvfp4
+echo "== What each spec costs on one matrix: wq of all 5 layers of stories260K (320 x 64)"
 echo
 run quant --raw --skip 132380 --count 20480 --shape 320x64 \
     --spec int8:channel,int8:g32,int4:g32,int4:g32:affine,int4:g32:clip=mse,fp8_e4m3:channel,mxfp8_e4m3,mxfp6_e2m3,mxfp4,nvfp4 \

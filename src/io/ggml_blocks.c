@@ -174,21 +174,35 @@ void lb__dequantize_nvfp4(const void *restrict src, size_t nb, float *restrict d
 /* ===== Quantize (gguf.quants' numpy arithmetic) ===== */
 
 /* numpy's float32 -> uint8/int8 cast on x86-64: truncate to int32 (NaN,
- * inf and out-of-range give INT32_MIN) and keep the low byte. It only
- * matters for blocks so small that 1/d overflows to infinity. */
-static uint8_t np_cast_u8(float v)
+ * inf and |v| >= 2^31 give INT32_MIN, whose low byte is 0) and keep the
+ * low byte. Out-of-range casts only happen for blocks so small that 1/d
+ * overflows to infinity.
+ *
+ * These helpers use integer masks where one would write branches or float
+ * compares: GCC does not if-convert float compares under the default
+ * -ftrapping-math, and the block loops would not vectorize. */
+static inline uint32_t in_int32_mask(uint32_t bits) /* all ones when |v| < 2^31 */
 {
-    if (!(fabsf(v) < 0x1p31f)) return 0;
-    return (uint8_t)(uint32_t)(int32_t)v;
+    return 0u - (uint32_t)((bits & 0x7FFFFFFFu) < 0x4F000000u);
 }
 
-/* gguf's np_roundf: round half away from zero, then the cast above. */
-static int8_t np_round_i8(float v)
+static inline uint8_t np_cast_u8(float v)
 {
-    if (!(fabsf(v) < 0x1p31f)) return 0;
-    float a = fabsf(v), t = (float)(int32_t)a;
-    int32_t r = (int32_t)t + (a - t >= 0.5f);
-    return (int8_t)(uint8_t)(uint32_t)(v < 0 ? -r : r);
+    uint32_t u = lb__bits_from_f32(v), keep = in_int32_mask(u);
+    return (uint8_t)(uint32_t)(int32_t)lb__f32_from_bits(u & keep);
+}
+
+/* gguf's np_roundf (round half away from zero), then the cast above. */
+static inline int8_t np_round_i8(float v)
+{
+    uint32_t u = lb__bits_from_f32(v), keep = in_int32_mask(u);
+    float a = lb__f32_from_bits(u & 0x7FFFFFFFu & keep); /* |v|, or 0 when out of range */
+    int32_t t = (int32_t)a;
+    /* a - t is exact and >= +0, so its bits order like its value */
+    int32_t r = t + (lb__bits_from_f32(a - (float)t) >= 0x3F000000u); /* fraction >= 0.5 */
+    int32_t neg = -(int32_t)(u >> 31);
+    r = (r ^ neg) - neg;
+    return (int8_t)(uint8_t)((uint32_t)r & keep);
 }
 
 static void store_fp16(uint8_t *p, float x)
@@ -202,7 +216,7 @@ void lb__quantize_q8_0(const float *restrict src, size_t nb, void *restrict dst)
     lb__block_q8_0 *y = dst;
     for (size_t i = 0; i < nb; i++, src += LB__QK) {
         float amax = 0.0f;
-        for (int j = 0; j < LB__QK; j++) amax = fmaxf(amax, fabsf(src[j]));
+        for (int j = 0; j < LB__QK; j++) amax = fabsf(src[j]) > amax ? fabsf(src[j]) : amax; /* input is finite */
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         for (int j = 0; j < LB__QK; j++) y[i].qs[j] = np_round_i8(src[j] * id);
@@ -215,9 +229,11 @@ void lb__quantize_q4_0(const float *restrict src, size_t nb, void *restrict dst)
     lb__block_q4_0 *y = dst;
     for (size_t i = 0; i < nb; i++, src += LB__QK) {
         /* the signed value of the first element of largest magnitude */
-        float amax = fabsf(src[0]), max = src[0];
-        for (int j = 1; j < LB__QK; j++)
-            if (fabsf(src[j]) > amax) amax = fabsf(src[j]), max = src[j];
+        float amax = 0.0f;
+        for (int j = 0; j < LB__QK; j++) amax = fabsf(src[j]) > amax ? fabsf(src[j]) : amax; /* input is finite */
+        int first = 0;
+        while (fabsf(src[first]) != amax) first++;
+        const float max = src[first];
         const float d = max / -8.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         uint8_t q[LB__QK];
@@ -235,23 +251,26 @@ void lb__quantize_mxfp4(const float *restrict src, size_t nb, void *restrict dst
     lb__block_mxfp4 *y = dst;
     for (size_t i = 0; i < nb; i++, src += LB__QK) {
         float amax = 0.0f;
-        for (int j = 0; j < LB__QK; j++) amax = fmaxf(amax, fabsf(src[j]));
+        for (int j = 0; j < LB__QK; j++) amax = fabsf(src[j]) > amax ? fabsf(src[j]) : amax; /* input is finite */
         /* floor(log2(amax)) - 2 + 127 with numpy's fp32 log2, which is the
          * correctly rounded one: a value just under a power of two can
          * round up to it, so this is not the exponent field. */
         uint8_t e = 0;
         if (amax > 0.0f) e = np_cast_u8(floorf((float)log2((double)amax)) - 2.0f + 127.0f);
         const float d = e8m0_half(e);
-        uint8_t q[LB__QK];
-        for (int j = 0; j < LB__QK; j++) {
-            /* nearest doubled E2M1 value; the first of equal errors wins */
-            uint8_t best = 0;
-            float best_err = fabsf(d * kvalues_fp4[0] - src[j]);
-            for (int k = 1; k < 16; k++) {
-                float err = fabsf(d * kvalues_fp4[k] - src[j]);
-                if (err < best_err) best_err = err, best = (uint8_t)k;
+        /* nearest doubled E2M1 value; the first of equal errors wins (the
+         * loop over k is outside so the loop over elements vectorizes) */
+        uint8_t q[LB__QK] = {0};
+        uint32_t best[LB__QK]; /* |error| bits: non-negative floats order like their bits */
+        for (int j = 0; j < LB__QK; j++) best[j] = lb__bits_from_f32(fabsf(d * kvalues_fp4[0] - src[j]));
+        for (int k = 1; k < 16; k++) {
+            const float v = d * kvalues_fp4[k];
+            for (int j = 0; j < LB__QK; j++) {
+                uint32_t err = lb__bits_from_f32(fabsf(v - src[j]));
+                int take = err < best[j];
+                q[j] = (uint8_t)(take ? k : q[j]);
+                best[j] = take ? err : best[j];
             }
-            q[j] = best;
         }
         y[i].e = e;
         for (int j = 0; j < LB__QK / 2; j++) y[i].qs[j] = (uint8_t)(q[j] | q[j + LB__QK / 2] << 4);

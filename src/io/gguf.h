@@ -28,13 +28,19 @@
  *     a row (ne[0]) is whole blocks of that type;
  *   - every tensor offset is a multiple of the alignment, every tensor lies
  *     inside the file, and no two tensors' bytes overlap.
- * The offsets need not be the running padded sum ggml's loader demands (the
- * gguf package does not demand it either); bytes after the last tensor are
- * allowed (writers pad there).
+ * Left to the caller, as in ggml and the gguf package: the offsets need not
+ * be the running padded sum ggml's loader demands (the gguf package does
+ * not demand it either), bytes after the last tensor are allowed (writers
+ * pad there), and strings are bytes (UTF-8 is not checked). What a KV means
+ * (is block_count sane, do scores and tokens have equal lengths) is the
+ * model loader's question; the typed accessors below at least never read a
+ * value as a type it is not.
  *
- * Memory: the reader allocates a fixed record per KV and per tensor, the
- * key and name copies, and one u64 per element of each string array, all
- * bounded by the bytes of the file that describe them. */
+ * Memory: the reader allocates a fixed record per KV and per tensor the
+ * header claims (claims first bounded by the bytes left: a KV takes at least
+ * 14 bytes, a tensor info 33), the key and name copies, and one u64 per
+ * element of each string array (each element takes at least 8 bytes):
+ * a small multiple of the file's size, never more. */
 #ifndef LB_IO_GGUF_H
 #define LB_IO_GGUF_H
 

@@ -68,6 +68,27 @@ static lb_status check_header(const int32_t h[7], const char *what, lb_arch *a, 
     return LB_OK;
 }
 
+/* The file stacks each array over all layers; the model view lists
+ * layer by layer (embedding, layer 0, layer 1, ..., final norm, head), as
+ * the other file types do. Insertion sort: a few hundred tensors. */
+static unsigned layer_rank(const lb_tensor *t, uint32_t n_layers)
+{
+    unsigned l;
+    if (sscanf(t->name, "model.layers.%u.", &l) == 1) return 1 + l;
+    return strcmp(t->name, "model.embed_tokens.weight") == 0 ? 0 : n_layers + 1;
+}
+
+static void sort_by_layer(lb_tensor *t, size_t n, uint32_t n_layers)
+{
+    for (size_t i = 1; i < n; i++) {
+        lb_tensor x = t[i];
+        unsigned r = layer_rank(&x, n_layers);
+        size_t j = i;
+        for (; j > 0 && layer_rank(&t[j - 1], n_layers) > r; j--) t[j] = t[j - 1];
+        t[j] = x;
+    }
+}
+
 lb_status lb__l2c_parse(const uint8_t *buf, size_t len, const char *what, lb__l2c_model *out)
 {
     memset(out, 0, sizeof *out);
@@ -143,6 +164,7 @@ lb_status lb__l2c_parse(const uint8_t *buf, size_t len, const char *what, lb__l2
         }
     }
     out->n_tensors = k;
+    sort_by_layer(out->tensors, k, a.n_layers);
     out->arch = a;
     out->shared_classifier = shared;
     return LB_OK;

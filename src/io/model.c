@@ -1,7 +1,9 @@
 #define _DEFAULT_SOURCE /* madvise, MADV_DONTNEED, strndup */
 /* lb_model: one view of a checkpoint, whatever file holds it. The file
- * type is told by content (GGUF magic, a safetensors header's '{', else a
- * llama2.c header), never by the file name. */
+ * type is told by content (GGUF magic, a safetensors header's '{'); when
+ * the content is too broken to tell, by the name (.gguf, .safetensors), so
+ * that the right reader explains what is wrong; anything else is read as
+ * a llama2.c checkpoint. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,6 +183,19 @@ static lb_status open_llama2c(lb_model *m, const char *path)
     return LB_OK;
 }
 
+static lb_status open_safetensors(lb_model *m, const char *path)
+{
+    m->kind = LB_MODEL_SAFETENSORS;
+    lb_status st = open_shard(m, path);
+    /* a config.json beside it describes the architecture */
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+    char *config = dir ? join(dir, "config.json") : NULL;
+    if (st == LB_OK && config && file_exists(config)) st = read_config(m, config);
+    free(dir), free(config);
+    return st;
+}
+
 /* ----- dispatch ----- */
 
 static lb_status sniff(const char *path, uint8_t head[9], size_t *got)
@@ -209,17 +224,21 @@ lb_status lb_model_open(const char *path, lb_model **out)
         size_t got = 0;
         st = sniff(path, head, &got);
         if (st == LB_OK) {
+            size_t n = strlen(path);
+            int gguf_name = n >= 5 && strcmp(path + n - 5, ".gguf") == 0;
+            int st_name = n >= 12 && strcmp(path + n - 12, ".safetensors") == 0;
             if (got >= 4 && memcmp(head, "GGUF", 4) == 0) st = open_gguf(m, path);
-            else if (got == 9 && head[8] == '{') {
-                m->kind = LB_MODEL_SAFETENSORS;
-                st = open_shard(m, path);
-                /* a config.json beside it describes the architecture */
-                const char *slash = strrchr(path, '/');
-                char *dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
-                char *config = dir ? join(dir, "config.json") : NULL;
-                if (st == LB_OK && config && file_exists(config)) st = read_config(m, config);
-                free(dir), free(config);
-            } else st = open_llama2c(m, path);
+            else if ((got == 9 && head[8] == '{') || (st_name && !gguf_name)) st = open_safetensors(m, path);
+            else if (gguf_name) st = open_gguf(m, path); /* the GGUF reader says what is wrong with it */
+            else {
+                st = open_llama2c(m, path);
+                if (st == LB_ERR_PARSE) { /* say what else it was not, too */
+                    char msg[1024];
+                    snprintf(msg, sizeof msg, "%s", lb_last_error());
+                    st = lb__fail(st, "not GGUF (no 'GGUF' magic) nor safetensors (no JSON header); read as a "
+                                      "llama2.c checkpoint: %s", msg);
+                }
+            }
         }
     }
     if (st == LB_OK) lb__arch_from_tensors(m, &m->arch);

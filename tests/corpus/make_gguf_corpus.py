@@ -114,7 +114,7 @@ CASES = {
 def main():
     out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent / "gguf"
     out.mkdir(parents=True, exist_ok=True)
-    lines = ["# file\tsubstring of lb__gguf_open's message (make_gguf_corpus.py writes this)"]
+    lines = []
     for name, (data, message) in sorted(CASES.items()):
         (out / name).write_bytes(data)
         lines.append(f"{name}\t{message}")

@@ -13,6 +13,7 @@ The internal lb__gguf_* functions are exported by liblowbit.so; the
 bindings below are this file's own."""
 import ctypes
 import hashlib
+import importlib.util
 import os
 import pathlib
 import subprocess
@@ -291,8 +292,13 @@ TENSORS = [("tok_embd.weight", DT_F32, QT.F32, (6, 3), 4 * 18), ("norm.weight", 
            ("blk.0.q8", DT_Q8_0, QT.Q8_0, (64, 3), 6 * 34), ("blk.0.q4", DT_Q4_0, QT.Q4_0, (32, 2, 2), 4 * 18)]
 
 
-def write_sample(path, alignment=None, fail_at=-1):
-    blobs = [RNG.integers(0, 256, n, dtype=np.uint8).tobytes() for *_, n in TENSORS]
+def sample_blobs():
+    return [RNG.integers(0, 256, n, dtype=np.uint8).tobytes() for *_, n in TENSORS]
+
+
+def write_sample(path, alignment=None, fail_at=-1, blobs=None):
+    """The sample file through lowbit's writer: every KV type, four tensors."""
+    blobs = blobs or sample_blobs()
     with Writer() as w:
         w.string("general.architecture", b"llama")
         if alignment:
@@ -409,6 +415,43 @@ def test_writer_refuses(tmp_path):
 
 # ---------------------------------------------------------------- gguf writes, lowbit reads
 
+@pytest.mark.parametrize("alignment", [None, 64])
+def test_gguf_writer_writes_the_same_bytes(tmp_path, alignment):
+    """The sample file through the gguf package's GGUFWriter: lowbit reads
+    it equal, and lowbit's writer, given the same content, writes the same
+    bytes."""
+    blobs = sample_blobs()
+    ours, theirs = tmp_path / "ours.gguf", tmp_path / "theirs.gguf"
+    assert write_sample(ours, alignment, blobs=blobs)[0] == LB_OK, last_error()
+    w = gguf.GGUFWriter(str(theirs), "llama")
+    if alignment:
+        w.add_custom_alignment(alignment)
+    for key, vt, v in SCALARS:
+        w.add_key_value(key, v, VT(vt))
+    w.add_string("t.str", "\u00fcnicode")
+    for key, vt, v in ARRAYS:
+        w.add_key_value(key, v, VT.ARRAY, sub_type=VT(vt))
+    w.add_key_value("a.str", STRS, VT.ARRAY, sub_type=VT.STRING)
+    for (name, _, qt, ne, n), blob in zip(TENSORS, blobs):
+        if qt == QT.F32:
+            w.add_tensor(name, np.frombuffer(blob, np.float32).reshape(ne[::-1]))
+        elif qt == QT.F16:
+            w.add_tensor(name, np.frombuffer(blob, np.float16).reshape(ne[::-1]))
+        else:
+            block, size = gguf.GGML_QUANT_SIZES[qt]
+            byte_shape = tuple(ne[::-1][:-1]) + (ne[0] // block * size,)
+            w.add_tensor(name, np.frombuffer(blob, np.uint8).reshape(byte_shape), raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    compare_with_reader(theirs)
+    with Parsed(theirs) as p:
+        for t, blob in zip(p.tensors(), blobs):
+            assert ctypes.string_at(t.data, t.n_bytes) == blob
+    assert ours.read_bytes() == theirs.read_bytes()
+
+
 def test_reads_gguf_writer_output(tmp_path):
     path = tmp_path / "p.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
@@ -482,6 +525,16 @@ def test_corpus_file_is_refused(name, message):
         assert p.f.n_kv == 0 and p.f.n_tensors == 0 and not p.f.priv
     finally:
         lib.lb__gguf_close(ctypes.byref(p.f))
+
+
+def test_corpus_base_file_is_valid(tmp_path):
+    """The unbroken file every corpus case starts from reads in both readers."""
+    spec = importlib.util.spec_from_file_location("make_gguf_corpus", ROOT / "tests" / "corpus" / "make_gguf_corpus.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    path = tmp_path / "base.gguf"
+    path.write_bytes(mod.model())
+    compare_with_reader(path)
 
 
 def test_corpus_regenerates_identically(tmp_path):
