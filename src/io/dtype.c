@@ -54,6 +54,7 @@ lb_status lb_dtype_by_name(const char *name, lb_dtype *out)
 
 lb_status lb_dtype_from_ggml(int ggml_type, lb_dtype *out)
 {
+    if (!out) return lb__fail(LB_ERR_ARG, "lb_dtype_from_ggml: NULL argument");
     for (int i = 0; i < LB_DT_COUNT; i++)
         if (table[i].ggml_type >= 0 && table[i].ggml_type == ggml_type) {
             *out = (lb_dtype)i;
@@ -64,6 +65,7 @@ lb_status lb_dtype_from_ggml(int ggml_type, lb_dtype *out)
 
 lb_status lb_dtype_bytes(lb_dtype t, uint64_t n, uint64_t *bytes)
 {
+    if (!bytes) return lb__fail(LB_ERR_ARG, "lb_dtype_bytes: NULL argument");
     const lb_dtype_info *d = lb_dtype_get(t);
     if (!d) return lb__fail(LB_ERR_ARG, "unknown dtype id %d", (int)t);
     if (n % d->block) return lb__fail(LB_ERR_ARG, "%llu %s values are not whole blocks of %u",

@@ -53,7 +53,7 @@ void lb__dequantize_q3_k(const void *restrict src, size_t nb, float *restrict ds
                     const float dh = dl[sub + half];
                     for (int l = 16 * half; l < 16 * half + 16; l++) {
                         int low = (qs[l] >> (2 * s)) & 3;
-                        int off = (~hm[l] >> b & 1) << 2; /* 4 when the hmask bit is clear */
+                        int off = (((hm[l] >> b) & 1) ^ 1) << 2; /* 4 when the hmask bit is clear */
                         y[l] = dh * (float)(low - off);
                     }
                 }

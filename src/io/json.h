@@ -63,6 +63,9 @@ struct lb__json {
  * NULL reads as "JSON"). LB_ERR_PARSE for malformed text, LB_ERR_NOMEM,
  * LB_ERR_ARG for a NULL out or a NULL text with len > 0. */
 lb_status lb__json_parse(const char *text, size_t len, const char *what, lb__json **out);
+/* Reads and parses a whole file of at most max_bytes (LB_ERR_IO,
+ * LB_ERR_PARSE naming the path). */
+lb_status lb__json_read_file(const char *path, size_t max_bytes, lb__json **out);
 /* Frees the whole tree; root must be what lb__json_parse returned (or NULL),
  * never an inner node. */
 void lb__json_free(lb__json *root);

@@ -1,9 +1,11 @@
 /* Reading a parsed JSON tree: member lookup (through the hash index that
  * json_parse.c builds for large objects) and exact integers from a
  * number's source text. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "io/json_internal.h"
+#include "util/file.h"
 
 /* ===== SipHash-1-3 (Aumasson and Bernstein's keyed hash) ===== */
 
@@ -143,4 +145,16 @@ int lb__json_i64(const lb__json *v, int64_t *out)
         *out = (int64_t)m;
     }
     return 1;
+}
+
+lb_status lb__json_read_file(const char *path, size_t max_bytes, lb__json **out)
+{
+    char *text;
+    size_t len;
+    *out = NULL;
+    lb_status st = lb__read_file(path, max_bytes, &text, &len);
+    if (st != LB_OK) return st;
+    st = lb__json_parse(text, len, path, out);
+    free(text);
+    return st;
 }

@@ -78,14 +78,6 @@ static lb_status open_shard(lb_model *m, const char *path)
     return add_shard_tensors(m, &m->shards[m->n_shards - 1], path);
 }
 
-static char *join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p) snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
 static int file_exists(const char *path)
 {
     struct stat st;
@@ -101,13 +93,8 @@ static int plain_file_name(const char *s)
 
 static lb_status open_sharded(lb_model *m, const char *dir, const char *index_path)
 {
-    char *text;
-    size_t len;
-    lb_status st = lb__read_file(index_path, 64u << 20, &text, &len);
-    if (st != LB_OK) return st;
-    lb__json *idx = NULL;
-    st = lb__json_parse(text, len, index_path, &idx);
-    free(text);
+    lb__json *idx;
+    lb_status st = lb__json_read_file(index_path, 64u << 20, &idx);
     if (st != LB_OK) return st;
     const lb__json *map = lb__json_get(idx, "weight_map");
     if (!map || map->type != LB_JSON_OBJECT) st = lb__fail(LB_ERR_PARSE, "%s: no \"weight_map\" object", index_path);
@@ -122,15 +109,15 @@ static lb_status open_sharded(lb_model *m, const char *dir, const char *index_pa
         int seen = 0;
         for (size_t j = 0; j < i && !seen; j++) seen = strcmp(map->items[j].str, v->str) == 0;
         if (seen) continue;
-        char *shard = join(dir, v->str);
+        char *shard = lb__path_join(dir, v->str);
         st = shard ? open_shard(m, shard) : lb__fail(LB_ERR_NOMEM, "out of memory");
         free(shard);
     }
     /* the index and the shards must agree, both ways */
     for (size_t i = 0; st == LB_OK && i < map->len; i++)
         if (!lb_model_find(m, map->keys[i]))
-            st = lb__fail(LB_ERR_PARSE, "%s: tensor '%s' is not in its shard %s", index_path, map->keys[i],
-                          map->items[i].str);
+            st = lb__fail(LB_ERR_PARSE, "%s: tensor '%s' is in none of the shards (the index names %s)", index_path,
+                          map->keys[i], map->items[i].str);
     if (st == LB_OK && m->n_tensors != map->len)
         st = lb__fail(LB_ERR_PARSE, "%s: the shards hold %zu tensors but the index lists %zu", index_path,
                       m->n_tensors, map->len);
@@ -140,13 +127,8 @@ static lb_status open_sharded(lb_model *m, const char *dir, const char *index_pa
 
 static lb_status read_config(lb_model *m, const char *config_path)
 {
-    char *text;
-    size_t len;
-    lb_status st = lb__read_file(config_path, 16u << 20, &text, &len);
-    if (st != LB_OK) return st;
-    lb__json *cfg = NULL;
-    st = lb__json_parse(text, len, config_path, &cfg);
-    free(text);
+    lb__json *cfg;
+    lb_status st = lb__json_read_file(config_path, 16u << 20, &cfg);
     if (st == LB_OK) st = lb__arch_from_config(cfg, config_path, &m->arch);
     lb__json_free(cfg);
     return st;
@@ -155,8 +137,8 @@ static lb_status read_config(lb_model *m, const char *config_path)
 static lb_status open_hf_dir(lb_model *m, const char *dir)
 {
     m->kind = LB_MODEL_HF_DIR;
-    char *config = join(dir, "config.json"), *index = join(dir, "model.safetensors.index.json");
-    char *single = join(dir, "model.safetensors");
+    char *config = lb__path_join(dir, "config.json"), *index = lb__path_join(dir, "model.safetensors.index.json");
+    char *single = lb__path_join(dir, "model.safetensors");
     lb_status st = LB_OK;
     if (!config || !index || !single) st = lb__fail(LB_ERR_NOMEM, "out of memory");
     else if (!file_exists(config)) st = lb__fail(LB_ERR_IO, "%s: no config.json: not a Hugging Face model directory", dir);
@@ -190,7 +172,7 @@ static lb_status open_safetensors(lb_model *m, const char *path)
     /* a config.json beside it describes the architecture */
     const char *slash = strrchr(path, '/');
     char *dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
-    char *config = dir ? join(dir, "config.json") : NULL;
+    char *config = dir ? lb__path_join(dir, "config.json") : NULL;
     if (st == LB_OK && config && file_exists(config)) st = read_config(m, config);
     free(dir), free(config);
     return st;

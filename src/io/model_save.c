@@ -256,22 +256,38 @@ static const char *hf_class(const char *arch)
     return "LlamaForCausalLM";
 }
 
+/* The shortest decimal that reads back as the same fp32 value: GGUF stores
+ * eps and theta as fp32, and 1e-05 reads better than 9.99999975e-06. */
+static void shortest_float(char *buf, size_t size, double v)
+{
+    if (v == (double)(long long)v && v > -1e15 && v < 1e15) { /* 10000, not 1e+04 */
+        snprintf(buf, size, "%lld", (long long)v);
+        return;
+    }
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, size, "%.*g", p, v);
+        if ((float)strtod(buf, NULL) == (float)v) return;
+    }
+}
+
 static lb_status write_config(const lb_model *m, const char *path, lb_dtype dtype)
 {
     const lb_arch *a = &m->arch;
     const char *model_type = strcmp(a->name, "mistral") == 0 || strcmp(a->name, "qwen2") == 0 ||
                                      strcmp(a->name, "qwen3") == 0 ? a->name : "llama";
     const char *torch_dtype = dtype == LB_DT_BF16 ? "bfloat16" : dtype == LB_DT_F16 ? "float16" : "float32";
-    char text[2048];
+    char theta[32], eps[32], text[2048];
+    shortest_float(theta, sizeof theta, a->rope_theta);
+    shortest_float(eps, sizeof eps, a->norm_eps);
     int n = snprintf(text, sizeof text,
                      "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n  \"hidden_size\": %u,\n"
                      "  \"intermediate_size\": %u,\n  \"num_hidden_layers\": %u,\n  \"num_attention_heads\": %u,\n"
                      "  \"num_key_value_heads\": %u,\n  \"head_dim\": %u,\n  \"vocab_size\": %u,\n"
-                     "  \"max_position_embeddings\": %u,\n  \"rope_theta\": %.17g,\n  \"rms_norm_eps\": %.9g,\n"
+                     "  \"max_position_embeddings\": %u,\n  \"rope_theta\": %s,\n  \"rms_norm_eps\": %s,\n"
                      "  \"tie_word_embeddings\": %s,\n  \"attention_bias\": %s,\n  \"hidden_act\": \"silu\",\n"
                      "  \"torch_dtype\": \"%s\"\n}\n",
                      hf_class(a->name), model_type, a->dim, a->hidden_dim, a->n_layers, a->n_heads, a->n_kv_heads,
-                     a->head_dim, a->vocab_size, a->max_seq_len ? a->max_seq_len : 2048, a->rope_theta, a->norm_eps,
+                     a->head_dim, a->vocab_size, a->max_seq_len ? a->max_seq_len : 2048, theta, eps,
                      a->tied_embeddings ? "true" : "false", a->qkv_bias ? "true" : "false", torch_dtype);
     lb__outfile o;
     lb_status st = lb__out_open(path, &o);
@@ -284,19 +300,11 @@ static lb_status write_config(const lb_model *m, const char *path, lb_dtype dtyp
     return lb__out_commit(&o);
 }
 
-static char *join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p) snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
 static void remove_tree(const char *dir)
 {
     static const char *const files[] = {"config.json", "model.safetensors"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char *p = join(dir, files[i]);
+        char *p = lb__path_join(dir, files[i]);
         if (p) unlink(p);
         free(p);
     }
@@ -320,7 +328,7 @@ static lb_status save_hf_dir(const lb_model *m, save_job *j, const char *path, l
         free(tmp);
         return st;
     }
-    char *cfg = join(tmp, "config.json"), *st_path = join(tmp, "model.safetensors");
+    char *cfg = lb__path_join(tmp, "config.json"), *st_path = lb__path_join(tmp, "model.safetensors");
     lb_status st = cfg && st_path ? LB_OK : lb__fail(LB_ERR_NOMEM, "out of memory");
     if (st == LB_OK) st = save_safetensors(j, st_path);
     if (st == LB_OK) st = write_config(m, cfg, dtype);

@@ -70,6 +70,14 @@ lb_status lb__read_file(const char *path, size_t max_bytes, char **out, size_t *
     return LB_OK;
 }
 
+char *lb__path_join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
 static void out_free(lb__outfile *o)
 {
     free(o->path), free(o->tmp_path);

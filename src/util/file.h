@@ -24,6 +24,9 @@ void lb__unmap_file(lb__mapped *m);
 /* Reads a whole (small) file into a NUL-terminated malloc'd buffer. */
 lb_status lb__read_file(const char *path, size_t max_bytes, char **out, size_t *len);
 
+/* "dir/name" in a malloc'd string (NULL when out of memory). */
+char *lb__path_join(const char *dir, const char *name);
+
 typedef struct lb__outfile {
     FILE *f;
     char *path;     /* the final name */

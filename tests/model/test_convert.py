@@ -210,3 +210,22 @@ def test_bad_usage_exits_2():
     assert ml.run("inspect", check=False)[0] == 2
     assert ml.run("error", ml.STORIES, check=False)[0] == 2
     assert ml.run("error", ml.STORIES, "--spec", "int9", check=False)[0] == 2
+
+
+@pytest.mark.parametrize("dtype,qtype,np_type", [("f16", gguf.GGMLQuantizationType.F16, np.float16),
+                                                 ("bf16", gguf.GGMLQuantizationType.BF16, ml_dtypes.bfloat16),
+                                                 ("f32", gguf.GGMLQuantizationType.F32, np.float32)])
+def test_llama2c_to_gguf_plain_types(tmp_path, dtype, qtype, np_type):
+    out = tmp_path / f"stories-{dtype}.gguf"
+    ml.run("convert", ml.STORIES, out, "--dtype", dtype)
+    r = gguf.GGUFReader(str(out))
+    with ml.Model(ml.STORIES) as m:
+        want = {ml.name_to_gguf(t.name.decode())[0]: m.values(t) for t in m.tensors()}
+    assert {t.name for t in r.tensors} == set(want)
+    assert r.fields["general.architecture"].contents() == "llama"
+    assert r.fields["llama.attention.head_count"].contents() == 8
+    for t in r.tensors:
+        assert t.tensor_type == qtype
+        raw = np.frombuffer(t.data.tobytes(), dtype=np_type)
+        # llama2.c and GGUF llama both keep adjacent rotary pairs: no permutation
+        assert np.array_equal(raw.view(np.uint8), want[t.name].reshape(-1).astype(np_type).view(np.uint8)), t.name
