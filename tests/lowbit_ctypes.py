@@ -39,6 +39,20 @@ class FormatInfo(ctypes.Structure):
     ]
 
 
+class DtypeInfo(ctypes.Structure):
+    """lb_dtype_info: a row of the model-file storage types"""
+    _fields_ = [
+        ("id", ctypes.c_int),
+        ("name", ctypes.c_char_p),
+        ("st_name", ctypes.c_char_p),
+        ("ggml_type", ctypes.c_int),
+        ("block", ctypes.c_uint),
+        ("block_bytes", ctypes.c_uint),
+        ("can_read", ctypes.c_int),
+        ("can_write", ctypes.c_int),
+    ]
+
+
 lib = ctypes.CDLL(str(BUILD / "liblowbit.so"))
 lib.lb_format_get.restype = ctypes.POINTER(FormatInfo)
 lib.lb_format_get.argtypes = [ctypes.c_int]

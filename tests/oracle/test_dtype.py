@@ -18,6 +18,7 @@ numpy and ml_dtypes.
 import ctypes
 import os
 import pathlib
+import sys
 
 import gguf
 import ml_dtypes as md
@@ -31,17 +32,8 @@ lib = ctypes.CDLL(str(ROOT / os.environ.get("LOWBIT_BUILD", "build") / "liblowbi
 LB_OK, LB_ERR_ARG, LB_ERR_FORMAT, LB_ERR_NAN, LB_ERR_PARSE, LB_ERR_UNSUPPORTED = 0, 1, 2, 3, 6, 7
 
 
-class DtypeInfo(ctypes.Structure):
-    _fields_ = [
-        ("id", ctypes.c_int),
-        ("name", ctypes.c_char_p),
-        ("st_name", ctypes.c_char_p),
-        ("ggml_type", ctypes.c_int),
-        ("block", ctypes.c_uint),
-        ("block_bytes", ctypes.c_uint),
-        ("can_read", ctypes.c_int),
-        ("can_write", ctypes.c_int),
-    ]
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from lowbit_ctypes import DtypeInfo  # noqa: E402  (the struct, shared by the oracle tests)
 
 
 lib.lb_last_error.restype = ctypes.c_char_p

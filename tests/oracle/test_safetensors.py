@@ -77,17 +77,8 @@ class StOutTensor(ctypes.Structure):
     ]
 
 
-class DtypeInfo(ctypes.Structure):
-    _fields_ = [
-        ("id", ctypes.c_int),
-        ("name", ctypes.c_char_p),
-        ("st_name", ctypes.c_char_p),
-        ("ggml_type", ctypes.c_int),
-        ("block", ctypes.c_uint),
-        ("block_bytes", ctypes.c_uint),
-        ("can_read", ctypes.c_int),
-        ("can_write", ctypes.c_int),
-    ]
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from lowbit_ctypes import DtypeInfo  # noqa: E402  (the struct, shared by the oracle tests)
 
 
 FILL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_uint64)
