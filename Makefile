@@ -125,7 +125,7 @@ warnings:
 	$(MAKE) BUILD=build-clang CC=clang CFLAGS=-Werror all $(patsubst $(BUILD)/%,build-clang/%,$(UNIT_BIN) $(BENCH_BIN))
 
 bench:
-	@$(MAKE) -s all $(BENCH_BIN) $(VENV)/.ready >&2
+	@$(MAKE) -s all $(BENCH_BIN) $(VENV)/.ready $(SMOLLM2) >&2
 	@sh bench/run.sh $(BUILD) $(VENV)/bin/python
 
 install: all

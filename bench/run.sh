@@ -15,3 +15,9 @@ echo
 echo "Command: \`make bench\` (runs \`$build/bench/bench_quant ${LOWBIT_BENCH_GIB:-1}\`)"
 echo
 "$build/bench/bench_quant" "${LOWBIT_BENCH_GIB:-1}"
+echo
+echo "## Model files"
+echo
+echo "Command: \`make bench\` (runs \`$python bench/run_models.py $build\`)"
+echo
+"$python" bench/run_models.py "$build"

@@ -282,6 +282,11 @@ typedef struct lb_qstats {
     double bits_per_value;       /* element bits plus every scale, zero point and tensor scale */
 } lb_qstats;
 
+/* Bits per value of a rows x cols tensor under spec, without quantizing:
+ * element bits plus every scale, zero point and tensor scale (the figure
+ * lb_qstats_compute reports). 0 if the spec is invalid or a size is 0. */
+double lb_qspec_bits_per_value(const lb_qspec *spec, uint64_t rows, uint64_t cols);
+
 /* x and xhat: the rows * cols original and dequantized values. */
 lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor *q, lb_qstats *out);
 

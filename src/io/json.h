@@ -31,6 +31,12 @@
 
 #include "lowbit.h"
 
+/* The most memory one document's tree may take: a hostile input of tiny
+ * values ("[0,0,0,...]") costs ~37 bytes of tree per byte, so a 100 MB
+ * safetensors header could otherwise ask for 3.7 GB. Real inputs (a
+ * 250k-token tokenizer.json) need a few hundred MB at most. */
+#define LB_JSON_MAX_TREE (1024u << 20)
+
 /* Arrays and objects nested deeper than this are refused. */
 #define LB_JSON_MAX_DEPTH 128
 

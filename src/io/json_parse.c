@@ -622,8 +622,11 @@ lb_status lb__json_parse(const char *text, size_t len, const char *what, lb__jso
     char *base = NULL;
     if (st == LB_OK) {
         size_t total = sizeof(lb__json) + p.node_bytes + p.text_bytes;
-        base = calloc(1, total); /* zeroed: empty index slots */
-        if (!base) st = out_of_memory(&p, total);
+        if (total > LB_JSON_MAX_TREE)
+            st = lb__fail(LB_ERR_PARSE, "%.300s: the document's %zu bytes would take %zu bytes of tree, more than the "
+                                        "%u MiB a JSON input may use", what, len, total, LB_JSON_MAX_TREE >> 20);
+        else if (!(base = calloc(1, total))) /* zeroed: empty index slots */
+            st = out_of_memory(&p, total);
     }
     if (st == LB_OK) {
         p.build = 1, p.pos = 0;

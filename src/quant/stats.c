@@ -9,7 +9,6 @@
 lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor *q, lb_qstats *out)
 {
     if (!x || !xhat || !q || !out) return lb__fail(LB_ERR_ARG, "lb_qstats_compute: NULL argument");
-    const lb_format_info *e = lb_format_get(q->spec.element), *sf = lb_format_get(q->spec.scale_format);
     size_t n = q->rows * q->cols, nb = q->scales_per_row;
     double se = 0, ae = 0, sig = 0, maxe = -1;
     size_t maxi = 0, saturated = 0, flushed = 0;
@@ -59,9 +58,19 @@ lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor 
     out->sqnr_db = se == 0 ? INFINITY : sig == 0 ? -INFINITY : 10.0 * log10(sig / se);
     out->saturated_fraction = (double)saturated / (double)n;
     out->flushed_fraction = (double)flushed / (double)n;
-    double bits = (double)e->bits * (double)n + (double)sf->bits * (double)q->scale_count;
-    if (q->zero_points) bits += (double)e->bits * (double)q->scale_count;
-    if (q->spec.two_level) bits += 32;
-    out->bits_per_value = bits / (double)n;
+    out->bits_per_value = lb_qspec_bits_per_value(&q->spec, q->rows, q->cols);
     return LB_OK;
+}
+
+double lb_qspec_bits_per_value(const lb_qspec *spec, uint64_t rows, uint64_t cols)
+{
+    if (!spec || rows == 0 || cols == 0 || lb_qspec_validate(spec) != LB_OK) return 0;
+    const lb_format_info *e = lb_format_get(spec->element), *sf = lb_format_get(spec->scale_format);
+    uint64_t block = spec->granularity == LB_GRAN_GROUP ? spec->group : cols;
+    double n = (double)rows * (double)cols;
+    double scales = spec->granularity == LB_GRAN_TENSOR ? 1 : (double)rows * (double)((cols + block - 1) / block);
+    double bits = (double)e->bits * n + (double)sf->bits * scales;
+    if (spec->affine) bits += (double)e->bits * scales; /* a zero point per scale, in the element's format */
+    if (spec->two_level) bits += 32;                    /* the fp32 tensor scale */
+    return bits / n;
 }

@@ -142,3 +142,39 @@ def test_names_map_both_ways(gguf_name, hf):
 def test_unmapped_names_pass_through(name):
     assert ml.name_from_gguf(name) == (name, 0)
     assert ml.name_to_gguf(name) == (name, 0)
+
+
+def test_llama2c_tokenizer_file_reads_like_its_format():
+    import ctypes
+
+    class Vocab(ctypes.Structure):
+        _fields_ = [("n", ctypes.c_uint32), ("max_token_length", ctypes.c_uint32),
+                    ("scores", ctypes.POINTER(ctypes.c_float)), ("tokens", ctypes.POINTER(ctypes.c_char_p)),
+                    ("lengths", ctypes.POINTER(ctypes.c_uint32))]
+
+    blob = (ml.ROOT / "models/tok512.bin").read_bytes()
+    want, at = [], 4
+    (maxlen,) = struct.unpack_from("<i", blob, 0)
+    while at < len(blob):
+        score, n = struct.unpack_from("<fi", blob, at)
+        want.append((score, blob[at + 8:at + 8 + n]))
+        at += 8 + n
+    assert len(want) == 512 and maxlen == 7
+    parse = ml.lib.lb__l2c_vocab_parse
+    parse.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_char_p, ctypes.POINTER(Vocab)]
+    ml.lib.lb__l2c_vocab_free.argtypes = [ctypes.POINTER(Vocab)]
+    v = Vocab()
+    assert parse(blob, len(blob), 512, b"tok512.bin", ctypes.byref(v)) == 0
+    try:
+        assert v.n == 512 and v.max_token_length == 7
+        for i, (score, tok) in enumerate(want):
+            assert v.scores[i] == score and v.lengths[i] == len(tok)
+            assert ctypes.string_at(v.tokens[i], v.lengths[i]) == tok
+        assert ctypes.string_at(v.tokens[1], v.lengths[1]) == b"\n<s>\n"
+    finally:
+        ml.lib.lb__l2c_vocab_free(ctypes.byref(v))
+    # a vocabulary of another size than the model's does not fit the file
+    assert parse(blob, len(blob), 511, b"tok512.bin", ctypes.byref(v)) == 6
+    assert b"follow the 511 tokens" in ml.lib.lb_last_error()
+    assert parse(blob, len(blob), 513, b"tok512.bin", ctypes.byref(v)) == 6
+    assert b"cut off by the end of the file" in ml.lib.lb_last_error()

@@ -674,5 +674,19 @@ int main(void)
     test_tokenizer_speed();
     test_prefixes();
     printf("%d reject cases\n", n_rejects);
+    /* the tree-size cap: 16M zeros take ~1.2 GB of tree, so they are refused
+     * after the counting pass, before any allocation of that size */
+    {
+        size_t n = 16u << 20, len = 2 * n + 1;
+        char *big = malloc(len);
+        big[0] = '[';
+        for (size_t i = 0; i < n; i++) big[1 + 2 * i] = '0', big[2 + 2 * i] = ',';
+        big[len - 1] = ']';
+        lb__json *j = NULL;
+        lb_status st = lb__json_parse(big, len, "big.json", &j);
+        CHECK(st == LB_ERR_PARSE && j == NULL && strstr(lb_last_error(), "MiB a JSON input may use"),
+              "tree cap: %d %s", st, lb_last_error());
+        free(big);
+    }
     return check_summary();
 }
