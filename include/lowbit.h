@@ -434,6 +434,119 @@ lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype);
 int lb_name_from_gguf(const char *gguf_name, char *buf, size_t size);
 int lb_name_to_gguf(const char *hf_name, char *buf, size_t size);
 
+/* ===== Napkin math (lowbit plan) =====
+ *
+ * What a precision buys before anything is quantized: weight memory, KV
+ * cache per token, concurrency, and decode/prefill bounds on a GPU, every
+ * figure derived from the stated inputs. */
+
+/* A decoder's shape, from a config.json, a checkpoint or a preset. */
+typedef struct lb_shape {
+    char name[64];
+    uint64_t n_layers, dim, n_heads, n_kv_heads, head_dim, hidden_dim, vocab_size, max_ctx;
+    int tied_embeddings, qkv_bias, o_bias, qk_norm;
+    /* mixture of experts: MoE layers replace the dense MLP with n_experts
+     * routed experts (experts_per_token active) plus shared experts */
+    uint64_t n_experts, experts_per_token, moe_hidden_dim;
+    uint64_t n_shared_experts, shared_hidden_dim; /* each shared expert's width */
+    int shared_expert_gate;                       /* Qwen-MoE: a dim -> 1 gate on the shared expert */
+    uint64_t n_dense_layers;                      /* leading layers that keep a dense MLP */
+    /* which layers hold a KV cache: full attention caches every token,
+     * sliding-window layers at most `sliding_window`, the rest (linear
+     * attention, state-space) none */
+    uint64_t n_full_layers, n_sliding_layers, sliding_window;
+    /* multi-head latent attention (DeepSeek): one compressed KV vector of
+     * kv_lora_rank + qk_rope_head_dim per token and layer */
+    uint64_t q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+} lb_shape;
+
+typedef struct lb_param_count {
+    uint64_t total;
+    uint64_t active;     /* used per token: MoE layers count experts_per_token routed experts */
+    uint64_t embedding;  /* the token embedding */
+    uint64_t lm_head;    /* 0 when tied to the embedding */
+    uint64_t attention, mlp, norms, router;
+} lb_param_count;
+
+/* From config.json text (Hugging Face names: hidden_size,
+ * num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
+ * intermediate_size, vocab_size, tie_word_embeddings, num_experts /
+ * num_local_experts / n_routed_experts, num_experts_per_tok,
+ * moe_intermediate_size, n_shared_experts / shared_expert_intermediate_size,
+ * first_k_dense_replace, layer_types, sliding_window,
+ * full_attention_interval, q_lora_rank, kv_lora_rank, ...; a text_config
+ * object is read in place of the top level). A missing required field is
+ * LB_ERR_PARSE naming it. */
+lb_status lb_shape_from_config(const char *json, size_t len, const char *what, lb_shape *out);
+/* From an open model: its architecture and its tensors' shapes. */
+lb_status lb_shape_from_model(const lb_model *m, lb_shape *out);
+/* Built-in shapes by name ("llama-3-8b", "llama-3-70b", "mixtral-8x7b",
+ * "deepseek-v3", ...); LB_ERR_ARG listing them if unknown. */
+lb_status lb_shape_preset(const char *name, lb_shape *out);
+/* The preset names, NULL-terminated. */
+const char *const *lb_shape_preset_names(void);
+void lb_shape_params(const lb_shape *s, lb_param_count *out);
+
+/* A GPU's figures (the built-in table: src/plan/gpus.def, each figure
+ * with its source). Peaks are DENSE: vendors often quote sparse peaks,
+ * twice as high. */
+typedef struct lb_gpu {
+    char name[32];         /* id: "h100-sxm" */
+    char display[64];      /* "NVIDIA H100 SXM5 80GB" */
+    double mem_bytes;      /* memory */
+    double bw_bytes_s;     /* memory bandwidth, bytes/s */
+    double bf16_flops, fp8_flops, fp4_flops, int8_ops; /* dense tensor peaks per second; 0 where absent */
+} lb_gpu;
+
+size_t lb_gpu_count(void);
+const lb_gpu *lb_gpu_at(size_t i);
+/* Case-insensitive; LB_ERR_ARG listing the known GPUs if unknown. */
+lb_status lb_gpu_find(const char *name, lb_gpu *out);
+
+typedef enum lb_compute { LB_COMPUTE_BF16, LB_COMPUTE_FP8, LB_COMPUTE_FP4, LB_COMPUTE_INT8 } lb_compute;
+
+typedef struct lb_plan_request {
+    lb_shape shape;
+    lb_gpu gpu;
+    unsigned n_gpus;           /* tensor parallel: memory, bandwidth and peak add up (ideal) */
+    lb_qspec weights;          /* spec of the weight matrices (rows: output features, cols: input) */
+    int quantize_embeddings;   /* 0: token embedding and output head stay 16-bit */
+    lb_qspec kv;               /* KV cache spec, one row per token and KV head, head_dim columns */
+    uint64_t ctx;              /* tokens per sequence */
+    uint64_t batch;            /* sequences decoded together; 0: as many as fit */
+    double reserve;            /* fraction of GPU memory held back for the runtime (activations, workspace) */
+    lb_compute compute;        /* tensor-core precision of the prefill matmuls */
+} lb_plan_request;
+
+typedef struct lb_plan {
+    lb_param_count params;
+    double weight_bits;        /* bits per weight of the weight matrices, scales included */
+    double bytes_matrices;     /* the quantized matrices */
+    double bytes_16bit;        /* kept at 16 bits: norms, biases, router, and (unless quantized) embedding and head */
+    double bytes_weights;      /* both */
+    double kv_bits;            /* bits per cached element, scales included */
+    double kv_bytes_per_token; /* one token in every KV layer */
+    double kv_bytes_per_seq;   /* a sequence of ctx tokens (sliding layers hold at most their window) */
+    double mem_total, mem_reserve, mem_for_kv; /* mem_for_kv < 0: the weights do not fit */
+    int fits;
+    uint64_t max_batch;        /* sequences of ctx tokens whose KV fits */
+    uint64_t batch;            /* the batch the "batch" bounds use */
+    /* decode: one step reads the weights it uses (MoE: the experts the
+     * batch routes to, expected under uniform routing) and every sequence's KV */
+    double decode_bytes_1, decode_flops_1, decode_tps_1;   /* batch 1: tokens/s upper bound */
+    double decode_bytes_b, decode_flops_b, decode_tps_b;   /* at `batch`: tokens/s summed over sequences */
+    int decode_compute_bound_1, decode_compute_bound_b;
+    /* prefill of one sequence of ctx tokens */
+    double prefill_flops, prefill_compute_s, prefill_memory_s, prefill_s, prefill_tps;
+    int prefill_compute_bound;
+    double peak_flops, bandwidth; /* of all GPUs, for the chosen compute precision */
+} lb_plan;
+
+/* LB_ERR_ARG for an invalid request (no GPU figures, ctx 0, a compute
+ * precision the GPU lacks); a model that does not fit is not an error:
+ * fits = 0 and max_batch = 0. */
+lb_status lb_plan_compute(const lb_plan_request *r, lb_plan *out);
+
 /* ===== Instruction sets ===== */
 
 typedef enum lb_isa {
