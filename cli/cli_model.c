@@ -28,15 +28,15 @@ void cli_shape_string(const lb_tensor *t, char *buf, size_t size)
     if (at < size) snprintf(buf + at, size - at, "]");
 }
 
-float *cli_tensor_f32(const lb_tensor *t, float **buf, size_t *cap)
+lb_status cli_tensor_f32(const lb_tensor *t, float **buf, size_t *cap)
 {
     size_t n = (size_t)t->n_elements;
-    if (n > *cap) {
-        float *p = realloc(*buf, n * sizeof **buf);
-        if (!p) return NULL;
-        *buf = p, *cap = n;
+    if (n > *cap || !*buf) {
+        float *p = realloc(*buf, (n ? n : 1) * sizeof **buf);
+        if (!p) return LB_ERR_NOMEM; /* the library's message would be stale: callers say it */
+        *buf = p, *cap = n ? n : 1;
     }
-    return lb_tensor_to_f32(t, *buf) == LB_OK ? *buf : NULL;
+    return n ? lb_tensor_to_f32(t, *buf) : LB_OK;
 }
 
 void cli_progress(const char *label, size_t done, size_t total)

@@ -15,9 +15,9 @@ void cli_tensor_matrix(const lb_tensor *t, uint64_t *rows, uint64_t *cols);
 /* "[49152, 576]" */
 void cli_shape_string(const lb_tensor *t, char *buf, size_t size);
 
-/* The tensor as fp32 in *buf (grown as needed); NULL on failure with the
- * library's message set. */
-float *cli_tensor_f32(const lb_tensor *t, float **buf, size_t *cap);
+/* The tensor as fp32 in *buf (grown as needed; never NULL on success,
+ * even for an empty tensor). */
+lb_status cli_tensor_f32(const lb_tensor *t, float **buf, size_t *cap);
 
 /* A progress bar on stderr when it is a terminal; done == total ends it. */
 void cli_progress(const char *label, size_t done, size_t total);

@@ -6,7 +6,7 @@
 #include "cli_model.h"
 
 static const char usage[] =
-    "usage: lowbit convert IN OUT [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4]\n\n"
+    "usage: lowbit convert IN OUT [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4] [--json]\n\n"
     "IN is any model lowbit reads (see 'lowbit help inspect'). OUT is chosen by\n"
     "its name: NAME.gguf writes GGUF, NAME.safetensors one safetensors file, and\n"
     "anything else a Hugging Face directory (config.json + model.safetensors;\n"
@@ -22,28 +22,36 @@ static const char usage[] =
 static int run(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *dtype_name = NULL;
+    int json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--dtype") == 0 && i + 1 < argc) dtype_name = argv[++i];
-        else if (a[0] == '-' && a[1]) return cli_fail("convert", 0, EXIT_USAGE, "bad_argument",
+        if (strcmp(a, "--json") == 0) json = 1;
+        else if (strcmp(a, "--dtype") == 0 && i + 1 < argc) dtype_name = argv[++i];
+        else if (a[0] == '-' && a[1]) return cli_fail("convert", json, EXIT_USAGE, "bad_argument",
                                                       "unknown option or missing value: '%s'", a);
         else if (!in) in = a;
         else if (!out) out = a;
-        else return cli_fail("convert", 0, EXIT_USAGE, "bad_argument", "one IN and one OUT only ('%s')", a);
+        else return cli_fail("convert", json, EXIT_USAGE, "bad_argument", "one IN and one OUT only ('%s')", a);
     }
-    if (!in || !out) return cli_fail("convert", 0, EXIT_USAGE, "bad_argument", "need IN and OUT\n%s", usage);
+    if (!in || !out) return cli_fail("convert", json, EXIT_USAGE, "bad_argument", "need IN and OUT\n%s", usage);
     lb_dtype dtype = LB_DT_COUNT;
     if (dtype_name && lb_dtype_by_name(dtype_name, &dtype) != LB_OK)
-        return cli_fail("convert", 0, EXIT_USAGE, "bad_argument", "unknown --dtype '%s' (f32, f16, bf16, q8_0, q4_0, mxfp4)",
+        return cli_fail("convert", json, EXIT_USAGE, "bad_argument", "unknown --dtype '%s' (f32, f16, bf16, q8_0, q4_0, mxfp4)",
                         dtype_name);
     lb_model *m;
     lb_status st = lb_model_open(in, &m);
-    if (st != LB_OK) return cli_fail_lb("convert", 0, EXIT_RUNTIME, st);
+    if (st != LB_OK) return cli_fail_lb("convert", json, EXIT_RUNTIME, st);
     st = lb_model_save(m, out, dtype);
     size_t n = lb_model_tensor_count(m);
     lb_model_close(m);
-    if (st != LB_OK) return cli_fail_lb("convert", 0, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
-    printf("wrote %s (%zu tensors)\n", out, n);
+    if (st != LB_OK) return cli_fail_lb("convert", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
+    if (json) {
+        printf("{\"output\": ");
+        json_string(stdout, out);
+        printf(", \"tensors\": %zu}\n", n);
+    } else {
+        printf("wrote %s (%zu tensors)\n", out, n);
+    }
     return EXIT_OK;
 }
 

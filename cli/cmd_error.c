@@ -58,7 +58,7 @@ static lb_status measure(const lb_tensor *t, const float *x, float *xhat, const 
     double signal = 0;
     for (size_t i = 0; i < t->n_elements; i++) signal += (double)x[i] * x[i];
     for (size_t s = 0; s < n_specs; s++) {
-        lb_qtensor *q;
+        lb_qtensor *q = NULL;
         lb_qstats qs;
         lb_status st = lb_quantize(&specs[s], x, rows, cols, threads, &q);
         if (st == LB_OK) st = lb_dequantize(q, xhat, threads);
@@ -183,14 +183,17 @@ static int run(int argc, char **argv)
     memset(tot, 0, sizeof tot);
     float *x = NULL, *xhat = NULL;
     size_t cap = 0, done = 0;
-    if (!rows) st = LB_ERR_NOMEM;
+    if (!rows) {
+        lb_model_close(m);
+        return cli_fail("error", json, EXIT_RUNTIME, "out_of_memory", "out of memory");
+    }
     for (size_t i = 0; st == LB_OK && i < n; i++) {
         const lb_tensor *t = lb_model_tensor(m, i);
         if (!lb_tensor_is_weight(t)) continue;
         cli_progress("error", done, n_rows);
         size_t old_cap = cap;
-        if (!cli_tensor_f32(t, &x, &cap)) st = LB_ERR_NOMEM;
-        if (st == LB_OK && cap > old_cap) {
+        st = cli_tensor_f32(t, &x, &cap);
+        if (st == LB_OK && (cap > old_cap || !xhat)) {
             float *p = realloc(xhat, cap * sizeof *xhat);
             if (!p) st = LB_ERR_NOMEM;
             else xhat = p;
@@ -200,7 +203,7 @@ static int run(int argc, char **argv)
         if (st == LB_OK) st = measure(t, x, xhat, specs, n_specs, threads, &rows[done], tot);
         if (st != LB_OK) {
             char msg[1200];
-            snprintf(msg, sizeof msg, "tensor '%s': %s", t->name, lb_last_error());
+            snprintf(msg, sizeof msg, "tensor '%s': %s", t->name, st == LB_ERR_NOMEM ? "out of memory" : lb_last_error());
             free(rows), free(x), free(xhat);
             lb_model_close(m);
             return cli_fail("error", json, EXIT_RUNTIME, lb_status_name(st), "%s", msg);

@@ -54,18 +54,21 @@ static int run(int argc, char **argv)
     lb_tensor_stats *stats = calloc(n ? n : 1, sizeof *stats);
     float *buf = NULL;
     size_t cap = 0;
-    if (!stats) st = LB_ERR_NOMEM;
+    if (!stats) {
+        lb_model_close(m);
+        return cli_fail("inspect", json, EXIT_RUNTIME, "out_of_memory", "out of memory");
+    }
     for (size_t i = 0; st == LB_OK && i < n; i++) {
         const lb_tensor *t = lb_model_tensor(m, i);
         uint64_t rows, cols;
         cli_tensor_matrix(t, &rows, &cols);
         cli_progress("inspect", i, n);
         if (t->n_elements == 0) continue;
-        if (!cli_tensor_f32(t, &buf, &cap)) st = LB_ERR_NOMEM;
-        else st = lb_tensor_stats_compute(buf, rows, cols, &stats[i]);
+        st = cli_tensor_f32(t, &buf, &cap);
+        if (st == LB_OK) st = lb_tensor_stats_compute(buf, rows, cols, &stats[i]);
         if (st != LB_OK) {
             char msg[1200];
-            snprintf(msg, sizeof msg, "tensor '%s': %s", t->name, lb_last_error());
+            snprintf(msg, sizeof msg, "tensor '%s': %s", t->name, st == LB_ERR_NOMEM ? "out of memory" : lb_last_error());
             free(stats), free(buf);
             lb_model_close(m);
             return cli_fail("inspect", json, EXIT_RUNTIME, lb_status_name(st), "%s", msg);

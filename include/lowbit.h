@@ -421,10 +421,13 @@ int lb_tensor_is_weight(const lb_tensor *t);
  * tensors are stored as `dtype` (f32, f16 or bf16; or, for GGUF, q8_0,
  * q4_0 or mxfp4, which apply to weight matrices whose rows are whole
  * blocks, the rest staying f32); LB_DT_COUNT keeps f32/f16/bf16 tensors as
- * they are and widens everything else to f32. q_proj/k_proj rows are
+ * they are and converts the other floating-point ones (ggml blocks, fp8,
+ * f64) to f32. Integer and bool tensors always keep their type. q_proj/k_proj rows are
  * permuted between rotary layouts as the target expects (Hugging Face:
  * half-split; GGUF llama/mistral: adjacent). GGUF metadata of a GGUF
- * source (the tokenizer too) is carried over. Written to temporary names
+ * source (the tokenizer too) is carried over as it is. A Hugging Face
+ * directory is written for llama, mistral, qwen2 and qwen3 only. Refuses
+ * to overwrite a file the model is read from. Written to temporary names
  * and renamed into place: on failure nothing is left behind. */
 lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype);
 

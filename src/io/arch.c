@@ -1,25 +1,23 @@
 /* A model's architecture from whichever description its file carries:
  * GGUF metadata, a Hugging Face config.json, or the tensors' shapes. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "io/model_internal.h"
 #include "util/error.h"
 
-/* The Llama-family architectures lowbit runs; others open (inspect, error
- * and convert work on any tensors) with their name kept. */
-static int known_arch(const char *name)
-{
-    static const char *const names[] = {"llama", "mistral", "qwen2", "qwen3", "smollm", "smollm2"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (strcmp(name, names[i]) == 0) return 1;
-    return 0;
-}
-
 static lb_status u32_field(uint64_t v, const char *what, const char *key, uint32_t *out)
 {
     if (v > UINT32_MAX) return lb__fail(LB_ERR_PARSE, "%s: %s = %llu is out of range", what, key, (unsigned long long)v);
     *out = (uint32_t)v;
+    return LB_OK;
+}
+
+/* rope theta and the norm epsilon: positive, finite numbers or nothing */
+static lb_status check_float(double v, const char *what, const char *key)
+{
+    if (!(v > 0) || isinf(v)) return lb__fail(LB_ERR_PARSE, "%s: %s = %g must be a positive finite number", what, key, v);
     return LB_OK;
 }
 
@@ -61,8 +59,11 @@ lb_status lb__arch_from_gguf(const lb__gguf_file *f, const char *what, lb_arch *
     double d;
     snprintf(key, sizeof key, "%s.rope.freq_base", a->name);
     a->rope_theta = lb__gguf_get_f64(f, key, &d) ? d : 10000.0;
+    lb_status st = check_float(a->rope_theta, what, key);
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a->name);
     a->norm_eps = lb__gguf_get_f64(f, key, &d) ? d : 1e-5;
+    if (st == LB_OK) st = check_float(a->norm_eps, what, key);
+    if (st != LB_OK) return st;
     if (!a->vocab_size) {
         const lb__gguf_kv *tok = lb__gguf_find(f, "tokenizer.ggml.tokens");
         if (tok && tok->type == LB_GGUF_ARRAY && tok->n <= UINT32_MAX) a->vocab_size = (uint32_t)tok->n;
@@ -83,6 +84,17 @@ static lb_status cfg_u32(const lb__json *cfg, const char *key, const char *what,
     return u32_field(u, what, key, out);
 }
 
+/* A positive finite number member, or dflt when absent. */
+static lb_status cfg_float(const lb__json *cfg, const char *key, const char *what, double dflt, double *out)
+{
+    const lb__json *v = lb__json_get(cfg, key);
+    *out = dflt;
+    if (!v || v->type == LB_JSON_NULL) return LB_OK;
+    if (v->type != LB_JSON_NUMBER) return lb__fail(LB_ERR_PARSE, "%s: \"%s\" is not a number", what, key);
+    *out = v->number;
+    return check_float(v->number, what, key);
+}
+
 lb_status lb__arch_from_config(const lb__json *cfg, const char *what, lb_arch *a)
 {
     memset(a, 0, sizeof *a);
@@ -99,14 +111,13 @@ lb_status lb__arch_from_config(const lb__json *cfg, const char *what, lb_arch *a
         lb_status st = cfg_u32(cfg, u32s[i].key, what, u32s[i].field);
         if (st != LB_OK) return st;
     }
-    const lb__json *v = lb__json_get(cfg, "rope_theta");
-    a->rope_theta = v && v->type == LB_JSON_NUMBER ? v->number : 10000.0;
-    v = lb__json_get(cfg, "rms_norm_eps");
-    a->norm_eps = v && v->type == LB_JSON_NUMBER ? v->number : 1e-6;
+    lb_status st = cfg_float(cfg, "rope_theta", what, 10000.0, &a->rope_theta);
+    if (st == LB_OK) st = cfg_float(cfg, "rms_norm_eps", what, 1e-6, &a->norm_eps);
+    if (st != LB_OK) return st;
+    const lb__json *v;
     v = lb__json_get(cfg, "tie_word_embeddings");
     a->tied_embeddings = v && v->type == LB_JSON_TRUE;
     a->rope_layout = LB_ROPE_HALF;
-    if (a->name[0] && !known_arch(a->name)) { /* kept, so that inspect can show it */ }
     return check_heads(a, what);
 }
 
@@ -134,4 +145,7 @@ void lb__arch_from_tensors(const lb_model *m, lb_arch *a)
     a->qkv_bias = find(m, "model.layers.0.self_attn.q_proj.bias") != NULL;
     a->qk_norm = find(m, "model.layers.0.self_attn.q_norm.weight") != NULL;
     if (emb && !find(m, "lm_head.weight")) a->tied_embeddings = 1;
+    /* a config without hidden_size gets it from the embedding, and then its head size */
+    if (a->n_heads && !a->n_kv_heads) a->n_kv_heads = a->n_heads;
+    if (a->n_heads && !a->head_dim && a->dim % a->n_heads == 0) a->head_dim = a->dim / a->n_heads;
 }

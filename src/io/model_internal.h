@@ -19,7 +19,13 @@ struct lb_model {
     lb__st_file *shards;
     lb__mapped l2c_map;          /* LB_MODEL_LLAMA2C */
     lb__l2c_model l2c;
+    size_t *by_name, *by_file_name; /* tensor indices sorted by name and by file name (lookups) */
+    size_t n_sources;            /* the files read: lb_model_save refuses to overwrite them */
+    struct lb__file_id { unsigned long long dev, ino; } *sources;
 };
+
+/* Whether path is one of the files the model was read from. */
+int lb__model_reads(const lb_model *m, const char *path);
 
 /* Architecture from GGUF metadata ({arch}.block_count and friends). */
 lb_status lb__arch_from_gguf(const lb__gguf_file *f, const char *what, lb_arch *a);

@@ -1,4 +1,3 @@
-#define _DEFAULT_SOURCE /* mkdtemp */
 /* lb_model_save: any model view out as GGUF, safetensors, or a Hugging
  * Face directory. Tensors stream one at a time from the source mapping
  * through fp32 (when their type or rotary layout changes) into the
@@ -7,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,28 +48,33 @@ static lb_rope_layout target_layout(target to, const lb_arch *a)
     return strcmp(a->name, "llama") == 0 || strcmp(a->name, "mistral") == 0 ? LB_ROPE_ADJACENT : LB_ROPE_HALF;
 }
 
-/* Which heads a tensor's rows hold, if it is a q or k projection. */
+/* q and k projections (weights and biases) carry rotary pairs in their rows. */
+static int is_rotary(const lb_tensor *t)
+{
+    size_t n = strlen(t->name);
+    const char *tail = n > 24 ? t->name + n - 24 : t->name;
+    return strstr(tail, "self_attn.q_proj.") != NULL || strstr(tail, "self_attn.k_proj.") != NULL;
+}
+
+/* How many heads a rotary tensor's rows hold (0: unknown). */
 static uint32_t rotary_heads(const lb_tensor *t, const lb_arch *a)
 {
     size_t n = strlen(t->name);
     const char *tail = n > 24 ? t->name + n - 24 : t->name;
-    int q = strstr(tail, "self_attn.q_proj.") != NULL, k = strstr(tail, "self_attn.k_proj.") != NULL;
-    if (!q && !k) return 0;
-    return q ? a->n_heads : a->n_kv_heads;
+    return strstr(tail, "self_attn.q_proj.") ? a->n_heads : a->n_kv_heads;
 }
 
-static lb_dtype output_dtype(const lb_tensor *t, lb_dtype want, target to)
+static lb_dtype output_dtype(const lb_tensor *t, lb_dtype want)
 {
+    /* integer and bool tensors keep their type: they are ids or masks, not weights */
+    if (t->dtype >= LB_DT_I8 && t->dtype <= LB_DT_BOOL) return t->dtype;
     const lb_dtype_info *w = want < LB_DT_COUNT ? lb_dtype_get(want) : NULL;
     if (!w) return is_float_dtype(t->dtype) || !lb_dtype_get(t->dtype)->can_read ? t->dtype : LB_DT_F32;
     if (w->block > 1) { /* block types: weight matrices with whole-block rows only */
-        uint64_t cols = t->n_dims >= 2 ? t->n_elements / t->shape[0] : t->n_elements;
-        return lb_tensor_is_weight(t) && cols % w->block == 0 ? want : LB_DT_F32;
+        uint64_t cols = t->n_dims >= 2 && t->shape[0] ? t->n_elements / t->shape[0] : t->n_elements;
+        return lb_tensor_is_weight(t) && cols > 0 && cols % w->block == 0 ? want : LB_DT_F32;
     }
-    (void)to;
-    /* integer and bool tensors keep their type: they are ids or masks, not weights */
-    int integral = t->dtype >= LB_DT_I8 && t->dtype <= LB_DT_BOOL;
-    return integral ? t->dtype : want;
+    return want;
 }
 
 /* Rows of each head from one rotary layout to the other: half-split keeps
@@ -90,6 +96,7 @@ static lb_status fill_tensor(void *ctx, size_t i, void *dst, uint64_t n_bytes)
     save_job *j = ctx;
     const out_tensor *o = &j->t[i];
     const lb_tensor *t = o->src;
+    if (t->n_elements == 0 || n_bytes == 0) return LB_OK; /* an empty tensor has no bytes */
     if (o->dtype == t->dtype && !o->permute_heads) {
         if (n_bytes != t->n_bytes) return lb__fail(LB_ERR_ARG, "size mismatch copying '%s'", t->name);
         memcpy(dst, t->data, n_bytes);
@@ -109,7 +116,7 @@ static lb_status fill_tensor(void *ctx, size_t i, void *dst, uint64_t n_bytes)
     if (st != LB_OK) return st;
     float *vals = j->buf;
     if (o->permute_heads) {
-        uint64_t rows = t->shape[0], cols = t->n_dims >= 2 ? n / rows : 1;
+        uint64_t rows = t->shape[0], cols = n / rows; /* plan() made sure rows > 0 */
         permute_rows(j->buf, j->tmp, rows, cols, o->permute_heads, j->layout == LB_ROPE_ADJACENT);
         vals = j->tmp;
     }
@@ -127,19 +134,25 @@ static lb_status plan(const lb_model *m, target to, lb_dtype dtype, save_job *j)
         const lb_tensor *t = &m->tensors[i];
         out_tensor *o = &j->t[i];
         o->src = t;
+        if (strlen(t->name) + 1 > sizeof o->name) /* GGUF caps names at 64 bytes; safetensors names this long are odd */
+            return lb__fail(LB_ERR_UNSUPPORTED, "tensor name '%.60s...' is %zu bytes, longer than lowbit writes (%zu)",
+                            t->name, strlen(t->name), sizeof o->name - 1);
         if (to == TO_GGUF) lb_name_to_gguf(t->name, o->name, sizeof o->name);
         else snprintf(o->name, sizeof o->name, "%s", t->name);
-        o->dtype = output_dtype(t, dtype, to);
+        o->dtype = output_dtype(t, dtype);
         if (to == TO_GGUF ? lb_dtype_get(o->dtype)->ggml_type < 0 : !lb_dtype_get(o->dtype)->st_name)
             return lb__fail(LB_ERR_UNSUPPORTED, "tensor '%s': %s cannot store %s", t->name,
                             to == TO_GGUF ? "GGUF" : "safetensors", lb_dtype_get(o->dtype)->name);
         if (o->dtype != t->dtype && !lb_dtype_get(o->dtype)->can_write)
             return lb__fail(LB_ERR_UNSUPPORTED, "tensor '%s': lowbit does not write %s", t->name,
                             lb_dtype_get(o->dtype)->name);
-        uint32_t heads = a->rope_layout != j->layout ? rotary_heads(t, a) : 0;
-        if (heads) {
-            uint64_t rows = t->shape[0];
-            if (rows % heads || (rows / heads) % 2)
+        if (a->rope_layout != j->layout && is_rotary(t) && t->n_elements > 0) {
+            uint32_t heads = rotary_heads(t, a);
+            uint64_t rows = t->n_dims >= 1 ? t->shape[0] : 0;
+            if (heads == 0) /* never write q/k rows in the wrong layout */
+                return lb__fail(LB_ERR_PARSE, "tensor '%s': its rows must be permuted between rotary layouts, but the "
+                                              "model does not say its number of heads", t->name);
+            if (rows == 0 || rows % heads || (rows / heads) % 2)
                 return lb__fail(LB_ERR_PARSE, "tensor '%s': %llu rows do not split into %u heads of even size",
                                 t->name, (unsigned long long)rows, heads);
             o->permute_heads = heads;
@@ -150,58 +163,56 @@ static lb_status plan(const lb_model *m, target to, lb_dtype dtype, save_job *j)
 
 /* ----- GGUF ----- */
 
+/* Architecture keys lowbit knows how to state, from lb_arch. */
+typedef struct arch_key {
+    const char *suffix;
+    int is_float;
+    double value;
+} arch_key;
+
+static size_t arch_keys(const lb_arch *a, arch_key *k)
+{
+    size_t n = 0;
+    k[n++] = (arch_key){"block_count", 0, a->n_layers};
+    k[n++] = (arch_key){"context_length", 0, a->max_seq_len};
+    k[n++] = (arch_key){"embedding_length", 0, a->dim};
+    k[n++] = (arch_key){"feed_forward_length", 0, a->hidden_dim};
+    k[n++] = (arch_key){"attention.head_count", 0, a->n_heads};
+    k[n++] = (arch_key){"attention.head_count_kv", 0, a->n_kv_heads};
+    k[n++] = (arch_key){"attention.key_length", 0, a->head_dim};
+    k[n++] = (arch_key){"attention.value_length", 0, a->head_dim};
+    k[n++] = (arch_key){"rope.dimension_count", 0, a->head_dim};
+    k[n++] = (arch_key){"vocab_size", 0, a->vocab_size};
+    k[n++] = (arch_key){"rope.freq_base", 1, a->rope_theta};
+    k[n++] = (arch_key){"attention.layer_norm_rms_epsilon", 1, a->norm_eps};
+    return n;
+}
+
+/* A GGUF source's metadata is carried over as it is (tokenizer, names,
+ * every architecture key), alignment and file type aside; keys lowbit can
+ * state that the source lacks are added. Other sources get lowbit's keys. */
 static lb_status gguf_metadata(const lb_model *m, lb__gguf_writer *w)
 {
     const lb_arch *a = &m->arch;
     lb_status st = LB_OK;
-    if (!a->name[0]) return LB_OK; /* tensors only */
+    int from_gguf = m->kind == LB_MODEL_GGUF;
+    if (from_gguf)
+        for (size_t i = 0; st == LB_OK && i < m->gguf.n_kv; i++) {
+            const lb__gguf_kv *kv = &m->gguf.kv[i];
+            if (strcmp(kv->key, "general.alignment") != 0 && strcmp(kv->key, "general.file_type") != 0)
+                st = lb__gguf_copy_kv(w, kv);
+        }
+    if (st != LB_OK || !a->name[0]) return st; /* no architecture: tensors only */
+    if (!from_gguf || !lb__gguf_find(&m->gguf, "general.architecture"))
+        st = lb__gguf_set_str(w, "general.architecture", a->name, strlen(a->name));
+    arch_key keys[16];
+    size_t n = arch_keys(a, keys);
     char key[96];
-#define SET_U32(suffix, v)                                              \
-    do {                                                                \
-        snprintf(key, sizeof key, "%s.%s", a->name, suffix);            \
-        if (st == LB_OK && (v)) st = lb__gguf_set_u32(w, key, (v));     \
-    } while (0)
-#define SET_F32(suffix, v)                                              \
-    do {                                                                \
-        snprintf(key, sizeof key, "%s.%s", a->name, suffix);            \
-        if (st == LB_OK) st = lb__gguf_set_f32(w, key, (float)(v));     \
-    } while (0)
-    st = lb__gguf_set_str(w, "general.architecture", a->name, strlen(a->name));
-    SET_U32("block_count", a->n_layers);
-    SET_U32("context_length", a->max_seq_len);
-    SET_U32("embedding_length", a->dim);
-    SET_U32("feed_forward_length", a->hidden_dim);
-    SET_U32("attention.head_count", a->n_heads);
-    SET_U32("attention.head_count_kv", a->n_kv_heads);
-    SET_U32("attention.key_length", a->head_dim);
-    SET_U32("attention.value_length", a->head_dim);
-    SET_U32("rope.dimension_count", a->head_dim);
-    SET_U32("vocab_size", a->vocab_size);
-    SET_F32("rope.freq_base", a->rope_theta);
-    SET_F32("attention.layer_norm_rms_epsilon", a->norm_eps);
-#undef SET_U32
-#undef SET_F32
-    if (st != LB_OK || m->kind != LB_MODEL_GGUF) return st;
-    /* everything else a GGUF source says (tokenizer, names, chat template) */
-    size_t prefix = strlen(a->name);
-    for (size_t i = 0; st == LB_OK && i < m->gguf.n_kv; i++) {
-        const lb__gguf_kv *kv = &m->gguf.kv[i];
-        int ours = strcmp(kv->key, "general.architecture") == 0 || strcmp(kv->key, "general.alignment") == 0 ||
-                   strcmp(kv->key, "general.file_type") == 0 ||
-                   (strncmp(kv->key, a->name, prefix) == 0 && kv->key[prefix] == '.');
-        if (!ours) st = lb__gguf_copy_kv(w, kv);
-    }
-    /* architecture keys lowbit does not model (e.g. rope scaling) are carried too */
-    for (size_t i = 0; st == LB_OK && i < m->gguf.n_kv; i++) {
-        const lb__gguf_kv *kv = &m->gguf.kv[i];
-        if (strncmp(kv->key, a->name, prefix) != 0 || kv->key[prefix] != '.') continue;
-        static const char *const set[] = {"block_count", "context_length", "embedding_length", "feed_forward_length",
-                                          "attention.head_count", "attention.head_count_kv", "attention.key_length",
-                                          "attention.value_length", "rope.dimension_count", "vocab_size",
-                                          "rope.freq_base", "attention.layer_norm_rms_epsilon"};
-        int done = 0;
-        for (size_t k = 0; k < sizeof set / sizeof set[0] && !done; k++) done = strcmp(kv->key + prefix + 1, set[k]) == 0;
-        if (!done) st = lb__gguf_copy_kv(w, kv);
+    for (size_t i = 0; st == LB_OK && i < n; i++) {
+        snprintf(key, sizeof key, "%s.%s", a->name, keys[i].suffix);
+        if ((from_gguf && lb__gguf_find(&m->gguf, key)) || (!keys[i].is_float && keys[i].value == 0)) continue;
+        st = keys[i].is_float ? lb__gguf_set_f32(w, key, (float)keys[i].value)
+                              : lb__gguf_set_u32(w, key, (uint32_t)keys[i].value);
     }
     return st;
 }
@@ -260,7 +271,7 @@ static const char *hf_class(const char *arch)
  * eps and theta as fp32, and 1e-05 reads better than 9.99999975e-06. */
 static void shortest_float(char *buf, size_t size, double v)
 {
-    if (v == (double)(long long)v && v > -1e15 && v < 1e15) { /* 10000, not 1e+04 */
+    if (fabs(v) < 1e15 && v == floor(v)) { /* 10000, not 1e+04 (the range first: the cast needs it) */
         snprintf(buf, size, "%lld", (long long)v);
         return;
     }
@@ -270,12 +281,29 @@ static void shortest_float(char *buf, size_t size, double v)
     }
 }
 
-static lb_status write_config(const lb_model *m, const char *path, lb_dtype dtype)
+/* The architectures whose config.json lowbit writes: the Llama family,
+ * whose fields lb_arch holds completely. */
+static int hf_arch(const char *name)
+{
+    return strcmp(name, "llama") == 0 || strcmp(name, "mistral") == 0 || strcmp(name, "qwen2") == 0 ||
+           strcmp(name, "qwen3") == 0;
+}
+
+/* torch_dtype: the floating-point type the tensors were written in. */
+static const char *torch_dtype(const save_job *j)
+{
+    int bf16 = 0, f16 = 0, f32 = 0;
+    for (size_t i = 0; i < j->n; i++) {
+        lb_dtype d = j->t[i].dtype;
+        bf16 |= d == LB_DT_BF16, f16 |= d == LB_DT_F16, f32 |= d == LB_DT_F32 || d == LB_DT_F64;
+    }
+    return f32 || (bf16 && f16) ? "float32" : bf16 ? "bfloat16" : f16 ? "float16" : "float32";
+}
+
+static lb_status write_config(const lb_model *m, const char *path, const save_job *j)
 {
     const lb_arch *a = &m->arch;
-    const char *model_type = strcmp(a->name, "mistral") == 0 || strcmp(a->name, "qwen2") == 0 ||
-                                     strcmp(a->name, "qwen3") == 0 ? a->name : "llama";
-    const char *torch_dtype = dtype == LB_DT_BF16 ? "bfloat16" : dtype == LB_DT_F16 ? "float16" : "float32";
+    const char *model_type = a->name;
     char theta[32], eps[32], text[2048];
     shortest_float(theta, sizeof theta, a->rope_theta);
     shortest_float(eps, sizeof eps, a->norm_eps);
@@ -288,7 +316,7 @@ static lb_status write_config(const lb_model *m, const char *path, lb_dtype dtyp
                      "  \"torch_dtype\": \"%s\"\n}\n",
                      hf_class(a->name), model_type, a->dim, a->hidden_dim, a->n_layers, a->n_heads, a->n_kv_heads,
                      a->head_dim, a->vocab_size, a->max_seq_len ? a->max_seq_len : 2048, theta, eps,
-                     a->tied_embeddings ? "true" : "false", a->qkv_bias ? "true" : "false", torch_dtype);
+                     a->tied_embeddings ? "true" : "false", a->qkv_bias ? "true" : "false", torch_dtype(j));
     lb__outfile o;
     lb_status st = lb__out_open(path, &o);
     if (st != LB_OK) return st;
@@ -311,41 +339,61 @@ static void remove_tree(const char *dir)
     rmdir(dir);
 }
 
+/* A Hugging Face directory is written only where nothing would be lost:
+ * a new path or an empty directory. Checked before any work. */
+static lb_status check_target_dir(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) return LB_OK;
+    if (!S_ISDIR(sb.st_mode)) return lb__fail(LB_ERR_IO, "'%s' exists and is not a directory", path);
+    DIR *d = opendir(path);
+    if (!d) return lb__fail(LB_ERR_IO, "cannot read directory '%s': %s", path, strerror(errno));
+    struct dirent *e;
+    int empty = 1;
+    while (empty && (e = readdir(d)))
+        empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+    closedir(d);
+    return empty ? LB_OK : lb__fail(LB_ERR_IO, "'%s' is a directory that is not empty: not overwriting it", path);
+}
+
 /* Everything goes into a fresh directory beside the target, which is
  * renamed onto it at the end (rename replaces an empty directory). */
-static lb_status save_hf_dir(const lb_model *m, save_job *j, const char *path, lb_dtype dtype)
+static lb_status save_hf_dir(const lb_model *m, save_job *j, const char *path)
 {
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
         return lb__fail(LB_ERR_IO, "'%s' exists and is not a directory", path);
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 16);
-    if (!tmp) return lb__fail(LB_ERR_NOMEM, "out of memory");
-    snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
-    while (n > 1 && tmp[n - 1] == '/') memmove(tmp + n - 1, tmp + n, strlen(tmp + n) + 1), n--;
-    if (!mkdtemp(tmp)) {
-        lb_status st = lb__fail(LB_ERR_IO, "cannot create a directory beside '%s': %s", path, strerror(errno));
-        free(tmp);
-        return st;
-    }
+    char *tmp;
+    lb_status st0 = lb__make_temp_dir(path, &tmp);
+    if (st0 != LB_OK) return st0;
     char *cfg = lb__path_join(tmp, "config.json"), *st_path = lb__path_join(tmp, "model.safetensors");
     lb_status st = cfg && st_path ? LB_OK : lb__fail(LB_ERR_NOMEM, "out of memory");
     if (st == LB_OK) st = save_safetensors(j, st_path);
-    if (st == LB_OK) st = write_config(m, cfg, dtype);
+    if (st == LB_OK) st = write_config(m, cfg, j);
     if (st == LB_OK) {
-        chmod(tmp, 0755);
         if (rename(tmp, path) != 0)
-            st = lb__fail(LB_ERR_IO, "cannot move the new model into '%s': %s%s", path, strerror(errno),
-                          errno == ENOTEMPTY || errno == EEXIST ? " (the directory is not empty)" : "");
+            st = lb__fail(LB_ERR_IO, "cannot move the new model into '%s': %s", path, strerror(errno));
     }
     if (st != LB_OK) remove_tree(tmp);
     free(cfg), free(st_path), free(tmp);
     return st;
 }
 
+static lb_status save(const lb_model *m, const char *path, lb_dtype dtype);
+
 lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype)
 {
     if (!m || !path) return lb__fail(LB_ERR_ARG, "lb_model_save: NULL argument");
+    char *p = strdup(path); /* "out/" names the directory "out" */
+    if (!p) return lb__fail(LB_ERR_NOMEM, "out of memory");
+    for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) p[n - 1] = '\0';
+    lb_status st = save(m, p, dtype);
+    free(p);
+    return st;
+}
+
+static lb_status save(const lb_model *m, const char *path, lb_dtype dtype)
+{
     target to = ends_with(path, ".gguf") ? TO_GGUF : ends_with(path, ".safetensors") ? TO_SAFETENSORS : TO_HF_DIR;
     if (dtype != LB_DT_COUNT) {
         const lb_dtype_info *d = lb_dtype_get(dtype);
@@ -354,16 +402,31 @@ lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype)
             return lb__fail(LB_ERR_ARG, "cannot store a model as %s%s (f32, f16, bf16%s)", d ? d->name : "?",
                             to == TO_GGUF ? " in GGUF" : "", to == TO_GGUF ? ", q8_0, q4_0, mxfp4" : "; block types need a .gguf output");
     }
-    if (to == TO_HF_DIR && !m->arch.name[0])
-        return lb__fail(LB_ERR_UNSUPPORTED, "the model's architecture is unknown: cannot write config.json "
-                                            "(write a .safetensors file instead)");
+    if (!path[0]) return lb__fail(LB_ERR_ARG, "the output path is empty");
+    if (lb__model_reads(m, path))
+        return lb__fail(LB_ERR_ARG, "'%s' is one of the files the model is read from; write elsewhere", path);
+    if (to == TO_HF_DIR && !hf_arch(m->arch.name))
+        return lb__fail(LB_ERR_UNSUPPORTED, "lowbit writes config.json for llama, mistral, qwen2 and qwen3, not for "
+                                            "architecture '%s' (write a .safetensors file instead)", m->arch.name);
+    if (to == TO_HF_DIR && (!m->arch.n_heads || !m->arch.head_dim || !m->arch.n_layers || !m->arch.dim))
+        return lb__fail(LB_ERR_PARSE, "the model does not say its shape fully (heads %u, head_dim %u): cannot write "
+                                      "config.json", m->arch.n_heads, m->arch.head_dim);
+    if (to == TO_HF_DIR) {
+        lb_status st = check_target_dir(path);
+        if (st != LB_OK) return st;
+    }
     save_job j = {0};
     lb_status st = plan(m, to, dtype, &j);
     if (st == LB_OK) {
         if (to == TO_GGUF) st = save_gguf(m, &j, path);
         else if (to == TO_SAFETENSORS) st = save_safetensors(&j, path);
-        else st = save_hf_dir(m, &j, path, dtype == LB_DT_COUNT ? LB_DT_F32 : dtype);
+        else st = save_hf_dir(m, &j, path);
     }
     free(j.t), free(j.buf), free(j.tmp);
+    if (st == LB_ERR_ARG) { /* the writers' ARG (a name twice, too long) is about the model, not the call */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", lb_last_error());
+        st = lb__fail(LB_ERR_UNSUPPORTED, "%s", msg);
+    }
     return st;
 }

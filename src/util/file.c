@@ -85,27 +85,61 @@ static void out_free(lb__outfile *o)
     o->f = NULL;
 }
 
+/* Temporary names beside path: "path.tmp.PID.N". Created with O_EXCL (or
+ * mkdir), so they never clobber anything, and with mode 0666 / 0777 so
+ * that the caller's umask decides the final permissions, as for any file
+ * a program creates. */
+static char *temp_name(const char *path, unsigned attempt)
+{
+    size_t n = strlen(path) + 48;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s.tmp.%ld.%u", path, (long)getpid(), attempt);
+    return p;
+}
+
+lb_status lb__make_temp_dir(const char *path, char **out)
+{
+    static unsigned counter;
+    *out = NULL;
+    for (unsigned k = 0; k < 1000; k++) {
+        char *p = temp_name(path, counter++);
+        if (!p) return lb__fail(LB_ERR_NOMEM, "out of memory");
+        if (mkdir(p, 0777) == 0) {
+            *out = p;
+            return LB_OK;
+        }
+        int e = errno;
+        free(p);
+        if (e != EEXIST) return lb__fail(LB_ERR_IO, "cannot create a directory beside '%s': %s", path, strerror(e));
+    }
+    return lb__fail(LB_ERR_IO, "cannot find a free temporary name beside '%s'", path);
+}
+
 lb_status lb__out_open(const char *path, lb__outfile *o)
 {
+    static unsigned counter;
     memset(o, 0, sizeof *o);
     size_t n = strlen(path);
-    o->path = malloc(n + 1), o->tmp_path = malloc(n + 16);
-    if (!o->path || !o->tmp_path) {
-        out_free(o);
-        return lb__fail(LB_ERR_NOMEM, "out of memory");
-    }
+    o->path = malloc(n + 1);
+    if (!o->path) return lb__fail(LB_ERR_NOMEM, "out of memory");
     memcpy(o->path, path, n + 1);
-    snprintf(o->tmp_path, n + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(o->tmp_path);
+    int fd = -1, e = EEXIST;
+    for (unsigned k = 0; k < 1000 && fd < 0 && e == EEXIST; k++) {
+        free(o->tmp_path);
+        if (!(o->tmp_path = temp_name(path, counter++))) {
+            out_free(o);
+            return lb__fail(LB_ERR_NOMEM, "out of memory");
+        }
+        fd = open(o->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        e = fd < 0 ? errno : 0;
+    }
     if (fd < 0) {
-        int e = errno;
         out_free(o);
         return lb__fail(LB_ERR_IO, "cannot create a file beside '%s': %s", path, strerror(e));
     }
-    fchmod(fd, 0644); /* mkstemp makes 0600; outputs are ordinary files (umask still applies on most systems) */
     o->f = fdopen(fd, "wb");
     if (!o->f) {
-        int e = errno;
+        e = errno;
         close(fd);
         unlink(o->tmp_path);
         out_free(o);

@@ -34,6 +34,10 @@ typedef struct lb__outfile {
     int failed;     /* a write failed: commit refuses */
 } lb__outfile;
 
+/* Creates a fresh directory beside path (for outputs made of several
+ * files, renamed onto path when complete); *out is malloc'd. */
+lb_status lb__make_temp_dir(const char *path, char **out);
+
 /* Creates a temporary file in path's directory. */
 lb_status lb__out_open(const char *path, lb__outfile *o);
 /* Appends n bytes (LB_ERR_IO, e.g. disk full, is sticky). */
