@@ -376,6 +376,10 @@ typedef struct lb_arch {
     int qkv_bias;           /* q/k/v projections have biases (Qwen2) */
     int qk_norm;            /* per-head RMSNorm of q and k (Qwen3) */
     lb_rope_layout rope_layout;
+    /* Llama-3 rope scaling (config.json rope_scaling with rope_type "llama3");
+     * factor 0 when absent. GGUF files carry it as the rope_freqs.weight tensor. */
+    double rope_scale_factor, rope_low_freq_factor, rope_high_freq_factor;
+    uint32_t rope_original_ctx;
 } lb_arch;
 
 typedef struct lb_tensor {
@@ -436,6 +440,62 @@ lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype);
  * reverse. */
 int lb_name_from_gguf(const char *gguf_name, char *buf, size_t size);
 int lb_name_to_gguf(const char *hf_name, char *buf, size_t size);
+
+/* ===== Evaluation: tokenizers and the forward pass ===== */
+
+typedef struct lb_tokenizer lb_tokenizer;
+
+/* The tokenizer a model carries or sits beside: GGUF metadata
+ * (tokenizer.ggml.*: GPT-2 style byte-level BPE, or llama's SentencePiece
+ * BPE), tokenizer.json in a Hugging Face directory, or for a llama2.c
+ * checkpoint a llama2.c tokenizer file beside it (tokenizer.bin, or
+ * tok<vocab>.bin). */
+lb_status lb_tokenizer_from_model(const lb_model *m, const char *model_path, lb_tokenizer **out);
+/* A tokenizer file: tokenizer.json, or a llama2.c tokenizer .bin (which
+ * needs the vocabulary size: the file does not say it). */
+lb_status lb_tokenizer_from_file(const char *path, uint32_t vocab_size, lb_tokenizer **out);
+void lb_tokenizer_free(lb_tokenizer *t);
+uint32_t lb_tokenizer_vocab_size(const lb_tokenizer *t);
+int32_t lb_tokenizer_bos(const lb_tokenizer *t); /* -1 if none */
+int32_t lb_tokenizer_eos(const lb_tokenizer *t);
+/* Text (any bytes) to ids, as the reference tokenizer does it; *ids is
+ * malloc'd. add_bos prepends the BOS id when the tokenizer has one. */
+lb_status lb_tokenize(const lb_tokenizer *t, const char *text, size_t len, int add_bos, int32_t **ids, size_t *n);
+/* The bytes of one token as it reads in text (byte-level tokens decoded,
+ * SentencePiece's U+2581 as a space, <0xNN> byte tokens as the byte). */
+lb_status lb_token_bytes(const lb_tokenizer *t, int32_t id, const char **bytes, size_t *len);
+
+typedef struct lb_runner lb_runner;
+
+/* Which weights a quantization spec applies to when the runner
+ * fake-quantizes (quantize, then dequantize to fp32). */
+typedef struct lb_runner_options {
+    int threads;             /* 0: one per CPU */
+    const lb_qspec *attn;    /* q/k/v/o projections; NULL: as stored */
+    const lb_qspec *mlp;     /* gate/up/down projections */
+    const lb_qspec *embed;   /* token embedding */
+    const lb_qspec *head;    /* output head (an untied one) */
+    uint32_t max_ctx;        /* KV cache length; 0: the model's context, capped at 4096 */
+} lb_runner_options;
+
+/* Called with each linear layer's input during a forward pass (for
+ * calibration statistics): the layer's canonical weight name and the
+ * activations, rows tokens x cols features, before the matmul. */
+typedef void (*lb_activation_hook)(void *ctx, const char *weight_name, const float *x, size_t rows, size_t cols);
+
+/* A Llama-family model ready to run: fp32 weights (dequantized from any
+ * stored type, optionally fake-quantized), a fp32 KV cache. */
+lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner **out);
+void lb_runner_free(lb_runner *r);
+void lb_runner_set_hook(lb_runner *r, lb_activation_hook hook, void *ctx);
+/* Forgets the KV cache: the next tokens start at position 0. */
+void lb_runner_reset(lb_runner *r);
+/* Runs n tokens after those already in the cache (prefill processes them
+ * together, with matrix-matrix products). logits: NULL, or room for
+ * n x vocab floats (every position) or, with last_only, vocab floats. */
+lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float *logits, int last_only);
+uint32_t lb_runner_vocab_size(const lb_runner *r);
+uint32_t lb_runner_position(const lb_runner *r); /* tokens in the cache */
 
 /* ===== Napkin math (lowbit plan) =====
  *

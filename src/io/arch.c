@@ -115,6 +115,18 @@ lb_status lb__arch_from_config(const lb__json *cfg, const char *what, lb_arch *a
     if (st == LB_OK) st = cfg_float(cfg, "rms_norm_eps", what, 1e-6, &a->norm_eps);
     if (st != LB_OK) return st;
     const lb__json *v;
+    const lb__json *rs = lb__json_get(cfg, "rope_scaling");
+    const char *rt = rs ? lb__json_str(rs, "rope_type") : NULL;
+    if (!rt && rs) rt = lb__json_str(rs, "type");
+    if (rt && strcmp(rt, "llama3") == 0) { /* Llama 3.1's frequency-dependent scaling */
+        uint32_t orig = 0;
+        st = cfg_float(rs, "factor", what, 0, &a->rope_scale_factor);
+        if (st == LB_OK) st = cfg_float(rs, "low_freq_factor", what, 1, &a->rope_low_freq_factor);
+        if (st == LB_OK) st = cfg_float(rs, "high_freq_factor", what, 4, &a->rope_high_freq_factor);
+        if (st == LB_OK) st = cfg_u32(rs, "original_max_position_embeddings", what, &orig);
+        if (st != LB_OK) return st;
+        a->rope_original_ctx = orig ? orig : 8192;
+    }
     v = lb__json_get(cfg, "tie_word_embeddings");
     a->tied_embeddings = v && v->type == LB_JSON_TRUE;
     a->rope_layout = LB_ROPE_HALF;
