@@ -16,7 +16,8 @@ typedef struct cli_command {
     int (*run)(int argc, char **argv);
 } cli_command;
 
-extern const cli_command cmd_formats, cmd_cast, cmd_grid, cmd_quant, cmd_inspect, cmd_error, cmd_convert, cmd_plan;
+extern const cli_command cmd_formats, cmd_cast, cmd_grid, cmd_quant, cmd_inspect, cmd_error, cmd_convert, cmd_plan,
+    cmd_ppl, cmd_kld, cmd_generate;
 
 /* Reports an error: on stderr as "lowbit CMD: message", or with json set
  * as {"error": {...}} on stdout. Returns exit_code for `return fail(...)`. */

@@ -497,6 +497,65 @@ lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float
 uint32_t lb_runner_vocab_size(const lb_runner *r);
 uint32_t lb_runner_position(const lb_runner *r); /* tokens in the cache */
 
+/* ===== Evaluation: perplexity and KL divergence =====
+ *
+ * llama.cpp's perplexity method: the tokens are cut into non-overlapping
+ * windows of ctx tokens (the first of each replaced by BOS when the
+ * tokenizer has one); each window is run from an empty cache and only the
+ * second half is scored: the logits at positions ctx/2 .. ctx-2 predict
+ * the tokens after them (ctx/2 - 1 per window), so every scored token sees
+ * at least ctx/2 tokens of context. */
+
+/* -log softmax(logits)[target], with the log-sum-exp in double. */
+double lb_nll(const float *logits, size_t vocab, int32_t target);
+
+/* Running mean and spread of negative log-likelihoods (Welford's
+ * updates: no cancellation when every value is the same). */
+typedef struct lb_ppl_acc {
+    double mean, m2; /* m2: sum of squared deviations from the mean */
+    uint64_t count;
+} lb_ppl_acc;
+void lb_ppl_add(lb_ppl_acc *a, double nll);
+/* ppl = exp(mean nll); err its standard error, exp(mean) x sd / sqrt(count - 1). */
+void lb_ppl_get(const lb_ppl_acc *a, double *ppl, double *err);
+
+typedef void (*lb_progress_fn)(void *ctx, size_t done, size_t total);
+
+typedef struct lb_eval_options {
+    uint32_t ctx;          /* window length (default 512 when 0) */
+    size_t max_chunks;     /* 0: every whole window of the text */
+    int32_t bos;           /* the BOS id, or -1 */
+    lb_progress_fn progress;
+    void *progress_ctx;
+} lb_eval_options;
+
+typedef struct lb_ppl_result {
+    double ppl, ppl_err;
+    uint64_t tokens;       /* scored */
+    size_t chunks;
+    double seconds, tokens_per_s; /* tokens run through the model (all of each window) per second */
+} lb_ppl_result;
+
+lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_eval_options *o, lb_ppl_result *out);
+
+typedef struct lb_kld_result {
+    double kld_mean, kld_err, kld_median, kld_p99, kld_max; /* KL(base || quant) per scored token, nats */
+    double top1_agreement;  /* fraction of scored tokens whose argmax agrees */
+    double ppl_base, ppl_base_err, ppl, ppl_err;
+    double dppl, dppl_err;  /* ppl - ppl_base, its error from the paired per-token differences */
+    uint64_t tokens;
+    size_t chunks;
+    double seconds;
+} lb_kld_result;
+
+/* KL divergence of quant's next-token distributions from base's on the
+ * same windows. The base distributions come from `base` (a runner), or,
+ * with base NULL, from the file load_base; save_base (optional) stores
+ * them (log-probabilities, 16 bits each over each position's range:
+ * error below 1/131070 of that range) for later runs. */
+lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_t n, const lb_eval_options *o,
+                 const char *save_base, const char *load_base, lb_kld_result *out);
+
 /* ===== Napkin math (lowbit plan) =====
  *
  * What a precision buys before anything is quantized: weight memory, KV

@@ -1,0 +1,43 @@
+/* What ppl, kld and generate share: a model with its tokenizer and a
+ * runner (fake-quantized under --spec), and a text turned into tokens. */
+#ifndef LOWBIT_CLI_EVAL_H
+#define LOWBIT_CLI_EVAL_H
+
+#include "cli.h"
+
+typedef struct cli_eval_args {
+    const char *spec;       /* --spec: the attention and MLP projections */
+    const char *spec_embed; /* --spec-embed */
+    const char *spec_head;  /* --spec-head */
+    const char *tokenizer;  /* --tokenizer FILE: instead of the model's own */
+    int threads;
+    uint32_t max_ctx;
+} cli_eval_args;
+
+typedef struct cli_eval_model {
+    lb_model *model;
+    lb_tokenizer *tok;
+    lb_runner *runner;
+} cli_eval_model;
+
+/* Takes the shared options (--spec, --spec-embed, --spec-head,
+ * --tokenizer, --threads) at argv[*i]; 1 if it did (and moved *i), 0 if
+ * argv[*i] is not one of them, -1 (reported) on a bad value. */
+int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cli_eval_args *a);
+
+/* Opens path with its tokenizer and a runner. want_runner 0: model and
+ * tokenizer only. Returns EXIT_OK or the reported exit code. */
+int cli_eval_open(const char *cmd, int json, const char *path, const cli_eval_args *a, int want_runner,
+                  cli_eval_model *out);
+void cli_eval_close(cli_eval_model *e);
+
+/* The whole file as tokens (BOS first when the tokenizer has one). */
+int cli_eval_tokens(const char *cmd, int json, const lb_tokenizer *tok, const char *path, int32_t **ids, size_t *n);
+
+/* --ctx N and --chunks N at argv[*i]: 1 taken, 0 not these, -1 reported. */
+int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, uint32_t *ctx, size_t *chunks);
+
+/* An lb_progress_fn that draws cli_progress. */
+void cli_eval_progress(void *label, size_t done, size_t total);
+
+#endif

@@ -1,0 +1,100 @@
+/* lowbit kld: how far a quantized model's next-token distributions are from
+ * the base model's, on the same windows as lowbit ppl. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_eval.h"
+
+static const char usage[] =
+    "usage: lowbit kld BASE [QUANT] --text FILE [--spec SPEC] [--save-base FILE | --base FILE]\n"
+    "                 [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--json]\n\n"
+    "KL divergence KL(base || quant) of the next-token distributions, per scored\n"
+    "token of lowbit ppl's windows: mean +- standard error, median, p99, max; the\n"
+    "top-1 agreement (how often both models' most likely token is the same); both\n"
+    "perplexities and their difference with its error from the paired per-token\n"
+    "log-likelihoods. QUANT is another model file (the same tokenizer), or BASE\n"
+    "fake-quantized under --spec. --save-base stores the base model's\n"
+    "distributions (16 bits per log-probability) so later runs can skip the base\n"
+    "model with --base FILE (then BASE only provides the tokenizer, and QUANT or\n"
+    "--spec the model to measure).\n";
+
+static int run(int argc, char **argv)
+{
+    int json = 0;
+    const char *paths[2] = {NULL, NULL}, *text = NULL, *save = NULL, *load = NULL;
+    int n_paths = 0;
+    cli_eval_args ea = {0};
+    uint32_t ctx = 512;
+    size_t chunks = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if ((r = cli_eval_option("kld", json, argc, argv, &i, &ea)) || (r = cli_parse_window("kld", json, argc, argv, &i, &ctx, &chunks))) {
+            if (r < 0) return EXIT_USAGE;
+        } else if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (strcmp(argv[i], "--text") == 0 && i + 1 < argc) text = argv[++i];
+        else if (strcmp(argv[i], "--save-base") == 0 && i + 1 < argc) save = argv[++i];
+        else if (strcmp(argv[i], "--base") == 0 && i + 1 < argc) load = argv[++i];
+        else if (argv[i][0] == '-' && argv[i][1]) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "unknown option or missing value: '%s'", argv[i]);
+        else if (n_paths == 2) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "at most BASE and QUANT");
+        else paths[n_paths++] = argv[i];
+    }
+    if (!paths[0] || !text) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "need BASE and --text FILE\n%s", usage);
+    if (save && load) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "--save-base and --base exclude each other");
+    if (!paths[1] && !ea.spec && !ea.spec_embed && !ea.spec_head)
+        return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "nothing to compare: give QUANT or --spec");
+    ea.max_ctx = ctx;
+    /* the base: the model as stored, unless its distributions come from a file */
+    cli_eval_args base_args = ea;
+    base_args.spec = base_args.spec_embed = base_args.spec_head = NULL;
+    cli_eval_model base, quant = {0};
+    int rc = cli_eval_open("kld", json, paths[0], &base_args, !load, &base);
+    if (rc != EXIT_OK) return rc;
+    rc = cli_eval_open("kld", json, paths[1] ? paths[1] : paths[0], &ea, 1, &quant);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (rc == EXIT_OK) rc = cli_eval_tokens("kld", json, base.tok, text, &ids, &n);
+    if (rc == EXIT_OK) {
+        lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_bos(base.tok),
+                             .progress = cli_eval_progress, .progress_ctx = "kld"};
+        lb_kld_result k;
+        lb_status st = lb_kld(base.runner, quant.runner, ids, n, &o, save, load, &k);
+        if (st != LB_OK) rc = cli_fail_lb("kld", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
+        else if (json) {
+            printf("{\"base\": ");
+            json_string(stdout, paths[0]);
+            printf(", \"quant\": ");
+            json_string(stdout, paths[1] ? paths[1] : paths[0]);
+            printf(", \"spec\": ");
+            json_string(stdout, ea.spec ? ea.spec : "");
+            printf(", \"ctx\": %u, \"chunks\": %zu, \"scored_tokens\": %llu", ctx, k.chunks, (unsigned long long)k.tokens);
+            json_field(stdout, "kld_mean", k.kld_mean);
+            json_field(stdout, "kld_err", k.kld_err);
+            json_field(stdout, "kld_median", k.kld_median);
+            json_field(stdout, "kld_p99", k.kld_p99);
+            json_field(stdout, "kld_max", k.kld_max);
+            json_field(stdout, "top1_agreement", k.top1_agreement);
+            json_field(stdout, "ppl_base", k.ppl_base);
+            json_field(stdout, "ppl_base_err", k.ppl_base_err);
+            json_field(stdout, "ppl", k.ppl);
+            json_field(stdout, "ppl_err", k.ppl_err);
+            json_field(stdout, "dppl", k.dppl);
+            json_field(stdout, "dppl_err", k.dppl_err);
+            json_field(stdout, "seconds", k.seconds);
+            printf("}\n");
+        } else {
+            printf("%s vs %s%s%s: %zu windows of %u, %llu scored tokens\n", paths[0], paths[1] ? paths[1] : paths[0],
+                   ea.spec ? " under " : "", ea.spec ? ea.spec : "", k.chunks, ctx, (unsigned long long)k.tokens);
+            printf("KLD mean %.6f +/- %.6f   median %.6f   p99 %.6f   max %.6f\n", k.kld_mean, k.kld_err, k.kld_median,
+                   k.kld_p99, k.kld_max);
+            printf("top-1 agreement %.2f%%\n", 100 * k.top1_agreement);
+            printf("PPL base %.4f +/- %.4f   quant %.4f +/- %.4f   delta %+.4f +/- %.4f\n", k.ppl_base, k.ppl_base_err,
+                   k.ppl, k.ppl_err, k.dppl, k.dppl_err);
+        }
+    }
+    free(ids);
+    cli_eval_close(&base);
+    cli_eval_close(&quant);
+    return rc;
+}
+
+const cli_command cmd_kld = {"kld", "KL divergence of a quantized model from the base model on a text", usage, run};

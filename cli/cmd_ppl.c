@@ -1,0 +1,73 @@
+/* lowbit ppl: perplexity of a model (optionally fake-quantized) on a text,
+ * by llama.cpp's method. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_eval.h"
+
+static const char usage[] =
+    "usage: lowbit ppl MODEL --text FILE [--ctx 512] [--chunks N] [--spec SPEC] [--spec-embed SPEC]\n"
+    "                 [--spec-head SPEC] [--tokenizer FILE] [--threads N] [--json]\n\n"
+    "Perplexity as llama.cpp's perplexity tool measures it: the text is tokenized\n"
+    "(BOS first), cut into non-overlapping windows of --ctx tokens whose first token\n"
+    "is BOS, each run from an empty cache; only the second half of each window is\n"
+    "scored (positions ctx/2 .. ctx-1 predicted from at least ctx/2 tokens before\n"
+    "them). Prints PPL +- its standard error and tokens/s. --chunks limits the\n"
+    "windows. --spec fake-quantizes the attention and MLP projections (quantize,\n"
+    "dequantize); --spec-embed and --spec-head the embedding and output head.\n";
+
+static int run(int argc, char **argv)
+{
+    int json = 0;
+    const char *model = NULL, *text = NULL;
+    cli_eval_args ea = {0};
+    uint32_t ctx = 512;
+    size_t chunks = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if ((r = cli_eval_option("ppl", json, argc, argv, &i, &ea)) || (r = cli_parse_window("ppl", json, argc, argv, &i, &ctx, &chunks))) {
+            if (r < 0) return EXIT_USAGE;
+        } else if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (strcmp(argv[i], "--text") == 0 && i + 1 < argc) text = argv[++i];
+        else if (argv[i][0] == '-' && argv[i][1]) return cli_fail("ppl", json, EXIT_USAGE, "bad_argument", "unknown option or missing value: '%s'", argv[i]);
+        else if (model) return cli_fail("ppl", json, EXIT_USAGE, "bad_argument", "more than one MODEL");
+        else model = argv[i];
+    }
+    if (!model || !text) return cli_fail("ppl", json, EXIT_USAGE, "bad_argument", "need MODEL and --text FILE\n%s", usage);
+    ea.max_ctx = ctx;
+    cli_eval_model e;
+    int rc = cli_eval_open("ppl", json, model, &ea, 1, &e);
+    if (rc != EXIT_OK) return rc;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    rc = cli_eval_tokens("ppl", json, e.tok, text, &ids, &n);
+    if (rc == EXIT_OK) {
+        lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_bos(e.tok),
+                             .progress = cli_eval_progress, .progress_ctx = "ppl"};
+        lb_ppl_result res;
+        lb_status st = lb_perplexity(e.runner, ids, n, &o, &res);
+        if (st != LB_OK) rc = cli_fail_lb("ppl", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
+        else if (json) {
+            printf("{\"model\": ");
+            json_string(stdout, model);
+            printf(", \"spec\": ");
+            json_string(stdout, ea.spec ? ea.spec : "");
+            printf(", \"text_tokens\": %zu, \"ctx\": %u, \"chunks\": %zu, \"scored_tokens\": %llu", n, ctx, res.chunks,
+                   (unsigned long long)res.tokens);
+            json_field(stdout, "ppl", res.ppl);
+            json_field(stdout, "ppl_err", res.ppl_err);
+            json_field(stdout, "seconds", res.seconds);
+            json_field(stdout, "tokens_per_s", res.tokens_per_s);
+            printf("}\n");
+        } else {
+            printf("%s%s%s: %zu tokens of text, %zu windows of %u, %llu scored\n", model, ea.spec ? " under " : "",
+                   ea.spec ? ea.spec : "", n, res.chunks, ctx, (unsigned long long)res.tokens);
+            printf("PPL = %.4f +/- %.4f   (%.1f s, %.0f tokens/s)\n", res.ppl, res.ppl_err, res.seconds, res.tokens_per_s);
+        }
+    }
+    free(ids);
+    cli_eval_close(&e);
+    return rc;
+}
+
+const cli_command cmd_ppl = {"ppl", "perplexity on a text (llama.cpp's method), optionally fake-quantized", usage, run};

@@ -1,0 +1,15 @@
+/* What the perplexity and KL-divergence loops share. */
+#ifndef LB_EVAL_INTERNAL_H
+#define LB_EVAL_INTERNAL_H
+
+#include "lowbit.h"
+
+double lb__now(void);
+/* The window length and how many whole windows the text gives. */
+lb_status lb__eval_windows(size_t n, const lb_eval_options *o, uint32_t *ctx, size_t *chunks);
+/* Runs one window (its first token replaced by BOS when bos >= 0) from an
+ * empty cache; logits for every position. window holds ctx ids after. */
+lb_status lb__eval_window(lb_runner *r, const int32_t *tokens, uint32_t ctx, int32_t bos, int32_t *window,
+                          float *logits);
+
+#endif

@@ -1,0 +1,92 @@
+/* Perplexity the way llama.cpp's perplexity tool measures it (see
+ * lowbit.h): non-overlapping windows, second half scored. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "eval/eval_internal.h"
+#include "util/error.h"
+
+double lb_nll(const float *logits, size_t vocab, int32_t target)
+{
+    double mx = -INFINITY, sum = 0;
+    for (size_t i = 0; i < vocab; i++)
+        if (logits[i] > mx) mx = logits[i];
+    for (size_t i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
+    return log(sum) + mx - (double)logits[target];
+}
+
+void lb_ppl_add(lb_ppl_acc *a, double nll)
+{
+    a->count++;
+    double d = nll - a->mean;
+    a->mean += d / (double)a->count;
+    a->m2 += d * (nll - a->mean);
+}
+
+void lb_ppl_get(const lb_ppl_acc *a, double *ppl, double *err)
+{
+    double n = (double)a->count, var = n > 0 ? a->m2 / n : 0;
+    *ppl = exp(a->mean);
+    *err = n > 1 && var > 0 ? *ppl * sqrt(var / (n - 1)) : 0;
+}
+
+double lb__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+lb_status lb__eval_windows(size_t n, const lb_eval_options *o, uint32_t *ctx, size_t *chunks)
+{
+    *ctx = o && o->ctx ? o->ctx : 512;
+    if (*ctx < 4) return lb__fail(LB_ERR_ARG, "a window of %u tokens is too short (at least 4)", *ctx);
+    *chunks = n / *ctx;
+    if (o && o->max_chunks && o->max_chunks < *chunks) *chunks = o->max_chunks;
+    if (*chunks == 0)
+        return lb__fail(LB_ERR_ARG, "the text has %zu tokens, fewer than one window of %u", n, *ctx);
+    return LB_OK;
+}
+
+lb_status lb__eval_window(lb_runner *r, const int32_t *tokens, uint32_t ctx, int32_t bos, int32_t *window,
+                          float *logits)
+{
+    memcpy(window, tokens, ctx * sizeof *window);
+    if (bos >= 0) window[0] = bos;
+    lb_runner_reset(r);
+    return lb_runner_forward(r, window, ctx, logits, 0);
+}
+
+lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_eval_options *o, lb_ppl_result *out)
+{
+    if (!r || !tokens || !out) return lb__fail(LB_ERR_ARG, "lb_perplexity: NULL argument");
+    memset(out, 0, sizeof *out);
+    uint32_t ctx;
+    size_t chunks;
+    lb_status st = lb__eval_windows(n, o, &ctx, &chunks);
+    if (st != LB_OK) return st;
+    size_t vocab = lb_runner_vocab_size(r);
+    float *logits = malloc((size_t)ctx * vocab * sizeof *logits);
+    int32_t *window = malloc(ctx * sizeof *window);
+    if (!logits || !window) {
+        free(logits), free(window);
+        return lb__fail(LB_ERR_NOMEM, "out of memory for %u x %zu logits", ctx, vocab);
+    }
+    lb_ppl_acc acc = {0};
+    double t0 = lb__now();
+    for (size_t c = 0; c < chunks && st == LB_OK; c++) {
+        st = lb__eval_window(r, tokens + c * ctx, ctx, o ? o->bos : -1, window, logits);
+        for (uint32_t j = ctx / 2; st == LB_OK && j + 1 < ctx; j++)
+            lb_ppl_add(&acc, lb_nll(logits + (size_t)j * vocab, vocab, window[j + 1]));
+        if (o && o->progress) o->progress(o->progress_ctx, c + 1, chunks);
+    }
+    out->seconds = lb__now() - t0;
+    free(logits), free(window);
+    if (st != LB_OK) return st;
+    lb_ppl_get(&acc, &out->ppl, &out->ppl_err);
+    out->tokens = acc.count, out->chunks = chunks;
+    out->tokens_per_s = out->seconds > 0 ? (double)(chunks * ctx) / out->seconds : 0;
+    return LB_OK;
+}

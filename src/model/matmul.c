@@ -1,0 +1,161 @@
+/* Matrix products: weight packing, the scalar reference, and the split
+ * over threads shared by every instruction set (see matmul.h). */
+#include "model/matmul.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/alloc.h"
+#include "util/cpu.h"
+#include "util/error.h"
+#include "util/parallel.h"
+
+/* From here up lb__alloc_large's page mapping serves (its own threshold) */
+#define LARGE ((size_t)4 << 20)
+
+lb_status lb__pack_weight(const float *w, size_t out, size_t in, lb__packed *p)
+{
+    memset(p, 0, sizeof *p);
+    p->out = out;
+    p->in = in;
+    p->panels = (out + LB__MM_NR - 1) / LB__MM_NR;
+    if (in && p->panels > SIZE_MAX / sizeof(float) / LB__MM_NR / in)
+        return lb__fail(LB_ERR_NOMEM, "packed weight of %zu x %zu floats overflows", out, in);
+    p->bytes = p->panels * LB__MM_NR * in * sizeof(float);
+    if (p->bytes == 0) return LB_OK;
+    /* zero-filled (the padding columns of a last partial panel stay 0) and
+     * 64-byte aligned, so every panel row is one cache line pair;
+     * lb__alloc_large maps whole pages with huge pages advised */
+    if (p->bytes >= LARGE) p->data = lb__alloc_large(p->bytes);
+    else if ((p->data = aligned_alloc(64, p->bytes))) memset(p->data, 0, p->bytes);
+    if (!p->data) return lb__fail(LB_ERR_NOMEM, "cannot allocate %zu bytes for a packed %zu x %zu weight", p->bytes, out, in);
+    for (size_t o = 0; o < out; o++) {
+        float *panel = p->data + (o / LB__MM_NR) * in * LB__MM_NR + o % LB__MM_NR;
+        const float *row = w + o * in;
+        for (size_t k = 0; k < in; k++) panel[k * LB__MM_NR] = row[k];
+    }
+    return LB_OK;
+}
+
+void lb__packed_free(lb__packed *p)
+{
+    if (p->bytes >= LARGE) lb__free_large(p->data, p->bytes);
+    else free(p->data);
+    memset(p, 0, sizeof *p);
+}
+
+void lb__packed_row(const lb__packed *p, size_t o, float *dst)
+{
+    const float *panel = p->data + (o / LB__MM_NR) * p->in * LB__MM_NR + o % LB__MM_NR;
+    for (size_t k = 0; k < p->in; k++) dst[k] = panel[k * LB__MM_NR];
+}
+
+typedef struct mm_job {
+    const float *x;  /* X rows (scalar path) */
+    const float *xp; /* X packed in row blocks (vector paths) */
+    size_t n;
+    const lb__packed *w;
+    float *y;
+    const lb__mm_kernel *k;
+} mm_job;
+
+/* The reference: one sum per element over k in order, product then add. */
+static lb_status scalar_panels(void *ctx, size_t p0, size_t p1)
+{
+    const mm_job *j = ctx;
+    const lb__packed *w = j->w;
+    for (size_t p = p0; p < p1; p++) {
+        const float *panel = w->data + p * w->in * LB__MM_NR;
+        size_t o0 = p * LB__MM_NR, ncols = w->out - o0 < LB__MM_NR ? w->out - o0 : LB__MM_NR;
+        for (size_t t = 0; t < j->n; t++) {
+            const float *xr = j->x + t * w->in;
+            for (size_t c = 0; c < ncols; c++) {
+                float s = 0.0f;
+                for (size_t k = 0; k < w->in; k++) s += xr[k] * panel[k * LB__MM_NR + c];
+                j->y[t * w->out + o0 + c] = s;
+            }
+        }
+    }
+    return LB_OK;
+}
+
+/* Rows of X a thread keeps hot in L2 while it walks its panels: about
+ * 256 KiB of packed X, a whole number of row blocks. */
+static size_t rows_per_group(size_t in, size_t mr)
+{
+    size_t rows = (256u * 1024u) / (sizeof(float) * (in ? in : 1));
+    rows -= rows % mr;
+    return rows < mr ? mr : rows;
+}
+
+static lb_status vector_panels(void *ctx, size_t p0, size_t p1)
+{
+    const mm_job *j = ctx;
+    const lb__packed *w = j->w;
+    size_t mr = j->k->mr, group = rows_per_group(w->in, mr);
+    for (size_t g = 0; g < j->n; g += group) {
+        size_t gend = g + group < j->n ? g + group : j->n;
+        for (size_t p = p0; p < p1; p++) {
+            const float *panel = w->data + p * w->in * LB__MM_NR;
+            size_t o0 = p * LB__MM_NR, ncols = w->out - o0 < LB__MM_NR ? w->out - o0 : LB__MM_NR;
+            for (size_t r = g; r < gend; r += mr) {
+                size_t rows = gend - r < mr ? gend - r : mr;
+                /* row block r starts at r * in in the packed X (blocks hold
+                 * mr rows each, the last one fewer) */
+                j->k->block(j->xp + r * w->in, rows, w->in, panel, j->y + r * w->out + o0, w->out, ncols);
+            }
+        }
+    }
+    return LB_OK;
+}
+
+/* X into blocks of mr rows, each k-major: block b holds, for each k, its
+ * rows' X[r][k] side by side, so the kernel's broadcasts walk forward. */
+static void pack_x(const float *x, size_t n, size_t in, size_t mr, float *xp)
+{
+    for (size_t b = 0; b < n; b += mr) {
+        size_t rows = n - b < mr ? n - b : mr;
+        float *dst = xp + b * in;
+        for (size_t r = 0; r < rows; r++) {
+            const float *src = x + (b + r) * in;
+            for (size_t k = 0; k < in; k++) dst[k * rows + r] = src[k];
+        }
+    }
+}
+
+static const lb__mm_kernel *kernel_for(lb_isa isa)
+{
+    lb_isa cpu = lb__cpu_best_isa();
+    if (isa > cpu) isa = cpu;
+    if (isa >= LB_ISA_AVX512 && lb__mm_avx512.block) return &lb__mm_avx512;
+    if (isa >= LB_ISA_AVX2 && lb__mm_avx2.block) return &lb__mm_avx2;
+    return NULL;
+}
+
+lb_status lb__matmul_isa(const float *x, size_t n, const lb__packed *w, float *y, int threads, lb_isa isa)
+{
+    if (n == 0 || w->out == 0) return LB_OK;
+    if (w->in == 0) {
+        for (size_t t = 0; t < n; t++) memset(y + t * w->out, 0, w->out * sizeof *y);
+        return LB_OK;
+    }
+    mm_job j = {.x = x, .n = n, .w = w, .y = y, .k = kernel_for(isa)};
+    if (!j.k) return lb__parallel_for(w->panels, 1, threads, scalar_panels, &j);
+    /* a single row is already k-major */
+    float *xp = NULL;
+    if (n == 1) j.xp = x;
+    else {
+        xp = malloc(n * w->in * sizeof *xp);
+        if (!xp) return lb__fail(LB_ERR_NOMEM, "cannot allocate %zu x %zu floats for a matmul input", n, w->in);
+        pack_x(x, n, w->in, j.k->mr, xp);
+        j.xp = xp;
+    }
+    lb_status st = lb__parallel_for(w->panels, 1, threads, vector_panels, &j);
+    free(xp);
+    return st;
+}
+
+lb_status lb__matmul(const float *x, size_t n, const lb__packed *w, float *y, int threads)
+{
+    return lb__matmul_isa(x, n, w, y, threads, lb_isa_active());
+}

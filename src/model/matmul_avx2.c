@@ -1,0 +1,64 @@
+/* AVX2 matmul kernel: the 32-wide weight panel in two halves of 16
+ * columns, each half with MR rows of X in 2*MR ymm accumulators (12 of
+ * the 16 registers). Same per-element order as every path (matmul.h). */
+#include "model/matmul.h"
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+#define MR 6
+
+static inline __attribute__((always_inline)) void half_n(const float *xp, size_t mr, size_t in, const float *panel,
+                                                         float *y, size_t ldy, size_t ncols)
+{
+    __m256 acc[MR][2];
+#pragma GCC unroll 8
+    for (size_t r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (size_t k = 0; k < in; k++) {
+        __m256 w0 = _mm256_loadu_ps(panel + k * LB__MM_NR), w1 = _mm256_loadu_ps(panel + k * LB__MM_NR + 8);
+        const float *xk = xp + k * mr;
+#pragma GCC unroll 8
+        for (size_t r = 0; r < mr; r++) {
+            __m256 xv = _mm256_broadcast_ss(xk + r);
+            acc[r][0] = _mm256_fmadd_ps(xv, w0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(xv, w1, acc[r][1]);
+        }
+    }
+    if (ncols >= 16) {
+#pragma GCC unroll 8
+        for (size_t r = 0; r < mr; r++) {
+            _mm256_storeu_ps(y + r * ldy, acc[r][0]);
+            _mm256_storeu_ps(y + r * ldy + 8, acc[r][1]);
+        }
+        return;
+    }
+    for (size_t r = 0; r < mr; r++) {
+        float t[16];
+        _mm256_storeu_ps(t, acc[r][0]);
+        _mm256_storeu_ps(t + 8, acc[r][1]);
+        for (size_t c = 0; c < ncols; c++) y[r * ldy + c] = t[c];
+    }
+}
+
+static void half(const float *xp, size_t mr, size_t in, const float *panel, float *y, size_t ldy, size_t ncols)
+{
+    switch (mr) {
+    case 6: half_n(xp, 6, in, panel, y, ldy, ncols); break;
+    case 5: half_n(xp, 5, in, panel, y, ldy, ncols); break;
+    case 4: half_n(xp, 4, in, panel, y, ldy, ncols); break;
+    case 3: half_n(xp, 3, in, panel, y, ldy, ncols); break;
+    case 2: half_n(xp, 2, in, panel, y, ldy, ncols); break;
+    default: half_n(xp, 1, in, panel, y, ldy, ncols); break;
+    }
+}
+
+static void block(const float *xp, size_t mr, size_t in, const float *panel, float *y, size_t ldy, size_t ncols)
+{
+    half(xp, mr, in, panel, y, ldy, ncols < 16 ? ncols : 16);
+    if (ncols > 16) half(xp, mr, in, panel + 16, y + 16, ldy, ncols - 16);
+}
+
+const lb__mm_kernel lb__mm_avx2 = {MR, block};
+#else
+const lb__mm_kernel lb__mm_avx2 = {0, 0};
+#endif

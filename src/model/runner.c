@@ -1,0 +1,423 @@
+/* The Llama-family forward pass (Llama, Mistral, Qwen2, Qwen3, llama2.c):
+ * fp32 weight copies packed for the matmul kernels, a fp32 KV cache, and
+ * the layer loop. See lowbit.h, "Evaluation".
+ *
+ * Numerics: everything fp32 except the RMSNorm mean of squares, summed in
+ * double (then x * (1/sqrt(mean + eps)) in fp32 times the weight), and the
+ * rotary angles (cos/sin computed in double, stored fp32).
+ *
+ * The activation hook sees, per layer: the normed input once for each of
+ * q_proj, k_proj and v_proj (the same rows, three calls, each with its
+ * weight's name), o_proj's input, the normed input for gate_proj and
+ * up_proj (two calls) and down_proj's input; then the output head's input
+ * (named lm_head.weight, or model.embed_tokens.weight when the head is
+ * tied) — only the last row under last_only, and no call when no logits
+ * are asked for. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/attention.h"
+#include "model/matmul.h"
+#include "util/error.h"
+#include "util/parallel.h"
+
+enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_COUNT };
+static const char *const weight_suffix[W_COUNT] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                   "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+                                                   "mlp.down_proj"};
+
+typedef struct layer {
+    lb__packed w[W_COUNT];
+    char name[W_COUNT][80];          /* canonical weight names, for the hook */
+    float *attn_norm, *ffn_norm;     /* dim */
+    float *q_bias, *k_bias, *v_bias; /* Qwen2; NULL otherwise */
+    float *q_norm, *k_norm;          /* Qwen3: head_dim; NULL otherwise */
+} layer;
+
+struct lb_runner {
+    lb_arch a;
+    size_t dim, hidden, n_heads, n_kv_heads, head_dim, q_dim, kv_dim, vocab, n_layers;
+    int threads;
+    float *embed;      /* [vocab][dim]; NULL when the head is tied (rows come from head) */
+    lb__packed head;   /* [vocab][dim] */
+    char head_name[32];
+    float *final_norm;
+    layer *layers;
+    float *kcache, *vcache; /* [layer][max_ctx][kv_dim] */
+    size_t max_ctx, pos;
+    lb__rope rope;
+    float *scratch;    /* attention scores: n_heads * max_ctx */
+    lb_activation_hook hook;
+    void *hook_ctx;
+};
+
+/* ---- loading ---- */
+
+typedef struct loader {
+    const lb_model *m;
+    const lb_runner_options *o;
+    int threads;
+} loader;
+
+static const lb_tensor *find(const loader *l, const char *name, int required, lb_status *st)
+{
+    const lb_tensor *t = lb_model_find(l->m, name);
+    if (!t && required) *st = lb__fail(LB_ERR_PARSE, "the model has no tensor %s (a Llama-family model needs it)", name);
+    return t;
+}
+
+/* A tensor of exactly `count` elements (shape [rows, cols] when cols > 0)
+ * as a fresh fp32 array. */
+static lb_status load_f32(const loader *l, const char *name, size_t rows, size_t cols, float **out)
+{
+    lb_status st = LB_OK;
+    *out = NULL;
+    const lb_tensor *t = find(l, name, 1, &st);
+    if (!t) return st;
+    int shape_ok = cols ? t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols
+                        : t->n_elements == rows;
+    if (!shape_ok) {
+        if (cols)
+            return lb__fail(LB_ERR_PARSE, "tensor %s: expected shape [%zu, %zu], found %d dims, %llu elements", name,
+                            rows, cols, t->n_dims, (unsigned long long)t->n_elements);
+        return lb__fail(LB_ERR_PARSE, "tensor %s: expected %zu elements, found %llu", name, rows,
+                        (unsigned long long)t->n_elements);
+    }
+    float *f = malloc((rows * (cols ? cols : 1) ? rows * (cols ? cols : 1) : 1) * sizeof *f);
+    if (!f) return lb__fail(LB_ERR_NOMEM, "cannot allocate fp32 copy of %s", name);
+    st = lb_tensor_to_f32(t, f);
+    lb_tensor_release(t);
+    if (st != LB_OK) {
+        free(f);
+        return st;
+    }
+    *out = f;
+    return LB_OK;
+}
+
+/* Quantize then dequantize in place: the weight the runner then uses is
+ * exactly what a deployment of the spec would hold. */
+static lb_status fake_quantize(const lb_qspec *spec, float *w, size_t rows, size_t cols, int threads,
+                               const char *name)
+{
+    if (!spec) return LB_OK;
+    lb_qtensor *q = NULL;
+    lb_status st = lb_quantize(spec, w, rows, cols, threads, &q);
+    if (st == LB_OK) st = lb_dequantize(q, w, threads);
+    lb_qtensor_free(q);
+    if (st != LB_OK) return lb__fail(st, "fake-quantizing %s: %s", name, lb_last_error());
+    return LB_OK;
+}
+
+static lb_status load_matrix(const loader *l, const char *name, size_t out, size_t in, const lb_qspec *spec,
+                             lb__packed *p)
+{
+    float *w;
+    lb_status st = load_f32(l, name, out, in, &w);
+    if (st != LB_OK) return st;
+    st = fake_quantize(spec, w, out, in, l->threads, name);
+    if (st == LB_OK) st = lb__pack_weight(w, out, in, p);
+    free(w);
+    return st;
+}
+
+static lb_status load_optional_vector(const loader *l, const char *name, size_t n, float **out)
+{
+    *out = NULL;
+    if (!lb_model_find(l->m, name)) return LB_OK;
+    return load_f32(l, name, n, 0, out);
+}
+
+static lb_status check_arch(lb_runner *r, const lb_model *m)
+{
+    const lb_arch *a = &r->a;
+    if (!a->n_layers || !a->dim || !a->n_heads || !a->hidden_dim)
+        return lb__fail(LB_ERR_PARSE, "model architecture incomplete: layers %u, dim %u, heads %u, hidden %u",
+                        a->n_layers, a->dim, a->n_heads, a->hidden_dim);
+    r->n_layers = a->n_layers;
+    r->dim = a->dim;
+    r->hidden = a->hidden_dim;
+    r->n_heads = a->n_heads;
+    r->n_kv_heads = a->n_kv_heads ? a->n_kv_heads : a->n_heads;
+    r->head_dim = a->head_dim ? a->head_dim : a->dim / a->n_heads;
+    if (r->n_kv_heads > r->n_heads || r->n_heads % r->n_kv_heads)
+        return lb__fail(LB_ERR_PARSE, "model architecture: %zu heads are not a multiple of %zu kv heads", r->n_heads,
+                        r->n_kv_heads);
+    if (r->head_dim == 0 || r->head_dim % 2)
+        return lb__fail(LB_ERR_PARSE, "model architecture: head_dim %zu is not a positive even number", r->head_dim);
+    r->q_dim = r->n_heads * r->head_dim;
+    r->kv_dim = r->n_kv_heads * r->head_dim;
+    const lb_tensor *e = lb_model_find(m, "model.embed_tokens.weight");
+    r->vocab = a->vocab_size ? a->vocab_size : e && e->n_dims == 2 ? e->shape[0] : 0;
+    if (!r->vocab) return lb__fail(LB_ERR_PARSE, "model architecture: vocabulary size unknown");
+    if (!(a->norm_eps >= 0) || !(a->rope_theta > 0))
+        return lb__fail(LB_ERR_PARSE, "model architecture: norm_eps %g, rope_theta %g", a->norm_eps, a->rope_theta);
+    return LB_OK;
+}
+
+static lb_status load_layer(const loader *l, const lb_runner *r, size_t i, layer *ly)
+{
+    char name[96];
+    size_t shape[W_COUNT][2] = {{r->q_dim, r->dim},     {r->kv_dim, r->dim},    {r->kv_dim, r->dim},
+                                {r->dim, r->q_dim},     {r->hidden, r->dim},    {r->hidden, r->dim},
+                                {r->dim, r->hidden}};
+    lb_status st = LB_OK;
+    for (int w = 0; w < W_COUNT && st == LB_OK; w++) {
+        snprintf(ly->name[w], sizeof ly->name[w], "model.layers.%zu.%s.weight", i, weight_suffix[w]);
+        st = load_matrix(l, ly->name[w], shape[w][0], shape[w][1], w <= W_O ? l->o->attn : l->o->mlp, &ly->w[w]);
+    }
+#define VEC(field, fmt, n, required)                                                   \
+    if (st == LB_OK) {                                                                 \
+        snprintf(name, sizeof name, "model.layers.%zu." fmt, i);                       \
+        st = (required) ? load_f32(l, name, n, 0, &ly->field) : load_optional_vector(l, name, n, &ly->field); \
+    }
+    VEC(attn_norm, "input_layernorm.weight", r->dim, 1)
+    VEC(ffn_norm, "post_attention_layernorm.weight", r->dim, 1)
+    VEC(q_bias, "self_attn.q_proj.bias", r->q_dim, r->a.qkv_bias)
+    VEC(k_bias, "self_attn.k_proj.bias", r->kv_dim, r->a.qkv_bias)
+    VEC(v_bias, "self_attn.v_proj.bias", r->kv_dim, r->a.qkv_bias)
+    VEC(q_norm, "self_attn.q_norm.weight", r->head_dim, r->a.qk_norm)
+    VEC(k_norm, "self_attn.k_norm.weight", r->head_dim, r->a.qk_norm)
+#undef VEC
+    return st;
+}
+
+static lb_status load_embeddings(const loader *l, lb_runner *r)
+{
+    lb_status st = LB_OK;
+    const lb_tensor *head = lb_model_find(l->m, "lm_head.weight");
+    if (head && !r->a.tied_embeddings) {
+        snprintf(r->head_name, sizeof r->head_name, "lm_head.weight");
+        st = load_f32(l, "model.embed_tokens.weight", r->vocab, r->dim, &r->embed);
+        if (st == LB_OK) st = fake_quantize(l->o->embed, r->embed, r->vocab, r->dim, l->threads, "model.embed_tokens.weight");
+        if (st == LB_OK) st = load_matrix(l, "lm_head.weight", r->vocab, r->dim, l->o->head, &r->head);
+        return st;
+    }
+    /* tied: one matrix serves both; the embedding's spec applies to it */
+    snprintf(r->head_name, sizeof r->head_name, "model.embed_tokens.weight");
+    return load_matrix(l, "model.embed_tokens.weight", r->vocab, r->dim, l->o->embed, &r->head);
+}
+
+static lb_status load_rope(const loader *l, lb_runner *r)
+{
+    float *factors = NULL;
+    lb_status st = LB_OK;
+    if (lb_model_find(l->m, "rope_freqs.weight")) st = load_f32(l, "rope_freqs.weight", r->head_dim / 2, 0, &factors);
+    if (st == LB_OK) st = lb__rope_init(&r->rope, &r->a, r->head_dim, factors, r->max_ctx);
+    free(factors);
+    return st;
+}
+
+lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner **out)
+{
+    if (!out) return lb__fail(LB_ERR_ARG, "lb_runner_new: out is NULL");
+    *out = NULL;
+    if (!m) return lb__fail(LB_ERR_ARG, "lb_runner_new: model is NULL");
+    lb_runner_options defaults = {0};
+    if (!o) o = &defaults;
+    const lb_qspec *specs[4] = {o->attn, o->mlp, o->embed, o->head};
+    for (int i = 0; i < 4; i++)
+        if (specs[i] && lb_qspec_validate(specs[i]) != LB_OK) return lb_qspec_validate(specs[i]);
+    lb_runner *r = calloc(1, sizeof *r);
+    if (!r) return lb__fail(LB_ERR_NOMEM, "cannot allocate a runner");
+    r->a = *lb_model_arch(m);
+    r->threads = lb__thread_count(o->threads);
+    lb_status st = check_arch(r, m);
+    if (st == LB_OK) {
+        r->max_ctx = o->max_ctx ? o->max_ctx : r->a.max_seq_len && r->a.max_seq_len < 4096 ? r->a.max_seq_len : 4096;
+        loader l = {m, o, r->threads};
+        r->layers = calloc(r->n_layers, sizeof *r->layers);
+        size_t cache = r->n_layers * r->max_ctx * r->kv_dim;
+        if (r->kv_dim && cache / r->kv_dim / r->n_layers != r->max_ctx)
+            st = lb__fail(LB_ERR_ARG, "KV cache of %zu positions overflows", r->max_ctx);
+        else {
+            r->kcache = malloc((cache ? cache : 1) * sizeof(float));
+            r->vcache = malloc((cache ? cache : 1) * sizeof(float));
+            r->scratch = malloc(r->n_heads * r->max_ctx * sizeof(float));
+            if (!r->layers || !r->kcache || !r->vcache || !r->scratch)
+                st = lb__fail(LB_ERR_NOMEM, "cannot allocate a KV cache of %zu positions x %zu layers", r->max_ctx,
+                              r->n_layers);
+        }
+        if (st == LB_OK) st = load_embeddings(&l, r);
+        for (size_t i = 0; i < r->n_layers && st == LB_OK; i++) st = load_layer(&l, r, i, &r->layers[i]);
+        if (st == LB_OK) st = load_f32(&l, "model.norm.weight", r->dim, 0, &r->final_norm);
+        if (st == LB_OK) st = load_rope(&l, r);
+    }
+    if (st != LB_OK) {
+        lb_runner_free(r);
+        return st;
+    }
+    *out = r;
+    return LB_OK;
+}
+
+void lb_runner_free(lb_runner *r)
+{
+    if (!r) return;
+    if (r->layers)
+        for (size_t i = 0; i < r->n_layers; i++) {
+            layer *ly = &r->layers[i];
+            for (int w = 0; w < W_COUNT; w++) lb__packed_free(&ly->w[w]);
+            free(ly->attn_norm);
+            free(ly->ffn_norm);
+            free(ly->q_bias);
+            free(ly->k_bias);
+            free(ly->v_bias);
+            free(ly->q_norm);
+            free(ly->k_norm);
+        }
+    free(r->layers);
+    free(r->embed);
+    lb__packed_free(&r->head);
+    free(r->final_norm);
+    free(r->kcache);
+    free(r->vcache);
+    free(r->scratch);
+    lb__rope_free(&r->rope);
+    free(r);
+}
+
+void lb_runner_set_hook(lb_runner *r, lb_activation_hook hook, void *ctx)
+{
+    if (!r) return;
+    r->hook = hook;
+    r->hook_ctx = ctx;
+}
+
+void lb_runner_reset(lb_runner *r)
+{
+    if (r) r->pos = 0;
+}
+
+uint32_t lb_runner_vocab_size(const lb_runner *r) { return r ? (uint32_t)r->vocab : 0; }
+uint32_t lb_runner_position(const lb_runner *r) { return r ? (uint32_t)r->pos : 0; }
+
+/* ---- the forward pass ---- */
+
+/* out = w * (x / sqrt(mean(x^2) + eps)), the mean summed in double */
+static void rmsnorm(const float *x, const float *w, size_t n, double eps, float *out)
+{
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float s = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (size_t i = 0; i < n; i++) out[i] = w[i] * (x[i] * s);
+}
+
+static void hook(const lb_runner *r, const char *name, const float *x, size_t rows, size_t cols)
+{
+    if (r->hook) r->hook(r->hook_ctx, name, x, rows, cols);
+}
+
+typedef struct acts {
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
+} acts;
+
+static lb_status attention_block(lb_runner *r, size_t li, acts *b, size_t n)
+{
+    layer *ly = &r->layers[li];
+    lb_status st;
+    for (size_t t = 0; t < n; t++) rmsnorm(b->x + t * r->dim, ly->attn_norm, r->dim, r->a.norm_eps, b->xb + t * r->dim);
+    float *dst[3] = {b->q, b->k, b->v};
+    const float *bias[3] = {ly->q_bias, ly->k_bias, ly->v_bias};
+    for (int w = W_Q; w <= W_V; w++) {
+        hook(r, ly->name[w], b->xb, n, r->dim);
+        if ((st = lb__matmul(b->xb, n, &ly->w[w], dst[w], r->threads)) != LB_OK) return st;
+        size_t width = ly->w[w].out;
+        if (bias[w])
+            for (size_t t = 0; t < n; t++)
+                for (size_t i = 0; i < width; i++) dst[w][t * width + i] += bias[w][i];
+    }
+    for (size_t t = 0; t < n; t++) {
+        float *q = b->q + t * r->q_dim, *k = b->k + t * r->kv_dim;
+        if (ly->q_norm)
+            for (size_t h = 0; h < r->n_heads; h++)
+                rmsnorm(q + h * r->head_dim, ly->q_norm, r->head_dim, r->a.norm_eps, q + h * r->head_dim);
+        if (ly->k_norm)
+            for (size_t h = 0; h < r->n_kv_heads; h++)
+                rmsnorm(k + h * r->head_dim, ly->k_norm, r->head_dim, r->a.norm_eps, k + h * r->head_dim);
+        lb__rope_apply(&r->rope, q, r->n_heads, r->pos + t);
+        lb__rope_apply(&r->rope, k, r->n_kv_heads, r->pos + t);
+    }
+    size_t layer_off = li * r->max_ctx * r->kv_dim;
+    float *kc = r->kcache + layer_off, *vc = r->vcache + layer_off;
+    memcpy(kc + r->pos * r->kv_dim, b->k, n * r->kv_dim * sizeof(float));
+    memcpy(vc + r->pos * r->kv_dim, b->v, n * r->kv_dim * sizeof(float));
+    lb__attn_job j = {.q = b->q, .kcache = kc, .vcache = vc, .pos0 = r->pos, .n = n, .n_heads = r->n_heads,
+                      .n_kv_heads = r->n_kv_heads, .head_dim = r->head_dim, .out = b->att, .scratch = r->scratch};
+    if ((st = lb__attention(&j, r->threads)) != LB_OK) return st;
+    hook(r, ly->name[W_O], b->att, n, r->q_dim);
+    if ((st = lb__matmul(b->att, n, &ly->w[W_O], b->xb, r->threads)) != LB_OK) return st;
+    for (size_t i = 0; i < n * r->dim; i++) b->x[i] += b->xb[i];
+    return LB_OK;
+}
+
+static lb_status mlp_block(lb_runner *r, size_t li, acts *b, size_t n)
+{
+    layer *ly = &r->layers[li];
+    lb_status st;
+    for (size_t t = 0; t < n; t++) rmsnorm(b->x + t * r->dim, ly->ffn_norm, r->dim, r->a.norm_eps, b->xb + t * r->dim);
+    hook(r, ly->name[W_GATE], b->xb, n, r->dim);
+    if ((st = lb__matmul(b->xb, n, &ly->w[W_GATE], b->hb, r->threads)) != LB_OK) return st;
+    hook(r, ly->name[W_UP], b->xb, n, r->dim);
+    if ((st = lb__matmul(b->xb, n, &ly->w[W_UP], b->hb2, r->threads)) != LB_OK) return st;
+    for (size_t i = 0; i < n * r->hidden; i++) {
+        float g = b->hb[i];
+        b->hb[i] = g / (1.0f + expf(-g)) * b->hb2[i]; /* silu(gate) * up */
+    }
+    hook(r, ly->name[W_DOWN], b->hb, n, r->hidden);
+    if ((st = lb__matmul(b->hb, n, &ly->w[W_DOWN], b->xb, r->threads)) != LB_OK) return st;
+    for (size_t i = 0; i < n * r->dim; i++) b->x[i] += b->xb[i];
+    return LB_OK;
+}
+
+lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float *logits, int last_only)
+{
+    if (!r) return lb__fail(LB_ERR_ARG, "lb_runner_forward: runner is NULL");
+    if (n == 0) return lb__fail(LB_ERR_ARG, "lb_runner_forward: no tokens");
+    if (!tokens) return lb__fail(LB_ERR_ARG, "lb_runner_forward: tokens is NULL");
+    for (size_t t = 0; t < n; t++)
+        if (tokens[t] < 0 || (size_t)tokens[t] >= r->vocab)
+            return lb__fail(LB_ERR_ARG, "lb_runner_forward: token %zu is id %d, outside the vocabulary [0, %zu)", t,
+                            tokens[t], r->vocab);
+    if (n > r->max_ctx || r->pos > r->max_ctx - n)
+        return lb__fail(LB_ERR_ARG, "lb_runner_forward: %zu tokens after position %zu exceed the context of %zu", n,
+                        r->pos, r->max_ctx);
+
+    size_t widest = r->q_dim > r->dim ? r->q_dim : r->dim;
+    size_t per_token = 2 * r->dim + 2 * r->q_dim + 2 * r->kv_dim + 2 * r->hidden;
+    (void)widest;
+    float *buf = malloc(n * per_token * sizeof(float));
+    if (!buf) return lb__fail(LB_ERR_NOMEM, "lb_runner_forward: cannot allocate activations for %zu tokens", n);
+    acts b;
+    b.x = buf;
+    b.xb = b.x + n * r->dim;
+    b.q = b.xb + n * r->dim;
+    b.att = b.q + n * r->q_dim;
+    b.k = b.att + n * r->q_dim;
+    b.v = b.k + n * r->kv_dim;
+    b.hb = b.v + n * r->kv_dim;
+    b.hb2 = b.hb + n * r->hidden;
+
+    for (size_t t = 0; t < n; t++) {
+        float *row = b.x + t * r->dim;
+        if (r->embed) memcpy(row, r->embed + (size_t)tokens[t] * r->dim, r->dim * sizeof *row);
+        else lb__packed_row(&r->head, (size_t)tokens[t], row);
+    }
+    lb_status st = LB_OK;
+    for (size_t li = 0; li < r->n_layers && st == LB_OK; li++) {
+        st = attention_block(r, li, &b, n);
+        if (st == LB_OK) st = mlp_block(r, li, &b, n);
+    }
+    if (st == LB_OK && logits) {
+        size_t first = last_only ? n - 1 : 0, rows = n - first;
+        for (size_t t = first; t < n; t++)
+            rmsnorm(b.x + t * r->dim, r->final_norm, r->dim, r->a.norm_eps, b.xb + (t - first) * r->dim);
+        hook(r, r->head_name, b.xb, rows, r->dim);
+        st = lb__matmul(b.xb, rows, &r->head, logits, r->threads);
+    }
+    free(buf);
+    if (st == LB_OK) r->pos += n;
+    return st;
+}
