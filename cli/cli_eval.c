@@ -33,6 +33,14 @@ static int parse_spec(const char *cmd, int json, const char *text, lb_qspec *spe
 {
     *slot = NULL;
     if (!text) return EXIT_OK;
+    lb_format f;
+    if (lb_format_by_name(text, &f) == LB_OK && (f == LB_FMT_BF16 || f == LB_FMT_FP16)) {
+        /* plain 16-bit floats: the runner rounds to them, no scale */
+        lb_qspec_parse("int8", spec);
+        spec->element = f;
+        *slot = spec;
+        return EXIT_OK;
+    }
     lb_status st = lb_qspec_parse(text, spec);
     if (st != LB_OK) return cli_fail_lb(cmd, json, EXIT_USAGE, st);
     *slot = spec;
@@ -87,7 +95,7 @@ int cli_eval_tokens(const char *cmd, int json, const lb_tokenizer *tok, const ch
     }
     fclose(f);
     if (!text) return cli_fail(cmd, json, EXIT_RUNTIME, "out_of_memory", "out of memory reading '%s'", path);
-    lb_status st = lb_tokenize(tok, text, len, 1, ids, n);
+    lb_status st = lb_tokenize(tok, text, len, lb_tokenizer_add_bos(tok), ids, n);
     free(text);
     return st == LB_OK ? EXIT_OK : cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
 }

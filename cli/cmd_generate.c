@@ -62,11 +62,15 @@ static int run(int argc, char **argv)
     if (rc != EXIT_OK) return rc;
     int32_t *ids = NULL;
     size_t n = 0;
-    lb_status st = lb_tokenize(e.tok, prompt, strlen(prompt), 1, &ids, &n);
+    lb_status st = lb_tokenize(e.tok, prompt, strlen(prompt), lb_tokenizer_add_bos(e.tok), &ids, &n);
     size_t vocab = lb_runner_vocab_size(e.runner);
     float *logits = malloc(vocab * sizeof *logits);
     if (st == LB_OK && !logits) st = LB_ERR_NOMEM;
-    if (st == LB_OK && n == 0) st = LB_ERR_ARG;
+    if (st == LB_OK && n == 0) {
+        free(ids), free(logits);
+        cli_eval_close(&e);
+        return cli_fail("generate", 0, EXIT_USAGE, "bad_argument", "the prompt is empty (and the model adds no BOS)");
+    }
     if (st == LB_OK) st = lb_runner_forward(e.runner, ids, n, logits, 1);
     fputs(prompt, stdout);
     uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 1;

@@ -54,7 +54,7 @@ static int run(int argc, char **argv)
     size_t n = 0;
     if (rc == EXIT_OK) rc = cli_eval_tokens("kld", json, base.tok, text, &ids, &n);
     if (rc == EXIT_OK) {
-        lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_bos(base.tok),
+        lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(base.tok) ? lb_tokenizer_bos(base.tok) : -1,
                              .progress = cli_eval_progress, .progress_ctx = "kld"};
         lb_kld_result k;
         lb_status st = lb_kld(base.runner, quant.runner, ids, n, &o, save, load, &k);

@@ -42,7 +42,7 @@ static int run(int argc, char **argv)
     size_t n = 0;
     rc = cli_eval_tokens("ppl", json, e.tok, text, &ids, &n);
     if (rc == EXIT_OK) {
-        lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_bos(e.tok),
+        lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(e.tok) ? lb_tokenizer_bos(e.tok) : -1,
                              .progress = cli_eval_progress, .progress_ctx = "ppl"};
         lb_ppl_result res;
         lb_status st = lb_perplexity(e.runner, ids, n, &o, &res);

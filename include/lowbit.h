@@ -458,8 +458,13 @@ void lb_tokenizer_free(lb_tokenizer *t);
 uint32_t lb_tokenizer_vocab_size(const lb_tokenizer *t);
 int32_t lb_tokenizer_bos(const lb_tokenizer *t); /* -1 if none */
 int32_t lb_tokenizer_eos(const lb_tokenizer *t);
+/* Whether texts start with BOS for this model (GGUF's
+ * tokenizer.ggml.add_bos_token; SentencePiece and llama2.c: yes; byte-level
+ * BPE without the key: no), as llama.cpp decides it. */
+int lb_tokenizer_add_bos(const lb_tokenizer *t);
 /* Text (any bytes) to ids, as the reference tokenizer does it; *ids is
- * malloc'd. add_bos prepends the BOS id when the tokenizer has one. */
+ * malloc'd. add_bos prepends the BOS id when the tokenizer has one (pass
+ * lb_tokenizer_add_bos(t) to do what the model expects). */
 lb_status lb_tokenize(const lb_tokenizer *t, const char *text, size_t len, int add_bos, int32_t **ids, size_t *n);
 /* The bytes of one token as it reads in text (byte-level tokens decoded,
  * SentencePiece's U+2581 as a space, <0xNN> byte tokens as the byte). */

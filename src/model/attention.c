@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/matmul.h"
 #include "util/error.h"
 #include "util/parallel.h"
 
@@ -30,8 +31,9 @@ lb_status lb__rope_init(lb__rope *r, const lb_arch *a, size_t head_dim, const fl
     r->max_ctx = max_ctx;
     r->layout = a->rope_layout;
     double *freq = malloc((r->half ? r->half : 1) * sizeof *freq);
-    r->cos = malloc((max_ctx * r->half ? max_ctx * r->half : 1) * sizeof *r->cos);
-    r->sin = malloc((max_ctx * r->half ? max_ctx * r->half : 1) * sizeof *r->sin);
+    size_t entries = max_ctx * r->half + 1; /* + 1: never a zero-byte malloc */
+    r->cos = malloc(entries * sizeof *r->cos);
+    r->sin = malloc(entries * sizeof *r->sin);
     if (!freq || !r->cos || !r->sin) {
         free(freq);
         lb__rope_free(r);
@@ -76,54 +78,88 @@ void lb__rope_apply(const lb__rope *r, float *v, size_t n_heads, size_t pos)
     }
 }
 
-/* Head dot products: 8 partial sums, lane i % 8, added pairwise at the end,
- * so the compiler may keep the lanes in one vector (fp32, fixed order). */
-static float dot(const float *a, const float *b, size_t n)
-{
-    float acc[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (size_t l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    for (; i < n; i++) acc[i % 8] += a[i] * b[i];
-    float s4[4], s2[2];
-    for (size_t l = 0; l < 4; l++) s4[l] = acc[l] + acc[l + 4];
-    for (size_t l = 0; l < 2; l++) s2[l] = s4[l] + s4[l + 2];
-    return s2[0] + s2[1];
-}
+/* Queries per step: bounds the score block at QCHUNK x positions floats. */
+#define QCHUNK 128
 
+/* One head's attention as two matrix products through the matmul kernels
+ * (matmul.h): scores S = Q . K^T with K packed as a "weight" of positions x
+ * head_dim, then O = P . V with V^T packed as head_dim x positions. Every
+ * score is a sum over head_dim in order, every output a sum over positions
+ * in order in which the causally masked ones are exact zeros, so a query's
+ * result is the same bits in any chunk, prefill or decode. */
 static lb_status heads(void *ctx, size_t h0, size_t h1)
 {
     const lb__attn_job *j = ctx;
     size_t hd = j->head_dim, q_stride = j->n_heads * hd, kv_stride = j->n_kv_heads * hd;
-    size_t group = j->n_heads / j->n_kv_heads;
+    size_t group = j->n_heads / j->n_kv_heads, total = j->pos0 + j->n, nr = LB__MM_NR;
+    size_t kpanels = (total + nr - 1) / nr, vpanels = (hd + nr - 1) / nr, chunk = j->n < QCHUNK ? j->n : QCHUNK;
     float scale = 1.0f / sqrtf((float)hd);
-    for (size_t h = h0; h < h1; h++) {
-        float *att = j->scratch + h * (j->pos0 + j->n);
+    size_t kbytes = kpanels * nr * hd, vbytes = vpanels * nr * total;
+    float *buf = malloc((kbytes + vbytes + chunk * hd * 2 + chunk * total) * sizeof(float));
+    if (!buf) return lb__fail(LB_ERR_NOMEM, "attention: cannot allocate buffers for %zu positions", total);
+    float *kp = buf, *vp = kp + kbytes, *qh = vp + vbytes, *oh = qh + chunk * hd, *sc = oh + chunk * hd;
+    lb_status st = LB_OK;
+    size_t last_kvh = (size_t)-1;
+    for (size_t h = h0; h < h1 && st == LB_OK; h++) {
         size_t kvh = h / group;
-        for (size_t t = 0; t < j->n; t++) {
-            const float *q = j->q + t * q_stride + h * hd;
-            size_t len = j->pos0 + t + 1;
-            float max = -INFINITY;
-            for (size_t p = 0; p < len; p++) {
-                att[p] = dot(q, j->kcache + p * kv_stride + kvh * hd, hd) * scale;
-                if (att[p] > max) max = att[p];
+        if (kvh != last_kvh) { /* heads of one group share the packed K and V */
+            memset(kp, 0, kbytes * sizeof *kp);
+            memset(vp, 0, vbytes * sizeof *vp);
+            for (size_t p = 0; p < total; p++) {
+                const float *k = j->kcache + p * kv_stride + kvh * hd, *v = j->vcache + p * kv_stride + kvh * hd;
+                float *kd = kp + (p / nr) * hd * nr + p % nr;
+                for (size_t d = 0; d < hd; d++) kd[d * nr] = k[d];
+                for (size_t d = 0; d < hd; d++) vp[(d / nr) * total * nr + p * nr + d % nr] = v[d];
             }
-            float sum = 0.0f;
-            for (size_t p = 0; p < len; p++) {
-                att[p] = expf(att[p] - max);
-                sum += att[p];
+            last_kvh = kvh;
+        }
+        for (size_t t0 = 0; t0 < j->n && st == LB_OK; t0 += chunk) {
+            size_t rows = j->n - t0 < chunk ? j->n - t0 : chunk;
+            size_t len = j->pos0 + t0 + rows; /* positions the chunk's last query sees */
+            for (size_t t = 0; t < rows; t++) memcpy(qh + t * hd, j->q + (t0 + t) * q_stride + h * hd, hd * sizeof *qh);
+            lb__packed kview = {.out = len, .in = hd, .panels = (len + nr - 1) / nr, .data = kp};
+            st = lb__matmul(qh, rows, &kview, sc, 1);
+            if (st != LB_OK) break;
+            for (size_t t = 0; t < rows; t++) {
+                float *row = sc + t * len;
+                size_t valid = j->pos0 + t0 + t + 1;
+                float max = -INFINITY, sum = 0.0f;
+                for (size_t p = 0; p < valid; p++) {
+                    row[p] *= scale;
+                    if (row[p] > max) max = row[p];
+                }
+                for (size_t p = 0; p < valid; p++) {
+                    row[p] = expf(row[p] - max);
+                    sum += row[p];
+                }
+                float inv = 1.0f / sum;
+                for (size_t p = 0; p < valid; p++) row[p] *= inv;
+                for (size_t p = valid; p < len; p++) row[p] = 0.0f;
             }
-            float inv = 1.0f / sum;
-            float *o = j->out + t * q_stride + h * hd;
-            memset(o, 0, hd * sizeof *o);
-            for (size_t p = 0; p < len; p++) {
-                float w = att[p] * inv;
-                const float *v = j->vcache + p * kv_stride + kvh * hd;
-                for (size_t d = 0; d < hd; d++) o[d] += w * v[d];
+            /* V^T as a weight of hd outputs over len inputs: the packed
+             * panels hold `total` positions each; a view with in = len
+             * needs its own stride, so the panels are read from a copy
+             * when len < total */
+            lb__packed vview = {.out = hd, .in = len, .panels = vpanels, .data = vp};
+            float *vcopy = NULL;
+            if (len < total && vpanels > 1) {
+                vcopy = malloc(vpanels * nr * len * sizeof *vcopy);
+                if (!vcopy) {
+                    st = lb__fail(LB_ERR_NOMEM, "attention: cannot allocate %zu positions", len);
+                    break;
+                }
+                for (size_t pn = 0; pn < vpanels; pn++)
+                    memcpy(vcopy + pn * len * nr, vp + pn * total * nr, len * nr * sizeof *vcopy);
+                vview.data = vcopy;
             }
+            st = lb__matmul(sc, rows, &vview, oh, 1);
+            free(vcopy);
+            for (size_t t = 0; t < rows && st == LB_OK; t++)
+                memcpy(j->out + (t0 + t) * q_stride + h * hd, oh + t * hd, hd * sizeof *oh);
         }
     }
-    return LB_OK;
+    free(buf);
+    return st;
 }
 
 lb_status lb__attention(const lb__attn_job *j, int threads)

@@ -8,36 +8,34 @@
 
 #define MR 6
 
+/* Rows written out by macro so every compiler keeps the 12 accumulators
+ * in registers; mr is a constant after inlining. */
+#define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define DECL(r) __m256 a##r##0 = _mm256_setzero_ps(), a##r##1 = _mm256_setzero_ps();
+#define STEP(r)                                          \
+    if (mr > r) {                                        \
+        __m256 xv = _mm256_broadcast_ss(xk + r);         \
+        a##r##0 = _mm256_fmadd_ps(xv, w0, a##r##0);      \
+        a##r##1 = _mm256_fmadd_ps(xv, w1, a##r##1);      \
+    }
+#define STORE(r)                                         \
+    if (mr > r) {                                        \
+        _mm256_storeu_ps(t, a##r##0);                    \
+        _mm256_storeu_ps(t + 8, a##r##1);                \
+        for (size_t c = 0; c < ncols; c++) y[r * ldy + c] = t[c]; \
+    }
+
 static inline __attribute__((always_inline)) void half_n(const float *xp, size_t mr, size_t in, const float *panel,
                                                          float *y, size_t ldy, size_t ncols)
 {
-    __m256 acc[MR][2];
-#pragma GCC unroll 8
-    for (size_t r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    ROWS(DECL)
     for (size_t k = 0; k < in; k++) {
         __m256 w0 = _mm256_loadu_ps(panel + k * LB__MM_NR), w1 = _mm256_loadu_ps(panel + k * LB__MM_NR + 8);
         const float *xk = xp + k * mr;
-#pragma GCC unroll 8
-        for (size_t r = 0; r < mr; r++) {
-            __m256 xv = _mm256_broadcast_ss(xk + r);
-            acc[r][0] = _mm256_fmadd_ps(xv, w0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(xv, w1, acc[r][1]);
-        }
+        ROWS(STEP)
     }
-    if (ncols >= 16) {
-#pragma GCC unroll 8
-        for (size_t r = 0; r < mr; r++) {
-            _mm256_storeu_ps(y + r * ldy, acc[r][0]);
-            _mm256_storeu_ps(y + r * ldy + 8, acc[r][1]);
-        }
-        return;
-    }
-    for (size_t r = 0; r < mr; r++) {
-        float t[16];
-        _mm256_storeu_ps(t, acc[r][0]);
-        _mm256_storeu_ps(t + 8, acc[r][1]);
-        for (size_t c = 0; c < ncols; c++) y[r * ldy + c] = t[c];
-    }
+    float t[16];
+    ROWS(STORE)
 }
 
 static void half(const float *xp, size_t mr, size_t in, const float *panel, float *y, size_t ldy, size_t ncols)

@@ -10,27 +10,33 @@
 
 #define MR 8
 
+/* Rows written out by macro (not a loop over an accumulator array) so
+ * that every compiler keeps the 16 accumulators in registers; mr is a
+ * constant after inlining, so the row tests fold away. */
+#define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define DECL(r) __m512 a##r##0 = _mm512_setzero_ps(), a##r##1 = _mm512_setzero_ps();
+#define STEP(r)                                             \
+    if (mr > r) {                                           \
+        __m512 xv = _mm512_set1_ps(xk[r]);                  \
+        a##r##0 = _mm512_fmadd_ps(xv, w0, a##r##0);         \
+        a##r##1 = _mm512_fmadd_ps(xv, w1, a##r##1);         \
+    }
+#define STORE(r)                                            \
+    if (mr > r) {                                           \
+        _mm512_mask_storeu_ps(y + r * ldy, m0, a##r##0);    \
+        _mm512_mask_storeu_ps(y + r * ldy + 16, m1, a##r##1); \
+    }
+
 static inline __attribute__((always_inline)) void block_n(const float *xp, size_t mr, size_t in, const float *panel,
                                                           float *y, size_t ldy, __mmask16 m0, __mmask16 m1)
 {
-    __m512 acc[MR][2];
-#pragma GCC unroll 16
-    for (size_t r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    ROWS(DECL)
     for (size_t k = 0; k < in; k++) {
-        __m512 w0 = _mm512_load_ps(panel + k * LB__MM_NR), w1 = _mm512_load_ps(panel + k * LB__MM_NR + 16);
+        __m512 w0 = _mm512_loadu_ps(panel + k * LB__MM_NR), w1 = _mm512_loadu_ps(panel + k * LB__MM_NR + 16);
         const float *xk = xp + k * mr;
-#pragma GCC unroll 16
-        for (size_t r = 0; r < mr; r++) {
-            __m512 xv = _mm512_set1_ps(xk[r]);
-            acc[r][0] = _mm512_fmadd_ps(xv, w0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(xv, w1, acc[r][1]);
-        }
+        ROWS(STEP)
     }
-#pragma GCC unroll 16
-    for (size_t r = 0; r < mr; r++) {
-        _mm512_mask_storeu_ps(y + r * ldy, m0, acc[r][0]);
-        _mm512_mask_storeu_ps(y + r * ldy + 16, m1, acc[r][1]);
-    }
+    ROWS(STORE)
 }
 
 static void block(const float *xp, size_t mr, size_t in, const float *panel, float *y, size_t ldy, size_t ncols)

@@ -85,7 +85,8 @@ static lb_status load_f32(const loader *l, const char *name, size_t rows, size_t
         return lb__fail(LB_ERR_PARSE, "tensor %s: expected %zu elements, found %llu", name, rows,
                         (unsigned long long)t->n_elements);
     }
-    float *f = malloc((rows * (cols ? cols : 1) ? rows * (cols ? cols : 1) : 1) * sizeof *f);
+    size_t count = rows * (cols ? cols : 1);
+    float *f = malloc((count + 1) * sizeof *f); /* + 1: never a zero-byte malloc */
     if (!f) return lb__fail(LB_ERR_NOMEM, "cannot allocate fp32 copy of %s", name);
     st = lb_tensor_to_f32(t, f);
     lb_tensor_release(t);
@@ -103,6 +104,17 @@ static lb_status fake_quantize(const lb_qspec *spec, float *w, size_t rows, size
                                const char *name)
 {
     if (!spec) return LB_OK;
+    lb_format e = spec->element;
+    if ((e == LB_FMT_BF16 || e == LB_FMT_FP16) && spec->granularity == LB_GRAN_TENSOR && !spec->affine) {
+        /* 16-bit floats need no scale: round each weight (saturating) and back */
+        size_t n = rows * cols;
+        uint16_t *codes = malloc(n * sizeof *codes);
+        lb_status st = codes ? lb_encode_f32(e, LB_SATURATE, w, n, codes, threads) : LB_ERR_NOMEM;
+        if (st == LB_OK) st = lb_decode_f32(e, codes, n, w, threads);
+        free(codes);
+        return st == LB_OK ? LB_OK : lb__fail(st, "rounding %s to %s: %s", name, lb_format_get(e)->name,
+                                               st == LB_ERR_NOMEM ? "out of memory" : lb_last_error());
+    }
     lb_qtensor *q = NULL;
     lb_status st = lb_quantize(spec, w, rows, cols, threads, &q);
     if (st == LB_OK) st = lb_dequantize(q, w, threads);
@@ -385,9 +397,7 @@ lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float
         return lb__fail(LB_ERR_ARG, "lb_runner_forward: %zu tokens after position %zu exceed the context of %zu", n,
                         r->pos, r->max_ctx);
 
-    size_t widest = r->q_dim > r->dim ? r->q_dim : r->dim;
     size_t per_token = 2 * r->dim + 2 * r->q_dim + 2 * r->kv_dim + 2 * r->hidden;
-    (void)widest;
     float *buf = malloc(n * per_token * sizeof(float));
     if (!buf) return lb__fail(LB_ERR_NOMEM, "lb_runner_forward: cannot allocate activations for %zu tokens", n);
     acts b;

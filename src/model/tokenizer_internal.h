@@ -76,12 +76,14 @@ struct lb_tokenizer {
     uint32_t *text_len;
     float *scores;           /* SPM */
     int32_t bos, eos, unk;
+    int add_bos;             /* texts start with BOS (lb_tokenizer_add_bos) */
     lb__strmap vocab;        /* stored string -> id (the first id when a string repeats) */
     lb__pairmap merges;
     int32_t byte_id[256];    /* BPE: the token of one byte; SPM: the <0xNN> token; -1: none */
     /* BPE */
     lb__pre pre;
-    int split_digits;        /* each \p{N} code point is a piece of its own (Digits(individual_digits=True)) */
+    int split_digits;        /* Digits first: 1, each \p{N} code point is a piece of its own (individual_digits);
+                                2, each run of them */
     int add_prefix_space;    /* ByteLevel add_prefix_space: a piece not starting with ' ' gets one */
     int ignore_merges;       /* a word that is a token is that token */
     /* SPM */
@@ -109,6 +111,8 @@ lb_status lb__tok_add_special(lb_tokenizer *t, int32_t id, int lstrip, int rstri
 void lb__tok_specials_done(lb_tokenizer *t);
 void lb__tok_destroy(lb_tokenizer *t);
 
+/* Builds the vocabulary map over every id that has a string. */
+lb_status lb__strmap_build(lb_tokenizer *t);
 int32_t lb__strmap_get(const lb_tokenizer *t, const char *s, size_t len);
 const lb__pair *lb__pairmap_get(const lb__pairmap *m, int32_t a, int32_t b);
 lb_status lb__pairmap_put(lb__pairmap *m, int32_t a, int32_t b, int32_t id, double cost);

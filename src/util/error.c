@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Long enough for a path, a tensor name and an offset. */
 static _Thread_local char last_error[1024];
@@ -10,10 +11,14 @@ const char *lb_last_error(void) { return last_error; }
 
 lb_status lb__fail(lb_status status, const char *fmt, ...)
 {
+    /* formatted aside first: a caller may pass lb_last_error() itself, to
+     * add context to an inner failure's message */
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, sizeof msg);
     return status;
 }
 

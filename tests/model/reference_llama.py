@@ -260,7 +260,7 @@ def rope_frequencies(cfg):
 def apply_rope(x, positions, inv_freq, pairs):
     """Rotates each pair of x [n, heads, head_dim] by position * frequency.
     adjacent: pair j is (2j, 2j+1); half: pair j is (j, j + head_dim/2)."""
-    ang = positions.astype(F)[:, None] * inv_freq[None, :]
+    ang = positions.astype(inv_freq.dtype)[:, None] * inv_freq[None, :]
     c = np.cos(ang)[:, None, :]
     s = np.sin(ang)[:, None, :]
     if pairs == "adjacent":
@@ -287,17 +287,23 @@ def linear(x, w, b=None):
 class Transformer:
     """The forward pass with a KV cache: forward() runs tokens after those
     already cached, as lb_runner_forward does, and returns every position's
-    logits [n, vocab] (float64)."""
+    logits [n, vocab] (float64). dtype=np.float32 runs the same arithmetic
+    in fp32 instead: the tests use it to show their bounds leave room for
+    an fp32 implementation's rounding."""
 
-    def __init__(self, weights):
+    def __init__(self, weights, dtype=F):
+        self.dt = np.dtype(dtype)
+        if self.dt != F:
+            weights = cast_weights(weights, self.dt)
         self.w = weights
         self.cfg = weights.config
-        self.inv_freq = rope_frequencies(self.cfg)
+        self.inv_freq = rope_frequencies(self.cfg).astype(self.dt)
         self.reset()
 
     def reset(self):
-        self.k = [np.zeros((0, self.cfg.n_kv_heads, self.cfg.head_dim), F) for _ in self.w.layers]
-        self.v = [np.zeros((0, self.cfg.n_kv_heads, self.cfg.head_dim), F) for _ in self.w.layers]
+        shape = (0, self.cfg.n_kv_heads, self.cfg.head_dim)
+        self.k = [np.zeros(shape, self.dt) for _ in self.w.layers]
+        self.v = [np.zeros(shape, self.dt) for _ in self.w.layers]
 
     @property
     def position(self):
@@ -307,7 +313,7 @@ class Transformer:
         cfg, w = self.cfg, self.w
         tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if tokens.size == 0:
-            return np.zeros((0, cfg.vocab_size), F)
+            return np.zeros((0, cfg.vocab_size), self.dt)
         if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
             raise ValueError("token id out of range")
         n, start = tokens.size, self.position
@@ -331,7 +337,7 @@ class Transformer:
             self.k[li] = K = np.concatenate([self.k[li], k])    # [T, KV, hd]
             self.v[li] = V = np.concatenate([self.v[li], v])
             qg = q.reshape(n, KV, rep, hd)                      # query head h -> KV head h // rep
-            scores = np.einsum("ngrd,tgd->grnt", qg, K) / math.sqrt(hd)
+            scores = np.einsum("ngrd,tgd->grnt", qg, K) / self.dt.type(math.sqrt(hd))
             scores = np.where(visible[None, None], scores, -np.inf)
             scores -= scores.max(axis=-1, keepdims=True)
             p = np.exp(scores)
@@ -342,6 +348,16 @@ class Transformer:
             x = x + linear(silu(linear(h, L.w_gate)) * linear(h, L.w_up), L.w_down)
         x = rms_norm(x, w.final_norm, cfg.norm_eps)
         return x @ w.head.T
+
+
+def cast_weights(w, dtype):
+    """a copy of w with every array in dtype (the head stays the embedding
+    when tied)"""
+    def c(a):
+        return None if a is None else a.astype(dtype)
+    layers = [Layer(**{k: c(v) for k, v in vars(L).items()}) for L in w.layers]
+    embed = c(w.embed)
+    return Weights(w.config, embed, layers, c(w.final_norm), embed if w.head is w.embed else c(w.head), w.extra)
 
 
 def greedy(model, prompt, n_new):

@@ -115,6 +115,12 @@ class Runner:
         assert st == 0, lib.lb_last_error().decode()
         return out[0] if last_only else out
 
+    def feed(self, tokens):
+        """into the cache only: logits NULL"""
+        toks = np.ascontiguousarray(tokens, dtype=np.int32)
+        st = lib.lb_runner_forward(self.h, toks.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), toks.size, None, 0)
+        assert st == 0, lib.lb_last_error().decode()
+
     def greedy(self, prompt, n_new):
         """one token at a time after the prompt, last position's logits only"""
         self.reset()
@@ -159,18 +165,23 @@ def margins(logits):
 
 
 def assert_same_greedy(got, want, got_logits, want_logits, tol, what):
-    # identity is only a fair demand where the reference's choice is not a
-    # near-tie that fp32 rounding may legitimately flip
-    m = margins(want_logits)
-    assert m.min() > 10 * tol, f"{what}: the reference's top-2 margin {m.min():.3g} is too close to call"
-    if got != want:
-        i = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
-        s = i - (len(got) - len(got_logits))
-        raise AssertionError(
-            f"{what}: greedy tokens differ first at index {i} (step {s}): lowbit {got[i]}, reference {want[i]}; "
-            f"lowbit logits there [{got[i]}]={got_logits[s][got[i]]!r} [{want[i]}]={got_logits[s][want[i]]!r}, "
-            f"reference [{got[i]}]={want_logits[s][got[i]]!r} [{want[i]}]={want_logits[s][want[i]]!r}\n"
-            f"lowbit    {got}\nreference {want}")
+    """Identical tokens. The one excuse is a step where the reference's
+    top-2 margin is itself below the logits' tolerance: there an
+    implementation inside the bound may legitimately pick the other token
+    (and nothing after that step can be compared). Returns how many
+    steps' logits came from the same tokens."""
+    if got == want:
+        return len(got_logits)
+    i = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
+    s = i - (len(got) - len(got_logits))
+    m = margins(want_logits)[s]
+    detail = (f"{what}: greedy tokens differ first at index {i} (step {s}): lowbit {got[i]}, reference {want[i]}; "
+              f"lowbit logits there [{got[i]}]={got_logits[s][got[i]]!r} [{want[i]}]={got_logits[s][want[i]]!r}, "
+              f"reference [{got[i]}]={want_logits[s][got[i]]!r} [{want[i]}]={want_logits[s][want[i]]!r} "
+              f"(reference top-2 margin {m:.3g} of the range)\nlowbit    {got}\nreference {want}")
+    assert m < tol, detail
+    print("excused near-tie: " + detail)
+    return s + 1
 
 
 def sample(model, prompt, n_new, seed):
@@ -239,6 +250,17 @@ def test_reference_cache_gives_the_same_logits(stories, stories_cases):
             at += c
         got = np.concatenate(got)
         assert np.abs(got - want[:at]).max() < 1e-12
+
+
+def test_reference_in_fp32_is_well_inside_the_bound(stories, stories_cases):
+    # the same arithmetic in fp32 (what lowbit does) errs ~1e-6 of the
+    # range: the 1e-4 bound tolerates fp32 rounding, not a wrong formula
+    f32 = ref.Transformer(stories.w, np.float32)
+    for toks, want in stories_cases.values():
+        f32.reset()
+        got = f32.forward(toks)
+        assert got.dtype == np.float32
+        assert worst(got, want)[0] < STORIES_TOL / 20
 
 
 def write_hf_dir(directory, config, tensors):
@@ -314,14 +336,17 @@ def test_stories_prefill_in_chunks(stories_cases):
         r.reset()
         assert r.position == 0
         assert_close(r.forward(toks[:50], last_only=True), want[49], STORIES_TOL, "stories260K last_only after reset")
+        r.feed(toks[50:120])
+        assert r.position == 120
+        assert_close(r.forward(toks[120:]), want[120:], STORIES_TOL, "stories260K after a prefill without logits")
 
 
 def test_stories_greedy(stories):
     want, want_logits = ref.greedy(stories, [1], 40)
     with Runner(STORIES) as r:
         got, got_logits = r.greedy([1], 40)
-    assert_same_greedy(got, want, got_logits, want_logits, STORIES_TOL, "stories260K greedy from [1]")
-    assert_close(got_logits, want_logits, STORIES_TOL, "stories260K greedy steps' logits")
+    n = assert_same_greedy(got, want, got_logits, want_logits, STORIES_TOL, "stories260K greedy from [1]")
+    assert_close(got_logits[:n], want_logits[:n], STORIES_TOL, "stories260K greedy steps' logits")
 
 
 # --------------------------------------------- synthetic Qwen2 / Qwen3 / Llama-3
@@ -422,5 +447,5 @@ def test_smollm2_logits_and_greedy(smol_ref, smol_dir, source):
             assert_close(r.forward(toks), want, SMOLLM2_TOL, f"SmolLM2 {source} {name} ({len(toks)} tokens)")
         got, got_logits = r.greedy(SMOL_PROMPT, 20)
     want, want_logits = smol_ref["greedy"]
-    assert_same_greedy(got, want, got_logits, want_logits, SMOLLM2_TOL, f"SmolLM2 {source} greedy")
-    assert_close(got_logits, want_logits, SMOLLM2_TOL, f"SmolLM2 {source} greedy steps' logits")
+    n = assert_same_greedy(got, want, got_logits, want_logits, SMOLLM2_TOL, f"SmolLM2 {source} greedy")
+    assert_close(got_logits[:n], want_logits[:n], SMOLLM2_TOL, f"SmolLM2 {source} greedy steps' logits")

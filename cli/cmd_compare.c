@@ -1,0 +1,179 @@
+/* lowbit compare: one row per spec of what it costs a model: bits per
+ * weight, size, weight SQNR, perplexity, KL divergence and top-1 agreement
+ * on a text. The main job of `make demo`. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_eval.h"
+#include "cli_model.h"
+
+#define COMPARE_MAX_SPECS 16
+
+static const char usage[] =
+    "usage: lowbit compare MODEL --text FILE --spec SPEC[,SPEC...] [--ctx 512] [--chunks N]\n"
+    "                     [--tokenizer FILE] [--threads N] [--json]\n\n"
+    "For each spec, applied to the attention and MLP projections (fake-quantized:\n"
+    "quantized, then run dequantized): bits per weight of those matrices with their\n"
+    "scales, the model's size with every other tensor as stored, the SQNR of the\n"
+    "projections against the model as stored, and on the text the perplexity,\n"
+    "its change, the mean KL divergence from the stored model and the top-1\n"
+    "agreement (lowbit ppl and lowbit kld explain the measures). The first row is\n"
+    "the model as stored.\n";
+
+static int is_projection(const lb_tensor *t)
+{
+    return lb_tensor_is_weight(t) && (strstr(t->name, ".self_attn.") || strstr(t->name, ".mlp."));
+}
+
+typedef struct weight_cost {
+    double bits, signal, noise, size_bytes;
+} weight_cost;
+
+/* The projections under spec: bits, SQNR; the rest of the model as stored. */
+static lb_status weight_costs(const lb_model *m, const lb_qspec *spec, int threads, weight_cost *c)
+{
+    memset(c, 0, sizeof *c);
+    float *x = NULL, *xhat = NULL;
+    size_t cap = 0;
+    lb_status st = LB_OK;
+    double n_weights = 0;
+    for (size_t i = 0; st == LB_OK && i < lb_model_tensor_count(m); i++) {
+        const lb_tensor *t = lb_model_tensor(m, i);
+        if (!is_projection(t)) {
+            c->size_bytes += (double)t->n_bytes;
+            continue;
+        }
+        size_t old = cap;
+        if ((st = cli_tensor_f32(t, &x, &cap)) != LB_OK) break;
+        if (cap > old || !xhat) {
+            float *p = realloc(xhat, cap * sizeof *xhat);
+            if (!p) {
+                st = LB_ERR_NOMEM;
+                break;
+            }
+            xhat = p;
+        }
+        uint64_t rows, cols;
+        cli_tensor_matrix(t, &rows, &cols);
+        lb_qtensor *q = NULL;
+        lb_qstats qs;
+        st = lb_quantize(spec, x, rows, cols, threads, &q);
+        if (st == LB_OK) st = lb_dequantize(q, xhat, threads);
+        if (st == LB_OK) st = lb_qstats_compute(x, xhat, q, &qs);
+        lb_qtensor_free(q);
+        if (st != LB_OK) break;
+        for (size_t k = 0; k < t->n_elements; k++) c->signal += (double)x[k] * x[k];
+        c->noise += qs.mse * (double)qs.count;
+        c->bits += qs.bits_per_value * (double)qs.count;
+        n_weights += (double)qs.count;
+    }
+    free(x), free(xhat);
+    if (st == LB_OK) {
+        c->size_bytes += c->bits / 8;
+        c->bits = n_weights > 0 ? c->bits / n_weights : 0;
+    }
+    return st;
+}
+
+static int run(int argc, char **argv)
+{
+    int json = 0;
+    const char *model = NULL, *text = NULL, *spec_text = NULL;
+    cli_eval_args ea = {0};
+    uint32_t ctx = 512;
+    size_t chunks = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (strcmp(argv[i], "--spec") == 0 && i + 1 < argc) spec_text = argv[++i];
+        else if ((r = cli_eval_option("compare", json, argc, argv, &i, &ea)) || (r = cli_parse_window("compare", json, argc, argv, &i, &ctx, &chunks))) {
+            if (r < 0) return EXIT_USAGE;
+        } else if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (strcmp(argv[i], "--text") == 0 && i + 1 < argc) text = argv[++i];
+        else if (argv[i][0] == '-' && argv[i][1]) return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "unknown option or missing value: '%s'", argv[i]);
+        else if (model) return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "more than one MODEL");
+        else model = argv[i];
+    }
+    if (!model || !text || !spec_text)
+        return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "need MODEL, --text FILE and --spec\n%s", usage);
+    lb_qspec specs[COMPARE_MAX_SPECS];
+    char names[COMPARE_MAX_SPECS][256];
+    size_t n_specs;
+    int rc = cli_parse_specs("compare", json, spec_text, specs, names, COMPARE_MAX_SPECS, &n_specs);
+    if (rc != EXIT_OK) return rc;
+    ea.max_ctx = ctx;
+    cli_eval_model base;
+    if ((rc = cli_eval_open("compare", json, model, &ea, 1, &base)) != EXIT_OK) return rc;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    rc = cli_eval_tokens("compare", json, base.tok, text, &ids, &n);
+    lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(base.tok) ? lb_tokenizer_bos(base.tok) : -1,
+                         .progress = cli_eval_progress, .progress_ctx = "compare"};
+    char saved[64] = "";
+    lb_ppl_result ref = {0};
+    double stored_bytes = 0;
+    for (size_t i = 0; i < lb_model_tensor_count(base.model); i++) stored_bytes += (double)lb_model_tensor(base.model, i)->n_bytes;
+    lb_status st = LB_OK;
+    if (rc == EXIT_OK) st = lb_perplexity(base.runner, ids, n, &o, &ref);
+    if (rc == EXIT_OK && st == LB_OK) {
+        snprintf(saved, sizeof saved, "/tmp/lowbit-compare-%ld.kld", (long)getpid());
+        if (json) {
+            printf("{\"model\": ");
+            json_string(stdout, model);
+            printf(", \"ctx\": %u, \"chunks\": %zu, \"scored_tokens\": %llu", ctx, ref.chunks, (unsigned long long)ref.tokens);
+            json_field(stdout, "ppl", ref.ppl);
+            json_field(stdout, "ppl_err", ref.ppl_err);
+            json_field(stdout, "size_bytes", stored_bytes);
+            printf(", \"specs\": [");
+        } else {
+            printf("%s on %s: %zu windows of %u tokens, %llu scored; projections quantized, the rest as stored\n\n",
+                   model, text, ref.chunks, ctx, (unsigned long long)ref.tokens);
+            printf("%-22s %11s %9s %9s %10s %9s %9s %9s %8s\n", "spec", "bits/weight", "size MB", "SQNR dB", "PPL", "+/-",
+                   "dPPL", "KLD", "top-1 %");
+            printf("%-22s %11s %9.3f %9s %10.4f %9.4f %9s %9s %8s\n", "(as stored)", "", stored_bytes / 1e6, "", ref.ppl,
+                   ref.ppl_err, "", "", "");
+        }
+    }
+    for (size_t s = 0; rc == EXIT_OK && st == LB_OK && s < n_specs; s++) {
+        weight_cost c;
+        cli_eval_args qa = ea;
+        qa.spec = names[s];
+        cli_eval_model q;
+        st = weight_costs(base.model, &specs[s], ea.threads ? ea.threads : 2, &c);
+        if (st != LB_OK) break;
+        if ((rc = cli_eval_open("compare", json, model, &qa, 1, &q)) != EXIT_OK) break;
+        lb_kld_result k;
+        st = lb_kld(s == 0 ? base.runner : NULL, q.runner, ids, n, &o, s == 0 ? saved : NULL, s == 0 ? NULL : saved, &k);
+        cli_eval_close(&q);
+        if (st != LB_OK) break;
+        double sqnr = c.noise > 0 ? 10 * log10(c.signal / c.noise) : INFINITY;
+        if (json) {
+            printf("%s{\"spec\": ", s ? ", " : "");
+            json_string(stdout, names[s]);
+            json_field(stdout, "bits_per_weight", c.bits);
+            json_field(stdout, "size_bytes", c.size_bytes);
+            json_field(stdout, "sqnr_db", sqnr);
+            json_field(stdout, "ppl", k.ppl);
+            json_field(stdout, "ppl_err", k.ppl_err);
+            json_field(stdout, "dppl", k.dppl);
+            json_field(stdout, "dppl_err", k.dppl_err);
+            json_field(stdout, "kld_mean", k.kld_mean);
+            json_field(stdout, "top1_agreement", k.top1_agreement);
+            printf("}");
+        } else {
+            printf("%-22s %11.3f %9.3f %9.2f %10.4f %9.4f %+9.4f %9.5f %8.2f\n", names[s], c.bits, c.size_bytes / 1e6, sqnr,
+                   k.ppl, k.ppl_err, k.dppl, k.kld_mean, 100 * k.top1_agreement);
+        }
+        fflush(stdout);
+    }
+    if (saved[0]) unlink(saved);
+    if (rc == EXIT_OK && st != LB_OK) rc = cli_fail_lb("compare", json, EXIT_RUNTIME, st);
+    else if (rc == EXIT_OK && json) printf("]}\n");
+    free(ids);
+    cli_eval_close(&base);
+    return rc;
+}
+
+const cli_command cmd_compare = {"compare", "one row per spec: bits, size, SQNR, perplexity, KL divergence, top-1",
+                                 usage, run};
