@@ -21,3 +21,9 @@ echo
 echo "Command: \`make bench\` (runs \`$python bench/run_models.py $build\`)"
 echo
 "$python" bench/run_models.py "$build"
+echo
+echo "## Evaluation"
+echo
+echo "Command: \`make bench\` (runs \`$python bench/run_eval.py $build\`)"
+echo
+"$python" bench/run_eval.py "$build"

@@ -36,6 +36,12 @@ int cli_fail_lb(const char *cmd, int json, int exit_code, lb_status s);
 int cli_parse_specs(const char *cmd, int json, const char *text, lb_qspec *specs, char (*names)[256], size_t max,
                     size_t *n);
 
+/* "bf16" or "fp16" as a spec of its own: the element alone, no scale (what
+ * lb_qspec_parse refuses, since there is nothing to scale). 1 if text is one. */
+int cli_plain_float_spec(const char *text, lb_qspec *spec);
+/* Whether spec is such a plain 16-bit float. */
+int cli_is_plain_float(const lb_qspec *spec);
+
 /* True if arg is --help or -h. */
 int cli_is_help(const char *arg);
 

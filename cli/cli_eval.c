@@ -33,11 +33,7 @@ static int parse_spec(const char *cmd, int json, const char *text, lb_qspec *spe
 {
     *slot = NULL;
     if (!text) return EXIT_OK;
-    lb_format f;
-    if (lb_format_by_name(text, &f) == LB_OK && (f == LB_FMT_BF16 || f == LB_FMT_FP16)) {
-        /* plain 16-bit floats: the runner rounds to them, no scale */
-        lb_qspec_parse("int8", spec);
-        spec->element = f;
+    if (cli_plain_float_spec(text, spec)) { /* the runner rounds to it, no scale */
         *slot = spec;
         return EXIT_OK;
     }

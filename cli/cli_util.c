@@ -49,6 +49,20 @@ int cli_parse_specs(const char *cmd, int json, const char *text, lb_qspec *specs
     return EXIT_OK;
 }
 
+int cli_plain_float_spec(const char *text, lb_qspec *spec)
+{
+    lb_format f;
+    if (lb_format_by_name(text, &f) != LB_OK || (f != LB_FMT_BF16 && f != LB_FMT_FP16)) return 0;
+    lb_qspec_parse("int8", spec); /* the defaults (tensor granularity), then the element */
+    spec->element = f;
+    return 1;
+}
+
+int cli_is_plain_float(const lb_qspec *spec)
+{
+    return (spec->element == LB_FMT_BF16 || spec->element == LB_FMT_FP16) && spec->granularity == LB_GRAN_TENSOR;
+}
+
 int cli_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
 
 /* Shortest "%.Ng" that reads back exactly; plain notation is preferred

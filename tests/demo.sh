@@ -13,9 +13,15 @@ echo
 echo "\$ lowbit inspect $model | head -12"
 "$lowbit" inspect "$model" | head -12
 echo
-echo "== Every weight matrix of the model under each spec (SQNR dB / MSE, then the model-wide summary)"
+echo "== The main job: the model under each spec, measured on text it was not trained on"
 echo
-run error "$model" --spec int8:channel,fp8_e4m3:channel,int4:g32,int4:g128:affine,mxfp8_e4m3,mxfp4,nvfp4
+run compare "$model" --text models/tinystories-valid-excerpt.txt --ctx 256 \
+    --spec bf16,int8:channel,fp8_e4m3:channel,int4:g32,int4:g128:affine,mxfp8_e4m3,mxfp4,nvfp4
+echo "== And it still writes: greedy decoding under int4:g128:affine"
+echo
+echo "\$ lowbit generate $model -p \"Once upon a time\" -n 48 --spec int4:g128:affine"
+"$lowbit" generate "$model" -p "Once upon a time" -n 48 --spec int4:g128:affine
+echo
 echo "== What each spec costs on one matrix: wq of all 5 layers of stories260K (320 x 64)"
 echo
 run quant --raw --skip 132380 --count 20480 --shape 320x64 \

@@ -98,6 +98,14 @@ static lb_status load_f32(const loader *l, const char *name, size_t rows, size_t
     return LB_OK;
 }
 
+/* A bf16 or fp16 "spec" with nothing to scale: the weights are rounded
+ * to the format (lb_qspec_validate refuses these as quantization specs). */
+static int plain_float(const lb_qspec *spec)
+{
+    return (spec->element == LB_FMT_BF16 || spec->element == LB_FMT_FP16) && spec->granularity == LB_GRAN_TENSOR &&
+           !spec->affine && !spec->two_level;
+}
+
 /* Quantize then dequantize in place: the weight the runner then uses is
  * exactly what a deployment of the spec would hold. */
 static lb_status fake_quantize(const lb_qspec *spec, float *w, size_t rows, size_t cols, int threads,
@@ -105,7 +113,7 @@ static lb_status fake_quantize(const lb_qspec *spec, float *w, size_t rows, size
 {
     if (!spec) return LB_OK;
     lb_format e = spec->element;
-    if ((e == LB_FMT_BF16 || e == LB_FMT_FP16) && spec->granularity == LB_GRAN_TENSOR && !spec->affine) {
+    if (plain_float(spec)) {
         /* 16-bit floats need no scale: round each weight (saturating) and back */
         size_t n = rows * cols;
         uint16_t *codes = malloc(n * sizeof *codes);
@@ -231,7 +239,7 @@ lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner
     if (!o) o = &defaults;
     const lb_qspec *specs[4] = {o->attn, o->mlp, o->embed, o->head};
     for (int i = 0; i < 4; i++)
-        if (specs[i] && lb_qspec_validate(specs[i]) != LB_OK) return lb_qspec_validate(specs[i]);
+        if (specs[i] && !plain_float(specs[i]) && lb_qspec_validate(specs[i]) != LB_OK) return lb_qspec_validate(specs[i]);
     lb_runner *r = calloc(1, sizeof *r);
     if (!r) return lb__fail(LB_ERR_NOMEM, "cannot allocate a runner");
     r->a = *lb_model_arch(m);

@@ -260,3 +260,13 @@ def test_quant_raw_count_and_skip_are_digits(tmp_path):
         assert r.returncode == 2 and "takes a byte or value count" in r.stderr
     r = run("quant", "--spec", "int8:tensor", "--raw", "--count", "9", str(f))
     assert r.returncode == 2 and "holds 4 values, not --count 9" in r.stderr
+
+
+def test_make_demo_script_runs_the_main_job():
+    """`make demo` (tests/demo.sh) on the embedded model: the compare table, then the rest."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    p = subprocess.run(["sh", "tests/demo.sh", LOWBIT], capture_output=True, text=True, cwd=root)
+    assert p.returncode == 0, p.stderr
+    for spec in ["bf16", "int8:channel", "int4:g128:affine", "mxfp4", "nvfp4"]:
+        assert any(line.startswith(spec + " ") for line in p.stdout.splitlines()), spec
+    assert "top-1 %" in p.stdout and "Once upon a time, there was" in p.stdout

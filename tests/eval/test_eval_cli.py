@@ -1,0 +1,137 @@
+"""lowbit ppl, kld, generate and compare end to end on stories260K: the
+perplexity equals one computed here from the numpy reference model with
+llama.cpp's windowing; KL divergence and its saved-base file; sampling is
+reproducible; bad usage."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(__file__)
+sys.path.insert(0, os.path.join(HERE, "..", "model"))
+import model_lib as ml  # noqa: E402
+import reference_llama as ref  # noqa: E402
+
+TEXT = ml.ROOT / "models/tinystories-valid-excerpt.txt"
+TOK = ml.ROOT / "models/tok512.bin"
+
+
+def lowbit(*args, check=True):
+    p = subprocess.run([ml.LOWBIT, *map(str, args)], capture_output=True, text=True)
+    if check:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+def tokens_of(text):
+    """lowbit's tokens of the text, through a tiny C-free route: ctypes on the tokenizer."""
+    import ctypes
+    lib = ml.lib
+    lib.lb_tokenizer_from_file.argtypes = [ctypes.c_char_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p)]
+    lib.lb_tokenize.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
+                                ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)), ctypes.POINTER(ctypes.c_size_t)]
+    lib.lb_tokenizer_free.argtypes = [ctypes.c_void_p]
+    t = ctypes.c_void_p()
+    assert lib.lb_tokenizer_from_file(str(TOK).encode(), 512, ctypes.byref(t)) == 0
+    ids, n = ctypes.POINTER(ctypes.c_int32)(), ctypes.c_size_t()
+    data = text.encode()
+    assert lib.lb_tokenize(t, data, len(data), 1, ctypes.byref(ids), ctypes.byref(n)) == 0
+    out = [ids[i] for i in range(n.value)]
+    lib.lb_tokenizer_free(t)
+    return out
+
+
+def test_perplexity_equals_the_reference_windows():
+    ctx, chunks = 64, 3
+    out = json.loads(lowbit("ppl", ml.STORIES, "--text", TEXT, "--ctx", ctx, "--chunks", chunks, "--json").stdout)
+    assert out["chunks"] == chunks and out["scored_tokens"] == chunks * (ctx - 1 - ctx // 2)
+    # llama.cpp's windows, computed here from the numpy reference (float64)
+    ids = tokens_of(TEXT.read_text())
+    model = ref.Transformer(ref.load_llama2c(str(ml.STORIES)))
+    nlls = []
+    for c in range(chunks):
+        window = list(ids[c * ctx:(c + 1) * ctx])
+        window[0] = 1  # BOS
+        model.reset()
+        logits = model.forward(window)
+        for j in range(ctx // 2, ctx - 1):
+            row = logits[j]
+            lse = np.log(np.exp(row - row.max()).sum()) + row.max()
+            nlls.append(lse - row[window[j + 1]])
+    nlls = np.array(nlls)
+    ppl = math.exp(nlls.mean())
+    err = ppl * nlls.std() / math.sqrt(len(nlls) - 1)
+    assert out["ppl"] == pytest.approx(ppl, rel=1e-5)
+    assert out["ppl_err"] == pytest.approx(err, rel=1e-4)
+
+
+def test_kld_saved_base_gives_the_same_answer(tmp_path):
+    args = ["--text", TEXT, "--ctx", 128, "--chunks", 4, "--json"]
+    base = tmp_path / "base.kld"
+    a = json.loads(lowbit("kld", ml.STORIES, "--spec", "int4:g32", *args, "--save-base", base).stdout)
+    b = json.loads(lowbit("kld", ml.STORIES, "--spec", "int4:g32", *args, "--base", base).stdout)
+    assert base.stat().st_size == 32 + 4 * (128 - 1 - 64) * (8 + 2 * 512)
+    assert a["scored_tokens"] == b["scored_tokens"] == 4 * 63
+    assert 0 < a["kld_mean"] < 1 and a["kld_median"] <= a["kld_p99"] <= a["kld_max"]
+    assert 0.5 < a["top1_agreement"] <= 1
+    # the file keeps log-probabilities to 16 bits: KLD within that rounding
+    assert b["kld_mean"] == pytest.approx(a["kld_mean"], abs=2e-3)
+    assert b["ppl_base"] == pytest.approx(a["ppl_base"], rel=1e-3) and b["ppl"] == a["ppl"]
+    assert a["dppl"] == pytest.approx(a["ppl"] - a["ppl_base"])
+    # another text or window length is refused
+    p = lowbit("kld", ml.STORIES, "--spec", "int4:g32", "--text", TEXT, "--ctx", 64, "--chunks", 4, "--base", base,
+               check=False)
+    assert p.returncode == 2 and "was saved for" in p.stderr
+    other = tmp_path / "other.txt"
+    other.write_text(TEXT.read_text()[5000:])
+    p = lowbit("kld", ml.STORIES, "--spec", "int4:g32", "--text", other, *args[2:], "--base", base, check=False)
+    assert p.returncode == 2 and "other text" in p.stdout  # --json: the error object on stdout
+
+
+def test_kld_of_bf16_rounding_is_tiny():
+    out = json.loads(lowbit("kld", ml.STORIES, "--spec", "bf16", "--text", TEXT, "--ctx", 128, "--chunks", 4,
+                            "--json").stdout)
+    assert out["kld_mean"] < 1e-3 and out["top1_agreement"] > 0.98
+
+
+def test_generation_is_greedy_or_seeded():
+    greedy = lowbit("generate", ml.STORIES, "-p", "Once upon a time", "-n", 30).stdout
+    assert greedy.startswith("Once upon a time, there was a little girl named Lily. She loved to play outside")
+    a = lowbit("generate", ml.STORIES, "-p", "Once upon a time", "-n", 30, "--temp", "0.9", "--seed", 7).stdout
+    b = lowbit("generate", ml.STORIES, "-p", "Once upon a time", "-n", 30, "--temp", "0.9", "--seed", 7).stdout
+    c = lowbit("generate", ml.STORIES, "-p", "Once upon a time", "-n", 30, "--temp", "0.9", "--seed", 8).stdout
+    assert a == b and a != c
+
+
+def test_compare_rows():
+    out = json.loads(lowbit("compare", ml.STORIES, "--text", TEXT, "--ctx", 128, "--chunks", 4,
+                            "--spec", "bf16,int8:channel,int4:g32", "--json").stdout)
+    rows = {r["spec"]: r for r in out["specs"]}
+    assert rows["bf16"]["bits_per_weight"] == 16
+    assert rows["int8:channel"]["sqnr_db"] > rows["int4:g32"]["sqnr_db"]
+    assert rows["int4:g32"]["kld_mean"] > rows["int8:channel"]["kld_mean"] > rows["bf16"]["kld_mean"]
+    assert out["size_bytes"] == ml.STORIES.stat().st_size - 28 - 2 * 512 * 4 * 4  # tensors, without header and rope tables
+
+
+@pytest.mark.parametrize("args", [
+    ["ppl", "models/stories260K.bin"],                                     # no --text
+    ["ppl", "models/stories260K.bin", "--text", "models/tinystories-valid-excerpt.txt", "--ctx", "0"],
+    ["ppl", "models/stories260K.bin", "--text", "models/tinystories-valid-excerpt.txt", "--spec", "int9"],
+    ["kld", "models/stories260K.bin", "--text", "models/tinystories-valid-excerpt.txt"],  # nothing to compare
+    ["generate", "models/stories260K.bin"],                                # no prompt
+    ["compare", "models/stories260K.bin", "--text", "models/tinystories-valid-excerpt.txt"],  # no --spec
+])
+def test_bad_usage_exits_2(args):
+    p = subprocess.run([ml.LOWBIT, *args], capture_output=True, text=True, cwd=ml.ROOT)
+    assert p.returncode == 2 and p.stdout in ("", "\n")
+
+
+def test_text_shorter_than_a_window(tmp_path):
+    short = tmp_path / "short.txt"
+    short.write_text("Once upon a time")
+    p = lowbit("ppl", ml.STORIES, "--text", short, check=False)
+    assert p.returncode == 2 and "fewer than one window" in p.stderr
