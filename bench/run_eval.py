@@ -47,8 +47,8 @@ def main():
           f"{cmp['scored_tokens']} scored tokens)\n")
     print("| spec (attention + MLP) | bits/weight | size MB | SQNR dB | PPL | ± | ΔPPL | ± | KLD mean | top-1 agree % |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    print(f"| f32 (the reference) | 32 | {cmp['size_bytes'] / 1e6:.1f} | | {cmp['ppl']:.4f} | {cmp['ppl_err']:.4f} "
-          f"| | | | |")
+    print(f"| as stored, run in f32 (the reference) | | {cmp['size_bytes'] / 1e6:.1f} (the GGUF) | | {cmp['ppl']:.4f} | "
+          f"{cmp['ppl_err']:.4f} | | | | |")
     for s in cmp["specs"]:
         print(f"| {s['spec']} | {s['bits_per_weight']:.3f} | {s['size_bytes'] / 1e6:.1f} | {s['sqnr_db']:.2f} | "
               f"{s['ppl']:.4f} | {s['ppl_err']:.4f} | {s['dppl']:+.4f} | {s['dppl_err']:.4f} | {s['kld_mean']:.5f} | "

@@ -43,10 +43,8 @@ static int parse_spec(const char *cmd, int json, const char *text, lb_qspec *spe
     return EXIT_OK;
 }
 
-int cli_eval_open(const char *cmd, int json, const char *path, const cli_eval_args *a, int want_runner,
-                  cli_eval_model *out)
+int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
 {
-    memset(out, 0, sizeof *out);
     lb_qspec body, embed, head;
     lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx};
     int rc = parse_spec(cmd, json, a->spec, &body, &o.attn);
@@ -54,16 +52,49 @@ int cli_eval_open(const char *cmd, int json, const char *path, const cli_eval_ar
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_head, &head, &o.head);
     if (rc != EXIT_OK) return rc;
     o.mlp = o.attn;
+    lb_status st = lb_runner_new(e->model, &o, &e->runner);
+    return st == LB_OK ? EXIT_OK : cli_fail_lb(cmd, json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
+}
+
+int cli_eval_open(const char *cmd, int json, const char *path, const cli_eval_args *a, int want_runner,
+                  cli_eval_model *out)
+{
+    memset(out, 0, sizeof *out);
+    lb_qspec probe;
+    const lb_qspec *slot;
+    int rc = parse_spec(cmd, json, a->spec, &probe, &slot); /* bad specs are usage errors, before any work */
+    if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_embed, &probe, &slot);
+    if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_head, &probe, &slot);
+    if (rc != EXIT_OK) return rc;
     lb_status st = lb_model_open(path, &out->model);
     if (st == LB_OK)
         st = a->tokenizer ? lb_tokenizer_from_file(a->tokenizer, lb_model_arch(out->model)->vocab_size, &out->tok)
                           : lb_tokenizer_from_model(out->model, path, &out->tok);
-    if (st == LB_OK && want_runner) st = lb_runner_new(out->model, &o, &out->runner);
     if (st != LB_OK) {
         rc = cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
         cli_eval_close(out);
         return rc;
     }
+    uint32_t tv = lb_tokenizer_vocab_size(out->tok), mv = lb_model_arch(out->model)->vocab_size;
+    if (mv && tv > mv) { /* smaller is legitimate: embeddings are often padded */
+        rc = cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "the tokenizer has %u tokens but the model only %u: "
+                      "they do not belong together", tv, mv);
+        cli_eval_close(out);
+        return rc;
+    }
+    if (want_runner && (rc = cli_eval_runner(cmd, json, a, out)) != EXIT_OK) cli_eval_close(out);
+    return rc;
+}
+
+int cli_eval_check_windows(const char *cmd, int json, const lb_model *m, size_t n_tokens, uint32_t ctx)
+{
+    if (n_tokens / ctx == 0)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "the text has %zu tokens, fewer than one window of %u",
+                        n_tokens, ctx);
+    uint32_t trained = lb_model_arch(m)->max_seq_len;
+    if (trained && ctx > trained)
+        fprintf(stderr, "lowbit %s: warning: windows of %u tokens are longer than the %u the model was trained on\n",
+                cmd, ctx, trained);
     return EXIT_OK;
 }
 
@@ -89,7 +120,12 @@ int cli_eval_tokens(const char *cmd, int json, const lb_tokenizer *tok, const ch
             text = t;
         }
     }
+    int bad = ferror(f);
     fclose(f);
+    if (bad) {
+        free(text);
+        return cli_fail(cmd, json, EXIT_RUNTIME, "io", "cannot read '%s' (is it a file?)", path);
+    }
     if (!text) return cli_fail(cmd, json, EXIT_RUNTIME, "out_of_memory", "out of memory reading '%s'", path);
     lb_status st = lb_tokenize(tok, text, len, lb_tokenizer_add_bos(tok), ids, n);
     free(text);

@@ -25,10 +25,17 @@ typedef struct cli_eval_model {
  * argv[*i] is not one of them, -1 (reported) on a bad value. */
 int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cli_eval_args *a);
 
-/* Opens path with its tokenizer and a runner. want_runner 0: model and
- * tokenizer only. Returns EXIT_OK or the reported exit code. */
+/* Opens path with its tokenizer (checked against the model's vocabulary)
+ * and, with want_runner, a runner. Returns EXIT_OK or the reported exit
+ * code. */
 int cli_eval_open(const char *cmd, int json, const char *path, const cli_eval_args *a, int want_runner,
                   cli_eval_model *out);
+/* The runner of an opened model (after the text was found long enough). */
+int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e);
+/* Before building runners: the text gives at least one window (usage
+ * error otherwise), and a window beyond the model's trained context gets
+ * a warning on stderr, as llama.cpp gives one. */
+int cli_eval_check_windows(const char *cmd, int json, const lb_model *m, size_t n_tokens, uint32_t ctx);
 void cli_eval_close(cli_eval_model *e);
 
 /* The whole file as tokens (BOS first when the tokenizer has one). */

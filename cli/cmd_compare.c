@@ -63,7 +63,7 @@ static lb_status weight_costs(const lb_model *m, const lb_qspec *spec, int threa
         if (cap > old || !xhat) {
             float *p = realloc(xhat, cap * sizeof *xhat);
             if (!p) {
-                st = LB_ERR_NOMEM;
+                st = LB_ERR_NOMEM; /* reported as "out of memory" below */
                 break;
             }
             xhat = p;
@@ -143,72 +143,85 @@ static int run(int argc, char **argv)
     if (rc != EXIT_OK) return rc;
     ea.max_ctx = ctx;
     cli_eval_model base;
-    if ((rc = cli_eval_open("compare", json, model, &ea, 1, &base)) != EXIT_OK) return rc;
+    if ((rc = cli_eval_open("compare", json, model, &ea, 0, &base)) != EXIT_OK) return rc;
     int32_t *ids = NULL;
     size_t n = 0;
     rc = cli_eval_tokens("compare", json, base.tok, text, &ids, &n);
+    if (rc == EXIT_OK) rc = cli_eval_check_windows("compare", json, base.model, n, ctx);
+    if (rc == EXIT_OK) rc = cli_eval_runner("compare", json, &ea, &base);
     lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(base.tok) ? lb_tokenizer_bos(base.tok) : -1,
                          .progress = cli_eval_progress, .progress_ctx = "compare"};
-    char saved[64] = "";
+    /* the base model's distributions, computed once for every spec: in
+     * TMPDIR, (8 + 2 vocab) bytes per scored token, removed at the end */
+    char saved[512] = "";
+    const char *tmpdir = getenv("TMPDIR");
+    snprintf(saved, sizeof saved, "%s/lowbit-compare-%ld.kld", tmpdir && tmpdir[0] ? tmpdir : "/tmp", (long)getpid());
     lb_ppl_result ref = {0};
     double stored_bytes = 0;
     for (size_t i = 0; i < lb_model_tensor_count(base.model); i++) stored_bytes += (double)lb_model_tensor(base.model, i)->n_bytes;
     lb_status st = LB_OK;
     if (rc == EXIT_OK) st = lb_perplexity(base.runner, ids, n, &o, &ref);
-    if (rc == EXIT_OK && st == LB_OK) {
-        snprintf(saved, sizeof saved, "/tmp/lowbit-compare-%ld.kld", (long)getpid());
-        if (json) {
-            printf("{\"model\": ");
-            json_string(stdout, model);
-            printf(", \"ctx\": %u, \"chunks\": %zu, \"scored_tokens\": %llu", ctx, ref.chunks, (unsigned long long)ref.tokens);
-            json_field(stdout, "ppl", ref.ppl);
-            json_field(stdout, "ppl_err", ref.ppl_err);
-            json_field(stdout, "size_bytes", stored_bytes);
-            printf(", \"specs\": [");
-        } else {
-            printf("%s on %s: %zu windows of %u tokens, %llu scored; projections quantized, the rest as stored\n\n",
-                   model, text, ref.chunks, ctx, (unsigned long long)ref.tokens);
-            printf("%-22s %11s %9s %9s %10s %9s %9s %9s %8s\n", "spec", "bits/weight", "size MB", "SQNR dB", "PPL", "+/-",
-                   "dPPL", "KLD", "top-1 %");
-            printf("%-22s %11s %9.3f %9s %10.4f %9.4f %9s %9s %8s\n", "(as stored)", "", stored_bytes / 1e6, "", ref.ppl,
-                   ref.ppl_err, "", "", "");
-        }
+    weight_cost costs[COMPARE_MAX_SPECS];
+    lb_kld_result klds[COMPARE_MAX_SPECS];
+    size_t done = 0;
+    if (rc == EXIT_OK && st == LB_OK && !json) {
+        printf("%s on %s: %zu windows of %u tokens, %llu scored; projections quantized, the rest as stored\n\n", model,
+               text, ref.chunks, ctx, (unsigned long long)ref.tokens);
+        printf("%-22s %11s %9s %9s %10s %9s %9s %9s %8s\n", "spec", "bits/weight", "size MB", "SQNR dB", "PPL", "+/-",
+               "dPPL", "KLD", "top-1 %");
+        printf("%-22s %11s %9.3f %9s %10.4f %9.4f\n", "(as stored)", "", stored_bytes / 1e6, "", ref.ppl, ref.ppl_err);
     }
     for (size_t s = 0; rc == EXIT_OK && st == LB_OK && s < n_specs; s++) {
-        weight_cost c;
         cli_eval_args qa = ea;
         qa.spec = names[s];
-        cli_eval_model q;
-        st = weight_costs(base.model, &specs[s], ea.threads ? ea.threads : 2, &c);
+        cli_eval_model q = {.model = base.model, .tok = base.tok};
+        st = weight_costs(base.model, &specs[s], ea.threads ? ea.threads : 2, &costs[s]);
         if (st != LB_OK) break;
-        if ((rc = cli_eval_open("compare", json, model, &qa, 1, &q)) != EXIT_OK) break;
-        lb_kld_result k;
-        st = lb_kld(s == 0 ? base.runner : NULL, q.runner, ids, n, &o, s == 0 ? saved : NULL, s == 0 ? NULL : saved, &k);
-        cli_eval_close(&q);
+        if ((rc = cli_eval_runner("compare", json, &qa, &q)) != EXIT_OK) break;
+        st = lb_kld(s == 0 ? base.runner : NULL, q.runner, ids, n, &o, s == 0 ? saved : NULL, s == 0 ? NULL : saved, &klds[s]);
+        lb_runner_free(q.runner); /* the model and tokenizer are base's */
         if (st != LB_OK) break;
-        double sqnr = c.noise > 0 ? 10 * log10(c.signal / c.noise) : INFINITY;
-        if (json) {
+        const weight_cost *c = &costs[s];
+        const lb_kld_result *k = &klds[s];
+        if (!json) {
+            double sqnr = c->noise > 0 ? 10 * log10(c->signal / c->noise) : INFINITY;
+            printf("%-22s %11.3f %9.3f %9.2f %10.4f %9.4f %+9.4f %9.5f %8.2f\n", names[s], c->bits, c->size_bytes / 1e6,
+                   sqnr, k->ppl, k->ppl_err, k->dppl, k->kld_mean, 100 * k->top1_agreement);
+            fflush(stdout);
+        }
+        done++;
+    }
+    remove(saved);
+    if (rc == EXIT_OK && st != LB_OK)
+        rc = cli_fail("compare", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, lb_status_name(st), "%s",
+                      st == LB_ERR_NOMEM ? "out of memory" : lb_last_error());
+    if (rc == EXIT_OK && json) { /* printed whole, only once everything is known */
+        printf("{\"model\": ");
+        json_string(stdout, model);
+        printf(", \"ctx\": %u, \"chunks\": %zu, \"scored_tokens\": %llu", ctx, ref.chunks, (unsigned long long)ref.tokens);
+        json_field(stdout, "ppl", ref.ppl);
+        json_field(stdout, "ppl_err", ref.ppl_err);
+        json_field(stdout, "size_bytes", stored_bytes);
+        printf(", \"specs\": [");
+        for (size_t s = 0; s < done; s++) {
+            const weight_cost *c = &costs[s];
+            const lb_kld_result *k = &klds[s];
             printf("%s{\"spec\": ", s ? ", " : "");
             json_string(stdout, names[s]);
-            json_field(stdout, "bits_per_weight", c.bits);
-            json_field(stdout, "size_bytes", c.size_bytes);
-            json_field(stdout, "sqnr_db", sqnr);
-            json_field(stdout, "ppl", k.ppl);
-            json_field(stdout, "ppl_err", k.ppl_err);
-            json_field(stdout, "dppl", k.dppl);
-            json_field(stdout, "dppl_err", k.dppl_err);
-            json_field(stdout, "kld_mean", k.kld_mean);
-            json_field(stdout, "top1_agreement", k.top1_agreement);
+            json_field(stdout, "bits_per_weight", c->bits);
+            json_field(stdout, "size_bytes", c->size_bytes);
+            json_field(stdout, "sqnr_db", c->noise > 0 ? 10 * log10(c->signal / c->noise) : INFINITY);
+            json_field(stdout, "ppl", k->ppl);
+            json_field(stdout, "ppl_err", k->ppl_err);
+            json_field(stdout, "dppl", k->dppl);
+            json_field(stdout, "dppl_err", k->dppl_err);
+            json_field(stdout, "kld_mean", k->kld_mean);
+            json_field(stdout, "kld_p99", k->kld_p99);
+            json_field(stdout, "top1_agreement", k->top1_agreement);
             printf("}");
-        } else {
-            printf("%-22s %11.3f %9.3f %9.2f %10.4f %9.4f %+9.4f %9.5f %8.2f\n", names[s], c.bits, c.size_bytes / 1e6, sqnr,
-                   k.ppl, k.ppl_err, k.dppl, k.kld_mean, 100 * k.top1_agreement);
         }
-        fflush(stdout);
+        printf("]}\n");
     }
-    if (saved[0]) unlink(saved);
-    if (rc == EXIT_OK && st != LB_OK) rc = cli_fail_lb("compare", json, EXIT_RUNTIME, st);
-    else if (rc == EXIT_OK && json) printf("]}\n");
     free(ids);
     cli_eval_close(&base);
     return rc;

@@ -49,9 +49,10 @@ static int run(int argc, char **argv)
         if (r < 0) return EXIT_USAGE;
         if (r) continue;
         if ((strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) && v) prompt = v, i++;
-        else if (strcmp(a, "-n") == 0 && v && (n_new = strtol(v, &end, 10), *end == '\0' && n_new > 0)) i++;
-        else if (strcmp(a, "--temp") == 0 && v && (temp = strtod(v, &end), *end == '\0' && temp >= 0 && temp < 1e6)) i++;
-        else if (strcmp(a, "--seed") == 0 && v && (seed = strtoull(v, &end, 10), *end == '\0')) i++;
+        else if (strcmp(a, "-n") == 0 && v && (n_new = strtol(v, &end, 10), end != v && *end == '\0' && n_new > 0)) i++;
+        else if (strcmp(a, "--temp") == 0 && v &&
+                 (temp = strtod(v, &end), end != v && *end == '\0' && temp >= 0 && temp < 1e6)) i++;
+        else if (strcmp(a, "--seed") == 0 && v && v[0] >= '0' && v[0] <= '9' && (seed = strtoull(v, &end, 10), *end == '\0')) i++;
         else if (a[0] == '-' && a[1]) return cli_fail("generate", 0, EXIT_USAGE, "bad_argument", "bad option or value: '%s'", a);
         else if (model) return cli_fail("generate", 0, EXIT_USAGE, "bad_argument", "more than one MODEL");
         else model = a;
@@ -74,6 +75,12 @@ static int run(int argc, char **argv)
     if (st == LB_OK) st = lb_runner_forward(e.runner, ids, n, logits, 1);
     fputs(prompt, stdout);
     uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 1;
+    uint32_t room = lb_model_arch(e.model)->max_seq_len; /* the runner's cache: the context, at most 4096 */
+    if (room == 0 || room > 4096) room = 4096;
+    if (st == LB_OK && (size_t)n_new > room - n) {
+        fprintf(stderr, "lowbit generate: the context holds %u tokens: generating %zu, not %ld\n", room, room - n, n_new);
+        n_new = (long)(room - n);
+    }
     for (long k = 0; st == LB_OK && k < n_new; k++) {
         int32_t next = pick(logits, vocab, temp, &rng);
         if (next == lb_tokenizer_eos(e.tok)) break;

@@ -47,12 +47,14 @@ static int run(int argc, char **argv)
     cli_eval_args base_args = ea;
     base_args.spec = base_args.spec_embed = base_args.spec_head = NULL;
     cli_eval_model base, quant = {0};
-    int rc = cli_eval_open("kld", json, paths[0], &base_args, !load, &base);
+    int rc = cli_eval_open("kld", json, paths[0], &base_args, 0, &base);
     if (rc != EXIT_OK) return rc;
-    rc = cli_eval_open("kld", json, paths[1] ? paths[1] : paths[0], &ea, 1, &quant);
     int32_t *ids = NULL;
     size_t n = 0;
-    if (rc == EXIT_OK) rc = cli_eval_tokens("kld", json, base.tok, text, &ids, &n);
+    rc = cli_eval_tokens("kld", json, base.tok, text, &ids, &n);
+    if (rc == EXIT_OK) rc = cli_eval_check_windows("kld", json, base.model, n, ctx);
+    if (rc == EXIT_OK && !load) rc = cli_eval_runner("kld", json, &base_args, &base);
+    if (rc == EXIT_OK) rc = cli_eval_open("kld", json, paths[1] ? paths[1] : paths[0], &ea, 1, &quant);
     if (rc == EXIT_OK) {
         lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(base.tok) ? lb_tokenizer_bos(base.tok) : -1,
                              .progress = cli_eval_progress, .progress_ctx = "kld"};

@@ -10,9 +10,10 @@ static const char usage[] =
     "                 [--spec-head SPEC] [--tokenizer FILE] [--threads N] [--json]\n\n"
     "Perplexity as llama.cpp's perplexity tool measures it: the text is tokenized\n"
     "(BOS first), cut into non-overlapping windows of --ctx tokens whose first token\n"
-    "is BOS, each run from an empty cache; only the second half of each window is\n"
-    "scored (positions ctx/2 .. ctx-1 predicted from at least ctx/2 tokens before\n"
-    "them). Prints PPL +- its standard error and tokens/s. --chunks limits the\n"
+    "is BOS (when the model adds BOS), each run from an empty cache; only the\n"
+    "second half of each window is scored: the logits at positions ctx/2 .. ctx-2\n"
+    "predict the tokens after them. Prints PPL +- its standard error and tokens/s.\n"
+    "--chunks limits the\n"
     "windows. --spec fake-quantizes the attention and MLP projections (quantize,\n"
     "dequantize); --spec-embed and --spec-head the embedding and output head.\n";
 
@@ -36,11 +37,13 @@ static int run(int argc, char **argv)
     if (!model || !text) return cli_fail("ppl", json, EXIT_USAGE, "bad_argument", "need MODEL and --text FILE\n%s", usage);
     ea.max_ctx = ctx;
     cli_eval_model e;
-    int rc = cli_eval_open("ppl", json, model, &ea, 1, &e);
+    int rc = cli_eval_open("ppl", json, model, &ea, 0, &e);
     if (rc != EXIT_OK) return rc;
     int32_t *ids = NULL;
     size_t n = 0;
     rc = cli_eval_tokens("ppl", json, e.tok, text, &ids, &n);
+    if (rc == EXIT_OK) rc = cli_eval_check_windows("ppl", json, e.model, n, ctx);
+    if (rc == EXIT_OK) rc = cli_eval_runner("ppl", json, &ea, &e);
     if (rc == EXIT_OK) {
         lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(e.tok) ? lb_tokenizer_bos(e.tok) : -1,
                              .progress = cli_eval_progress, .progress_ctx = "ppl"};

@@ -6,8 +6,8 @@
  *   windows' token ids | per scored position: f32 lo, f32 step,
  *   u16[vocab] with log p = lo + code * step (little-endian)
  *
- * 16 bits over each position's range of log-probabilities keep the error
- * below range / 131070 (~3e-4 nats for a range of 40). */
+ * 16 bits over each position's range of finite log-probabilities keep the
+ * error below range / 131070 (~3e-4 nats for a range of 40). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,14 +19,19 @@
 #define KLD_MAGIC "LBKLD001"
 #define HEADER_BYTES 32
 
-static void log_softmax(const float *logits, size_t vocab, double *out)
+/* Returns 0 if a logit is NaN or +inf (-inf is a probability of 0). */
+static int log_softmax(const float *logits, size_t vocab, double *out)
 {
     double mx = -INFINITY, sum = 0;
-    for (size_t i = 0; i < vocab; i++)
+    for (size_t i = 0; i < vocab; i++) {
+        if (isnan(logits[i]) || logits[i] == INFINITY) return 0;
         if (logits[i] > mx) mx = logits[i];
+    }
+    if (mx == -INFINITY) return 0;
     for (size_t i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
     double lse = log(sum) + mx;
     for (size_t i = 0; i < vocab; i++) out[i] = (double)logits[i] - lse;
+    return 1;
 }
 
 static uint64_t fnv1a(const int32_t *ids, size_t n, uint64_t h)
@@ -41,29 +46,33 @@ static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (
 static uint32_t get32(const uint8_t *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
 static uint64_t get64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
 
-/* One position's log-probabilities packed into 8 + 2 vocab bytes, and back. */
+/* One position's log-probabilities packed into 8 + 2 vocab bytes, and
+ * back: 16-bit steps over the range of the finite values; a probability
+ * of exactly 0 (-inf) is stored as the bottom of the range. */
 static void pack_position(const double *lp, size_t vocab, uint8_t *out)
 {
     double lo = INFINITY, hi = -INFINITY;
-    for (size_t i = 0; i < vocab; i++) {
-        if (lp[i] < lo) lo = lp[i];
-        if (lp[i] > hi) hi = lp[i];
-    }
-    if (!isfinite(lo)) lo = -1e30; /* a probability of exactly 0 (logits of -inf) is stored as the floor */
+    for (size_t i = 0; i < vocab; i++)
+        if (isfinite(lp[i])) {
+            if (lp[i] < lo) lo = lp[i];
+            if (lp[i] > hi) hi = lp[i];
+        }
     float flo = (float)lo, step = (float)((hi - lo) / 65535.0);
-    if (!(step > 0)) step = 1;
+    if (!(step > 0) || !isfinite(step)) step = 1;
     memcpy(out, &flo, 4), memcpy(out + 4, &step, 4);
     for (size_t i = 0; i < vocab; i++) {
-        double q = floor(((lp[i] < lo ? lo : lp[i]) - flo) / step + 0.5);
+        double q = isfinite(lp[i]) ? floor((lp[i] - flo) / step + 0.5) : 0;
         uint16_t c = (uint16_t)(q < 0 ? 0 : q > 65535 ? 65535 : q);
         out[8 + 2 * i] = (uint8_t)c, out[9 + 2 * i] = (uint8_t)(c >> 8);
     }
 }
 
-static void unpack_position(const uint8_t *in, size_t vocab, double *lp)
+static lb_status unpack_position(const uint8_t *in, size_t vocab, double *lp, const char *path)
 {
     float lo, step;
     memcpy(&lo, in, 4), memcpy(&step, in + 4, 4);
+    if (!isfinite(lo) || !(step > 0) || !isfinite(step))
+        return lb__fail(LB_ERR_PARSE, "%s: a position's range (%g, step %g) is not valid", path, lo, step);
     double sum = 0;
     for (size_t i = 0; i < vocab; i++) {
         lp[i] = lo + (double)(in[8 + 2 * i] | in[9 + 2 * i] << 8) * step;
@@ -71,6 +80,7 @@ static void unpack_position(const uint8_t *in, size_t vocab, double *lp)
     }
     double fix = log(sum); /* renormalize what the rounding moved */
     for (size_t i = 0; i < vocab; i++) lp[i] -= fix;
+    return LB_OK;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -161,7 +171,8 @@ lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_
                           load_base, get32(in.data + 8), get32(in.data + 12), (unsigned long long)get64(in.data + 16), vocab, ctx, chunks);
         else if (get64(in.data + 24) != hash)
             st = lb__fail(LB_ERR_ARG, "%s was saved for other text (its token ids differ)", load_base);
-        else if (in.size < want) st = lb__fail(LB_ERR_PARSE, "%s is cut short (%zu bytes, %llu needed)", load_base, in.size, (unsigned long long)want);
+        else if (in.size != want)
+            st = lb__fail(LB_ERR_PARSE, "%s is %zu bytes; its header says %llu", load_base, in.size, (unsigned long long)want);
         if (st != LB_OK) {
             lb__unmap_file(&in);
             return st;
@@ -189,14 +200,18 @@ lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_
         if (base) st = lb__eval_window(base, tokens + c * ctx, ctx, bos, window, logits_b);
         if (st == LB_OK) st = lb__eval_window(quant, tokens + c * ctx, ctx, bos, window, logits_q);
         for (uint32_t j = ctx / 2; st == LB_OK && j + 1 < ctx; j++) {
-            if (base) log_softmax(logits_b + (size_t)j * vocab, vocab, s.lp_base);
-            else unpack_position(in.data + HEADER_BYTES + ((uint64_t)c * per_chunk + (j - ctx / 2)) * pos_bytes, vocab, s.lp_base);
-            if (saving) {
+            if (base && !log_softmax(logits_b + (size_t)j * vocab, vocab, s.lp_base))
+                st = lb__fail(LB_ERR_NAN, "window %zu, position %u: the base model's logits are not finite", c, j);
+            else if (!base)
+                st = unpack_position(in.data + HEADER_BYTES + ((uint64_t)c * per_chunk + (j - ctx / 2)) * pos_bytes,
+                                     vocab, s.lp_base, load_base);
+            if (st == LB_OK && saving) {
                 pack_position(s.lp_base, vocab, packed);
                 st = lb__out_write(&outf, packed, pos_bytes);
             }
-            log_softmax(logits_q + (size_t)j * vocab, vocab, s.lp_q);
-            score(&s, window[j + 1]);
+            if (st == LB_OK && !log_softmax(logits_q + (size_t)j * vocab, vocab, s.lp_q))
+                st = lb__fail(LB_ERR_NAN, "window %zu, position %u: the quantized model's logits are not finite", c, j);
+            if (st == LB_OK) score(&s, window[j + 1]);
         }
         if (o && o->progress) o->progress(o->progress_ctx, c + 1, chunks);
     }

@@ -78,8 +78,12 @@ lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_
     double t0 = lb__now();
     for (size_t c = 0; c < chunks && st == LB_OK; c++) {
         st = lb__eval_window(r, tokens + c * ctx, ctx, o ? o->bos : -1, window, logits);
-        for (uint32_t j = ctx / 2; st == LB_OK && j + 1 < ctx; j++)
-            lb_ppl_add(&acc, lb_nll(logits + (size_t)j * vocab, vocab, window[j + 1]));
+        for (uint32_t j = ctx / 2; st == LB_OK && j + 1 < ctx; j++) {
+            double nll = lb_nll(logits + (size_t)j * vocab, vocab, window[j + 1]);
+            if (!isfinite(nll)) /* a NaN weight, or an overflow: no perplexity to report */
+                st = lb__fail(LB_ERR_NAN, "window %zu, position %u: the model's logits are not finite", c, j);
+            else lb_ppl_add(&acc, nll);
+        }
         if (o && o->progress) o->progress(o->progress_ctx, c + 1, chunks);
     }
     out->seconds = lb__now() - t0;

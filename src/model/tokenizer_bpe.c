@@ -112,6 +112,7 @@ static lb_status encode_word(const lb_tokenizer *t, const unsigned char *w, size
         if (st != LB_OK) return st;
     }
     size_t n = out->n - start;
+    if (n == 0) return LB_OK; /* nothing pushed (out->v may still be NULL) */
     lb_status st = lb__merge(t, out->v + start, &n, s);
     out->n = start + n;
     return st;

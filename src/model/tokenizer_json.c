@@ -79,7 +79,7 @@ static void bos_eos(const char *path, lb_tokenizer *t)
 {
     const char *slash = strrchr(path, '/');
     size_t dl = slash ? (size_t)(slash - path) : 1;
-    char *dir = malloc(dl + 1);
+    char *dir = malloc(dl + 2); /* "/" for a file in the root: two bytes even when dl is 0 */
     if (!dir) return;
     memcpy(dir, slash ? path : ".", dl), dir[dl] = '\0';
     if (slash == path) dir[0] = '/', dir[1] = '\0';

@@ -84,6 +84,7 @@ lb_status lb__spm_encode(const lb_tokenizer *t, const char *text, size_t len, in
     }
     if (st != LB_OK) return st;
     size_t n = out->n - start;
+    if (n == 0) return LB_OK; /* nothing pushed (out->v may still be NULL) */
     st = lb__merge(t, out->v + start, &n, s);
     out->n = start + n;
     return st;

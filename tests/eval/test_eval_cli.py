@@ -135,3 +135,53 @@ def test_text_shorter_than_a_window(tmp_path):
     short.write_text("Once upon a time")
     p = lowbit("ppl", ml.STORIES, "--text", short, check=False)
     assert p.returncode == 2 and "fewer than one window" in p.stderr
+
+
+def test_nan_weights_are_an_error_not_a_perfect_score(tmp_path):
+    import struct as st
+    blob = bytearray(ml.STORIES.read_bytes())
+    blob[28:32] = st.pack("<f", float("nan"))  # the first embedding weight
+    bad = tmp_path / "nan.bin"
+    bad.write_bytes(bytes(blob))
+    (tmp_path / "tok512.bin").write_bytes(TOK.read_bytes())
+    for cmd in [["ppl", bad], ["kld", bad, "--spec", "int8:channel"]]:
+        p = lowbit(*cmd, "--text", TEXT, "--ctx", 64, "--chunks", 2, check=False)
+        assert p.returncode == 1 and "not finite" in p.stderr, (cmd, p.stderr)
+
+
+def test_a_damaged_base_file_is_refused(tmp_path):
+    args = ["--spec", "int4:g32", "--text", TEXT, "--ctx", 64, "--chunks", 2]
+    base = tmp_path / "b.kld"
+    lowbit("kld", ml.STORIES, *args, "--save-base", base)
+    data = bytearray(base.read_bytes())
+    nan_file, long_file = tmp_path / "nan.kld", tmp_path / "long.kld"
+    data2 = bytearray(data)
+    data2[32:36] = b"\x00\x00\xc0\x7f"  # the first position's range: NaN
+    nan_file.write_bytes(bytes(data2))
+    long_file.write_bytes(bytes(data) + b"\0")
+    p = lowbit("kld", ml.STORIES, *args, "--base", nan_file, check=False)
+    assert p.returncode == 1 and "not valid" in p.stderr
+    p = lowbit("kld", ml.STORIES, *args, "--base", long_file, check=False)
+    assert p.returncode == 1 and "its header says" in p.stderr
+
+
+def test_a_tokenizer_bigger_than_the_vocabulary_is_refused():
+    p = lowbit("ppl", ml.STORIES, "--text", TEXT, "--tokenizer", ml.SMOLLM2, check=False)
+    if not ml.SMOLLM2.exists():
+        pytest.skip("SmolLM2 not fetched")
+    assert p.returncode == 2 and "do not belong together" in p.stderr
+
+
+def test_a_directory_is_not_a_text(tmp_path):
+    p = lowbit("ppl", ml.STORIES, "--text", tmp_path, check=False)
+    assert p.returncode == 1 and "cannot read" in p.stderr
+
+
+def test_generation_stops_at_the_context():
+    p = lowbit("generate", ml.STORIES, "-p", "Once upon", "-n", 2000)
+    assert "context holds 512 tokens" in p.stderr
+
+
+def test_windows_longer_than_training_get_a_warning():
+    p = lowbit("ppl", ml.STORIES, "--text", TEXT, "--ctx", 1024, "--chunks", 1)
+    assert "longer than the 512 the model was trained on" in p.stderr
