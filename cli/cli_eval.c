@@ -10,6 +10,8 @@ int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cl
 {
     const char *o = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     const char **slot = strcmp(o, "--spec") == 0         ? &a->spec
+                        : strcmp(o, "--spec-attn") == 0  ? &a->spec_attn
+                        : strcmp(o, "--spec-mlp") == 0   ? &a->spec_mlp
                         : strcmp(o, "--spec-embed") == 0 ? &a->spec_embed
                         : strcmp(o, "--spec-head") == 0  ? &a->spec_head
                         : strcmp(o, "--tokenizer") == 0  ? &a->tokenizer
@@ -45,13 +47,13 @@ static int parse_spec(const char *cmd, int json, const char *text, lb_qspec *spe
 
 int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
 {
-    lb_qspec body, embed, head;
+    lb_qspec attn, mlp, embed, head;
     lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx};
-    int rc = parse_spec(cmd, json, a->spec, &body, &o.attn);
+    int rc = parse_spec(cmd, json, a->spec_attn ? a->spec_attn : a->spec, &attn, &o.attn);
+    if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_mlp ? a->spec_mlp : a->spec, &mlp, &o.mlp);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_embed, &embed, &o.embed);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_head, &head, &o.head);
     if (rc != EXIT_OK) return rc;
-    o.mlp = o.attn;
     lb_status st = lb_runner_new(e->model, &o, &e->runner);
     return st == LB_OK ? EXIT_OK : cli_fail_lb(cmd, json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
 }
@@ -63,6 +65,8 @@ int cli_eval_open(const char *cmd, int json, const char *path, const cli_eval_ar
     lb_qspec probe;
     const lb_qspec *slot;
     int rc = parse_spec(cmd, json, a->spec, &probe, &slot); /* bad specs are usage errors, before any work */
+    if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_attn, &probe, &slot);
+    if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_mlp, &probe, &slot);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_embed, &probe, &slot);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_head, &probe, &slot);
     if (rc != EXIT_OK) return rc;

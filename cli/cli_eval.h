@@ -7,6 +7,8 @@
 
 typedef struct cli_eval_args {
     const char *spec;       /* --spec: the attention and MLP projections */
+    const char *spec_attn;  /* --spec-attn: q/k/v/o only (overrides --spec for them) */
+    const char *spec_mlp;   /* --spec-mlp: gate/up/down only */
     const char *spec_embed; /* --spec-embed */
     const char *spec_head;  /* --spec-head */
     const char *tokenizer;  /* --tokenizer FILE: instead of the model's own */
@@ -20,8 +22,8 @@ typedef struct cli_eval_model {
     lb_runner *runner;
 } cli_eval_model;
 
-/* Takes the shared options (--spec, --spec-embed, --spec-head,
- * --tokenizer, --threads) at argv[*i]; 1 if it did (and moved *i), 0 if
+/* Takes the shared options (--spec, --spec-attn, --spec-mlp,
+ * --spec-embed, --spec-head, --tokenizer, --threads) at argv[*i]; 1 if it did (and moved *i), 0 if
  * argv[*i] is not one of them, -1 (reported) on a bad value. */
 int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cli_eval_args *a);
 

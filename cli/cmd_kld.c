@@ -6,7 +6,8 @@
 #include "cli_eval.h"
 
 static const char usage[] =
-    "usage: lowbit kld BASE [QUANT] --text FILE [--spec SPEC] [--save-base FILE | --base FILE]\n"
+    "usage: lowbit kld BASE [QUANT] --text FILE [--spec SPEC] [--spec-attn|--spec-mlp|--spec-embed|--spec-head SPEC]\n"
+    "                 [--save-base FILE | --base FILE]\n"
     "                 [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--json]\n\n"
     "KL divergence KL(base || quant) of the next-token distributions, per scored\n"
     "token of lowbit ppl's windows: mean +- standard error, median, p99, max; the\n"
@@ -40,12 +41,12 @@ static int run(int argc, char **argv)
     }
     if (!paths[0] || !text) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "need BASE and --text FILE\n%s", usage);
     if (save && load) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "--save-base and --base exclude each other");
-    if (!paths[1] && !ea.spec && !ea.spec_embed && !ea.spec_head)
+    if (!paths[1] && !ea.spec && !ea.spec_attn && !ea.spec_mlp && !ea.spec_embed && !ea.spec_head)
         return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "nothing to compare: give QUANT or --spec");
     ea.max_ctx = ctx;
     /* the base: the model as stored, unless its distributions come from a file */
     cli_eval_args base_args = ea;
-    base_args.spec = base_args.spec_embed = base_args.spec_head = NULL;
+    base_args.spec = base_args.spec_attn = base_args.spec_mlp = base_args.spec_embed = base_args.spec_head = NULL;
     cli_eval_model base, quant = {0};
     int rc = cli_eval_open("kld", json, paths[0], &base_args, 0, &base);
     if (rc != EXIT_OK) return rc;

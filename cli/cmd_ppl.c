@@ -6,8 +6,9 @@
 #include "cli_eval.h"
 
 static const char usage[] =
-    "usage: lowbit ppl MODEL --text FILE [--ctx 512] [--chunks N] [--spec SPEC] [--spec-embed SPEC]\n"
-    "                 [--spec-head SPEC] [--tokenizer FILE] [--threads N] [--json]\n\n"
+    "usage: lowbit ppl MODEL --text FILE [--ctx 512] [--chunks N] [--spec SPEC] [--spec-attn SPEC]\n"
+    "                 [--spec-mlp SPEC] [--spec-embed SPEC] [--spec-head SPEC] [--tokenizer FILE]\n"
+    "                 [--threads N] [--json]\n\n"
     "Perplexity as llama.cpp's perplexity tool measures it: the text is tokenized\n"
     "(BOS first), cut into non-overlapping windows of --ctx tokens whose first token\n"
     "is BOS (when the model adds BOS), each run from an empty cache; only the\n"
@@ -15,7 +16,8 @@ static const char usage[] =
     "predict the tokens after them. Prints PPL +- its standard error and tokens/s.\n"
     "--chunks limits the\n"
     "windows. --spec fake-quantizes the attention and MLP projections (quantize,\n"
-    "dequantize); --spec-embed and --spec-head the embedding and output head.\n";
+    "dequantize); --spec-attn and --spec-mlp one class only (overriding --spec);\n"
+    "--spec-embed and --spec-head the embedding and output head.\n";
 
 static int run(int argc, char **argv)
 {

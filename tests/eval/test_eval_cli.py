@@ -185,3 +185,12 @@ def test_generation_stops_at_the_context():
 def test_windows_longer_than_training_get_a_warning():
     p = lowbit("ppl", ml.STORIES, "--text", TEXT, "--ctx", 1024, "--chunks", 1)
     assert "longer than the 512 the model was trained on" in p.stderr
+
+
+def test_spec_per_tensor_class():
+    args = ["--text", TEXT, "--ctx", 128, "--chunks", 4, "--json"]
+    kld = {}
+    for opt in ["--spec", "--spec-attn", "--spec-mlp"]:
+        kld[opt] = json.loads(lowbit("kld", ml.STORIES, opt, "int4:g32", *args).stdout)["kld_mean"]
+    assert 0 < kld["--spec-attn"] < kld["--spec"] and 0 < kld["--spec-mlp"] < kld["--spec"]
+    assert kld["--spec-attn"] != kld["--spec-mlp"]
