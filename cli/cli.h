@@ -31,16 +31,22 @@ int cli_fail(const char *cmd, int json, int exit_code, const char *status, const
 int cli_fail_lb(const char *cmd, int json, int exit_code, lb_status s);
 
 /* Parses a comma-separated list of specs ("int8:channel,mxfp4") into
- * specs[] and their texts into names[]; at most max. Returns EXIT_OK or,
- * after reporting, EXIT_USAGE. */
+ * specs[] and their texts into names[]; at most max. allow_plain also
+ * takes plain floats (cli_plain_float_spec). Returns EXIT_OK or, after
+ * reporting, EXIT_USAGE. */
 int cli_parse_specs(const char *cmd, int json, const char *text, lb_qspec *specs, char (*names)[256], size_t max,
-                    size_t *n);
+                    size_t *n, int allow_plain);
 
-/* "bf16" or "fp16" as a spec of its own: the element alone, no scale (what
- * lb_qspec_parse refuses, since there is nothing to scale). 1 if text is one. */
+/* "bf16", "fp16" or "fp32" as a spec of its own: the element alone, no
+ * scale (what lb_qspec_parse refuses, since there is nothing to scale):
+ * weights are rounded to it. 1 if text is one. */
 int cli_plain_float_spec(const char *text, lb_qspec *spec);
-/* Whether spec is such a plain 16-bit float. */
+/* Whether spec is such a plain float. */
 int cli_is_plain_float(const lb_qspec *spec);
+
+/* Reads a whole file (at most max_bytes) into a malloc'd buffer; reports
+ * a failure and returns its exit code (EXIT_RUNTIME), else EXIT_OK. */
+int cli_read_file(const char *cmd, int json, const char *path, size_t max_bytes, char **text, size_t *len);
 
 /* True if arg is --help or -h. */
 int cli_is_help(const char *arg);

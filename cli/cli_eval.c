@@ -1,6 +1,5 @@
 #include "cli_eval.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,25 +111,10 @@ void cli_eval_close(cli_eval_model *e)
 
 int cli_eval_tokens(const char *cmd, int json, const lb_tokenizer *tok, const char *path, int32_t **ids, size_t *n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return cli_fail(cmd, json, EXIT_RUNTIME, "io", "cannot open '%s': %s", path, strerror(errno));
-    size_t cap = 1 << 20, len = 0;
-    char *text = malloc(cap);
-    for (size_t got; text && (got = fread(text + len, 1, cap - len, f)) > 0;) {
-        len += got;
-        if (len == cap) {
-            char *t = realloc(text, cap *= 2);
-            if (!t) free(text);
-            text = t;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(text);
-        return cli_fail(cmd, json, EXIT_RUNTIME, "io", "cannot read '%s' (is it a file?)", path);
-    }
-    if (!text) return cli_fail(cmd, json, EXIT_RUNTIME, "out_of_memory", "out of memory reading '%s'", path);
+    char *text;
+    size_t len;
+    int rc = cli_read_file(cmd, json, path, SIZE_MAX / 2, &text, &len);
+    if (rc != EXIT_OK) return rc;
     lb_status st = lb_tokenize(tok, text, len, lb_tokenizer_add_bos(tok), ids, n);
     free(text);
     return st == LB_OK ? EXIT_OK : cli_fail_lb(cmd, json, EXIT_RUNTIME, st);

@@ -1,6 +1,8 @@
 #include "cli_model.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 const char *cli_model_kind_name(lb_model_kind k)
@@ -37,6 +39,41 @@ lb_status cli_tensor_f32(const lb_tensor *t, float **buf, size_t *cap)
         *buf = p, *cap = n ? n : 1;
     }
     return n ? lb_tensor_to_f32(t, *buf) : LB_OK;
+}
+
+lb_status cli_quant_stats(const lb_qspec *spec, const float *x, uint64_t rows, uint64_t cols, int threads, float *xhat,
+                          lb_qstats *qs)
+{
+    size_t n = (size_t)(rows * cols);
+    memset(qs, 0, sizeof *qs);
+    if (!cli_is_plain_float(spec)) {
+        lb_qtensor *q = NULL;
+        lb_status st = lb_quantize(spec, x, rows, cols, threads, &q);
+        if (st == LB_OK) st = lb_dequantize(q, xhat, threads);
+        if (st == LB_OK) st = lb_qstats_compute(x, xhat, q, qs);
+        lb_qtensor_free(q);
+        return st;
+    }
+    lb_status st = LB_OK;
+    if (spec->element == LB_FMT_FP32) {
+        memcpy(xhat, x, n * sizeof *x);
+    } else {
+        uint16_t *codes = malloc(n * sizeof *codes);
+        if (!codes) return LB_ERR_NOMEM;
+        st = lb_encode_f32(spec->element, LB_SATURATE, x, n, codes, threads);
+        if (st == LB_OK) st = lb_decode_f32(spec->element, codes, n, xhat, threads);
+        free(codes);
+    }
+    double se = 0, sig = 0;
+    for (size_t i = 0; st == LB_OK && i < n; i++) {
+        double d = (double)x[i] - xhat[i];
+        se += d * d, sig += (double)x[i] * x[i];
+    }
+    qs->count = n;
+    qs->mse = n ? se / (double)n : 0;
+    qs->sqnr_db = se > 0 ? 10 * log10(sig / se) : INFINITY;
+    qs->bits_per_value = lb_format_get(spec->element)->bits;
+    return st;
 }
 
 void cli_progress(const char *label, size_t done, size_t total)

@@ -19,6 +19,13 @@ void cli_shape_string(const lb_tensor *t, char *buf, size_t size);
  * even for an empty tensor). */
 lb_status cli_tensor_f32(const lb_tensor *t, float **buf, size_t *cap);
 
+/* x (rows x cols) under spec, dequantized into xhat, and what it cost:
+ * lb_qstats_compute's figures; for a plain float spec (cli_plain_float_spec)
+ * the weights are rounded and only count, mse, sqnr_db and bits_per_value
+ * are filled. */
+lb_status cli_quant_stats(const lb_qspec *spec, const float *x, uint64_t rows, uint64_t cols, int threads, float *xhat,
+                          lb_qstats *qs);
+
 /* A progress bar on stderr when it is a terminal; done == total ends it. */
 void cli_progress(const char *label, size_t done, size_t total);
 

@@ -1,4 +1,6 @@
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,7 @@ int cli_fail_lb(const char *cmd, int json, int exit_code, lb_status s)
 }
 
 int cli_parse_specs(const char *cmd, int json, const char *text, lb_qspec *specs, char (*names)[256], size_t max,
-                    size_t *n)
+                    size_t *n, int allow_plain)
 {
     char list[1024];
     size_t len = strlen(text);
@@ -41,8 +43,10 @@ int cli_parse_specs(const char *cmd, int json, const char *text, lb_qspec *specs
     strcpy(list, text);
     for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (*n == max) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "at most %zu specs at once", max);
-        lb_status s = lb_qspec_parse(t, &specs[*n]);
-        if (s != LB_OK) return cli_fail_lb(cmd, json, EXIT_USAGE, s);
+        if (!(allow_plain && cli_plain_float_spec(t, &specs[*n]))) {
+            lb_status s = lb_qspec_parse(t, &specs[*n]);
+            if (s != LB_OK) return cli_fail_lb(cmd, json, EXIT_USAGE, s);
+        }
         snprintf(names[*n], 256, "%s", t);
         (*n)++;
     }
@@ -52,7 +56,7 @@ int cli_parse_specs(const char *cmd, int json, const char *text, lb_qspec *specs
 int cli_plain_float_spec(const char *text, lb_qspec *spec)
 {
     lb_format f;
-    if (lb_format_by_name(text, &f) != LB_OK || (f != LB_FMT_BF16 && f != LB_FMT_FP16)) return 0;
+    if (lb_format_by_name(text, &f) != LB_OK || (f != LB_FMT_BF16 && f != LB_FMT_FP16 && f != LB_FMT_FP32)) return 0;
     lb_qspec_parse("int8", spec); /* the defaults (tensor granularity), then the element */
     spec->element = f;
     return 1;
@@ -60,7 +64,36 @@ int cli_plain_float_spec(const char *text, lb_qspec *spec)
 
 int cli_is_plain_float(const lb_qspec *spec)
 {
-    return (spec->element == LB_FMT_BF16 || spec->element == LB_FMT_FP16) && spec->granularity == LB_GRAN_TENSOR;
+    lb_format e = spec->element;
+    return (e == LB_FMT_BF16 || e == LB_FMT_FP16 || e == LB_FMT_FP32) && spec->granularity == LB_GRAN_TENSOR &&
+           !spec->affine && !spec->two_level;
+}
+
+int cli_read_file(const char *cmd, int json, const char *path, size_t max_bytes, char **text, size_t *len)
+{
+    *text = NULL, *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return cli_fail(cmd, json, EXIT_RUNTIME, "io", "cannot open '%s': %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && n <= max_bytes && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *t = realloc(buf, cap *= 2);
+            if (!t) free(buf);
+            buf = t;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (buf && !bad && n <= max_bytes) {
+        *text = buf, *len = n;
+        return EXIT_OK;
+    }
+    free(buf);
+    if (bad) return cli_fail(cmd, json, EXIT_RUNTIME, "io", "cannot read '%s' (is it a file?)", path);
+    if (!buf) return cli_fail(cmd, json, EXIT_RUNTIME, "out_of_memory", "out of memory reading '%s'", path);
+    return cli_fail(cmd, json, EXIT_RUNTIME, "io", "'%s' is longer than %zu bytes", path, max_bytes);
 }
 
 int cli_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }

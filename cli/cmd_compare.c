@@ -27,19 +27,6 @@ static int is_projection(const lb_tensor *t)
     return lb_tensor_is_weight(t) && (strstr(t->name, ".self_attn.") || strstr(t->name, ".mlp."));
 }
 
-/* A plain 16-bit float: round through it; bits 16, error stats by hand. */
-static lb_status round_trip(const lb_qspec *spec, const float *x, size_t n, float *xhat, int threads, double *se)
-{
-    uint16_t *codes = malloc(n * sizeof *codes);
-    if (!codes) return LB_ERR_NOMEM;
-    lb_status st = lb_encode_f32(spec->element, LB_SATURATE, x, n, codes, threads);
-    if (st == LB_OK) st = lb_decode_f32(spec->element, codes, n, xhat, threads);
-    free(codes);
-    *se = 0;
-    for (size_t i = 0; st == LB_OK && i < n; i++) *se += ((double)x[i] - xhat[i]) * ((double)x[i] - xhat[i]);
-    return st;
-}
-
 typedef struct weight_cost {
     double bits, signal, noise, size_bytes;
 } weight_cost;
@@ -70,18 +57,9 @@ static lb_status weight_costs(const lb_model *m, const lb_qspec *spec, int threa
         }
         uint64_t rows, cols;
         cli_tensor_matrix(t, &rows, &cols);
-        double count = (double)t->n_elements, se = 0, bits = 16;
-        if (cli_is_plain_float(spec)) {
-            st = round_trip(spec, x, t->n_elements, xhat, threads, &se);
-        } else {
-            lb_qtensor *q = NULL;
-            lb_qstats qs;
-            st = lb_quantize(spec, x, rows, cols, threads, &q);
-            if (st == LB_OK) st = lb_dequantize(q, xhat, threads);
-            if (st == LB_OK) st = lb_qstats_compute(x, xhat, q, &qs);
-            lb_qtensor_free(q);
-            se = qs.mse * count, bits = qs.bits_per_value;
-        }
+        lb_qstats qs;
+        st = cli_quant_stats(spec, x, rows, cols, threads, xhat, &qs);
+        double count = (double)qs.count, se = qs.mse * count, bits = qs.bits_per_value;
         if (st != LB_OK) break;
         for (size_t k = 0; k < t->n_elements; k++) c->signal += (double)x[k] * x[k];
         c->noise += se;
@@ -94,26 +72,6 @@ static lb_status weight_costs(const lb_model *m, const lb_qspec *spec, int threa
         c->bits = n_weights > 0 ? c->bits / n_weights : 0;
     }
     return st;
-}
-
-/* Like cli_parse_specs, and "bf16"/"fp16" too (weights rounded, no scale). */
-static int parse_specs(int json, const char *text, lb_qspec *specs, char (*names)[256], size_t *n)
-{
-    char list[1024];
-    *n = 0;
-    if (strlen(text) >= sizeof list) return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "--spec is too long");
-    strcpy(list, text);
-    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (*n == COMPARE_MAX_SPECS)
-            return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "at most %d specs", COMPARE_MAX_SPECS);
-        if (!cli_plain_float_spec(t, &specs[*n])) {
-            lb_status st = lb_qspec_parse(t, &specs[*n]);
-            if (st != LB_OK) return cli_fail_lb("compare", json, EXIT_USAGE, st);
-        }
-        snprintf(names[(*n)++], 256, "%s", t);
-    }
-    if (*n == 0) return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "--spec is empty");
-    return EXIT_OK;
 }
 
 static int run(int argc, char **argv)
@@ -139,7 +97,7 @@ static int run(int argc, char **argv)
     lb_qspec specs[COMPARE_MAX_SPECS];
     char names[COMPARE_MAX_SPECS][256];
     size_t n_specs;
-    int rc = parse_specs(json, spec_text, specs, names, &n_specs);
+    int rc = cli_parse_specs("compare", json, spec_text, specs, names, COMPARE_MAX_SPECS, &n_specs, 1);
     if (rc != EXIT_OK) return rc;
     ea.max_ctx = ctx;
     cli_eval_model base;
@@ -156,21 +114,13 @@ static int run(int argc, char **argv)
     char saved[512] = "";
     const char *tmpdir = getenv("TMPDIR");
     snprintf(saved, sizeof saved, "%s/lowbit-compare-%ld.kld", tmpdir && tmpdir[0] ? tmpdir : "/tmp", (long)getpid());
-    lb_ppl_result ref = {0};
+    lb_ppl_result ref = {0}; /* the model as stored: from the first spec's KL run, which scores it anyway */
     double stored_bytes = 0;
     for (size_t i = 0; i < lb_model_tensor_count(base.model); i++) stored_bytes += (double)lb_model_tensor(base.model, i)->n_bytes;
     lb_status st = LB_OK;
-    if (rc == EXIT_OK) st = lb_perplexity(base.runner, ids, n, &o, &ref);
     weight_cost costs[COMPARE_MAX_SPECS];
     lb_kld_result klds[COMPARE_MAX_SPECS];
     size_t done = 0;
-    if (rc == EXIT_OK && st == LB_OK && !json) {
-        printf("%s on %s: %zu windows of %u tokens, %llu scored; projections quantized, the rest as stored\n\n", model,
-               text, ref.chunks, ctx, (unsigned long long)ref.tokens);
-        printf("%-22s %11s %9s %9s %10s %9s %9s %9s %8s\n", "spec", "bits/weight", "size MB", "SQNR dB", "PPL", "+/-",
-               "dPPL", "KLD", "top-1 %");
-        printf("%-22s %11s %9.3f %9s %10.4f %9.4f\n", "(as stored)", "", stored_bytes / 1e6, "", ref.ppl, ref.ppl_err);
-    }
     for (size_t s = 0; rc == EXIT_OK && st == LB_OK && s < n_specs; s++) {
         cli_eval_args qa = ea;
         qa.spec = names[s];
@@ -183,6 +133,17 @@ static int run(int argc, char **argv)
         if (st != LB_OK) break;
         const weight_cost *c = &costs[s];
         const lb_kld_result *k = &klds[s];
+        if (s == 0) {
+            ref.ppl = k->ppl_base, ref.ppl_err = k->ppl_base_err, ref.tokens = k->tokens, ref.chunks = k->chunks;
+            if (!json) {
+                printf("%s on %s: %zu windows of %u tokens, %llu scored; projections quantized, the rest as stored\n\n",
+                       model, text, ref.chunks, ctx, (unsigned long long)ref.tokens);
+                printf("%-22s %11s %9s %9s %10s %9s %9s %9s %8s\n", "spec", "bits/weight", "size MB", "SQNR dB", "PPL",
+                       "+/-", "dPPL", "KLD", "top-1 %");
+                printf("%-22s %11s %9.3f %9s %10.4f %9.4f\n", "(as stored)", "", stored_bytes / 1e6, "", ref.ppl,
+                       ref.ppl_err);
+            }
+        }
         if (!json) {
             double sqnr = c->noise > 0 ? 10 * log10(c->signal / c->noise) : INFINITY;
             printf("%-22s %11.3f %9.3f %9.2f %10.4f %9.4f %+9.4f %9.5f %8.2f\n", names[s], c->bits, c->size_bytes / 1e6,

@@ -58,12 +58,8 @@ static lb_status measure(const lb_tensor *t, const float *x, float *xhat, const 
     double signal = 0;
     for (size_t i = 0; i < t->n_elements; i++) signal += (double)x[i] * x[i];
     for (size_t s = 0; s < n_specs; s++) {
-        lb_qtensor *q = NULL;
         lb_qstats qs;
-        lb_status st = lb_quantize(&specs[s], x, rows, cols, threads, &q);
-        if (st == LB_OK) st = lb_dequantize(q, xhat, threads);
-        if (st == LB_OK) st = lb_qstats_compute(x, xhat, q, &qs);
-        if (q) lb_qtensor_free(q);
+        lb_status st = cli_quant_stats(&specs[s], x, rows, cols, threads, xhat, &qs);
         if (st != LB_OK) return st;
         row->sqnr[s] = qs.sqnr_db, row->mse[s] = qs.mse;
         tot[s].signal += signal;
@@ -162,7 +158,7 @@ static int run(int argc, char **argv)
     lb_qspec specs[ERROR_MAX_SPECS];
     char names[ERROR_MAX_SPECS][256];
     size_t n_specs;
-    int rc = cli_parse_specs("error", json, spec_text, specs, names, ERROR_MAX_SPECS, &n_specs);
+    int rc = cli_parse_specs("error", json, spec_text, specs, names, ERROR_MAX_SPECS, &n_specs, 0);
     if (rc != EXIT_OK) return rc;
     if (!threads) {
         long c = sysconf(_SC_NPROCESSORS_ONLN);

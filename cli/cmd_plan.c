@@ -1,6 +1,5 @@
 /* lowbit plan: napkin math for a model on a GPU, every figure from stated
  * inputs and printed with the formula behind it. */
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,17 +145,14 @@ static int load_shape(const opts *o, lb_shape *s, uint64_t *counted, int *have_c
     }
     lb_status st = LB_OK;
     if (config) {
-        FILE *f = fopen(config, "rb");
-        if (!f) {
-            int rc = cli_fail("plan", o->json, EXIT_RUNTIME, "io", "cannot open '%s': %s", config, strerror(errno));
+        char *text;
+        size_t len;
+        int rc = cli_read_file("plan", o->json, config, 16u << 20, &text, &len); /* a config.json is a few KB */
+        if (rc != EXIT_OK) {
             free(config);
             return rc;
         }
-        size_t cap = 16u << 20, len = 0; /* a config.json is a few KB */
-        char *text = malloc(cap);
-        if (text) len = fread(text, 1, cap, f);
-        fclose(f);
-        st = text ? lb_shape_from_config(text, len, config, s) : LB_ERR_NOMEM;
+        st = lb_shape_from_config(text, len, config, s);
         free(text);
         free(config);
         if (st != LB_OK) return cli_fail_lb("plan", o->json, EXIT_RUNTIME, st);
@@ -173,20 +169,9 @@ static int load_shape(const opts *o, lb_shape *s, uint64_t *counted, int *have_c
     return st == LB_OK ? EXIT_OK : cli_fail_lb("plan", o->json, EXIT_RUNTIME, st);
 }
 
-/* 16-bit (and 32-bit) floats are stored as they are: a spec of the
- * element alone, which lb_qspec_parse refuses (there is nothing to scale). */
-static int unscaled(const char *text, lb_qspec *out)
-{
-    lb_format f;
-    if (lb_format_by_name(text, &f) != LB_OK || (f != LB_FMT_BF16 && f != LB_FMT_FP16 && f != LB_FMT_FP32)) return 0;
-    lb_qspec_parse("int8", out); /* the defaults, then the element */
-    out->element = f;
-    return 1;
-}
-
 static lb_status weights_spec(const char *text, lb_qspec *out)
 {
-    return unscaled(text, out) ? LB_OK : lb_qspec_parse(text, out);
+    return cli_plain_float_spec(text, out) ? LB_OK : lb_qspec_parse(text, out);
 }
 
 /* --kv FORMAT: integers get a per-token, per-head fp16 scale; 8-bit and
@@ -194,7 +179,7 @@ static lb_status weights_spec(const char *text, lb_qspec *out)
 static lb_status kv_spec(const char *text, lb_qspec *out)
 {
     if (strchr(text, ':')) return lb_qspec_parse(text, out);
-    if (unscaled(text, out)) return LB_OK;
+    if (cli_plain_float_spec(text, out)) return LB_OK;
     lb_format f;
     lb_status st = lb_format_by_name(text, &f);
     if (st != LB_OK) return lb_qspec_parse(text, out); /* a preset such as nvfp4, or the error */

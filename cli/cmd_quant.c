@@ -202,7 +202,7 @@ static int run(int argc, char **argv)
     lb_qspec specs[QUANT_MAX_SPECS];
     char names[QUANT_MAX_SPECS][256];
     size_t n_specs = 0;
-    int rc = cli_parse_specs("quant", json, spec_text, specs, names, QUANT_MAX_SPECS, &n_specs);
+    int rc = cli_parse_specs("quant", json, spec_text, specs, names, QUANT_MAX_SPECS, &n_specs, 0);
     if (rc != EXIT_OK) return rc;
 
     input in = {0};

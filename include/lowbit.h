@@ -474,7 +474,7 @@ typedef struct lb_runner lb_runner;
 
 /* Which weights a quantization spec applies to when the runner
  * fake-quantizes (quantize, then dequantize to fp32). A spec whose element
- * is bf16 or fp16 at tensor granularity (not valid for lb_quantize: there
+ * is bf16, fp16 or fp32 at tensor granularity (not valid for lb_quantize: there
  * is nothing to scale) rounds the weights to that format. */
 typedef struct lb_runner_options {
     int threads;             /* 0: one per CPU */

@@ -5,6 +5,8 @@
 #include "lowbit.h"
 
 double lb__now(void);
+/* log sum exp(logits), the max subtracted first, in double. */
+double lb__log_sum_exp(const float *logits, size_t vocab);
 /* The window length and how many whole windows the text gives. */
 lb_status lb__eval_windows(size_t n, const lb_eval_options *o, uint32_t *ctx, size_t *chunks);
 /* Runs one window (its first token replaced by BOS when bos >= 0) from an

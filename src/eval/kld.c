@@ -22,14 +22,8 @@
 /* Returns 0 if a logit is NaN or +inf (-inf is a probability of 0). */
 static int log_softmax(const float *logits, size_t vocab, double *out)
 {
-    double mx = -INFINITY, sum = 0;
-    for (size_t i = 0; i < vocab; i++) {
-        if (isnan(logits[i]) || logits[i] == INFINITY) return 0;
-        if (logits[i] > mx) mx = logits[i];
-    }
-    if (mx == -INFINITY) return 0;
-    for (size_t i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
-    double lse = log(sum) + mx;
+    double lse = lb__log_sum_exp(logits, vocab);
+    if (!isfinite(lse)) return 0; /* a NaN or +inf logit, or every one -inf */
     for (size_t i = 0; i < vocab; i++) out[i] = (double)logits[i] - lse;
     return 1;
 }

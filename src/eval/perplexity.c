@@ -8,13 +8,18 @@
 #include "eval/eval_internal.h"
 #include "util/error.h"
 
-double lb_nll(const float *logits, size_t vocab, int32_t target)
+double lb__log_sum_exp(const float *logits, size_t vocab)
 {
     double mx = -INFINITY, sum = 0;
     for (size_t i = 0; i < vocab; i++)
         if (logits[i] > mx) mx = logits[i];
     for (size_t i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
-    return log(sum) + mx - (double)logits[target];
+    return log(sum) + mx;
+}
+
+double lb_nll(const float *logits, size_t vocab, int32_t target)
+{
+    return lb__log_sum_exp(logits, vocab) - (double)logits[target];
 }
 
 void lb_ppl_add(lb_ppl_acc *a, double nll)

@@ -210,15 +210,19 @@ static lb_status sniff(const char *path, uint8_t head[9], size_t *got)
     return LB_OK;
 }
 
-/* A model that failed to open as one type starts over clean. */
+/* Frees everything the model holds and zeroes it: for lb_model_close, and
+ * for a file that failed to open as one type and is tried as another. */
 static void reset(lb_model *m)
 {
     if (m->owned_names)
         for (size_t i = 0; i < m->n_tensors; i++) free(m->owned_names[i]);
     free(m->owned_names), free(m->tensors);
+    free(m->by_name), free(m->by_file_name), free(m->sources);
     if (m->kind == LB_MODEL_GGUF) lb__gguf_close(&m->gguf);
     for (size_t i = 0; i < m->n_shards; i++) lb__st_close(&m->shards[i]);
-    free(m->shards), free(m->sources);
+    free(m->shards);
+    lb__l2c_free(&m->l2c);
+    lb__unmap_file(&m->l2c_map);
     memset(m, 0, sizeof *m);
 }
 
@@ -340,16 +344,7 @@ lb_status lb_model_open(const char *path, lb_model **out)
 void lb_model_close(lb_model *m)
 {
     if (!m) return;
-    if (m->owned_names)
-        for (size_t i = 0; i < m->n_tensors; i++) free(m->owned_names[i]);
-    free(m->owned_names);
-    free(m->tensors);
-    free(m->by_name), free(m->by_file_name), free(m->sources);
-    if (m->kind == LB_MODEL_GGUF) lb__gguf_close(&m->gguf);
-    for (size_t i = 0; i < m->n_shards; i++) lb__st_close(&m->shards[i]);
-    free(m->shards);
-    lb__l2c_free(&m->l2c);
-    lb__unmap_file(&m->l2c_map);
+    reset(m);
     free(m);
 }
 

@@ -98,11 +98,13 @@ static lb_status load_f32(const loader *l, const char *name, size_t rows, size_t
     return LB_OK;
 }
 
-/* A bf16 or fp16 "spec" with nothing to scale: the weights are rounded
- * to the format (lb_qspec_validate refuses these as quantization specs). */
+/* A bf16, fp16 or fp32 "spec" with nothing to scale: the weights are
+ * rounded to the format (lb_qspec_validate refuses these as quantization
+ * specs). */
 static int plain_float(const lb_qspec *spec)
 {
-    return (spec->element == LB_FMT_BF16 || spec->element == LB_FMT_FP16) && spec->granularity == LB_GRAN_TENSOR &&
+    lb_format e = spec->element;
+    return (e == LB_FMT_BF16 || e == LB_FMT_FP16 || e == LB_FMT_FP32) && spec->granularity == LB_GRAN_TENSOR &&
            !spec->affine && !spec->two_level;
 }
 
@@ -114,6 +116,7 @@ static lb_status fake_quantize(const lb_qspec *spec, float *w, size_t rows, size
     if (!spec) return LB_OK;
     lb_format e = spec->element;
     if (plain_float(spec)) {
+        if (e == LB_FMT_FP32) return LB_OK; /* the weights are fp32 already */
         /* 16-bit floats need no scale: round each weight (saturating) and back */
         size_t n = rows * cols;
         uint16_t *codes = malloc(n * sizeof *codes);
