@@ -1,6 +1,7 @@
 #include "util/parallel.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -10,6 +11,12 @@
  * the slice table on the stack. */
 #define LB_MAX_THREADS 64
 
+/* A waiting thread polls this many times (each a CPU pause) before it
+ * sleeps: decode runs a few hundred short parallel loops per token, and
+ * waking a sleeping thread costs tens of microseconds, more than many of
+ * those loops take. About 0.1 ms of polling on current x86 cores. */
+#define SPIN_POLLS 4096
+
 typedef struct slice {
     lb__range_fn fn;
     void *ctx;
@@ -18,15 +25,28 @@ typedef struct slice {
     char error[1024]; /* the worker's lb_last_error(), carried home */
 } slice;
 
-static void *run_slice(void *arg)
+static void run_slice(slice *s)
 {
-    slice *s = arg;
     s->status = s->fn(s->ctx, s->begin, s->end);
     if (s->status != LB_OK) {
         strncpy(s->error, lb_last_error(), sizeof s->error - 1);
         s->error[sizeof s->error - 1] = '\0';
     }
+}
+
+static void *run_slice_thread(void *arg)
+{
+    run_slice(arg);
     return NULL;
+}
+
+static void cpu_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
 }
 
 int lb__thread_count(int threads)
@@ -35,6 +55,123 @@ int lb__thread_count(int threads)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (cpus < 1) return 1;
     return cpus > LB_MAX_THREADS ? LB_MAX_THREADS : (int)cpus;
+}
+
+/* ---- the pool: workers that live for the process and wait for jobs ----
+ *
+ * One job at a time: the caller that holds `busy` publishes its slices
+ * and bumps `generation`; worker i (1-based) runs slice i when the job has
+ * one, every worker then counts itself done, and the last wakes the
+ * caller, who runs slice 0 itself meanwhile.
+ * A second caller meanwhile (another application thread), or a call made
+ * from inside a job, does not wait for the pool: it starts threads of its
+ * own or runs its slices in order. */
+static struct {
+    pthread_mutex_t busy;   /* held by the caller whose job runs */
+    pthread_mutex_t lock;   /* guards the sleeps below */
+    pthread_cond_t wake, done;
+    int workers;            /* started so far */
+    int sleepers;           /* workers blocked on wake */
+    int caller_sleeps;      /* the caller blocked on done */
+    atomic_ulong generation;
+    atomic_int pending;     /* workers yet to answer the current job */
+    slice *slices;
+    int nslices;
+    unsigned long born_at[LB_MAX_THREADS];
+} pool = {.busy = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
+          .wake = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+
+static _Thread_local int inside_job;
+
+static void *worker_main(void *arg)
+{
+    int index = (int)(size_t)arg;
+    /* the job count when this worker was made (under busy, before the job
+     * that wanted it was published): a worker that starts late must still
+     * see that job as new */
+    unsigned long seen = pool.born_at[index];
+    inside_job = 1;
+    for (;;) {
+        unsigned long g;
+        for (int i = 0; (g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen; i++) {
+            if (i < SPIN_POLLS) {
+                cpu_pause();
+                continue;
+            }
+            pthread_mutex_lock(&pool.lock);
+            pool.sleepers++;
+            while (atomic_load(&pool.generation) == seen) pthread_cond_wait(&pool.wake, &pool.lock);
+            pool.sleepers--;
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = g;
+        /* every worker answers every job, even one too small to give it a
+         * slice: the next job is published only after all have, so none
+         * can read one job's table believing it another's */
+        if (index < pool.nslices) run_slice(&pool.slices[index]);
+        if (atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&pool.lock);
+            if (pool.caller_sleeps) pthread_cond_signal(&pool.done);
+            pthread_mutex_unlock(&pool.lock);
+        }
+    }
+    return NULL;
+}
+
+/* Starts workers up to `want` (slices 1 .. want). Returns how many exist. */
+static int grow_pool(int want)
+{
+    while (pool.workers < want) {
+        pthread_t t;
+        pthread_attr_t attr;
+        if (pthread_attr_init(&attr) != 0) break;
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pool.born_at[pool.workers + 1] = atomic_load(&pool.generation);
+        int ok = pthread_create(&t, &attr, worker_main, (void *)(size_t)(pool.workers + 1)) == 0;
+        pthread_attr_destroy(&attr);
+        if (!ok) break;
+        pool.workers++;
+    }
+    return pool.workers;
+}
+
+static void run_on_pool(slice *s, int t)
+{
+    pool.slices = s;
+    pool.nslices = t;
+    atomic_store(&pool.pending, pool.workers);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
+    if (pool.sleepers) pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    inside_job = 1;
+    run_slice(&s[0]);
+    inside_job = 0;
+    for (int i = 0; atomic_load_explicit(&pool.pending, memory_order_acquire) != 0; i++) {
+        if (i < SPIN_POLLS) {
+            cpu_pause();
+            continue;
+        }
+        pthread_mutex_lock(&pool.lock);
+        pool.caller_sleeps = 1;
+        while (atomic_load(&pool.pending) != 0) pthread_cond_wait(&pool.done, &pool.lock);
+        pool.caller_sleeps = 0;
+        pthread_mutex_unlock(&pool.lock);
+    }
+}
+
+/* Threads of this call's own, for a caller that finds the pool taken. */
+static void run_on_own_threads(slice *s, int t)
+{
+    pthread_t tid[LB_MAX_THREADS];
+    int started[LB_MAX_THREADS] = {0};
+    /* a worker that cannot start has its slice run here, so the work is done either way */
+    for (int i = 1; i < t; i++) started[i] = pthread_create(&tid[i], NULL, run_slice_thread, &s[i]) == 0;
+    run_slice(&s[0]);
+    for (int i = 1; i < t; i++) {
+        if (started[i]) pthread_join(tid[i], NULL);
+        else run_slice(&s[i]);
+    }
 }
 
 lb_status lb__parallel_for(size_t n, size_t grain, int threads, lb__range_fn fn, void *ctx)
@@ -46,21 +183,21 @@ lb_status lb__parallel_for(size_t n, size_t grain, int threads, lb__range_fn fn,
     if (t <= 1) return fn(ctx, 0, n);
 
     slice s[LB_MAX_THREADS];
-    pthread_t tid[LB_MAX_THREADS];
-    int started[LB_MAX_THREADS] = {0};
     for (int i = 0; i < t; i++) {
         size_t b = units * (size_t)i / (size_t)t * grain;
         size_t e = units * (size_t)(i + 1) / (size_t)t * grain;
         s[i] = (slice){.fn = fn, .ctx = ctx, .begin = b, .end = e < n ? e : n};
     }
-    /* Slice 0 runs on the calling thread; a worker that cannot start has
-     * its slice run here too, so the work is done either way. */
-    for (int i = 1; i < t; i++) started[i] = pthread_create(&tid[i], NULL, run_slice, &s[i]) == 0;
-    run_slice(&s[0]);
-    for (int i = 1; i < t; i++) {
-        if (started[i]) pthread_join(tid[i], NULL);
-        else run_slice(&s[i]);
+    if (inside_job) {
+        for (int i = 0; i < t; i++) run_slice(&s[i]); /* nested: the pool is ours already */
+    } else if (pthread_mutex_trylock(&pool.busy) == 0) {
+        if (grow_pool(t - 1) >= t - 1) run_on_pool(s, t);
+        else run_on_own_threads(s, t);
+        pthread_mutex_unlock(&pool.busy);
+    } else {
+        run_on_own_threads(s, t);
     }
+    /* the lowest failing slice: the error a single thread would meet first */
     for (int i = 0; i < t; i++)
         if (s[i].status != LB_OK) return lb__fail(s[i].status, "%s", s[i].error);
     return LB_OK;

@@ -1,0 +1,90 @@
+/* lb__parallel_for's thread pool: every index is visited exactly once for
+ * any thread count and grain, errors come from the lowest failing slice,
+ * nested calls and two application threads calling at once both finish.
+ * Thousands of short jobs in a row exercise the pool's hand-offs (a lost
+ * wake-up would hang this test). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "util/error.h"
+#include "util/parallel.h"
+
+typedef struct job {
+    atomic_int *hits;
+    size_t fail_at; /* a slice containing this index fails (SIZE_MAX: none) */
+    int nested;
+} job;
+
+static lb_status visit(void *ctx, size_t b, size_t e)
+{
+    job *j = ctx;
+    for (size_t i = b; i < e; i++) atomic_fetch_add(&j->hits[i], 1);
+    if (j->nested) {
+        job inner = {j->hits, SIZE_MAX, 0};
+        lb_status st = lb__parallel_for(e - b, 1, 2, visit, &inner); /* indices 0..e-b again */
+        if (st != LB_OK) return st;
+    }
+    if (j->fail_at >= b && j->fail_at < e) return lb__fail(LB_ERR_IO, "slice at %zu", b);
+    return LB_OK;
+}
+
+static int run_many(int rounds, unsigned seed)
+{
+    int ok = 1;
+    atomic_int hits[300];
+    for (int r = 0; r < rounds; r++) {
+        seed = seed * 1664525u + 1013904223u;
+        size_t n = (seed >> 8) % 300, grain = 1 + (seed >> 20) % 5;
+        int threads = 1 + (int)((seed >> 4) % 6);
+        for (size_t i = 0; i < n; i++) atomic_store(&hits[i], 0);
+        job j = {hits, SIZE_MAX, 0};
+        if (lb__parallel_for(n, grain, threads, visit, &j) != LB_OK) ok = 0;
+        for (size_t i = 0; i < n; i++)
+            if (atomic_load(&hits[i]) != 1) ok = 0;
+    }
+    return ok;
+}
+
+static void *caller(void *arg)
+{
+    int *ok = arg;
+    *ok = run_many(2000, 99);
+    return NULL;
+}
+
+int main(void)
+{
+    CHECK(run_many(5000, 1), "5000 jobs of random sizes and thread counts: every index once");
+
+    atomic_int hits[64];
+    for (int i = 0; i < 64; i++) atomic_store(&hits[i], 0);
+    job j = {hits, 40, 0};
+    lb_status st = lb__parallel_for(64, 1, 4, visit, &j);
+    CHECK(st == LB_ERR_IO && strstr(lb_last_error(), "slice at 32"), "the failing slice's error: %s", lb_last_error());
+    j.fail_at = 10;
+    for (int i = 0; i < 64; i++) atomic_store(&hits[i], 0);
+    j.fail_at = 70; /* none fails */
+    st = lb__parallel_for(64, 1, 4, visit, &j);
+    CHECK(st == LB_OK, "no failure");
+
+    /* nested: each slice runs an inner loop over 0..len; index i is then hit
+     * once by the outer loop plus once per slice longer than i */
+    for (int i = 0; i < 64; i++) atomic_store(&hits[i], 0);
+    job nj = {hits, SIZE_MAX, 1};
+    CHECK(lb__parallel_for(64, 1, 2, visit, &nj) == LB_OK, "nested");
+    int nested_ok = 1;
+    for (int i = 0; i < 64; i++) nested_ok &= atomic_load(&hits[i]) == 1 + (i < 32 ? 2 : 0);
+    CHECK(nested_ok, "nested calls visit their ranges");
+
+    /* two application threads at once: one gets the pool, the other its own threads */
+    pthread_t t;
+    int ok_a = 0, ok_b = 0;
+    pthread_create(&t, NULL, caller, &ok_a);
+    caller(&ok_b);
+    pthread_join(t, NULL);
+    CHECK(ok_a && ok_b, "concurrent callers");
+    return check_summary();
+}
