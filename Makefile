@@ -43,6 +43,7 @@ $(BUILD)/%.o: %.c include/lowbit.h $(wildcard src/*/*.h) $(wildcard src/*/*.def)
 
 $(BUILD)/%_avx2.o: ALLFLAGS += $(FLAGS_AVX2)
 $(BUILD)/%_avx512.o: ALLFLAGS += $(FLAGS_AVX512)
+$(BUILD)/%_vnni.o: ALLFLAGS += $(FLAGS_AVX512) -mavx512vnni -mavx512bf16
 
 $(BUILD)/liblowbit.a: $(LIB_OBJ)
 	@rm -f $@

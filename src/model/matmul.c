@@ -53,30 +53,43 @@ void lb__packed_row(const lb__packed *p, size_t o, float *dst)
 typedef struct mm_job {
     const float *x;  /* X rows (scalar path) */
     const float *xp; /* X packed in row blocks (vector paths) */
-    size_t n;
-    const lb__packed *w;
+    size_t n, out, in;
+    const lb__panel_source *src;
     float *y;
     const lb__mm_kernel *k;
 } mm_job;
+
+/* Per-thread room a panel source asks for, 64-byte aligned (NULL when it
+ * needs none: panels are then read in place). */
+static lb_status source_scratch(const mm_job *j, void **buf)
+{
+    *buf = NULL;
+    size_t bytes = j->src->scratch_bytes;
+    if (!bytes) return LB_OK;
+    *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    return *buf ? LB_OK : lb__fail(LB_ERR_NOMEM, "cannot allocate %zu bytes of matmul scratch", bytes);
+}
 
 /* The reference: one sum per element over k in order, product then add. */
 static lb_status scalar_panels(void *ctx, size_t p0, size_t p1)
 {
     const mm_job *j = ctx;
-    const lb__packed *w = j->w;
-    for (size_t p = p0; p < p1; p++) {
-        const float *panel = w->data + p * w->in * LB__MM_NR;
-        size_t o0 = p * LB__MM_NR, ncols = w->out - o0 < LB__MM_NR ? w->out - o0 : LB__MM_NR;
+    void *buf;
+    lb_status st = source_scratch(j, &buf);
+    for (size_t p = p0; p < p1 && st == LB_OK; p++) {
+        const float *panel = j->src->panel(j->src->ctx, p, buf);
+        size_t o0 = p * LB__MM_NR, ncols = j->out - o0 < LB__MM_NR ? j->out - o0 : LB__MM_NR;
         for (size_t t = 0; t < j->n; t++) {
-            const float *xr = j->x + t * w->in;
+            const float *xr = j->x + t * j->in;
             for (size_t c = 0; c < ncols; c++) {
                 float s = 0.0f;
-                for (size_t k = 0; k < w->in; k++) s += xr[k] * panel[k * LB__MM_NR + c];
-                j->y[t * w->out + o0 + c] = s;
+                for (size_t k = 0; k < j->in; k++) s += xr[k] * panel[k * LB__MM_NR + c];
+                j->y[t * j->out + o0 + c] = s;
             }
         }
     }
-    return LB_OK;
+    free(buf);
+    return st;
 }
 
 /* Rows of X a thread keeps hot in L2 while it walks its panels: about
@@ -88,23 +101,34 @@ static size_t rows_per_group(size_t in, size_t mr)
     return rows < mr ? mr : rows;
 }
 
+static void panel_rows(const mm_job *j, const float *panel, size_t p, size_t r0, size_t r1)
+{
+    size_t mr = j->k->mr, o0 = p * LB__MM_NR, ncols = j->out - o0 < LB__MM_NR ? j->out - o0 : LB__MM_NR;
+    for (size_t r = r0; r < r1; r += mr) {
+        size_t rows = r1 - r < mr ? r1 - r : mr;
+        /* row block r starts at r * in in the packed X (blocks hold mr
+         * rows each, the last one fewer) */
+        j->k->block(j->xp + r * j->in, rows, j->in, panel, j->y + r * j->out + o0, j->out, ncols);
+    }
+}
+
 static lb_status vector_panels(void *ctx, size_t p0, size_t p1)
 {
     const mm_job *j = ctx;
-    const lb__packed *w = j->w;
-    size_t mr = j->k->mr, group = rows_per_group(w->in, mr);
+    void *buf;
+    lb_status st = source_scratch(j, &buf);
+    if (st != LB_OK) return st;
+    if (buf) {
+        /* panels made on the fly: each once, then every row of X against it */
+        for (size_t p = p0; p < p1; p++) panel_rows(j, j->src->panel(j->src->ctx, p, buf), p, 0, j->n);
+        free(buf);
+        return LB_OK;
+    }
+    /* stored panels: X rows in groups that stay in L2 while the panels stream */
+    size_t group = rows_per_group(j->in, j->k->mr);
     for (size_t g = 0; g < j->n; g += group) {
         size_t gend = g + group < j->n ? g + group : j->n;
-        for (size_t p = p0; p < p1; p++) {
-            const float *panel = w->data + p * w->in * LB__MM_NR;
-            size_t o0 = p * LB__MM_NR, ncols = w->out - o0 < LB__MM_NR ? w->out - o0 : LB__MM_NR;
-            for (size_t r = g; r < gend; r += mr) {
-                size_t rows = gend - r < mr ? gend - r : mr;
-                /* row block r starts at r * in in the packed X (blocks hold
-                 * mr rows each, the last one fewer) */
-                j->k->block(j->xp + r * w->in, rows, w->in, panel, j->y + r * w->out + o0, w->out, ncols);
-            }
-        }
+        for (size_t p = p0; p < p1; p++) panel_rows(j, j->src->panel(j->src->ctx, p, NULL), p, g, gend);
     }
     return LB_OK;
 }
@@ -132,27 +156,42 @@ static const lb__mm_kernel *kernel_for(lb_isa isa)
     return NULL;
 }
 
-lb_status lb__matmul_isa(const float *x, size_t n, const lb__packed *w, float *y, int threads, lb_isa isa)
+lb_status lb__matmul_source(const float *x, size_t n, size_t out, size_t in, const lb__panel_source *src, float *y,
+                            int threads, lb_isa isa)
 {
-    if (n == 0 || w->out == 0) return LB_OK;
-    if (w->in == 0) {
-        for (size_t t = 0; t < n; t++) memset(y + t * w->out, 0, w->out * sizeof *y);
+    if (n == 0 || out == 0) return LB_OK;
+    if (in == 0) {
+        for (size_t t = 0; t < n; t++) memset(y + t * out, 0, out * sizeof *y);
         return LB_OK;
     }
-    mm_job j = {.x = x, .n = n, .w = w, .y = y, .k = kernel_for(isa)};
-    if (!j.k) return lb__parallel_for(w->panels, 1, threads, scalar_panels, &j);
+    size_t panels = (out + LB__MM_NR - 1) / LB__MM_NR;
+    mm_job j = {.x = x, .n = n, .out = out, .in = in, .src = src, .y = y, .k = kernel_for(isa)};
+    if (!j.k) return lb__parallel_for(panels, 1, threads, scalar_panels, &j);
     /* a single row is already k-major */
     float *xp = NULL;
     if (n == 1) j.xp = x;
     else {
-        xp = malloc(n * w->in * sizeof *xp);
-        if (!xp) return lb__fail(LB_ERR_NOMEM, "cannot allocate %zu x %zu floats for a matmul input", n, w->in);
-        pack_x(x, n, w->in, j.k->mr, xp);
+        xp = malloc(n * in * sizeof *xp);
+        if (!xp) return lb__fail(LB_ERR_NOMEM, "cannot allocate %zu x %zu floats for a matmul input", n, in);
+        pack_x(x, n, in, j.k->mr, xp);
         j.xp = xp;
     }
-    lb_status st = lb__parallel_for(w->panels, 1, threads, vector_panels, &j);
+    lb_status st = lb__parallel_for(panels, 1, threads, vector_panels, &j);
     free(xp);
     return st;
+}
+
+static const float *stored_panel(void *ctx, size_t p, void *scratch)
+{
+    (void)scratch;
+    const lb__packed *w = ctx;
+    return w->data + p * w->in * LB__MM_NR;
+}
+
+lb_status lb__matmul_isa(const float *x, size_t n, const lb__packed *w, float *y, int threads, lb_isa isa)
+{
+    lb__panel_source src = {.panel = stored_panel, .ctx = (void *)w, .scratch_bytes = 0};
+    return lb__matmul_source(x, n, w->out, w->in, &src, y, threads, isa);
 }
 
 lb_status lb__matmul(const float *x, size_t n, const lb__packed *w, float *y, int threads)

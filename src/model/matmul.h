@@ -42,6 +42,22 @@ lb_status lb__matmul(const float *x, size_t n, const lb__packed *w, float *y, in
  * build or CPU lacks falls back to the next one down. */
 lb_status lb__matmul_isa(const float *x, size_t n, const lb__packed *w, float *y, int threads, lb_isa isa);
 
+/* Where the panels come from: stored (lb__packed) or made on demand (a
+ * packed quantized matrix dequantizes LB__MM_NR rows into panel layout).
+ * panel(ctx, p, scratch) returns panel p; scratch is scratch_bytes of
+ * per-thread room (64-byte aligned; NULL when scratch_bytes is 0). With
+ * a scratch, each thread asks for each of its panels exactly once. */
+typedef struct lb__panel_source {
+    const float *(*panel)(void *ctx, size_t p, void *scratch);
+    void *ctx;
+    size_t scratch_bytes;
+} lb__panel_source;
+
+/* Y[n][out] = X[n][in] . W^T with W's panels from src: the same kernels
+ * and the same order of sums as lb__matmul_isa. */
+lb_status lb__matmul_source(const float *x, size_t n, size_t out, size_t in, const lb__panel_source *src, float *y,
+                            int threads, lb_isa isa);
+
 /* A vector kernel set: the row block it keeps in registers, and the call
  * computing rows [0, mr) (1 <= mr <= MR) of X, packed k-major
  * (xp[k*mr + r] = X[r][k]), against one panel into y[r*ldy + j] for the

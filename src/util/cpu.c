@@ -31,8 +31,23 @@ static lb_isa detect(void)
     if (zmm_ok && avx512f && avx512dq && avx512bw && avx512vl) return LB_ISA_AVX512;
     return LB_ISA_AVX2;
 }
+
+static unsigned detect_extras(void)
+{
+    unsigned a, b, c, d, out = 0;
+    if (detect() != LB_ISA_AVX512) return 0; /* each needs the OS's zmm state too */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    if ((c >> 11) & 1) out |= LB__CPU_AVX512_VNNI;
+    if ((d >> 23) & 1) out |= LB__CPU_AVX512_FP16;
+    if (a >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) {
+        if ((a >> 5) & 1) out |= LB__CPU_AVX512_BF16;
+        if ((a >> 4) & 1) out |= LB__CPU_AVX_VNNI;
+    }
+    return out;
+}
 #else
 static lb_isa detect(void) { return LB_ISA_SCALAR; }
+static unsigned detect_extras(void) { return 0; }
 #endif
 
 lb_isa lb__cpu_best_isa(void)
@@ -40,4 +55,11 @@ lb_isa lb__cpu_best_isa(void)
     static int cached = -1; /* benign race: every thread computes the same */
     if (cached < 0) cached = (int)detect();
     return (lb_isa)cached;
+}
+
+unsigned lb__cpu_extras(void)
+{
+    static int cached = -1; /* benign race, as above */
+    if (cached < 0) cached = (int)detect_extras();
+    return (unsigned)cached;
 }
