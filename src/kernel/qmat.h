@@ -1,0 +1,77 @@
+/* Weight matrices kept in their stored (packed) format, and the matrix
+ * products that read them without a dequantized copy.
+ *
+ * An lb__qmat is a view of W [rows = output features][cols = inputs]:
+ * either plain codes (fp32, bf16 or fp16, no scale) or an lb_qtensor's
+ * packed layout (lowbit.h, "The stored layout"): rows of element codes,
+ * per-block scale codes, optional zero points, optional tensor scale.
+ *
+ * The value a product uses for W[r][k] is exactly lb_dequantize's:
+ *   w = (v - zp) * mul      (fp32, one rounding; v the element code's value,
+ *                            zp 0 unless affine, mul = decoded block scale
+ *                            times scale_mul)
+ * so a kernel differs from "dequantize, then multiply in fp32" only in the
+ * order it sums products (see qdot.h for the decode order, and
+ * lb__qmat_matmul for the prefill order). */
+#ifndef LB_KERNEL_QMAT_H
+#define LB_KERNEL_QMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lowbit.h"
+
+typedef struct lb__qmat {
+    size_t rows, cols;
+    lb_format element;         /* element format */
+    int plain;                 /* 1: fp32/bf16/fp16 codes, no scales */
+    size_t block;              /* elements per scale along a row (cols when plain, channel or tensor) */
+    size_t blocks;             /* scale blocks per row: ceil(cols / block) */
+    const uint8_t *data;       /* rows x row_bytes of packed element codes */
+    size_t row_bytes;
+    lb_format scale_format;    /* fp32, fp16, bf16, e8m0 or ue4m3 */
+    const uint8_t *scales;     /* scale codes, lb_format_bytes layout; row r's first is r * blocks */
+    int one_scale;             /* tensor granularity: the single code scales[0] serves every row */
+    const uint8_t *zero_points;/* affine: row r's at zero_points + r * zp_row_bytes, element bulk layout */
+    size_t zp_row_bytes;
+    float scale_mul;           /* every decoded scale is multiplied by this (two-level tensor scale,
+                                  MXINT8's 2^-6, else 1): the mul lb_dequantize uses */
+    lb_qspec spec;             /* the quantization spec (element only when plain) */
+    size_t bytes;              /* codes + scales + zero points (+ the fp32 tensor scale): what a product reads */
+    /* ownership: freed by lb__qmat_free (NULL for borrowed views) */
+    lb_qtensor *owned_q;
+    void *owned_buf;
+} lb__qmat;
+
+/* Stores w [rows][cols] (fp32, row-major) packed: spec NULL keeps fp32; a
+ * plain bf16/fp16/fp32 spec (element bf16/fp16/fp32 at tensor granularity,
+ * no options) rounds to that format (saturating); any other spec is
+ * quantized with lb_quantize. */
+lb_status lb__qmat_from_f32(const float *w, size_t rows, size_t cols, const lb_qspec *spec, int threads,
+                            lb__qmat *out);
+/* Views a quantized tensor; with take_ownership the matrix frees it. */
+void lb__qmat_from_qtensor(lb_qtensor *q, int take_ownership, lb__qmat *out);
+void lb__qmat_free(lb__qmat *m);
+
+/* 1 for a bf16/fp16/fp32 spec with nothing to scale (lb_qspec_validate
+ * refuses these; here they mean "round to the format"). */
+int lb__qspec_is_plain(const lb_qspec *spec);
+
+/* Row r's values, exactly as lb_dequantize gives them, into dst[cols]. */
+void lb__qmat_row_f32(const lb__qmat *m, size_t r, float *dst);
+
+/* Y[n][rows] = X[n][cols] . W^T, reading W packed.
+ *   n < LB__QMAT_PANEL_MIN_N: the decode kernels (qdot.h), up to
+ *     LB__QDOT_MAX_NX tokens per pass over W; a token's result does not
+ *     depend on n.
+ *   n >= LB__QMAT_PANEL_MIN_N: each panel of LB__MM_NR rows is
+ *     dequantized (lb__qmat_row_f32) into a per-thread buffer and run
+ *     through the fp32 matmul kernels (model/matmul.h): bit-identical to
+ *     lb__matmul on the dequantized weights, so prefill on packed weights
+ *     equals the fake-quantized path exactly.
+ * Threads split the rows; results are identical for any thread count. */
+#define LB__QMAT_PANEL_MIN_N 16
+lb_status lb__qmat_matmul(const lb__qmat *m, const float *x, size_t n, float *y, int threads);
+lb_status lb__qmat_matmul_isa(const lb__qmat *m, const float *x, size_t n, float *y, int threads, lb_isa isa);
+
+#endif
