@@ -1,0 +1,72 @@
+/* What the decode kernels of every instruction set share: how a matrix is
+ * classified, how the scratch is laid out, and the per-call staging of x
+ * and per-row-group staging of scales (qdot.h gives the summation order). */
+#ifndef LB_KERNEL_QDOT_INTERNAL_H
+#define LB_KERNEL_QDOT_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernel/qdot.h"
+
+/* How the vector kernels turn a chunk of codes into values. */
+typedef enum lb__qkind {
+    LB__QK_F32,  /* plain fp32 codes */
+    LB__QK_BF16, /* plain bf16: code << 16 */
+    LB__QK_F16,  /* fp16 (plain or scaled): vcvtph2ps */
+    LB__QK_E4M3, /* fp8 e4m3 (FN): the code moved into an fp16 bit pattern (value * 2^-8) */
+    LB__QK_E5M2, /* fp8 e5m2: code << 8 is the fp16 of the same value */
+    LB__QK_LUT8, /* other 8-bit floats (fnuz): a 256-entry table, gathered */
+    LB__QK_I8,   /* int8 */
+    LB__QK_U8,   /* uint8 */
+    LB__QK_NIB,  /* 4-bit: a 16-entry table of w per block */
+    LB__QK_SIX,  /* 6-bit floats: 32 magnitudes, sign bit 5 */
+    LB__QK_COUNT
+} lb__qkind;
+
+/* Rows a vector kernel keeps in flight (the scale staging sizes for it). */
+#define LB__QDOT_ROWS 4
+
+typedef struct lb__qdot_plan {
+    lb__qkind kind;
+    const lb_format_info *e;
+    size_t cols, blocks;
+    size_t chunk;      /* C of qdot.h: 32 for 4-bit elements, else 16 */
+    size_t nch;        /* chunks per row: ceil(cols / C) */
+    size_t xstride;    /* floats per staged token: nch * C */
+    size_t chunk_bytes;/* packed bytes of one whole chunk */
+    size_t cpb;        /* chunks per scale block (nch when one block) */
+    int plain, affine;
+    float *xs;         /* staged x: nx rows of xstride floats (zero padded; 4-bit: even/odd order) */
+    float *mul, *zp;   /* LB__QDOT_ROWS rows of `blocks` decoded scales (times scale_mul) and zero points */
+    float *lut;        /* LB__QK_LUT8: 256 values; NIB: 16 values; SIX: 32 magnitudes */
+    float *wrow;       /* the scalar path: one row's xstride values */
+} lb__qdot_plan;
+
+/* Fills the plan and carves the scratch (lb__qdot_scratch_bytes of it). */
+void lb__qdot_plan_init(const lb__qmat *m, void *scratch, lb__qdot_plan *p);
+
+/* 1 when every chunk lies inside one scale block, which is what the vector
+ * kernels assume (else they call the scalar reference for the matrix). */
+int lb__qdot_blocks_fit(const lb__qmat *m, const lb__qdot_plan *p);
+
+/* Copies x's tokens into p->xs in the kernels' load order, zero padded. */
+void lb__qdot_stage_x(const lb__qdot_plan *p, const float *x, size_t nx, size_t ldx);
+
+/* Decodes the scales (times scale_mul) and zero points of rows r .. r+n-1
+ * (n <= LB__QDOT_ROWS) into p->mul / p->zp, row i at i * blocks, with the
+ * format layer's bulk decoder of isa: the same function lb_dequantize uses,
+ * so the values are the same. */
+void lb__qdot_stage_scales(const lb__qmat *m, const lb__qdot_plan *p, lb_isa isa, size_t r, size_t n);
+
+/* Row r's chunk c (c >= the last chunk that may be loaded in place) copied
+ * into buf[64] with every element at or past cols as code 0. */
+void lb__qdot_tail_chunk(const lb__qmat *m, const lb__qdot_plan *p, const uint8_t *row, size_t c, uint8_t *buf);
+
+/* Chunks of a row that a kernel reading `window` bytes from a chunk's first
+ * byte may load in place: whole chunks whose window stays inside the row.
+ * With window <= chunk_bytes + 12 at most 2 chunks of a row are left over
+ * (the partial one and one whole one), which the kernels' buffers assume. */
+size_t lb__qdot_inplace_chunks(const lb__qmat *m, const lb__qdot_plan *p, size_t window);
+
+#endif
