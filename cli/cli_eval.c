@@ -15,10 +15,22 @@ int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cl
                         : strcmp(o, "--spec-head") == 0  ? &a->spec_head
                         : strcmp(o, "--tokenizer") == 0  ? &a->tokenizer
                                                           : NULL;
-    int threads = strcmp(o, "--threads") == 0;
-    if (!slot && !threads) return 0;
+    if (strcmp(o, "--fake") == 0) {
+        a->fake = 1;
+        return 1;
+    }
+    if (!slot) slot = strcmp(o, "--kv") == 0 ? &a->kv : strcmp(o, "--act") == 0 ? &a->act
+                      : strcmp(o, "--calib") == 0 ? &a->calib : NULL;
+    int threads = strcmp(o, "--threads") == 0, calib_tokens = strcmp(o, "--calib-tokens") == 0;
+    if (!slot && !threads && !calib_tokens) return 0;
     if (!v) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s needs a value", o), -1;
-    if (threads) {
+    if (calib_tokens) {
+        char *end;
+        long long t = strtoll(v, &end, 10);
+        if (*end || t < 1 || t > (1 << 20))
+            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--calib-tokens takes 1..1048576, not '%s'", v), -1;
+        a->calib_tokens = (size_t)t;
+    } else if (threads) {
         char *end;
         long t = strtol(v, &end, 10);
         if (*end || t < 1 || t > 64) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--threads takes 1..64, not '%s'", v), -1;
@@ -44,17 +56,101 @@ static int parse_spec(const char *cmd, int json, const char *text, lb_qspec *spe
     return EXIT_OK;
 }
 
+/* --kv and --act name formats; each allows a few */
+static int parse_format(const char *cmd, int json, const char *opt, const char *text, const lb_format *allowed,
+                        size_t n_allowed, lb_format *out)
+{
+    *out = LB_FMT_FP32;
+    if (!text) return EXIT_OK;
+    lb_format f;
+    if (lb_format_by_name(text, &f) == LB_OK)
+        for (size_t i = 0; i < n_allowed; i++)
+            if (allowed[i] == f) return *out = f, EXIT_OK;
+    char list[256] = "";
+    for (size_t i = 0; i < n_allowed; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", lb_format_get(allowed[i])->name);
+    return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s takes %s, not '%s'", opt, list, text);
+}
+
+static int runner_formats(const char *cmd, int json, const cli_eval_args *a, lb_runner_options *o)
+{
+    static const lb_format kv[] = {LB_FMT_FP32, LB_FMT_BF16, LB_FMT_FP16, LB_FMT_FP8_E4M3, LB_FMT_FP8_E5M2, LB_FMT_INT8, LB_FMT_INT4};
+    static const lb_format act[] = {LB_FMT_INT8, LB_FMT_FP8_E4M3};
+    int rc = parse_format(cmd, json, "--kv", a->kv, kv, sizeof kv / sizeof *kv, &o->kv);
+    if (rc == EXIT_OK) rc = parse_format(cmd, json, "--act", a->act, act, sizeof act / sizeof *act, &o->act);
+    if (rc == EXIT_OK && a->calib && !a->act)
+        rc = cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--calib sets static activation scales: it needs --act");
+    if (rc == EXIT_OK && a->act && a->fake)
+        rc = cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--act runs on packed weights: it does not combine with --fake");
+    return rc;
+}
+
+/* Static activation scales: the first tokens of the calibration text. */
+static int calibrate(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = cli_eval_tokens(cmd, json, e->tok, a->calib, &ids, &n);
+    if (rc != EXIT_OK) return rc;
+    size_t want = a->calib_tokens ? a->calib_tokens : 512, room = a->max_ctx ? a->max_ctx : 512;
+    if (want > room) want = room;
+    if (n > want) n = want;
+    lb_status st = n ? lb_runner_calibrate(e->runner, ids, n) : LB_OK;
+    free(ids);
+    if (!n) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "the calibration text %s has no tokens", a->calib);
+    return st == LB_OK ? EXIT_OK : cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+}
+
 int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
 {
     lb_qspec attn, mlp, embed, head;
-    lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx};
+    lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .fake = a->fake};
     int rc = parse_spec(cmd, json, a->spec_attn ? a->spec_attn : a->spec, &attn, &o.attn);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_mlp ? a->spec_mlp : a->spec, &mlp, &o.mlp);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_embed, &embed, &o.embed);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_head, &head, &o.head);
+    if (rc == EXIT_OK) rc = runner_formats(cmd, json, a, &o);
     if (rc != EXIT_OK) return rc;
     lb_status st = lb_runner_new(e->model, &o, &e->runner);
-    return st == LB_OK ? EXIT_OK : cli_fail_lb(cmd, json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
+    if (st != LB_OK) return cli_fail_lb(cmd, json, st == LB_ERR_ARG || st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
+    return a->calib ? calibrate(cmd, json, a, e) : EXIT_OK;
+}
+
+/* VmRSS and VmHWM (peak) from /proc/self/status, in bytes; 0 where absent */
+static void resident(unsigned long long *now, unsigned long long *peak)
+{
+    *now = *peak = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return;
+    char line[256];
+    unsigned long long kb;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "VmRSS: %llu kB", &kb) == 1) *now = kb * 1024;
+        if (sscanf(line, "VmHWM: %llu kB", &kb) == 1) *peak = kb * 1024;
+    }
+    fclose(f);
+}
+
+void cli_eval_print_memory(FILE *out, const lb_runner *r, int json)
+{
+    lb_runner_memory m;
+    lb_runner_memory_get(r, &m);
+    unsigned long long rss, peak;
+    resident(&rss, &peak);
+    if (json) {
+        fprintf(out, ", \"memory\": {\"weights_bytes\": %llu, \"weights_fp32_bytes\": %llu, \"other_bytes\": %llu, "
+               "\"kv_cache_bytes\": %llu, \"packed_matrices\": %llu, \"fp32_matrices\": %llu, \"rss_bytes\": %llu, "
+               "\"rss_peak_bytes\": %llu}",
+               (unsigned long long)m.weights, (unsigned long long)m.weights_fp32, (unsigned long long)m.other,
+               (unsigned long long)m.kv_cache, (unsigned long long)m.packed_matrices,
+               (unsigned long long)m.fp32_matrices, rss, peak);
+        return;
+    }
+    const double mib = 1024.0 * 1024.0;
+    fprintf(out, "memory: weight matrices %.1f MiB as held (%llu packed, %llu fp32; all fp32: %.1f MiB), "
+           "other %.1f MiB, KV cache %.1f MiB; resident now %.1f MiB (peak %.1f)\n",
+           m.weights / mib, (unsigned long long)m.packed_matrices, (unsigned long long)m.fp32_matrices,
+           m.weights_fp32 / mib, m.other / mib, m.kv_cache / mib, rss / mib, peak / mib);
 }
 
 int cli_eval_open(const char *cmd, int json, const char *path, const cli_eval_args *a, int want_runner,

@@ -14,6 +14,11 @@ typedef struct cli_eval_args {
     const char *tokenizer;  /* --tokenizer FILE: instead of the model's own */
     int threads;
     uint32_t max_ctx;
+    int fake;               /* --fake: simulate (fp32 copies) instead of computing on packed weights */
+    const char *kv;         /* --kv FORMAT: the KV cache's element format */
+    const char *act;        /* --act int8|fp8_e4m3: W8A8 activations */
+    const char *calib;      /* --calib FILE: static activation scales from this text */
+    size_t calib_tokens;    /* --calib-tokens N (default: up to 512, within the context) */
 } cli_eval_args;
 
 typedef struct cli_eval_model {
@@ -23,7 +28,8 @@ typedef struct cli_eval_model {
 } cli_eval_model;
 
 /* Takes the shared options (--spec, --spec-attn, --spec-mlp,
- * --spec-embed, --spec-head, --tokenizer, --threads) at argv[*i]; 1 if it did (and moved *i), 0 if
+ * --spec-embed, --spec-head, --tokenizer, --threads, --fake, --kv, --act,
+ * --calib, --calib-tokens) at argv[*i]; 1 if it did (and moved *i), 0 if
  * argv[*i] is not one of them, -1 (reported) on a bad value. */
 int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cli_eval_args *a);
 
@@ -45,6 +51,21 @@ int cli_eval_tokens(const char *cmd, int json, const lb_tokenizer *tok, const ch
 
 /* --ctx N and --chunks N at argv[*i]: 1 taken, 0 not these, -1 reported. */
 int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, uint32_t *ctx, size_t *chunks);
+
+/* The usage lines of the runner options, for each command's help. */
+#define CLI_EVAL_RUNNER_HELP                                                                              \
+    "--spec stores the attention and MLP projections quantized and computes on the packed\n"            \
+    "codes; --spec-attn and --spec-mlp one class only (overriding --spec); --spec-embed and\n"         \
+    "--spec-head the embedding and output head. --fake simulates instead (quantize, then\n"            \
+    "dequantize to fp32 copies). --act int8|fp8_e4m3 quantizes the projections' inputs per\n"          \
+    "token (W8A8: needs int8 or fp8_e4m3 weights, channel or tensor scale); --calib FILE\n"            \
+    "[--calib-tokens N] fixes static activation scales from that text instead. --kv FORMAT\n"          \
+    "stores the KV cache as fp32 (default), bf16, fp16, fp8_e4m3, fp8_e5m2, int8 or int4\n"            \
+    "(the last four with a scale per token and head).\n"
+
+/* What the runner holds and the process's resident memory: one line on
+ * stdout, or JSON fields (leading comma) with json. */
+void cli_eval_print_memory(FILE *out, const lb_runner *r, int json);
 
 /* An lb_progress_fn that draws cli_progress. */
 void cli_eval_progress(void *label, size_t done, size_t total);

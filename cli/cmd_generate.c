@@ -2,16 +2,26 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli_eval.h"
 
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static const char usage[] =
     "usage: lowbit generate MODEL -p PROMPT [-n 128] [--temp 0] [--seed 1] [--spec SPEC]\n"
+    "                      [--fake] [--act int8|fp8_e4m3 [--calib FILE]] [--kv FORMAT]\n"
     "                      [--tokenizer FILE] [--threads N]\n\n"
     "Prints PROMPT's continuation as it is generated: greedy at --temp 0 (the\n"
     "default), otherwise sampled from softmax(logits / temp) with a seeded\n"
     "generator, so a seed repeats its text. Stops after -n tokens or at the\n"
-    "end-of-text token. --spec fake-quantizes the attention and MLP projections.\n";
+    "end-of-text token. On stderr: tokens/s of the prompt and of generation, and\n"
+    "the memory the model takes.\n" CLI_EVAL_RUNNER_HELP;
 
 static uint64_t next_random(uint64_t *s)
 {
@@ -72,7 +82,10 @@ static int run(int argc, char **argv)
         cli_eval_close(&e);
         return cli_fail("generate", 0, EXIT_USAGE, "bad_argument", "the prompt is empty (and the model adds no BOS)");
     }
+    double t0 = now_s();
     if (st == LB_OK) st = lb_runner_forward(e.runner, ids, n, logits, 1);
+    double t1 = now_s();
+    long made = 0;
     fputs(prompt, stdout);
     uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 1;
     uint32_t room = lb_model_arch(e.model)->max_seq_len; /* the runner's cache: the context, at most 4096 */
@@ -89,8 +102,16 @@ static int run(int argc, char **argv)
         if (lb_token_bytes(e.tok, next, &bytes, &len) == LB_OK) fwrite(bytes, 1, len, stdout);
         fflush(stdout);
         st = lb_runner_forward(e.runner, &next, 1, logits, 1);
+        made += st == LB_OK;
     }
+    double t2 = now_s();
     printf("\n");
+    fflush(stdout); /* the statistics below come after the text */
+    if (st == LB_OK) {
+        fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s; generated: %ld tokens, %.1f tokens/s\n", n,
+                n / (t1 - t0 > 0 ? t1 - t0 : 1e-9), made, made / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
+        cli_eval_print_memory(stderr, e.runner, 0);
+    }
     if (st != LB_OK) rc = cli_fail("generate", 0, EXIT_RUNTIME, lb_status_name(st), "%s",
                                    st == LB_ERR_NOMEM ? "out of memory" : lb_last_error());
     free(ids), free(logits);

@@ -7,17 +7,17 @@
 
 static const char usage[] =
     "usage: lowbit kld BASE [QUANT] --text FILE [--spec SPEC] [--spec-attn|--spec-mlp|--spec-embed|--spec-head SPEC]\n"
-    "                 [--save-base FILE | --base FILE]\n"
+    "                 [--save-base FILE | --base FILE] [--fake] [--act int8|fp8_e4m3 [--calib FILE]] [--kv FORMAT]\n"
     "                 [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--json]\n\n"
     "KL divergence KL(base || quant) of the next-token distributions, per scored\n"
     "token of lowbit ppl's windows: mean +- standard error, median, p99, max; the\n"
     "top-1 agreement (how often both models' most likely token is the same); both\n"
     "perplexities and their difference with its error from the paired per-token\n"
     "log-likelihoods. QUANT is another model file (the same tokenizer), or BASE\n"
-    "fake-quantized under --spec. --save-base stores the base model's\n"
+    "quantized under --spec (and the options below). --save-base stores the base model's\n"
     "distributions (16 bits per log-probability) so later runs can skip the base\n"
     "model with --base FILE (then BASE only provides the tokenizer, and QUANT or\n"
-    "--spec the model to measure).\n";
+    "--spec the model to measure). The base always runs as stored, fp32 KV cache.\n" CLI_EVAL_RUNNER_HELP;
 
 static int run(int argc, char **argv)
 {
@@ -41,12 +41,14 @@ static int run(int argc, char **argv)
     }
     if (!paths[0] || !text) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "need BASE and --text FILE\n%s", usage);
     if (save && load) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "--save-base and --base exclude each other");
-    if (!paths[1] && !ea.spec && !ea.spec_attn && !ea.spec_mlp && !ea.spec_embed && !ea.spec_head)
-        return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "nothing to compare: give QUANT or --spec");
+    if (!paths[1] && !ea.spec && !ea.spec_attn && !ea.spec_mlp && !ea.spec_embed && !ea.spec_head && !ea.kv && !ea.act)
+        return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "nothing to compare: give QUANT, --spec, --kv or --act");
     ea.max_ctx = ctx;
     /* the base: the model as stored, unless its distributions come from a file */
     cli_eval_args base_args = ea;
     base_args.spec = base_args.spec_attn = base_args.spec_mlp = base_args.spec_embed = base_args.spec_head = NULL;
+    base_args.kv = base_args.act = base_args.calib = NULL;
+    base_args.fake = 0;
     cli_eval_model base, quant = {0};
     int rc = cli_eval_open("kld", json, paths[0], &base_args, 0, &base);
     if (rc != EXIT_OK) return rc;
@@ -83,6 +85,7 @@ static int run(int argc, char **argv)
             json_field(stdout, "dppl", k.dppl);
             json_field(stdout, "dppl_err", k.dppl_err);
             json_field(stdout, "seconds", k.seconds);
+            cli_eval_print_memory(stdout, quant.runner, 1);
             printf("}\n");
         } else {
             printf("%s vs %s%s%s: %zu windows of %u, %llu scored tokens\n", paths[0], paths[1] ? paths[1] : paths[0],
@@ -92,6 +95,7 @@ static int run(int argc, char **argv)
             printf("top-1 agreement %.2f%%\n", 100 * k.top1_agreement);
             printf("PPL base %.4f +/- %.4f   quant %.4f +/- %.4f   delta %+.4f +/- %.4f\n", k.ppl_base, k.ppl_base_err,
                    k.ppl, k.ppl_err, k.dppl, k.dppl_err);
+            cli_eval_print_memory(stdout, quant.runner, 0);
         }
     }
     free(ids);

@@ -8,16 +8,13 @@
 static const char usage[] =
     "usage: lowbit ppl MODEL --text FILE [--ctx 512] [--chunks N] [--spec SPEC] [--spec-attn SPEC]\n"
     "                 [--spec-mlp SPEC] [--spec-embed SPEC] [--spec-head SPEC] [--tokenizer FILE]\n"
-    "                 [--threads N] [--json]\n\n"
+    "                 [--fake] [--act int8|fp8_e4m3 [--calib FILE]] [--kv FORMAT] [--threads N] [--json]\n\n"
     "Perplexity as llama.cpp's perplexity tool measures it: the text is tokenized\n"
     "(BOS first), cut into non-overlapping windows of --ctx tokens whose first token\n"
     "is BOS (when the model adds BOS), each run from an empty cache; only the\n"
     "second half of each window is scored: the logits at positions ctx/2 .. ctx-2\n"
-    "predict the tokens after them. Prints PPL +- its standard error and tokens/s.\n"
-    "--chunks limits the\n"
-    "windows. --spec fake-quantizes the attention and MLP projections (quantize,\n"
-    "dequantize); --spec-attn and --spec-mlp one class only (overriding --spec);\n"
-    "--spec-embed and --spec-head the embedding and output head.\n";
+    "predict the tokens after them. Prints PPL +- its standard error, tokens/s and\n"
+    "the memory the model takes. --chunks limits the windows.\n" CLI_EVAL_RUNNER_HELP;
 
 static int run(int argc, char **argv)
 {
@@ -63,11 +60,13 @@ static int run(int argc, char **argv)
             json_field(stdout, "ppl_err", res.ppl_err);
             json_field(stdout, "seconds", res.seconds);
             json_field(stdout, "tokens_per_s", res.tokens_per_s);
+            cli_eval_print_memory(stdout, e.runner, 1);
             printf("}\n");
         } else {
             printf("%s%s%s: %zu tokens of text, %zu windows of %u, %llu scored\n", model, ea.spec ? " under " : "",
                    ea.spec ? ea.spec : "", n, res.chunks, ctx, (unsigned long long)res.tokens);
             printf("PPL = %.4f +/- %.4f   (%.1f s, %.0f tokens/s)\n", res.ppl, res.ppl_err, res.seconds, res.tokens_per_s);
+            cli_eval_print_memory(stdout, e.runner, 0);
         }
     }
     free(ids);
@@ -75,4 +74,4 @@ static int run(int argc, char **argv)
     return rc;
 }
 
-const cli_command cmd_ppl = {"ppl", "perplexity on a text (llama.cpp's method), optionally fake-quantized", usage, run};
+const cli_command cmd_ppl = {"ppl", "perplexity on a text (llama.cpp's method), optionally quantized", usage, run};

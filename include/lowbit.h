@@ -472,10 +472,15 @@ lb_status lb_token_bytes(const lb_tokenizer *t, int32_t id, const char **bytes, 
 
 typedef struct lb_runner lb_runner;
 
-/* Which weights a quantization spec applies to when the runner
- * fake-quantizes (quantize, then dequantize to fp32). A spec whose element
- * is bf16, fp16 or fp32 at tensor granularity (not valid for lb_quantize: there
- * is nothing to scale) rounds the weights to that format. */
+/* Which weights a quantization spec applies to. By default the runner
+ * stores each specified weight matrix packed in its quantized format and
+ * computes on the packed codes (no dequantized copy of the matrix is
+ * kept); with fake = 1 it fake-quantizes instead (quantize, then
+ * dequantize to fp32: the simulated path, for comparison). A spec whose
+ * element is bf16, fp16 or fp32 at tensor granularity (not valid for
+ * lb_quantize: there is nothing to scale) rounds the weights to that
+ * format (stored as 16-bit codes unless fake). Matrices without a spec
+ * run on fp32 copies, as stored. */
 typedef struct lb_runner_options {
     int threads;             /* 0: one per CPU */
     const lb_qspec *attn;    /* q/k/v/o projections; NULL: as stored */
@@ -483,6 +488,17 @@ typedef struct lb_runner_options {
     const lb_qspec *embed;   /* token embedding */
     const lb_qspec *head;    /* output head (an untied one) */
     uint32_t max_ctx;        /* KV cache length; 0: the model's context, capped at 4096 */
+    int fake;                /* 1: fake-quantize (fp32 copies) instead of computing on packed weights */
+    /* W8A8: LB_FMT_INT8 or LB_FMT_FP8_E4M3 quantizes the inputs of the
+     * attention and MLP projections per token on the fly (their weights
+     * must then be int8 symmetric or fp8_e4m3, channel or tensor scale);
+     * 0 (LB_FMT_FP32): activations stay fp32. See lb_runner_calibrate for
+     * static scales. Not combinable with fake. */
+    lb_format act;
+    /* KV cache element format: 0 (LB_FMT_FP32), LB_FMT_BF16, LB_FMT_FP16,
+     * LB_FMT_FP8_E4M3, LB_FMT_FP8_E5M2, LB_FMT_INT8 or LB_FMT_INT4 (the
+     * last four with one fp32 scale per token and KV head). */
+    lb_format kv;
 } lb_runner_options;
 
 /* Called with each linear layer's input during a forward pass (for
@@ -490,8 +506,9 @@ typedef struct lb_runner_options {
  * activations, rows tokens x cols features, before the matmul. */
 typedef void (*lb_activation_hook)(void *ctx, const char *weight_name, const float *x, size_t rows, size_t cols);
 
-/* A Llama-family model ready to run: fp32 weights (dequantized from any
- * stored type, optionally fake-quantized), a fp32 KV cache. */
+/* A Llama-family model ready to run: weights packed in their quantized
+ * format or as fp32 copies (dequantized from any stored type, optionally
+ * fake-quantized), a KV cache in the chosen format. */
 lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner **out);
 void lb_runner_free(lb_runner *r);
 void lb_runner_set_hook(lb_runner *r, lb_activation_hook hook, void *ctx);
@@ -501,6 +518,24 @@ void lb_runner_reset(lb_runner *r);
  * together, with matrix-matrix products). logits: NULL, or room for
  * n x vocab floats (every position) or, with last_only, vocab floats. */
 lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float *logits, int last_only);
+/* W8A8 with static activation scales: runs the tokens (from position 0,
+ * at most the context; the cache is reset before and after) with fp32
+ * activations, records each projection input's largest magnitude, and
+ * from then on quantizes that input with the fixed scale absmax / 127
+ * (int8) or absmax / 448 (fp8_e4m3) instead of per token. Calls add up
+ * (the maximum over all calibration tokens). LB_ERR_ARG without act. */
+lb_status lb_runner_calibrate(lb_runner *r, const int32_t *tokens, size_t n);
+
+/* What a runner holds in memory. */
+typedef struct lb_runner_memory {
+    uint64_t weights;        /* weight matrices as held (packed, or fp32 copies) */
+    uint64_t weights_fp32;   /* what the same matrices would take as fp32 */
+    uint64_t other;          /* embeddings kept fp32, norms, biases, rotary tables */
+    uint64_t kv_cache;       /* the KV cache at its full context, scales included */
+    uint64_t packed_matrices, fp32_matrices; /* how many matrices are held each way */
+} lb_runner_memory;
+void lb_runner_memory_get(const lb_runner *r, lb_runner_memory *out);
+
 uint32_t lb_runner_vocab_size(const lb_runner *r);
 uint32_t lb_runner_position(const lb_runner *r); /* tokens in the cache */
 

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernel/qmat.h"
+#include "kernel/w8a8.h"
 #include "model/attention.h"
 #include "model/matmul.h"
 #include "util/error.h"
@@ -28,8 +30,21 @@ static const char *const weight_suffix[W_COUNT] = {"self_attn.q_proj", "self_att
                                                    "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
                                                    "mlp.down_proj"};
 
+/* One weight matrix as the runner holds it: fp32 panels (as stored, or
+ * fake-quantized) or packed codes, optionally with W8A8 activations. */
+typedef struct linear {
+    size_t out, in;
+    int packed;          /* 1: q, else f */
+    lb__packed f;
+    lb__qmat q;
+    int has_a8;          /* W8A8 on q */
+    lb__w8a8 a8;
+    float act_absmax;    /* calibration: largest input magnitude seen */
+    float act_scale;     /* static activation scale; 0: per token */
+} linear;
+
 typedef struct layer {
-    lb__packed w[W_COUNT];
+    linear w[W_COUNT];
     char name[W_COUNT][80];          /* canonical weight names, for the hook */
     float *attn_norm, *ffn_norm;     /* dim */
     float *q_bias, *k_bias, *v_bias; /* Qwen2; NULL otherwise */
@@ -40,8 +55,9 @@ struct lb_runner {
     lb_arch a;
     size_t dim, hidden, n_heads, n_kv_heads, head_dim, q_dim, kv_dim, vocab, n_layers;
     int threads;
-    float *embed;      /* [vocab][dim]; NULL when the head is tied (rows come from head) */
-    lb__packed head;   /* [vocab][dim] */
+    float *embed;      /* [vocab][dim] fp32; NULL when packed (embed_q) or tied (rows come from head) */
+    lb__qmat embed_q;  /* an untied embedding stored packed */
+    linear head;       /* [vocab][dim] */
     char head_name[32];
     float *final_norm;
     layer *layers;
@@ -51,6 +67,9 @@ struct lb_runner {
     float *scratch;    /* attention scores: n_heads * max_ctx */
     lb_activation_hook hook;
     void *hook_ctx;
+    lb_format act;          /* W8A8 activations, or LB_FMT_FP32 */
+    int calibrating;        /* lb_runner_calibrate: fp32 activations, maxima recorded */
+    lb_runner_memory mem;
 };
 
 /* ---- loading ---- */
@@ -98,16 +117,6 @@ static lb_status load_f32(const loader *l, const char *name, size_t rows, size_t
     return LB_OK;
 }
 
-/* A bf16, fp16 or fp32 "spec" with nothing to scale: the weights are
- * rounded to the format (lb_qspec_validate refuses these as quantization
- * specs). */
-static int plain_float(const lb_qspec *spec)
-{
-    lb_format e = spec->element;
-    return (e == LB_FMT_BF16 || e == LB_FMT_FP16 || e == LB_FMT_FP32) && spec->granularity == LB_GRAN_TENSOR &&
-           !spec->affine && !spec->two_level;
-}
-
 /* Quantize then dequantize in place: the weight the runner then uses is
  * exactly what a deployment of the spec would hold. */
 static lb_status fake_quantize(const lb_qspec *spec, float *w, size_t rows, size_t cols, int threads,
@@ -115,7 +124,7 @@ static lb_status fake_quantize(const lb_qspec *spec, float *w, size_t rows, size
 {
     if (!spec) return LB_OK;
     lb_format e = spec->element;
-    if (plain_float(spec)) {
+    if (lb__qspec_is_plain(spec)) {
         if (e == LB_FMT_FP32) return LB_OK; /* the weights are fp32 already */
         /* 16-bit floats need no scale: round each weight (saturating) and back */
         size_t n = rows * cols;
@@ -134,16 +143,49 @@ static lb_status fake_quantize(const lb_qspec *spec, float *w, size_t rows, size
     return LB_OK;
 }
 
-static lb_status load_matrix(const loader *l, const char *name, size_t out, size_t in, const lb_qspec *spec,
-                             lb__packed *p)
+static void count_matrix(lb_runner_memory *mem, const linear *lin)
+{
+    mem->weights_fp32 += (uint64_t)lin->out * lin->in * sizeof(float);
+    if (lin->packed) mem->weights += lin->q.bytes, mem->packed_matrices++;
+    else mem->weights += (uint64_t)lin->out * lin->in * sizeof(float), mem->fp32_matrices++;
+}
+
+/* A weight matrix: packed when it has a spec (unless fake), else fp32
+ * panels; W8A8 on top when the runner quantizes activations (a8). */
+static lb_status load_matrix(const loader *l, const char *name, size_t out, size_t in, const lb_qspec *spec, int a8,
+                             linear *lin, lb_runner_memory *mem)
 {
     float *w;
     lb_status st = load_f32(l, name, out, in, &w);
     if (st != LB_OK) return st;
-    st = fake_quantize(spec, w, out, in, l->threads, name);
-    if (st == LB_OK) st = lb__pack_weight(w, out, in, p);
+    lin->out = out;
+    lin->in = in;
+    if (spec && !l->o->fake) {
+        st = lb__qmat_from_f32(w, out, in, spec, l->threads, &lin->q);
+        if (st != LB_OK) st = lb__fail(st, "quantizing %s: %s", name, lb_last_error());
+        lin->packed = st == LB_OK;
+    } else {
+        st = fake_quantize(spec, w, out, in, l->threads, name);
+        if (st == LB_OK) st = lb__pack_weight(w, out, in, &lin->f);
+    }
     free(w);
+    if (st == LB_OK && a8 && l->o->act != LB_FMT_FP32) {
+        if (!lin->packed)
+            return lb__fail(LB_ERR_ARG, "%s: 8-bit activations need the weight stored packed (a spec, no fake)", name);
+        st = lb__w8a8_init(&lin->q, l->o->act, &lin->a8);
+        if (st != LB_OK) return lb__fail(st, "%s: %s", name, lb_last_error());
+        lin->has_a8 = 1;
+    }
+    if (st == LB_OK) count_matrix(mem, lin);
     return st;
+}
+
+static void linear_free(linear *lin)
+{
+    if (lin->has_a8) lb__w8a8_free(&lin->a8);
+    lb__qmat_free(&lin->q);
+    lb__packed_free(&lin->f);
+    memset(lin, 0, sizeof *lin);
 }
 
 static lb_status load_optional_vector(const loader *l, const char *name, size_t n, float **out)
@@ -180,7 +222,7 @@ static lb_status check_arch(lb_runner *r, const lb_model *m)
     return LB_OK;
 }
 
-static lb_status load_layer(const loader *l, const lb_runner *r, size_t i, layer *ly)
+static lb_status load_layer(const loader *l, lb_runner *r, size_t i, layer *ly)
 {
     char name[96];
     size_t shape[W_COUNT][2] = {{r->q_dim, r->dim},     {r->kv_dim, r->dim},    {r->kv_dim, r->dim},
@@ -189,7 +231,8 @@ static lb_status load_layer(const loader *l, const lb_runner *r, size_t i, layer
     lb_status st = LB_OK;
     for (int w = 0; w < W_COUNT && st == LB_OK; w++) {
         snprintf(ly->name[w], sizeof ly->name[w], "model.layers.%zu.%s.weight", i, weight_suffix[w]);
-        st = load_matrix(l, ly->name[w], shape[w][0], shape[w][1], w <= W_O ? l->o->attn : l->o->mlp, &ly->w[w]);
+        st = load_matrix(l, ly->name[w], shape[w][0], shape[w][1], w <= W_O ? l->o->attn : l->o->mlp, 1, &ly->w[w],
+                         &r->mem);
     }
 #define VEC(field, fmt, n, required)                                                   \
     if (st == LB_OK) {                                                                 \
@@ -211,16 +254,26 @@ static lb_status load_embeddings(const loader *l, lb_runner *r)
 {
     lb_status st = LB_OK;
     const lb_tensor *head = lb_model_find(l->m, "lm_head.weight");
+    const char *ename = "model.embed_tokens.weight";
     if (head && !r->a.tied_embeddings) {
         snprintf(r->head_name, sizeof r->head_name, "lm_head.weight");
-        st = load_f32(l, "model.embed_tokens.weight", r->vocab, r->dim, &r->embed);
-        if (st == LB_OK) st = fake_quantize(l->o->embed, r->embed, r->vocab, r->dim, l->threads, "model.embed_tokens.weight");
-        if (st == LB_OK) st = load_matrix(l, "lm_head.weight", r->vocab, r->dim, l->o->head, &r->head);
+        st = load_f32(l, ename, r->vocab, r->dim, &r->embed);
+        if (st == LB_OK && l->o->embed && !l->o->fake) { /* packed: only the rows a token looks up are decoded */
+            st = lb__qmat_from_f32(r->embed, r->vocab, r->dim, l->o->embed, l->threads, &r->embed_q);
+            if (st != LB_OK) st = lb__fail(st, "quantizing %s: %s", ename, lb_last_error());
+            free(r->embed);
+            r->embed = NULL;
+            r->mem.other += r->embed_q.bytes;
+        } else {
+            if (st == LB_OK) st = fake_quantize(l->o->embed, r->embed, r->vocab, r->dim, l->threads, ename);
+            r->mem.other += (uint64_t)r->vocab * r->dim * sizeof(float);
+        }
+        if (st == LB_OK) st = load_matrix(l, "lm_head.weight", r->vocab, r->dim, l->o->head, 0, &r->head, &r->mem);
         return st;
     }
     /* tied: one matrix serves both; the embedding's spec applies to it */
-    snprintf(r->head_name, sizeof r->head_name, "model.embed_tokens.weight");
-    return load_matrix(l, "model.embed_tokens.weight", r->vocab, r->dim, l->o->embed, &r->head);
+    snprintf(r->head_name, sizeof r->head_name, "%s", ename);
+    return load_matrix(l, ename, r->vocab, r->dim, l->o->embed, 0, &r->head, &r->mem);
 }
 
 static lb_status load_rope(const loader *l, lb_runner *r)
@@ -242,11 +295,19 @@ lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner
     if (!o) o = &defaults;
     const lb_qspec *specs[4] = {o->attn, o->mlp, o->embed, o->head};
     for (int i = 0; i < 4; i++)
-        if (specs[i] && !plain_float(specs[i]) && lb_qspec_validate(specs[i]) != LB_OK) return lb_qspec_validate(specs[i]);
+        if (specs[i] && !lb__qspec_is_plain(specs[i]) && lb_qspec_validate(specs[i]) != LB_OK)
+            return lb_qspec_validate(specs[i]);
+    if (o->act != LB_FMT_FP32 && o->act != LB_FMT_INT8 && o->act != LB_FMT_FP8_E4M3)
+        return lb__fail(LB_ERR_ARG, "activation format %d: W8A8 takes int8 or fp8_e4m3", (int)o->act);
+    if (o->kv != LB_FMT_FP32) /* replaced when the quantized cache lands */
+        return lb__fail(LB_ERR_UNSUPPORTED, "this build keeps the KV cache in fp32 only");
+    if (o->act != LB_FMT_FP32 && o->fake)
+        return lb__fail(LB_ERR_ARG, "8-bit activations run on packed weights: they do not combine with fake quantization");
     lb_runner *r = calloc(1, sizeof *r);
     if (!r) return lb__fail(LB_ERR_NOMEM, "cannot allocate a runner");
     r->a = *lb_model_arch(m);
     r->threads = lb__thread_count(o->threads);
+    r->act = o->act;
     lb_status st = check_arch(r, m);
     if (st == LB_OK) {
         r->max_ctx = o->max_ctx ? o->max_ctx : r->a.max_seq_len && r->a.max_seq_len < 4096 ? r->a.max_seq_len : 4096;
@@ -259,6 +320,7 @@ lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner
             r->kcache = malloc((cache ? cache : 1) * sizeof(float));
             r->vcache = malloc((cache ? cache : 1) * sizeof(float));
             r->scratch = malloc(r->n_heads * r->max_ctx * sizeof(float));
+            r->mem.kv_cache = 2 * (uint64_t)cache * sizeof(float);
             if (!r->layers || !r->kcache || !r->vcache || !r->scratch)
                 st = lb__fail(LB_ERR_NOMEM, "cannot allocate a KV cache of %zu positions x %zu layers", r->max_ctx,
                               r->n_layers);
@@ -267,6 +329,10 @@ lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner
         for (size_t i = 0; i < r->n_layers && st == LB_OK; i++) st = load_layer(&l, r, i, &r->layers[i]);
         if (st == LB_OK) st = load_f32(&l, "model.norm.weight", r->dim, 0, &r->final_norm);
         if (st == LB_OK) st = load_rope(&l, r);
+        /* norms (two per layer and the final one), biases, q/k norms, rotary tables */
+        r->mem.other += ((2 * r->n_layers + 1) * r->dim + r->max_ctx * r->head_dim) * sizeof(float);
+        if (r->a.qkv_bias) r->mem.other += r->n_layers * (r->q_dim + 2 * r->kv_dim) * sizeof(float);
+        if (r->a.qk_norm) r->mem.other += r->n_layers * 2 * r->head_dim * sizeof(float);
     }
     if (st != LB_OK) {
         lb_runner_free(r);
@@ -282,7 +348,7 @@ void lb_runner_free(lb_runner *r)
     if (r->layers)
         for (size_t i = 0; i < r->n_layers; i++) {
             layer *ly = &r->layers[i];
-            for (int w = 0; w < W_COUNT; w++) lb__packed_free(&ly->w[w]);
+            for (int w = 0; w < W_COUNT; w++) linear_free(&ly->w[w]);
             free(ly->attn_norm);
             free(ly->ffn_norm);
             free(ly->q_bias);
@@ -293,7 +359,8 @@ void lb_runner_free(lb_runner *r)
         }
     free(r->layers);
     free(r->embed);
-    lb__packed_free(&r->head);
+    lb__qmat_free(&r->embed_q);
+    linear_free(&r->head);
     free(r->final_norm);
     free(r->kcache);
     free(r->vcache);
@@ -314,6 +381,34 @@ void lb_runner_reset(lb_runner *r)
     if (r) r->pos = 0;
 }
 
+lb_status lb_runner_calibrate(lb_runner *r, const int32_t *tokens, size_t n)
+{
+    if (!r) return lb__fail(LB_ERR_ARG, "lb_runner_calibrate: runner is NULL");
+    if (r->act == LB_FMT_FP32)
+        return lb__fail(LB_ERR_ARG, "lb_runner_calibrate: the runner keeps fp32 activations (no act format)");
+    r->pos = 0;
+    r->calibrating = 1;
+    lb_status st = lb_runner_forward(r, tokens, n, NULL, 0);
+    r->calibrating = 0;
+    r->pos = 0;
+    if (st != LB_OK) return st;
+    float qmax = r->act == LB_FMT_INT8 ? 127.0f : 448.0f;
+    for (size_t i = 0; i < r->n_layers; i++)
+        for (int w = 0; w < W_COUNT; w++) {
+            linear *lin = &r->layers[i].w[w];
+            /* an input that was all zeros keeps per-token scales (any scale fits it) */
+            if (lin->has_a8 && lin->act_absmax > 0) lin->act_scale = lin->act_absmax / qmax;
+        }
+    return LB_OK;
+}
+
+void lb_runner_memory_get(const lb_runner *r, lb_runner_memory *out)
+{
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (r) *out = r->mem;
+}
+
 uint32_t lb_runner_vocab_size(const lb_runner *r) { return r ? (uint32_t)r->vocab : 0; }
 uint32_t lb_runner_position(const lb_runner *r) { return r ? (uint32_t)r->pos : 0; }
 
@@ -326,6 +421,25 @@ static void rmsnorm(const float *x, const float *w, size_t n, double eps, float 
     for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
     float s = (float)(1.0 / sqrt(ss / (double)n + eps));
     for (size_t i = 0; i < n; i++) out[i] = w[i] * (x[i] * s);
+}
+
+static float absmax(const float *x, size_t n)
+{
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m;
+}
+
+/* y[n][out] = x[n][in] . W^T on however the runner holds W. */
+static lb_status linear_matmul(lb_runner *r, linear *lin, const float *x, size_t n, float *y)
+{
+    if (lin->has_a8 && r->calibrating) {
+        float m = absmax(x, n * lin->in);
+        if (m > lin->act_absmax) lin->act_absmax = m;
+    }
+    if (lin->has_a8 && !r->calibrating) return lb__w8a8_matmul(&lin->a8, x, n, lin->act_scale, y, r->threads);
+    if (lin->packed) return lb__qmat_matmul(&lin->q, x, n, y, r->threads);
+    return lb__matmul(x, n, &lin->f, y, r->threads);
 }
 
 static void hook(const lb_runner *r, const char *name, const float *x, size_t rows, size_t cols)
@@ -346,7 +460,7 @@ static lb_status attention_block(lb_runner *r, size_t li, acts *b, size_t n)
     const float *bias[3] = {ly->q_bias, ly->k_bias, ly->v_bias};
     for (int w = W_Q; w <= W_V; w++) {
         hook(r, ly->name[w], b->xb, n, r->dim);
-        if ((st = lb__matmul(b->xb, n, &ly->w[w], dst[w], r->threads)) != LB_OK) return st;
+        if ((st = linear_matmul(r, &ly->w[w], b->xb, n, dst[w])) != LB_OK) return st;
         size_t width = ly->w[w].out;
         if (bias[w])
             for (size_t t = 0; t < n; t++)
@@ -371,7 +485,7 @@ static lb_status attention_block(lb_runner *r, size_t li, acts *b, size_t n)
                       .n_kv_heads = r->n_kv_heads, .head_dim = r->head_dim, .out = b->att, .scratch = r->scratch};
     if ((st = lb__attention(&j, r->threads)) != LB_OK) return st;
     hook(r, ly->name[W_O], b->att, n, r->q_dim);
-    if ((st = lb__matmul(b->att, n, &ly->w[W_O], b->xb, r->threads)) != LB_OK) return st;
+    if ((st = linear_matmul(r, &ly->w[W_O], b->att, n, b->xb)) != LB_OK) return st;
     for (size_t i = 0; i < n * r->dim; i++) b->x[i] += b->xb[i];
     return LB_OK;
 }
@@ -382,15 +496,15 @@ static lb_status mlp_block(lb_runner *r, size_t li, acts *b, size_t n)
     lb_status st;
     for (size_t t = 0; t < n; t++) rmsnorm(b->x + t * r->dim, ly->ffn_norm, r->dim, r->a.norm_eps, b->xb + t * r->dim);
     hook(r, ly->name[W_GATE], b->xb, n, r->dim);
-    if ((st = lb__matmul(b->xb, n, &ly->w[W_GATE], b->hb, r->threads)) != LB_OK) return st;
+    if ((st = linear_matmul(r, &ly->w[W_GATE], b->xb, n, b->hb)) != LB_OK) return st;
     hook(r, ly->name[W_UP], b->xb, n, r->dim);
-    if ((st = lb__matmul(b->xb, n, &ly->w[W_UP], b->hb2, r->threads)) != LB_OK) return st;
+    if ((st = linear_matmul(r, &ly->w[W_UP], b->xb, n, b->hb2)) != LB_OK) return st;
     for (size_t i = 0; i < n * r->hidden; i++) {
         float g = b->hb[i];
         b->hb[i] = g / (1.0f + expf(-g)) * b->hb2[i]; /* silu(gate) * up */
     }
     hook(r, ly->name[W_DOWN], b->hb, n, r->hidden);
-    if ((st = lb__matmul(b->hb, n, &ly->w[W_DOWN], b->xb, r->threads)) != LB_OK) return st;
+    if ((st = linear_matmul(r, &ly->w[W_DOWN], b->hb, n, b->xb)) != LB_OK) return st;
     for (size_t i = 0; i < n * r->dim; i++) b->x[i] += b->xb[i];
     return LB_OK;
 }
@@ -424,7 +538,9 @@ lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float
     for (size_t t = 0; t < n; t++) {
         float *row = b.x + t * r->dim;
         if (r->embed) memcpy(row, r->embed + (size_t)tokens[t] * r->dim, r->dim * sizeof *row);
-        else lb__packed_row(&r->head, (size_t)tokens[t], row);
+        else if (r->embed_q.data) lb__qmat_row_f32(&r->embed_q, (size_t)tokens[t], row);
+        else if (r->head.packed) lb__qmat_row_f32(&r->head.q, (size_t)tokens[t], row);
+        else lb__packed_row(&r->head.f, (size_t)tokens[t], row);
     }
     lb_status st = LB_OK;
     for (size_t li = 0; li < r->n_layers && st == LB_OK; li++) {
@@ -436,7 +552,7 @@ lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float
         for (size_t t = first; t < n; t++)
             rmsnorm(b.x + t * r->dim, r->final_norm, r->dim, r->a.norm_eps, b.xb + (t - first) * r->dim);
         hook(r, r->head_name, b.xb, rows, r->dim);
-        st = lb__matmul(b.xb, rows, &r->head, logits, r->threads);
+        st = linear_matmul(r, &r->head, b.xb, rows, logits);
     }
     free(buf);
     if (st == LB_OK) r->pos += n;

@@ -48,6 +48,9 @@ class RunnerOptions(ctypes.Structure):
         ("embed", ctypes.c_void_p),
         ("head", ctypes.c_void_p),
         ("max_ctx", ctypes.c_uint32),
+        ("fake", ctypes.c_int),
+        ("act", ctypes.c_int),
+        ("kv", ctypes.c_int),
     ]
 
 
