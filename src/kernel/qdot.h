@@ -5,7 +5,8 @@
  *   - w_k is the fp32 value of element k (qmat.h: (v - zp) * mul).
  *   - Chunks of C elements: C = 32 for 4-bit elements, 16 otherwise. The
  *     row is padded to a whole chunk with element code 0 (never read from
- *     memory) and x with +0.
+ *     memory; scaled by the last block's scale and zero point) and x with
+ *     +0: only the sign of a zero sum can depend on the padding.
  *   - 16 partial sums p[0..15] start at +0. For chunk c (base e = c*C):
  *       C = 16: p[l] = fma(x[e+l], w[e+l], p[l])                 l = 0..15
  *       C = 32: p[l] = fma(x[e+2l], w[e+2l], p[l]);
