@@ -90,23 +90,25 @@ void lb__rope_apply(const lb__rope *r, float *v, size_t n_heads, size_t pos)
 static lb_status heads(void *ctx, size_t h0, size_t h1)
 {
     const lb__attn_job *j = ctx;
-    size_t hd = j->head_dim, q_stride = j->n_heads * hd, kv_stride = j->n_kv_heads * hd;
+    size_t hd = j->head_dim, q_stride = j->n_heads * hd;
     size_t group = j->n_heads / j->n_kv_heads, total = j->pos0 + j->n, nr = LB__MM_NR;
     size_t kpanels = (total + nr - 1) / nr, vpanels = (hd + nr - 1) / nr, chunk = j->n < QCHUNK ? j->n : QCHUNK;
     float scale = 1.0f / sqrtf((float)hd);
     size_t kbytes = kpanels * nr * hd, vbytes = vpanels * nr * total;
-    float *buf = malloc((kbytes + vbytes + chunk * hd * 2 + chunk * total) * sizeof(float));
+    float *buf = malloc((kbytes + vbytes + chunk * hd * 2 + chunk * total + 2 * hd) * sizeof(float));
     if (!buf) return lb__fail(LB_ERR_NOMEM, "attention: cannot allocate buffers for %zu positions", total);
     float *kp = buf, *vp = kp + kbytes, *qh = vp + vbytes, *oh = qh + chunk * hd, *sc = oh + chunk * hd;
+    float *krow = sc + chunk * total, *vrow = krow + hd; /* one position's K and V decoded (quantized caches) */
     lb_status st = LB_OK;
     size_t last_kvh = (size_t)-1;
     for (size_t h = h0; h < h1 && st == LB_OK; h++) {
         size_t kvh = h / group;
-        if (kvh != last_kvh) { /* heads of one group share the packed K and V */
+        if (kvh != last_kvh) { /* heads of one group share the packed (and decoded) K and V */
             memset(kp, 0, kbytes * sizeof *kp);
             memset(vp, 0, vbytes * sizeof *vp);
             for (size_t p = 0; p < total; p++) {
-                const float *k = j->kcache + p * kv_stride + kvh * hd, *v = j->vcache + p * kv_stride + kvh * hd;
+                const float *k = lb__kv_row(j->kv, LB__KV_K, j->layer, p, kvh, krow);
+                const float *v = lb__kv_row(j->kv, LB__KV_V, j->layer, p, kvh, vrow);
                 float *kd = kp + (p / nr) * hd * nr + p % nr;
                 for (size_t d = 0; d < hd; d++) kd[d * nr] = k[d];
                 for (size_t d = 0; d < hd; d++) vp[(d / nr) * total * nr + p * nr + d % nr] = v[d];

@@ -1,11 +1,12 @@
 /* Rotary position embeddings and causal grouped-query attention over the
- * runner's fp32 KV cache. */
+ * runner's KV cache (kvcache.h: fp32 or a quantized format). */
 #ifndef LB_MODEL_ATTENTION_H
 #define LB_MODEL_ATTENTION_H
 
 #include <stddef.h>
 
 #include "lowbit.h"
+#include "model/kvcache.h"
 
 /* cos and sin of every (position, frequency) pair, computed once in
  * double and stored as fp32. */
@@ -26,8 +27,8 @@ void lb__rope_apply(const lb__rope *r, float *v, size_t n_heads, size_t pos);
 
 typedef struct lb__attn_job {
     const float *q;       /* [n][n_heads * head_dim], rotated */
-    const float *kcache;  /* [ctx][n_kv_heads * head_dim] of this layer, positions < pos0 + n filled */
-    const float *vcache;
+    const lb__kvcache *kv; /* positions < pos0 + n of the layer filled */
+    size_t layer;
     size_t pos0, n, n_heads, n_kv_heads, head_dim;
     float *out;           /* [n][n_heads * head_dim] */
     float *scratch;       /* n_heads * (pos0 + n) floats */
@@ -36,8 +37,11 @@ typedef struct lb__attn_job {
 /* Causal attention: query t (position pos0 + t) sees cache positions
  * 0 .. pos0 + t. Scores q.k / sqrt(head_dim) and the softmax (max
  * subtracted) in fp32; query head h reads kv head h / (n_heads /
- * n_kv_heads). Split over heads; each head's arithmetic is the same for
- * any thread count and for a prefill or a token-by-token decode. */
+ * n_kv_heads). A quantized cache is read as its fp32 values (code times
+ * scale, lb__kv_row), then the same arithmetic: the result is bit-identical
+ * to an fp32 cache holding those values. Split over heads; each head's
+ * arithmetic is the same for any thread count and for a prefill or a
+ * token-by-token decode. */
 lb_status lb__attention(const lb__attn_job *j, int threads);
 
 #endif

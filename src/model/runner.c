@@ -1,6 +1,7 @@
 /* The Llama-family forward pass (Llama, Mistral, Qwen2, Qwen3, llama2.c):
- * fp32 weight copies packed for the matmul kernels, a fp32 KV cache, and
- * the layer loop. See lowbit.h, "Evaluation".
+ * weights packed in their quantized format (kernel/qmat.h) or as fp32
+ * panels for the matmul kernels, a KV cache (fp32 or quantized,
+ * kvcache.h), and the layer loop. See lowbit.h, "Evaluation".
  *
  * Numerics: everything fp32 except the RMSNorm mean of squares, summed in
  * double (then x * (1/sqrt(mean + eps)) in fp32 times the weight), and the
@@ -21,6 +22,7 @@
 #include "kernel/qmat.h"
 #include "kernel/w8a8.h"
 #include "model/attention.h"
+#include "model/kvcache.h"
 #include "model/matmul.h"
 #include "util/error.h"
 #include "util/parallel.h"
@@ -61,7 +63,7 @@ struct lb_runner {
     char head_name[32];
     float *final_norm;
     layer *layers;
-    float *kcache, *vcache; /* [layer][max_ctx][kv_dim] */
+    lb__kvcache kv;    /* layers x max_ctx x kv heads, in options.kv's format */
     size_t max_ctx, pos;
     lb__rope rope;
     float *scratch;    /* attention scores: n_heads * max_ctx */
@@ -299,8 +301,7 @@ lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner
             return lb_qspec_validate(specs[i]);
     if (o->act != LB_FMT_FP32 && o->act != LB_FMT_INT8 && o->act != LB_FMT_FP8_E4M3)
         return lb__fail(LB_ERR_ARG, "activation format %d: W8A8 takes int8 or fp8_e4m3", (int)o->act);
-    if (o->kv != LB_FMT_FP32) /* replaced when the quantized cache lands */
-        return lb__fail(LB_ERR_UNSUPPORTED, "this build keeps the KV cache in fp32 only");
+    if (lb__kv_format_check(o->kv) != LB_OK) return LB_ERR_FORMAT;
     if (o->act != LB_FMT_FP32 && o->fake)
         return lb__fail(LB_ERR_ARG, "8-bit activations run on packed weights: they do not combine with fake quantization");
     lb_runner *r = calloc(1, sizeof *r);
@@ -313,16 +314,12 @@ lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner
         r->max_ctx = o->max_ctx ? o->max_ctx : r->a.max_seq_len && r->a.max_seq_len < 4096 ? r->a.max_seq_len : 4096;
         loader l = {m, o, r->threads};
         r->layers = calloc(r->n_layers, sizeof *r->layers);
-        size_t cache = r->n_layers * r->max_ctx * r->kv_dim;
-        if (r->kv_dim && cache / r->kv_dim / r->n_layers != r->max_ctx)
-            st = lb__fail(LB_ERR_ARG, "KV cache of %zu positions overflows", r->max_ctx);
-        else {
-            r->kcache = malloc((cache ? cache : 1) * sizeof(float));
-            r->vcache = malloc((cache ? cache : 1) * sizeof(float));
+        st = lb__kv_init(&r->kv, o->kv, r->n_layers, r->max_ctx, r->n_kv_heads, r->head_dim);
+        if (st == LB_OK) {
             r->scratch = malloc(r->n_heads * r->max_ctx * sizeof(float));
-            r->mem.kv_cache = 2 * (uint64_t)cache * sizeof(float);
-            if (!r->layers || !r->kcache || !r->vcache || !r->scratch)
-                st = lb__fail(LB_ERR_NOMEM, "cannot allocate a KV cache of %zu positions x %zu layers", r->max_ctx,
+            r->mem.kv_cache = lb__kv_bytes(&r->kv);
+            if (!r->layers || !r->scratch)
+                st = lb__fail(LB_ERR_NOMEM, "cannot allocate a runner of %zu positions x %zu layers", r->max_ctx,
                               r->n_layers);
         }
         if (st == LB_OK) st = load_embeddings(&l, r);
@@ -362,8 +359,7 @@ void lb_runner_free(lb_runner *r)
     lb__qmat_free(&r->embed_q);
     linear_free(&r->head);
     free(r->final_norm);
-    free(r->kcache);
-    free(r->vcache);
+    lb__kv_free(&r->kv);
     free(r->scratch);
     lb__rope_free(&r->rope);
     free(r);
@@ -477,11 +473,8 @@ static lb_status attention_block(lb_runner *r, size_t li, acts *b, size_t n)
         lb__rope_apply(&r->rope, q, r->n_heads, r->pos + t);
         lb__rope_apply(&r->rope, k, r->n_kv_heads, r->pos + t);
     }
-    size_t layer_off = li * r->max_ctx * r->kv_dim;
-    float *kc = r->kcache + layer_off, *vc = r->vcache + layer_off;
-    memcpy(kc + r->pos * r->kv_dim, b->k, n * r->kv_dim * sizeof(float));
-    memcpy(vc + r->pos * r->kv_dim, b->v, n * r->kv_dim * sizeof(float));
-    lb__attn_job j = {.q = b->q, .kcache = kc, .vcache = vc, .pos0 = r->pos, .n = n, .n_heads = r->n_heads,
+    lb__kv_store(&r->kv, li, r->pos, n, b->k, b->v);
+    lb__attn_job j = {.q = b->q, .kv = &r->kv, .layer = li, .pos0 = r->pos, .n = n, .n_heads = r->n_heads,
                       .n_kv_heads = r->n_kv_heads, .head_dim = r->head_dim, .out = b->att, .scratch = r->scratch};
     if ((st = lb__attention(&j, r->threads)) != LB_OK) return st;
     hook(r, ly->name[W_O], b->att, n, r->q_dim);

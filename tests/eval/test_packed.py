@@ -161,3 +161,36 @@ def test_generate_reports_speed_and_memory():
     p = lowbit("generate", ml.STORIES, "--tokenizer", TOK, "-p", "Once upon a time", "-n", 20, "--spec", "int4:g32")
     assert p.stdout.startswith("Once upon a time")
     assert "tokens/s" in p.stderr and "memory: weight matrices" in p.stderr and "35 packed" in p.stderr
+
+
+KV_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8_e4m3": 8, "fp8_e5m2": 8, "int8": 8, "int4": 4}
+
+
+def test_kv_cache_formats_change_little_and_hold_fewer_bytes():
+    """--kv on ppl: the cache's bytes follow the format (plus one fp32 scale
+    per token, head and K/V for the scaled ones; stories260K has head_dim 8,
+    so scales weigh a lot here), and perplexity moves least for the 16-bit
+    formats and most for int4."""
+    base = ppl("--ctx", 64)
+    out = {kv: ppl("--kv", kv) for kv in KV_BITS}
+    assert out["fp32"]["ppl"] == base["ppl"]
+    full = out["fp32"]["memory"]["kv_cache_bytes"]
+    for kv, bits in KV_BITS.items():
+        scaled = kv not in ("fp32", "bf16", "fp16")
+        elements, head_dim = full // 4, 8
+        expect = elements * bits / 8 + (elements / head_dim * 4 if scaled else 0)
+        got = out[kv]["memory"]["kv_cache_bytes"]
+        assert got == expect, (kv, got, expect)
+    d = {kv: abs(r["ppl"] - base["ppl"]) / base["ppl"] for kv, r in out.items()}
+    assert d["fp16"] < 1e-3 and d["bf16"] < 2e-3
+    assert d["int8"] < 0.01 and d["fp8_e4m3"] < 0.03
+    # int4 with 8-value heads (this tiny model) is coarse: worst of all, still a finite model
+    assert d["int4"] > max(v for k, v in d.items() if k != "int4") and out["int4"]["ppl"] < 100
+
+
+def test_kv_format_on_generate_and_kld():
+    p = lowbit("generate", ml.STORIES, "--tokenizer", TOK, "-p", "Once upon a time", "-n", 10, "--kv", "int8")
+    assert p.stdout.startswith("Once upon a time")
+    out = json.loads(lowbit("kld", ml.STORIES, "--tokenizer", TOK, "--text", TEXT, "--ctx", 64, "--chunks", 2, "--kv",
+                            "fp8_e4m3", "--json").stdout)
+    assert 0 < out["kld_mean"] < 0.05

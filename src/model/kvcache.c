@@ -1,0 +1,219 @@
+/* The KV cache in one element format (see kvcache.h). */
+#include "model/kvcache.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/convert.h"
+#include "util/error.h"
+
+#define ALLOWED "fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int4"
+
+static int scaled(lb_format f)
+{
+    return f == LB_FMT_FP8_E4M3 || f == LB_FMT_FP8_E5M2 || f == LB_FMT_INT8 || f == LB_FMT_INT4;
+}
+
+lb_status lb__kv_format_check(lb_format f)
+{
+    if (f == LB_FMT_FP32 || f == LB_FMT_BF16 || f == LB_FMT_FP16 || scaled(f)) return LB_OK;
+    const lb_format_info *fi = lb_format_get(f);
+    if (!fi) return lb__fail(LB_ERR_FORMAT, "KV cache format id %d is unknown (allowed: " ALLOWED ")", (int)f);
+    return lb__fail(LB_ERR_FORMAT, "KV cache format %s is not supported (allowed: " ALLOWED ")", fi->name);
+}
+
+lb_status lb__kv_init(lb__kvcache *c, lb_format f, size_t layers, size_t ctx, size_t kv_heads, size_t head_dim)
+{
+    memset(c, 0, sizeof *c);
+    lb_status st = lb__kv_format_check(f);
+    if (st != LB_OK) return st;
+    c->format = f;
+    c->layers = layers, c->ctx = ctx, c->kv_heads = kv_heads, c->head_dim = head_dim;
+    c->row_bytes = lb_format_bytes(f, head_dim);
+    size_t rows = layers * ctx * kv_heads;
+    if ((layers && ctx && kv_heads && rows / layers / ctx != kv_heads) || (head_dim && !c->row_bytes) ||
+        (c->row_bytes && rows > SIZE_MAX / 2 / (c->row_bytes + sizeof(float))))
+        return lb__fail(LB_ERR_ARG, "KV cache of %zu layers x %zu positions x %zu x %zu values overflows", layers, ctx,
+                        kv_heads, head_dim);
+    size_t bytes = rows * c->row_bytes;
+    for (int w = 0; w < 2; w++) {
+        c->codes[w] = malloc(bytes ? bytes : 1); /* never a zero-byte malloc */
+        if (!c->codes[w]) goto nomem;
+        if (scaled(f) && !(c->scales[w] = malloc((rows ? rows : 1) * sizeof(float)))) goto nomem;
+    }
+    if (scaled(f)) {
+        const lb_format_info *fi = lb_format_get(f);
+        c->max = (float)fi->max_finite;
+        /* every code's exact value, read by index (the codecs decode exactly) */
+        for (uint32_t code = 0; code < (1u << fi->bits); code++) lb_decode_value(f, code, &c->lut[code]);
+    }
+    return LB_OK;
+nomem:
+    lb__kv_free(c);
+    return lb__fail(LB_ERR_NOMEM, "cannot allocate a %s KV cache of %zu layers x %zu positions x %zu x %zu values",
+                    lb_format_get(f)->name, layers, ctx, kv_heads, head_dim);
+}
+
+void lb__kv_free(lb__kvcache *c)
+{
+    for (int w = 0; w < 2; w++) {
+        free(c->codes[w]);
+        free(c->scales[w]);
+        c->codes[w] = NULL;
+        c->scales[w] = NULL;
+    }
+}
+
+size_t lb__kv_bytes(const lb__kvcache *c)
+{
+    size_t rows = c->layers * c->ctx * c->kv_heads;
+    return 2 * rows * (c->row_bytes + (c->scales[0] ? sizeof(float) : 0));
+}
+
+/* The row index of (layer, pos, head) in codes and scales. */
+static size_t row_index(const lb__kvcache *c, size_t layer, size_t pos, size_t head)
+{
+    return (layer * c->ctx + pos) * c->kv_heads + head;
+}
+
+/* bf16 / fp16: round each value saturating, then put infinities back (the
+ * saturating kernels clamp them to +-max). */
+static void store_plain(const lb__kvcache *c, lb__encode_fn enc, const float *x, uint8_t *dst)
+{
+    const lb_format_info *f = lb_format_get(c->format);
+    enc(f, LB_SATURATE, x, c->head_dim, dst);
+    uint32_t inf = c->format == LB_FMT_BF16 ? 0x7F80 : 0x7C00;
+    for (size_t d = 0; d < c->head_dim; d++)
+        if (isinf(x[d])) lb__store_code(f, dst, d, signbit(x[d]) ? inf | 0x8000 : inf);
+}
+
+/* Values converted per call of the encoder: even, so 4-bit pieces start
+ * on a byte. */
+#define PIECE 256
+
+/* Scaled formats: absmax / M, then x / scale encoded saturating, PIECE
+ * values at a time. */
+static void store_scaled(const lb__kvcache *c, lb__encode_fn enc, const float *x, uint8_t *dst, float *scale)
+{
+    const lb_format_info *f = lb_format_get(c->format);
+    float amax = 0.0f;
+    int finite = 1;
+    for (size_t d = 0; d < c->head_dim; d++) {
+        float a = fabsf(x[d]);
+        if (!(a <= FLT_MAX)) finite = 0; /* NaN or infinity */
+        else if (a > amax) amax = a;
+    }
+    if (!finite) {
+        *scale = NAN;
+        memset(dst, 0, c->row_bytes);
+        return;
+    }
+    float s = amax / c->max, tmp[PIECE];
+    if (s == 0.0f) s = 1.0f; /* zero vector, or underflow: every value rounds to 0 */
+    *scale = s;
+    for (size_t d0 = 0; d0 < c->head_dim; d0 += PIECE) {
+        size_t len = c->head_dim - d0 < PIECE ? c->head_dim - d0 : PIECE;
+        for (size_t d = 0; d < len; d++) tmp[d] = x[d0 + d] / s;
+        enc(f, LB_SATURATE, tmp, len, dst + lb_format_bytes(c->format, d0)); /* finite: cannot fail */
+    }
+}
+
+void lb__kv_store(lb__kvcache *c, size_t layer, size_t pos, size_t n, const float *k, const float *v)
+{
+    size_t hd = c->head_dim, kv_dim = c->kv_heads * hd;
+    const float *src[2] = {k, v};
+    if (c->format == LB_FMT_FP32) { /* the cache's layout is the rows' layout: one copy */
+        size_t at = row_index(c, layer, pos, 0) * c->row_bytes;
+        for (int w = 0; w < 2; w++) memcpy(c->codes[w] + at, src[w], n * kv_dim * sizeof(float));
+        return;
+    }
+    lb__encode_fn enc = lb__encode_kernel(lb_isa_active());
+    /* the encoders round with the FPU in places: the default environment
+     * makes the codes independent of the caller's rounding mode or FTZ */
+    lb__fenv_guard g;
+    lb__fenv_begin(&g);
+    for (size_t t = 0; t < n; t++)
+        for (size_t h = 0; h < c->kv_heads; h++) {
+            size_t r = row_index(c, layer, pos + t, h);
+            for (int w = 0; w < 2; w++) {
+                const float *x = src[w] + t * kv_dim + h * hd;
+                uint8_t *dst = c->codes[w] + r * c->row_bytes;
+                if (c->scales[w]) store_scaled(c, enc, x, dst, &c->scales[w][r]);
+                else store_plain(c, enc, x, dst);
+            }
+        }
+    lb__fenv_end(&g);
+}
+
+static uint32_t bits_of(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static float float_of(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* Code d of a 16-bit row (little-endian, as lb__store_code writes it). */
+static inline uint32_t load16(const uint8_t *src, size_t d)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint16_t h;
+    memcpy(&h, src + 2 * d, 2); /* one load: lets the row loops vectorize */
+    return h;
+#else
+    return (uint32_t)src[2 * d] | (uint32_t)src[2 * d + 1] << 8;
+#endif
+}
+
+/* binary16 to binary32, exact, without branches (so the row loop
+ * vectorizes): the exponent rebiased by 112; infinity and NaN (exponent
+ * 31) rebiased by 112 more, keeping the mantissa; subnormals (exponent 0)
+ * as 2^-14 x 1.m - 2^-14 = m x 2^-24, a subtraction of two normal numbers
+ * whose exact result is a normal fp32 number: neither rounding mode nor
+ * flush-to-zero can change it. */
+static float half_to_float(uint32_t h)
+{
+    uint32_t sign = (h & 0x8000u) << 16, o = (h & 0x7FFFu) << 13, e = o & 0x0F800000u;
+    o += 112u << 23;
+    if (e == 0x0F800000u) o += 112u << 23;
+    float f = float_of(o);
+    if (e == 0) f = float_of(o + (1u << 23)) - 0x1p-14f;
+    return float_of(bits_of(f) | sign);
+}
+
+const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t pos, size_t head, float *buf)
+{
+    size_t r = row_index(c, layer, pos, head), hd = c->head_dim;
+    const uint8_t *src = c->codes[which] + r * c->row_bytes;
+    switch (c->format) {
+    case LB_FMT_FP32: memcpy(buf, src, hd * sizeof *buf); return buf;
+    case LB_FMT_BF16:
+        for (size_t d = 0; d < hd; d++) buf[d] = float_of(load16(src, d) << 16);
+        return buf;
+    case LB_FMT_FP16:
+        for (size_t d = 0; d < hd; d++) buf[d] = half_to_float(load16(src, d));
+        return buf;
+    case LB_FMT_INT4: {
+        float s = c->scales[which][r];
+        for (size_t d = 0; d + 1 < hd; d += 2) {
+            buf[d] = c->lut[src[d / 2] & 0x0F] * s;
+            buf[d + 1] = c->lut[src[d / 2] >> 4] * s;
+        }
+        if (hd % 2) buf[hd - 1] = c->lut[src[hd / 2] & 0x0F] * s;
+        return buf;
+    }
+    default: { /* the 8-bit formats */
+        float s = c->scales[which][r];
+        for (size_t d = 0; d < hd; d++) buf[d] = c->lut[src[d]] * s;
+        return buf;
+    }
+    }
+}

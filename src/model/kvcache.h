@@ -1,0 +1,79 @@
+/* The runner's KV cache: layers x positions x kv heads x head_dim values
+ * for K and for V, in one element format.
+ *
+ *   fp32            the values as computed (the default; attention reads
+ *                   them in place, no copy)
+ *   bf16, fp16      each value rounded to nearest, ties to even; finite
+ *                   values beyond the range saturate to +-max, infinities
+ *                   and NaN stay what they are; no scale
+ *   fp8_e4m3, fp8_e5m2, int8, int4
+ *                   one fp32 scale per (position, head), for K and V
+ *                   apart: s = absmax(the head's vector) / M with M = 448,
+ *                   57344, 127, 7; s = 1 when that is 0 (an all-zero
+ *                   vector, or one so small that the division underflows:
+ *                   its values then all round to 0). Each value x is
+ *                   stored as x / s (fp32 division) rounded to nearest,
+ *                   ties to even, saturated to the format's range. A
+ *                   vector holding NaN or infinity gets a NaN scale and
+ *                   zero codes, so every value of it reads back as NaN:
+ *                   the cache never turns them into numbers. int4 packs two
+ *                   codes per byte, element 2i in the low nibble; each
+ *                   head's codes start on a byte (odd head_dim: the last
+ *                   high nibble is 0).
+ *
+ * A stored value reads back as the exact value of its code times the
+ * scale: one fp32 rounding (none without a scale). Storing and reading do
+ * not depend on how many tokens are stored at once, so a prefill and a
+ * token-by-token decode hold the same bytes. */
+#ifndef LB_MODEL_KVCACHE_H
+#define LB_MODEL_KVCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lowbit.h"
+
+enum { LB__KV_K = 0, LB__KV_V = 1 };
+
+typedef struct lb__kvcache {
+    lb_format format;
+    size_t layers, ctx, kv_heads, head_dim;
+    size_t row_bytes;     /* bytes of one head's codes */
+    uint8_t *codes[2];    /* K, V: [layer][ctx][kv_heads][row_bytes] */
+    float *scales[2];     /* [layer][ctx][kv_heads]; NULL for fp32, bf16, fp16 */
+    float max;            /* M above, 0 without a scale */
+    float lut[256];       /* 8- and 4-bit formats: the exact value of each code */
+} lb__kvcache;
+
+/* LB_OK for the formats above; LB_ERR_FORMAT naming the allowed ones
+ * otherwise. */
+lb_status lb__kv_format_check(lb_format f);
+
+/* Allocates an empty cache (contents undefined until stored).
+ * LB_ERR_FORMAT, LB_ERR_ARG (a size that overflows) or LB_ERR_NOMEM;
+ * on failure *c is left freeable. */
+lb_status lb__kv_init(lb__kvcache *c, lb_format f, size_t layers, size_t ctx, size_t kv_heads, size_t head_dim);
+void lb__kv_free(lb__kvcache *c);
+
+/* Stores n tokens' K and V rows (each kv_heads * head_dim floats, token
+ * after token) at positions pos .. pos + n - 1 of a layer. */
+void lb__kv_store(lb__kvcache *c, size_t layer, size_t pos, size_t n, const float *k, const float *v);
+
+/* One head's K (which = LB__KV_K) or V row at a position decoded to fp32
+ * into buf (head_dim floats); returns buf. Any format, fp32 included. */
+const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t pos, size_t head, float *buf);
+
+/* The same, but for fp32 a pointer into the cache (no copy): inline, as
+ * attention reads every position of a head through it. */
+static inline const float *lb__kv_row(const lb__kvcache *c, int which, size_t layer, size_t pos, size_t head,
+                                      float *buf)
+{
+    if (c->format != LB_FMT_FP32) return lb__kv_decode(c, which, layer, pos, head, buf);
+    /* malloc'd, rows of whole floats: aligned */
+    return (const float *)(const void *)(c->codes[which] + ((layer * c->ctx + pos) * c->kv_heads + head) * c->row_bytes);
+}
+
+/* Bytes the cache holds, codes and scales of K and V. */
+size_t lb__kv_bytes(const lb__kvcache *c);
+
+#endif
