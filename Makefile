@@ -20,8 +20,14 @@ ALLFLAGS := -std=c11 $(OPT) -g $(WARN) -ffp-contract=off -fPIC -D_POSIX_C_SOURCE
 LDLIBS   := -lm -lpthread
 
 # Per-file instruction sets: the kernels are only called after a CPU check.
+# Only for an x86-64 target: elsewhere those files compile to their
+# #if defined(__x86_64__) fallbacks (NULL kernels) with the plain flags.
+TARGET := $(shell $(CC) -dumpmachine 2>/dev/null)
+ifneq ($(filter x86_64-% amd64-%,$(TARGET)),)
 FLAGS_AVX2   := -mavx2 -mfma -mf16c -mbmi2
 FLAGS_AVX512 := -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c -mbmi2
+FLAGS_VNNI   := $(FLAGS_AVX512) -mavx512vnni -mavx512bf16
+endif
 
 LIB_SRC := $(wildcard src/*/*.c)
 CLI_SRC := $(wildcard cli/*.c)
@@ -33,7 +39,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(FUZZ_SRC:tests/fuzz/%.
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all demo test test-unit test-python venv asan bench install uninstall clean warnings fuzz
+.PHONY: all demo test test-unit test-python venv asan bench install uninstall clean warnings fuzz cross-aarch64 test-aarch64
 
 all: $(BUILD)/liblowbit.a $(BUILD)/liblowbit.so $(BUILD)/lowbit
 
@@ -43,7 +49,7 @@ $(BUILD)/%.o: %.c include/lowbit.h $(wildcard src/*/*.h) $(wildcard src/*/*.def)
 
 $(BUILD)/%_avx2.o: ALLFLAGS += $(FLAGS_AVX2)
 $(BUILD)/%_avx512.o: ALLFLAGS += $(FLAGS_AVX512)
-$(BUILD)/%_vnni.o: ALLFLAGS += $(FLAGS_AVX512) -mavx512vnni -mavx512bf16
+$(BUILD)/%_vnni.o: ALLFLAGS += $(FLAGS_VNNI)
 
 $(BUILD)/liblowbit.a: $(LIB_OBJ)
 	@rm -f $@
@@ -125,6 +131,19 @@ warnings:
 	$(MAKE) BUILD=build-gcc CC=gcc CFLAGS=-Werror all $(patsubst $(BUILD)/%,build-gcc/%,$(UNIT_BIN) $(BENCH_BIN))
 	$(MAKE) BUILD=build-clang CC=clang CFLAGS=-Werror all $(patsubst $(BUILD)/%,build-clang/%,$(UNIT_BIN) $(BENCH_BIN))
 
+# aarch64 (NEON kernels) cross-built with -Werror, and its unit tests run
+# under qemu-user (packages gcc-aarch64-linux-gnu and qemu-user).
+AARCH64_CC    ?= aarch64-linux-gnu-gcc
+AARCH64_BUILD ?= build-aarch64
+AARCH64_QEMU  ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
+AARCH64_UNIT  := $(patsubst $(BUILD)/%,$(AARCH64_BUILD)/%,$(UNIT_BIN))
+
+cross-aarch64:
+	$(MAKE) BUILD=$(AARCH64_BUILD) CC=$(AARCH64_CC) CFLAGS=-Werror all $(AARCH64_UNIT)
+
+test-aarch64: cross-aarch64
+	@for t in $(AARCH64_UNIT); do echo "== $$t (qemu-aarch64)"; $(AARCH64_QEMU) $$t || exit 1; done
+
 bench:
 	@$(MAKE) -s all $(BENCH_BIN) $(VENV)/.ready $(SMOLLM2) >&2
 	@sh bench/run.sh $(BUILD) $(VENV)/bin/python
@@ -143,4 +162,4 @@ uninstall:
 	    $(DESTDIR)$(PREFIX)/include/lowbit.h $(DESTDIR)$(PREFIX)/bin/lowbit $(DESTDIR)$(PREFIX)/lib/pkgconfig/lowbit.pc
 
 clean:
-	rm -rf build build-asan build-gcc build-clang build-fuzz
+	rm -rf build build-asan build-gcc build-clang build-fuzz build-aarch64

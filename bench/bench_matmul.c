@@ -65,8 +65,8 @@ static void *peak_thread(void *arg)
 {
     peak_job *j = arg;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (lb_isa_detected() >= LB_ISA_AVX512) j->flops = fma_loop_512(j->iters, &j->sink);
-    else if (lb_isa_detected() >= LB_ISA_AVX2) j->flops = fma_loop_256(j->iters, &j->sink);
+    if (lb_isa_detected() == LB_ISA_AVX512) j->flops = fma_loop_512(j->iters, &j->sink); /* == : NEON (3) is no x86 level */
+    else if (lb_isa_detected() == LB_ISA_AVX2) j->flops = fma_loop_256(j->iters, &j->sink);
     else
 #endif
     {

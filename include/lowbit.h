@@ -713,10 +713,13 @@ lb_status lb_plan_compute(const lb_plan_request *r, lb_plan *out);
 
 /* ===== Instruction sets ===== */
 
+/* Values are append-only. Only AVX2 < AVX512 is an order of capability;
+ * NEON belongs to another architecture and is no level above them. */
 typedef enum lb_isa {
     LB_ISA_SCALAR = 0, /* portable C reference */
     LB_ISA_AVX2 = 1,   /* x86-64 AVX2 + F16C + FMA */
-    LB_ISA_AVX512 = 2  /* x86-64 AVX-512 F/BW/DQ/VL */
+    LB_ISA_AVX512 = 2, /* x86-64 AVX-512 F/BW/DQ/VL */
+    LB_ISA_NEON = 3    /* aarch64 Advanced SIMD (mandatory in ARMv8-A) */
 } lb_isa;
 
 const char *lb_isa_name(lb_isa isa);
@@ -728,8 +731,10 @@ lb_isa lb_isa_detected(void);
 lb_isa lb_isa_active(void);
 
 /* Caps the kernels at an instruction set (tests and benchmarks compare
- * paths this way). LB_ERR_UNSUPPORTED if the CPU lacks it. The environment
- * variable LOWBIT_ISA=scalar|avx2|avx512 sets the same cap at start-up. */
+ * paths this way). LB_ERR_UNSUPPORTED if the CPU lacks it (avx2/avx512
+ * exist only on x86-64, neon only on aarch64). The environment variable
+ * LOWBIT_ISA=scalar|avx2|avx512|neon sets the same cap at start-up (a set
+ * the CPU lacks is ignored). */
 lb_status lb_isa_set(lb_isa isa);
 
 #ifdef __cplusplus

@@ -17,6 +17,7 @@ static const struct { lb__encode_fn encode; lb__decode_fn decode; } kernels[] = 
     [LB_ISA_SCALAR] = {lb__encode_scalar, lb__decode_scalar},
     [LB_ISA_AVX2] = {lb__encode_avx2, lb__decode_avx2},
     [LB_ISA_AVX512] = {lb__encode_avx512, lb__decode_avx512},
+    [LB_ISA_NEON] = {lb__encode_scalar, lb__decode_scalar}, /* no NEON codecs: the reference */
 };
 
 lb__encode_fn lb__encode_kernel(lb_isa isa) { return kernels[isa].encode; }
@@ -48,6 +49,7 @@ const char *lb_isa_name(lb_isa isa)
     case LB_ISA_SCALAR: return "scalar";
     case LB_ISA_AVX2: return "avx2";
     case LB_ISA_AVX512: return "avx512";
+    case LB_ISA_NEON: return "neon";
     }
     return "unknown";
 }
@@ -59,8 +61,9 @@ lb_isa lb_isa_active(void)
     if (isa_cap < 0) {
         int cap = (int)lb__cpu_best_isa();
         const char *env = getenv("LOWBIT_ISA");
-        for (int i = 0; env && i <= (int)LB_ISA_AVX512; i++)
-            if (strcmp(env, lb_isa_name((lb_isa)i)) == 0 && i < cap) cap = i;
+        /* a set this CPU lacks (of another architecture, or above its level) is ignored */
+        for (int i = 0; env && i < LB__ISA_COUNT; i++)
+            if (strcmp(env, lb_isa_name((lb_isa)i)) == 0 && lb__isa_supported((lb_isa)i)) cap = i;
         isa_cap = cap;
     }
     return (lb_isa)isa_cap;
@@ -68,8 +71,8 @@ lb_isa lb_isa_active(void)
 
 lb_status lb_isa_set(lb_isa isa)
 {
-    if ((unsigned)isa > LB_ISA_AVX512) return lb__fail(LB_ERR_ARG, "unknown instruction set %d", (int)isa);
-    if (isa > lb__cpu_best_isa())
+    if ((unsigned)isa >= LB__ISA_COUNT) return lb__fail(LB_ERR_ARG, "unknown instruction set %d", (int)isa);
+    if (!lb__isa_supported(isa))
         return lb__fail(LB_ERR_UNSUPPORTED, "this CPU does not support %s (best: %s)", lb_isa_name(isa),
                         lb_isa_name(lb__cpu_best_isa()));
     isa_cap = (int)isa;

@@ -115,20 +115,58 @@ static int zero_point_at(const lb_format_info *e, const uint8_t *zrow, size_t b)
     return (int)c;
 }
 
+/* One scale code's exact value: the same number the format layer's
+ * decoders give (every scale format decodes exactly into fp32), formed
+ * from the bits without the generic codec's arithmetic, which cost more
+ * than the dot products for small blocks. NaN codes (never produced by
+ * lb_quantize) give a NaN. */
+static float scale_value(lb_format f, const uint8_t *codes, size_t i)
+{
+    uint32_t bits;
+    switch (f) {
+    case LB_FMT_FP32: memcpy(&bits, codes + 4 * i, 4); break;
+    case LB_FMT_BF16: bits = (uint32_t)(codes[2 * i] | codes[2 * i + 1] << 8) << 16; break;
+    case LB_FMT_FP16: {
+        uint32_t h = (uint32_t)(codes[2 * i] | codes[2 * i + 1] << 8), sign = (h & 0x8000u) << 16;
+        uint32_t e = (h >> 10) & 0x1F, man = h & 0x3FF;
+        if (e == 0) { /* zero or subnormal: man * 2^-24, exact */
+            float v = (float)man * 0x1p-24f;
+            return sign ? -v : v;
+        }
+        bits = sign | (e == 31 ? 0x7F800000u | man << 13 : (e + 112) << 23 | man << 13);
+        break;
+    }
+    case LB_FMT_E8M0: bits = codes[i] == 0xFF ? 0x7FC00000u : codes[i] ? (uint32_t)codes[i] << 23 : 0x00400000u; break;
+    default: { /* LB_FMT_UE4M3: E4M3 without the sign; 0x7F and every code with bit 7 set are NaN */
+        uint32_t c = codes[i], e = c >> 3, man = c & 7;
+        if (c >= 0x7F) bits = 0x7FC00000u;
+        else if (e == 0) return (float)man * 0x1p-9f;
+        else bits = (e + 120) << 23 | man << 20;
+    }
+    }
+    float v;
+    memcpy(&v, &bits, 4);
+    return v;
+}
+
 void lb__qdot_stage_scales(const lb__qmat *m, const lb__qdot_plan *p, lb_isa isa, size_t r, size_t n)
 {
     if (m->plain) return;
     size_t nb = p->blocks;
-    const lb_format_info *sf = lb_format_get(m->scale_format);
-    if (m->one_scale) {
-        lb__decode_kernel(isa)(sf, m->scales, 1, p->mul);
-        for (size_t i = 1; i < n; i++) p->mul[i * nb] = p->mul[0];
-    } else {
-        lb__decode_kernel(isa)(sf, m->scales + lb_format_bytes(m->scale_format, r * nb), n * nb, p->mul);
-    }
     /* lb__scale_divisors multiplies every decoded scale, by 1 too */
     float sm = m->scale_mul;
-    for (size_t i = 0; i < n * nb; i++) p->mul[i] *= sm;
+    if (m->one_scale) {
+        p->mul[0] = scale_value(m->scale_format, m->scales, 0) * sm;  /* a product by 1 is exact */
+        for (size_t i = 1; i < n; i++) p->mul[i * nb] = p->mul[0];
+    } else {
+        const uint8_t *codes = m->scales + lb_format_bytes(m->scale_format, r * nb);
+        /* whole vectors through the format layer's decoder of isa (the same
+         * values), the rest one by one: its scalar tail is the slow part */
+        size_t total = n * nb, vec = isa == LB_ISA_SCALAR ? 0 : total / 16 * 16;
+        if (vec) lb__decode_kernel(isa)(lb_format_get(m->scale_format), codes, vec, p->mul);
+        for (size_t i = vec; i < total; i++) p->mul[i] = scale_value(m->scale_format, codes, i);
+        for (size_t i = 0; i < total; i++) p->mul[i] *= sm;
+    }
     if (!p->affine) return;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *zrow = m->zero_points + (m->one_scale ? 0 : r + i) * m->zp_row_bytes;
@@ -248,8 +286,9 @@ void lb__qdot_scalar(const lb__qmat *m, const float *x, size_t nx, size_t ldx, s
 
 lb__qdot_fn lb__qdot_get(lb_isa isa)
 {
-    if (isa >= LB_ISA_AVX512 && lb__qdot_avx512_fn) return lb__qdot_avx512_fn;
-    if (isa >= LB_ISA_AVX2 && lb__qdot_avx2_fn) return lb__qdot_avx2_fn;
-    if (isa != LB_ISA_SCALAR && lb__qdot_neon_fn) return lb__qdot_neon_fn;
+    /* by name, not by >=: NEON (3) is no x86 level above AVX-512 (2) */
+    if (isa == LB_ISA_NEON) return lb__qdot_neon_fn ? lb__qdot_neon_fn : lb__qdot_scalar;
+    if (isa == LB_ISA_AVX512 && lb__qdot_avx512_fn) return lb__qdot_avx512_fn;
+    if ((isa == LB_ISA_AVX512 || isa == LB_ISA_AVX2) && lb__qdot_avx2_fn) return lb__qdot_avx2_fn;
     return lb__qdot_scalar;
 }

@@ -10,6 +10,7 @@
 #include "model/matmul.h"
 #include "quant/qkernels.h"
 #include "quant/quant_internal.h"
+#include "util/cpu.h"
 #include "util/error.h"
 #include "util/parallel.h"
 
@@ -188,11 +189,11 @@ lb_status lb__qmat_matmul_isa(const lb__qmat *m, const float *x, size_t n, float
         memset(y, 0, n * m->rows * sizeof *y);
         return LB_OK;
     }
-    if (isa > lb_isa_detected()) isa = lb_isa_detected();
+    isa = lb__isa_clamp(isa); /* what this CPU runs (another architecture's set: scalar) */
     if (n < LB__QMAT_PANEL_MIN_N) {
         dot_job j = {.m = m, .x = x, .n = n, .y = y, .fn = lb__qdot_get(isa)};
         /* rows in runs of 16: whole cache lines of y per thread */
-        return lb__parallel_for(m->rows, 16, threads, dot_rows, &j);
+        return lb__parallel_for(m->rows, 16, lb__threads_for(threads, m->bytes * n), dot_rows, &j);
     }
     panel_ctx c = {.m = m, .isa = isa};
     lb__panel_source src = {.panel = make_panel, .ctx = &c,

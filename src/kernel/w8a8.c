@@ -117,6 +117,7 @@ static const lb__w8a8_ops *ops_of(lb__w8a8_kind k)
     case LB__W8A8_AVX2: return &lb__w8a8_avx2_ops;
     case LB__W8A8_AVX512: return &lb__w8a8_avx512_ops;
     case LB__W8A8_VNNI: return &lb__w8a8_vnni_ops;
+    case LB__W8A8_NEON: return &lb__w8a8_neon_ops;
     default: return &lb__w8a8_scalar_ops;
     }
 }
@@ -124,19 +125,21 @@ static const lb__w8a8_ops *ops_of(lb__w8a8_kind k)
 int lb__w8a8_kind_available(lb__w8a8_kind kind)
 {
     if (kind < 0 || kind >= LB__W8A8_KINDS || !ops_of(kind)->gemm_i8) return 0;
-    lb_isa best = lb_isa_detected();
     switch (kind) {
-    case LB__W8A8_AVX2: return best >= LB_ISA_AVX2;
-    case LB__W8A8_AVX512: return best >= LB_ISA_AVX512;
-    case LB__W8A8_VNNI: return best >= LB_ISA_AVX512 && (lb__cpu_extras() & LB__CPU_AVX512_VNNI);
+    case LB__W8A8_AVX2: return lb__isa_supported(LB_ISA_AVX2);
+    case LB__W8A8_AVX512: return lb__isa_supported(LB_ISA_AVX512);
+    case LB__W8A8_VNNI: return lb__isa_supported(LB_ISA_AVX512) && (lb__cpu_extras() & LB__CPU_AVX512_VNNI);
+    case LB__W8A8_NEON: return lb__isa_supported(LB_ISA_NEON);
     default: return 1;
     }
 }
 
 lb__w8a8_kind lb__w8a8_kind_for(lb_isa isa)
 {
+    if (isa == LB_ISA_NEON) return lb__w8a8_kind_available(LB__W8A8_NEON) ? LB__W8A8_NEON : LB__W8A8_SCALAR;
+    /* the x86 sets, best first (NEON's 3 is no x86 level: handled above) */
     static const lb__w8a8_kind down[] = {LB__W8A8_VNNI, LB__W8A8_AVX512, LB__W8A8_AVX2, LB__W8A8_SCALAR};
-    lb__w8a8_kind top = isa >= LB_ISA_AVX512 ? LB__W8A8_VNNI : isa == LB_ISA_AVX2 ? LB__W8A8_AVX2 : LB__W8A8_SCALAR;
+    lb__w8a8_kind top = isa == LB_ISA_AVX512 ? LB__W8A8_VNNI : isa == LB_ISA_AVX2 ? LB__W8A8_AVX2 : LB__W8A8_SCALAR;
     for (size_t i = 0; i < sizeof down / sizeof down[0]; i++)
         if (down[i] <= top && lb__w8a8_kind_available(down[i])) return down[i];
     return LB__W8A8_SCALAR;
@@ -233,7 +236,7 @@ lb_status lb__w8a8_matmul_kind(const lb__w8a8 *w, const float *x, size_t n, floa
     if (!lb__w8a8_kind_available(kind)) kind = LB__W8A8_SCALAR;
     size_t cols = w->m->cols;
     job j = {.w = w, .ops = ops_of(kind), .x = x, .static_scale = static_scale, .y = y};
-    j.isa = kind == LB__W8A8_VNNI ? LB_ISA_AVX512 : (lb_isa)kind;
+    j.isa = kind == LB__W8A8_VNNI ? LB_ISA_AVX512 : kind == LB__W8A8_NEON ? LB_ISA_NEON : (lb_isa)kind;
     j.a.n = n;
     j.a.ld = (cols + LB__W8A8_PAD - 1) / LB__W8A8_PAD * LB__W8A8_PAD;
     if (j.a.ld == 0) j.a.ld = LB__W8A8_PAD;
@@ -257,7 +260,8 @@ lb_status lb__w8a8_matmul_kind(const lb__w8a8 *w, const float *x, size_t n, floa
     }
     int qthreads = n * cols >= QUANT_PARALLEL_MIN ? threads : 1;
     lb_status st = lb__parallel_for(n, 1, qthreads, quant_range, &j);
-    if (st == LB_OK) st = lb__parallel_for(w->m->rows, ROW_GRAIN, threads, gemm_range, &j);
+    if (st == LB_OK)
+        st = lb__parallel_for(w->m->rows, ROW_GRAIN, lb__threads_for(threads, w->m->bytes * n), gemm_range, &j);
     free(buf);
     free(j.a.scale);
     return st;
@@ -266,8 +270,7 @@ lb_status lb__w8a8_matmul_kind(const lb__w8a8 *w, const float *x, size_t n, floa
 lb_status lb__w8a8_matmul_isa(const lb__w8a8 *w, const float *x, size_t n, float static_scale, float *y,
                               int threads, lb_isa isa)
 {
-    lb_isa best = lb_isa_detected();
-    return lb__w8a8_matmul_kind(w, x, n, static_scale, y, threads, lb__w8a8_kind_for(isa < best ? isa : best));
+    return lb__w8a8_matmul_kind(w, x, n, static_scale, y, threads, lb__w8a8_kind_for(lb__isa_clamp(isa)));
 }
 
 lb_status lb__w8a8_matmul(const lb__w8a8 *w, const float *x, size_t n, float static_scale, float *y, int threads)

@@ -14,13 +14,15 @@
 
 #include "kernel/w8a8.h"
 
-/* The kernel sets. VNNI is AVX-512 plus vpdpbusd (lb__cpu_extras). */
+/* The kernel sets. VNNI is AVX-512 plus vpdpbusd (lb__cpu_extras); NEON
+ * is aarch64's (LB_ISA_NEON). */
 typedef enum lb__w8a8_kind {
     LB__W8A8_SCALAR = 0,
     LB__W8A8_AVX2 = 1,
     LB__W8A8_AVX512 = 2,
     LB__W8A8_VNNI = 3,
-    LB__W8A8_KINDS = 4
+    LB__W8A8_NEON = 4,
+    LB__W8A8_KINDS = 5
 } lb__w8a8_kind;
 
 /* Activation rows are padded to a multiple of this many columns (one
@@ -59,7 +61,8 @@ typedef struct lb__w8a8_ops {
 } lb__w8a8_ops;
 
 /* NULL .gemm_i8 where the build has no such set */
-extern const lb__w8a8_ops lb__w8a8_scalar_ops, lb__w8a8_avx2_ops, lb__w8a8_avx512_ops, lb__w8a8_vnni_ops;
+extern const lb__w8a8_ops lb__w8a8_scalar_ops, lb__w8a8_avx2_ops, lb__w8a8_avx512_ops, lb__w8a8_vnni_ops,
+    lb__w8a8_neon_ops;
 
 /* The best set for an instruction set on this CPU (VNNI at AVX-512 when
  * the CPU has it); a set the build or CPU lacks falls back. */

@@ -166,5 +166,7 @@ static lb_status heads(void *ctx, size_t h0, size_t h1)
 
 lb_status lb__attention(const lb__attn_job *j, int threads)
 {
-    return lb__parallel_for(j->n_heads, 1, threads, heads, (void *)j);
+    /* scores and weighted sums: about 2 x n x heads x positions x head_dim multiply-adds */
+    size_t work = 2 * j->n * j->n_heads * (j->pos0 + j->n) * j->head_dim;
+    return lb__parallel_for(j->n_heads, 1, lb__threads_for(threads, work), heads, (void *)j);
 }

@@ -149,8 +149,7 @@ static void pack_x(const float *x, size_t n, size_t in, size_t mr, float *xp)
 
 static const lb__mm_kernel *kernel_for(lb_isa isa)
 {
-    lb_isa cpu = lb__cpu_best_isa();
-    if (isa > cpu) isa = cpu;
+    isa = lb__isa_x86(lb__isa_clamp(isa)); /* these kernels are x86 only: NEON runs the scalar panels */
     if (isa >= LB_ISA_AVX512 && lb__mm_avx512.block) return &lb__mm_avx512;
     if (isa >= LB_ISA_AVX2 && lb__mm_avx2.block) return &lb__mm_avx2;
     return NULL;
@@ -165,6 +164,7 @@ lb_status lb__matmul_source(const float *x, size_t n, size_t out, size_t in, con
         return LB_OK;
     }
     size_t panels = (out + LB__MM_NR - 1) / LB__MM_NR;
+    threads = lb__threads_for(threads, n * out * in);
     mm_job j = {.x = x, .n = n, .out = out, .in = in, .src = src, .y = y, .k = kernel_for(isa)};
     if (!j.k) return lb__parallel_for(panels, 1, threads, scalar_panels, &j);
     /* a single row is already k-major */

@@ -45,6 +45,11 @@ static unsigned detect_extras(void)
     }
     return out;
 }
+#elif defined(__aarch64__)
+/* Advanced SIMD (with fp16 conversions and fused multiply-add) is part of
+ * every ARMv8-A CPU: nothing to ask. */
+static lb_isa detect(void) { return LB_ISA_NEON; }
+static unsigned detect_extras(void) { return 0; }
 #else
 static lb_isa detect(void) { return LB_ISA_SCALAR; }
 static unsigned detect_extras(void) { return 0; }
@@ -62,4 +67,24 @@ unsigned lb__cpu_extras(void)
     static int cached = -1; /* benign race, as above */
     if (cached < 0) cached = (int)detect_extras();
     return (unsigned)cached;
+}
+
+int lb__isa_supported(lb_isa isa)
+{
+    lb_isa best = lb__cpu_best_isa();
+    switch (isa) {
+    case LB_ISA_SCALAR: return 1;
+    case LB_ISA_AVX2:
+    case LB_ISA_AVX512: return isa <= lb__isa_x86(best);
+    case LB_ISA_NEON: return best == LB_ISA_NEON;
+    }
+    return 0;
+}
+
+lb_isa lb__isa_clamp(lb_isa isa)
+{
+    if (lb__isa_supported(isa)) return isa;
+    lb_isa x86 = lb__isa_x86(lb__cpu_best_isa());
+    if (lb__isa_x86(isa) != LB_ISA_SCALAR && x86 != LB_ISA_SCALAR) return x86; /* above this x86 CPU's level */
+    return LB_ISA_SCALAR;
 }

@@ -57,6 +57,14 @@ int lb__thread_count(int threads)
     return cpus > LB_MAX_THREADS ? LB_MAX_THREADS : (int)cpus;
 }
 
+int lb__threads_for(int threads, size_t work)
+{
+    int t = lb__thread_count(threads);
+    size_t useful = work / LB__PARALLEL_MIN_WORK;
+    if (useful < 1) useful = 1;
+    return (size_t)t > useful ? (int)useful : t;
+}
+
 /* ---- the pool: workers that live for the process and wait for jobs ----
  *
  * One job at a time: the caller that holds `busy` publishes its slices

@@ -13,6 +13,14 @@ typedef lb_status (*lb__range_fn)(void *ctx, size_t begin, size_t end);
 /* Threads to use for a request: threads <= 0 means one per online CPU. */
 int lb__thread_count(int threads);
 
+/* Threads worth using for a job of `work` units (bytes read or
+ * multiply-adds): at most one per LB__PARALLEL_MIN_WORK, so a small job
+ * stays on the calling thread. Handing a job over costs microseconds on an
+ * idle machine and up to a scheduler tick on a busy one, which made decode
+ * of a 1 MB model 200x slower on two threads than on one. */
+#define LB__PARALLEL_MIN_WORK ((size_t)256 << 10)
+int lb__threads_for(int threads, size_t work);
+
 /* Runs fn over [0, n) in at most `threads` slices whose boundaries are
  * multiples of `grain` (so packed outputs split on byte boundaries).
  * Returns the status of the lowest failing slice, so the reported error

@@ -10,6 +10,7 @@
 #include "kernel/qdot.h"
 #include "kernel/qmat.h"
 #include "lowbit.h"
+#include "util/cpu.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15u;
 static uint32_t rnd(void)
@@ -187,13 +188,24 @@ static int test_case(const char *spec_text, size_t rows, size_t cols, size_t nx,
 
 int main(void)
 {
-    isa_entry isas[2];
+    isa_entry isas[3];
     int nisa = 0;
-    lb_isa det = lb_isa_detected();
-    if (det >= LB_ISA_AVX2 && lb__qdot_avx2_fn) isas[nisa++] = (isa_entry){"avx2", LB_ISA_AVX2};
-    if (det >= LB_ISA_AVX512 && lb__qdot_avx512_fn) isas[nisa++] = (isa_entry){"avx512", LB_ISA_AVX512};
+    if (lb__isa_supported(LB_ISA_AVX2) && lb__qdot_avx2_fn) isas[nisa++] = (isa_entry){"avx2", LB_ISA_AVX2};
+    if (lb__isa_supported(LB_ISA_AVX512) && lb__qdot_avx512_fn) isas[nisa++] = (isa_entry){"avx512", LB_ISA_AVX512};
+    if (lb__isa_supported(LB_ISA_NEON) && lb__qdot_neon_fn) isas[nisa++] = (isa_entry){"neon", LB_ISA_NEON};
     printf("comparing %d instruction set(s) with the scalar reference\n", nisa);
     CHECK(lb__qdot_get(LB_ISA_SCALAR) == lb__qdot_scalar, "scalar entry");
+    /* NEON's value (3) is above AVX-512's, but it is no x86 level: asked for
+     * where it is missing it gives the reference, never an x86 kernel */
+    int neon = lb__isa_supported(LB_ISA_NEON);
+    CHECK(neon == (lb_isa_detected() == LB_ISA_NEON), "neon supported exactly on aarch64");
+    CHECK(lb__qdot_get(LB_ISA_NEON) == (lb__qdot_neon_fn ? lb__qdot_neon_fn : lb__qdot_scalar), "neon entry");
+    CHECK(lb__isa_clamp(LB_ISA_NEON) == (neon ? LB_ISA_NEON : LB_ISA_SCALAR), "neon clamped");
+    CHECK(lb__isa_clamp(LB_ISA_AVX512) == (neon ? LB_ISA_SCALAR : lb_isa_detected()), "avx512 clamped");
+    CHECK(lb_isa_set(LB_ISA_NEON) == (neon ? LB_OK : LB_ERR_UNSUPPORTED), "lb_isa_set(neon)");
+    CHECK(lb_isa_set(LB_ISA_AVX2) == (lb_isa_detected() == LB_ISA_AVX2 || lb_isa_detected() == LB_ISA_AVX512
+                                          ? LB_OK : LB_ERR_UNSUPPORTED), "lb_isa_set(avx2)");
+    CHECK(lb_isa_set(lb_isa_detected()) == LB_OK && !strcmp(lb_isa_name(LB_ISA_NEON), "neon"), "name, reset");
 
     const char *plain[] = {"fp32", "bf16", "fp16"};
     size_t nspec = sizeof specs / sizeof specs[0], ncols = sizeof col_set / sizeof col_set[0];

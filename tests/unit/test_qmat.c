@@ -13,6 +13,7 @@
 #include "kernel/qmat.h"
 #include "lowbit.h"
 #include "model/matmul.h"
+#include "util/cpu.h"
 
 static unsigned seed = 777;
 static float frand(void)
@@ -79,9 +80,9 @@ static void check_spec(const char *text, size_t rows, size_t cols)
     /* prefill: the fp32 kernels on the dequantized weights, bit for bit */
     lb__packed p;
     lb__pack_weight(deq, rows, cols, &p);
-    const lb_isa isas[] = {LB_ISA_SCALAR, LB_ISA_AVX2, LB_ISA_AVX512};
-    for (size_t i = 0; i < 3; i++) {
-        if (isas[i] > lb_isa_detected()) continue;
+    const lb_isa isas[] = {LB_ISA_SCALAR, LB_ISA_AVX2, LB_ISA_AVX512, LB_ISA_NEON};
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        if (!lb__isa_supported(isas[i])) continue;
         for (int threads = 1; threads <= 3; threads++) {
             size_t n = LB__QMAT_PANEL_MIN_N + (size_t)threads * 7;
             lb__matmul_isa(x, n, &p, ref, 1, isas[i]);

@@ -163,7 +163,7 @@ static size_t first_diff(const float *a, const float *b, size_t n)
     return n;
 }
 
-static const char *kind_name[] = {"scalar", "avx2", "avx512", "vnni"};
+static const char *kind_name[] = {"scalar", "avx2", "avx512", "vnni", "neon"};
 
 /* One case: the reference, every set and thread count, and decode. */
 static void run_case(const char *spec, lb_format act, const float *wf, size_t rows, size_t cols, const float *x,
