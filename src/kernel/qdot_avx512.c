@@ -53,8 +53,12 @@ INL void chunk_w(const int kind, const int aff, const int fold, const uint8_t *s
     case LB__QK_E4M3: {
         __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s));
         __m256i h = _mm256_slli_epi16(_mm256_add_epi16(c, _mm256_and_si256(c, _mm256_set1_epi16(0x80))), 7);
-        __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(c, _mm256_set1_epi16(0x7F)), _mm256_set1_epi16(0x7F));
-        h = _mm256_mask_mov_epi16(h, nan, _mm256_or_si256(h, _mm256_set1_epi16(0x7F80))); /* fp16 NaN -> fp32 S.7FF00000, the reference's */
+        /* the NaN codes S.1111.111 give magnitude 0x3F80, the only one that
+         * carries into bit 14 when 0x80 is added: setting that bit makes the
+         * fp16 exponent all ones, a NaN (-> fp32 S.7FF00000, the reference's);
+         * two word ops instead of a compare and a masked move */
+        h = _mm256_ternarylogic_epi32(h, _mm256_add_epi16(h, _mm256_set1_epi16(0x80)), _mm256_set1_epi16(0x4000),
+                                      0xF8); /* A | (B & C) */
         v = _mm512_cvtph_ps(h);
         if (!fold) v = _mm512_mul_ps(v, _mm512_set1_ps(256.0f));
         break;
@@ -201,13 +205,15 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const in
     }
 }
 
-/* Blocks of exactly one chunk (g32 and MX 4-bit, g16 8-bit): the block
- * and chunk loops are one, with each row's scales walked by pointer, so
- * the per-block bookkeeping of run() (a few dozen scalar instructions per
- * block and row group) does not dominate. Same w, same order. */
+/* Blocks of one or two chunks (g32 and MX 4-bit; g16, g32 and MX 8-bit):
+ * the block and chunk loops are one, chunk c taking its row's scale
+ * c >> sh (sh = 0 or 1), so the per-block bookkeeping of run() (a few dozen
+ * scalar instructions per block and row group) does not dominate. Same w,
+ * same order. */
 INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const int aff, const size_t nx, size_t r0,
                 size_t r1, float *y, size_t ldy)
 {
+    const unsigned sh = p->cpb == 2;
     const size_t C = kind == LB__QK_NIB ? 32 : 16, nb = p->blocks, cb = p->chunk_bytes, nch = p->nch, xst = p->xstride;
     const size_t inplace = lb__qdot_inplace_chunks(m, p, kind == LB__QK_SIX ? 12 : cb);
     const size_t pstep = prefetch_step(m, nch);
@@ -244,8 +250,8 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
                 const uint8_t *s = c < inplace ? row[i] + c * cb : tail[i][c - inplace];
-                const float mul = mu[i][c];
-                __m512 mulv = _mm512_set1_ps(mul), zpv = aff ? _mm512_set1_ps(zp[i][c]) : _mm512_setzero_ps();
+                const float mul = mu[i][c >> sh];
+                __m512 mulv = _mm512_set1_ps(mul), zpv = aff ? _mm512_set1_ps(zp[i][c >> sh]) : _mm512_setzero_ps();
                 __m512 tab = lut16, w[2];
                 if (kind == LB__QK_NIB)
                     tab = aff ? _mm512_mul_ps(_mm512_sub_ps(lut16, zpv), mulv) : _mm512_mul_ps(lut16, mulv);
@@ -400,7 +406,7 @@ static void qdot_avx512(const lb__qmat *m, const float *x, size_t nx, size_t ldx
         return;
     }
     lb__qdot_stage_x(&p, x, nx, ldx);
-    if (!p.plain && p.cpb == 1 && p.blocks > 1 && runs_b1[p.kind][p.affine][nx - 1])
+    if (!p.plain && (p.cpb == 1 || p.cpb == 2) && p.blocks > 1 && runs_b1[p.kind][p.affine][nx - 1])
         runs_b1[p.kind][p.affine][nx - 1](m, &p, r0, r1, y, ldy);
     else
         runs[p.kind][p.affine][nx - 1](m, &p, r0, r1, y, ldy);
