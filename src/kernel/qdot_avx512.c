@@ -117,6 +117,57 @@ static size_t prefetch_step(const lb__qmat *m, size_t nch)
     return m->row_bytes >= 4096 ? 0 : (R * m->row_bytes / nch + 63) / 64 * 64;
 }
 
+/* n scale codes of format f to fp32 times sm, 16 at a time: the exact
+ * values lb_dequantize's decoder gives (NaN codes, which lb_quantize never
+ * writes, give a NaN). The format layer's bulk decoder took a sixth of
+ * decode time on blocks of 32. */
+static void scales_to_f32(lb_format f, const uint8_t *codes, size_t n, float sm, float *out)
+{
+    const __m512 smv = _mm512_set1_ps(sm);
+    for (size_t i = 0; i < n; i += 16) {
+        size_t len = n - i < 16 ? n - i : 16;
+        __mmask16 k = (__mmask16)((1u << len) - 1);
+        __m512 v;
+        switch (f) {
+        case LB_FMT_FP32: v = _mm512_maskz_loadu_ps(k, codes + 4 * i); break;
+        case LB_FMT_BF16:
+            v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, codes + 2 * i)), 16));
+            break;
+        case LB_FMT_FP16: v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, codes + 2 * i)); break;
+        case LB_FMT_E8M0: {
+            __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, codes + i));
+            __m512i b = _mm512_slli_epi32(c, 23); /* 2^(c-127) for c in 1..254 */
+            b = _mm512_mask_mov_epi32(b, _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
+            b = _mm512_mask_mov_epi32(b, _mm512_cmpeq_epi32_mask(c, _mm512_set1_epi32(0xFF)), _mm512_set1_epi32(0x7FC00000));
+            v = _mm512_castsi512_ps(b);
+            break;
+        }
+        default: { /* LB_FMT_UE4M3: the e4m3 fp16 trick (value * 2^-8), then * 2^8 exactly; codes >= 0x7F are NaN */
+            __m256i c = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(k, codes + i));
+            v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_slli_epi16(c, 7)), _mm512_set1_ps(256.0f));
+            __mmask16 nan = _mm256_cmpgt_epi16_mask(c, _mm256_set1_epi16(0x7E));
+            v = _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+        }
+        }
+        _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(v, smv)); /* a product by 1 is exact */
+    }
+}
+
+/* The staged scales' first row for row group r: batches of
+ * LB__QDOT_STAGE_ROWS rows staged when a group leaves the last batch
+ * (batches start at group starts, so a group never straddles two). */
+static size_t staged_row(const lb__qmat *m, const lb__qdot_plan *p, size_t r, size_t r1, size_t *first)
+{
+    if (*first == SIZE_MAX || r >= *first + LB__QDOT_STAGE_ROWS) {
+        size_t n = r1 - r < LB__QDOT_STAGE_ROWS ? r1 - r : LB__QDOT_STAGE_ROWS;
+        if (m->plain || p->affine || m->one_scale) lb__qdot_stage_scales(m, p, LB_ISA_AVX512, r, n);
+        else scales_to_f32(m->scale_format, m->scales + lb_format_bytes(m->scale_format, r * p->blocks), n * p->blocks,
+                           m->scale_mul, p->mul);
+        *first = r;
+    }
+    return r - *first;
+}
+
 /* e4m3: whether 2^8 can be folded into this scale (see the top). */
 static int foldable(float mul) { return !(fabsf(mul) >= 0x1p120f && fabsf(mul) <= 3.4028234663852886e38f); }
 
@@ -131,16 +182,17 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const in
     const __m512 t0 = kind == LB__QK_SIX ? _mm512_loadu_ps(p->lut) : _mm512_setzero_ps();
     const __m512 t1 = kind == LB__QK_SIX ? _mm512_loadu_ps(p->lut + 16) : _mm512_setzero_ps();
     _Alignas(64) uint8_t tail[R][2][64]; /* a row's chunks past `inplace`: at most 2 (qdot_internal.h) */
+    size_t first = SIZE_MAX; /* the staged batch's first row */
     for (size_t r = r0; r < r1; r += R) {
         size_t n = r1 - r < R ? r1 - r : R;
-        lb__qdot_stage_scales(m, p, LB_ISA_AVX512, r, n);
+        const size_t off = staged_row(m, p, r, r1, &first);
         const uint8_t *row[R];
         size_t so[R]; /* row i's first scale in p->mul; rows past n repeat the last (results dropped) */
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++) {
             size_t k = i < n ? i : n - 1;
             row[i] = m->data + (r + k) * m->row_bytes;
-            so[i] = k * nb;
+            so[i] = (off + k) * nb;
             /* copied before the loop: a call inside it would keep the sums out of registers */
             for (size_t c = inplace; c < nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
         }
@@ -221,16 +273,17 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const
     const __m512 t0 = kind == LB__QK_SIX ? _mm512_loadu_ps(p->lut) : _mm512_setzero_ps();
     const __m512 t1 = kind == LB__QK_SIX ? _mm512_loadu_ps(p->lut + 16) : _mm512_setzero_ps();
     _Alignas(64) uint8_t tail[R][2][64];
+    size_t first = SIZE_MAX; /* the staged batch's first row */
     for (size_t r = r0; r < r1; r += R) {
         size_t n = r1 - r < R ? r1 - r : R;
-        lb__qdot_stage_scales(m, p, LB_ISA_AVX512, r, n);
+        const size_t off = staged_row(m, p, r, r1, &first);
         const uint8_t *row[R];
         const float *mu[R], *zp[R];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++) {
             size_t k = i < n ? i : n - 1;
             row[i] = m->data + (r + k) * m->row_bytes;
-            mu[i] = p->mul + k * nb, zp[i] = p->zp + k * nb;
+            mu[i] = p->mul + (off + k) * nb, zp[i] = p->zp + (off + k) * nb;
             for (size_t c = inplace; c < nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
         }
         __m512 acc[R][LB__QDOT_MAX_NX];
@@ -288,16 +341,17 @@ INL void run_nib16(const lb__qmat *m, const lb__qdot_plan *p, const int aff, con
     const __m512 lut16 = _mm512_loadu_ps(p->lut);
     const __mmask16 upper = 0xFF00;
     _Alignas(64) uint8_t tail[R][2][64];
+    size_t first = SIZE_MAX; /* the staged batch's first row */
     for (size_t r = r0; r < r1; r += R) {
         size_t n = r1 - r < R ? r1 - r : R;
-        lb__qdot_stage_scales(m, p, LB_ISA_AVX512, r, n);
+        const size_t off = staged_row(m, p, r, r1, &first);
         const uint8_t *row[R];
         const float *mu[R], *zp[R];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++) {
             size_t k = i < n ? i : n - 1;
             row[i] = m->data + (r + k) * m->row_bytes;
-            mu[i] = p->mul + k * nb, zp[i] = p->zp + k * nb;
+            mu[i] = p->mul + (off + k) * nb, zp[i] = p->zp + (off + k) * nb;
             for (size_t c = inplace; c < nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
         }
         __m512 acc[R][LB__QDOT_MAX_NX];

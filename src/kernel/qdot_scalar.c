@@ -31,7 +31,7 @@ static size_t blocks_of(const lb__qmat *m) { return m->plain ? 1 : (m->blocks ? 
 size_t lb__qdot_scratch_bytes(const lb__qmat *m)
 {
     size_t xs = xstride_of(m), nb = blocks_of(m);
-    return align64(LB__QDOT_MAX_NX * xs * sizeof(float)) + 2 * align64(LB__QDOT_ROWS * nb * sizeof(float)) +
+    return align64(LB__QDOT_MAX_NX * xs * sizeof(float)) + 2 * align64(LB__QDOT_STAGE_ROWS * nb * sizeof(float)) +
            align64(256 * sizeof(float)) + align64(xs * sizeof(float));
 }
 
@@ -69,8 +69,8 @@ void lb__qdot_plan_init(const lb__qmat *m, void *scratch, lb__qdot_plan *p)
     p->cpb = m->plain || nb == 1 ? p->nch : m->block / p->chunk;
     uint8_t *s = scratch;
     p->xs = (float *)s, s += align64(LB__QDOT_MAX_NX * xs * sizeof(float));
-    p->mul = (float *)s, s += align64(LB__QDOT_ROWS * nb * sizeof(float));
-    p->zp = (float *)s, s += align64(LB__QDOT_ROWS * nb * sizeof(float));
+    p->mul = (float *)s, s += align64(LB__QDOT_STAGE_ROWS * nb * sizeof(float));
+    p->zp = (float *)s, s += align64(LB__QDOT_STAGE_ROWS * nb * sizeof(float));
     p->lut = (float *)s, s += align64(256 * sizeof(float));
     p->wrow = (float *)s;
     /* the tables the vector kernels look values up in: the reference
