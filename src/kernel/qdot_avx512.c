@@ -164,6 +164,13 @@ static size_t staged_row(const lb__qmat *m, const lb__qdot_plan *p, size_t r, si
         else scales_to_f32(m->scale_format, m->scales + lb_format_bytes(m->scale_format, r * p->blocks), n * p->blocks,
                            m->scale_mul, p->mul);
         *first = r;
+        /* the next batch's scale codes: a stream of their own that the
+         * hardware does not fetch ahead (loads of them stalled on memory) */
+        if (!m->plain && !m->one_scale) {
+            const char *next = (const char *)m->scales + lb_format_bytes(m->scale_format, (r + n) * p->blocks);
+            size_t bytes = lb_format_bytes(m->scale_format, LB__QDOT_STAGE_ROWS * p->blocks);
+            for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+        }
     }
     return r - *first;
 }
