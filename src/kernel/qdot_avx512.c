@@ -96,26 +96,29 @@ INL void chunk_w(const int kind, const int aff, const int fold, const uint8_t *s
     else w[0] = _mm512_mul_ps(v, mulv);
 }
 
-/* Rows of a few hundred bytes end before the hardware prefetchers have
- * ramped up, which capped decode at a third of the memory bandwidth on
- * 576-wide SmolLM2 rows. The next row groups lie right after this one in
- * memory, so while this group runs, each chunk step fetches its share of
- * the group PREFETCH_GROUPS ahead (prefetches never fault, past the end
- * neither). The data read and the arithmetic are unchanged. */
+/* Each chunk step also fetches its share of the row group PREFETCH_GROUPS
+ * ahead (rows are contiguous, so that is the bytes after this group;
+ * prefetches never fault, past the end neither). Rows of a few hundred
+ * bytes end before the hardware prefetchers ramp up, which capped decode
+ * at a third of the bandwidth on 576-wide SmolLM2 rows: those go to L1.
+ * Long rows stream, but the decode work between loads left the memory
+ * idle part of the time: fetching them into L2 ahead gave +25-55% on
+ * 4096-wide rows (interleaved A/B runs), while L1 there was slower. The
+ * data read and the arithmetic are unchanged. */
 #define PREFETCH_GROUPS 2
-INL void prefetch_ahead(const uint8_t *ahead, size_t step, size_t c)
+INL void prefetch_ahead(const uint8_t *ahead, size_t step, size_t c, int to_l1)
 {
     const char *p = (const char *)ahead + c * step;
-    for (size_t o = 0; o < step; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    if (to_l1)
+        for (size_t o = 0; o < step; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    else
+        for (size_t o = 0; o < step; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
 }
 
-/* bytes of the row group each chunk step prefetches, whole lines; 0 for
- * rows of 4 KiB and more, which the hardware streams well by itself (the
- * extra prefetches cost ~15% there) */
-static size_t prefetch_step(const lb__qmat *m, size_t nch)
-{
-    return m->row_bytes >= 4096 ? 0 : (R * m->row_bytes / nch + 63) / 64 * 64;
-}
+/* bytes of the row group each chunk step prefetches: whole lines */
+static size_t prefetch_step(const lb__qmat *m, size_t nch) { return (R * m->row_bytes / nch + 63) / 64 * 64; }
+#define SHORT_ROW(m) ((m)->row_bytes < 4096)
+
 
 /* n scale codes of format f to fp32 times sm, 16 at a time: the exact
  * values lb_dequantize's decoder gives (NaN codes, which lb_quantize never
@@ -184,6 +187,7 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const in
     const size_t C = kind == LB__QK_NIB ? 32 : 16, nb = p->blocks, cb = p->chunk_bytes, nch = p->nch, xst = p->xstride;
     const size_t inplace = lb__qdot_inplace_chunks(m, p, kind == LB__QK_SIX ? 12 : cb);
     const size_t pstep = prefetch_step(m, nch);
+    const int short_rows = SHORT_ROW(m);
     const int plain = p->plain;
     const __m512 lut16 = kind == LB__QK_NIB ? _mm512_loadu_ps(p->lut) : _mm512_setzero_ps();
     const __m512 t0 = kind == LB__QK_SIX ? _mm512_loadu_ps(p->lut) : _mm512_setzero_ps();
@@ -229,7 +233,7 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const in
                 _Pragma("GCC unroll 8")
                 for (size_t i = 0; i < R; i++) mulv[i] = _mm512_mul_ps(mulv[i], _mm512_set1_ps(256.0f));
             for (; c < cend; c++) {
-                prefetch_ahead(ahead, pstep, c);
+                prefetch_ahead(ahead, pstep, c, short_rows);
                 __m512 xe[LB__QDOT_MAX_NX], xo[LB__QDOT_MAX_NX];
                 _Pragma("GCC unroll 8")
                 for (size_t t = 0; t < nx; t++) {
@@ -276,6 +280,7 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const
     const size_t C = kind == LB__QK_NIB ? 32 : 16, nb = p->blocks, cb = p->chunk_bytes, nch = p->nch, xst = p->xstride;
     const size_t inplace = lb__qdot_inplace_chunks(m, p, kind == LB__QK_SIX ? 12 : cb);
     const size_t pstep = prefetch_step(m, nch);
+    const int short_rows = SHORT_ROW(m);
     const __m512 lut16 = kind == LB__QK_NIB ? _mm512_loadu_ps(p->lut) : _mm512_setzero_ps();
     const __m512 t0 = kind == LB__QK_SIX ? _mm512_loadu_ps(p->lut) : _mm512_setzero_ps();
     const __m512 t1 = kind == LB__QK_SIX ? _mm512_loadu_ps(p->lut + 16) : _mm512_setzero_ps();
@@ -300,7 +305,7 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const
             for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
         const uint8_t *ahead = m->data + (r + PREFETCH_GROUPS * R) * m->row_bytes;
         for (size_t c = 0; c < nch; c++) {
-            prefetch_ahead(ahead, pstep, c);
+            prefetch_ahead(ahead, pstep, c, short_rows);
             __m512 xe[LB__QDOT_MAX_NX], xo[LB__QDOT_MAX_NX];
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) {
@@ -345,6 +350,7 @@ INL void run_nib16(const lb__qmat *m, const lb__qdot_plan *p, const int aff, con
     const size_t nb = p->blocks, nch = p->nch, xst = p->xstride;
     const size_t inplace = lb__qdot_inplace_chunks(m, p, p->chunk_bytes);
     const size_t pstep = prefetch_step(m, nch);
+    const int short_rows = SHORT_ROW(m);
     const __m512 lut16 = _mm512_loadu_ps(p->lut);
     const __mmask16 upper = 0xFF00;
     _Alignas(64) uint8_t tail[R][2][64];
@@ -368,7 +374,7 @@ INL void run_nib16(const lb__qmat *m, const lb__qdot_plan *p, const int aff, con
             for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
         const uint8_t *ahead = m->data + (r + PREFETCH_GROUPS * R) * m->row_bytes;
         for (size_t c = 0; c < nch; c++) {
-            prefetch_ahead(ahead, pstep, c);
+            prefetch_ahead(ahead, pstep, c, short_rows);
             size_t b0 = 2 * c, b1 = 2 * c + 1 < nb ? 2 * c + 1 : nb - 1; /* padding: the last block's */
             __m512 xe[LB__QDOT_MAX_NX], xo[LB__QDOT_MAX_NX];
             _Pragma("GCC unroll 8")
