@@ -27,3 +27,11 @@ echo
 echo "Command: \`make bench\` (runs \`$python bench/run_eval.py $build\`)"
 echo
 "$python" bench/run_eval.py "$build"
+echo
+echo "## Packed kernels, W8A8, KV cache"
+echo
+echo "Command: \`make bench\` (runs \`$build/lowbit bench\`)"
+echo
+echo '```'
+"$build/lowbit" bench
+echo '```'
