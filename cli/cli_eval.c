@@ -80,6 +80,10 @@ static int runner_formats(const char *cmd, int json, const cli_eval_args *a, lb_
     if (rc == EXIT_OK) rc = parse_format(cmd, json, "--act", a->act, act, sizeof act / sizeof *act, &o->act);
     if (rc == EXIT_OK && a->calib && !a->act)
         rc = cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--calib sets static activation scales: it needs --act");
+    if (rc == EXIT_OK && a->calib_tokens && !a->calib)
+        rc = cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--calib-tokens needs --calib FILE");
+    if (rc == EXIT_OK && a->fake && !a->spec && !a->spec_attn && !a->spec_mlp && !a->spec_embed && !a->spec_head)
+        rc = cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--fake simulates a --spec: give one");
     if (rc == EXIT_OK && a->act && a->fake)
         rc = cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--act runs on packed weights: it does not combine with --fake");
     return rc;
@@ -92,8 +96,7 @@ static int calibrate(const char *cmd, int json, const cli_eval_args *a, cli_eval
     size_t n = 0;
     int rc = cli_eval_tokens(cmd, json, e->tok, a->calib, &ids, &n);
     if (rc != EXIT_OK) return rc;
-    size_t want = a->calib_tokens ? a->calib_tokens : 512, room = a->max_ctx ? a->max_ctx : 512;
-    if (want > room) want = room;
+    size_t want = a->calib_tokens ? a->calib_tokens : 512; /* the runner cuts them into windows of its context */
     if (n > want) n = want;
     lb_status st = n ? lb_runner_calibrate(e->runner, ids, n) : LB_OK;
     free(ids);
@@ -114,6 +117,25 @@ int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_
     lb_status st = lb_runner_new(e->model, &o, &e->runner);
     if (st != LB_OK) return cli_fail_lb(cmd, json, st == LB_ERR_ARG || st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
     return a->calib ? calibrate(cmd, json, a, e) : EXIT_OK;
+}
+
+void cli_eval_print_setup(FILE *out, const cli_eval_args *a, int json)
+{
+    if (json) {
+        fprintf(out, ", \"fake\": %s, \"act\": ", a->fake ? "true" : "false");
+        json_string(out, a->act ? a->act : "fp32");
+        fprintf(out, ", \"kv\": ");
+        json_string(out, a->kv ? a->kv : "fp32");
+        fprintf(out, ", \"calib\": ");
+        json_string(out, a->calib ? a->calib : "");
+        return;
+    }
+    if (!a->fake && !a->act && !a->kv) return;
+    const char *sep = " (";
+    if (a->fake) fprintf(out, "%sfake", sep), sep = "; ";
+    if (a->act) fprintf(out, "%sact %s%s%s", sep, a->act, a->calib ? ", static from " : ", per token", a->calib ? a->calib : ""), sep = "; ";
+    if (a->kv) fprintf(out, "%skv %s", sep, a->kv);
+    fputc(')', out);
 }
 
 /* VmRSS and VmHWM (peak) from /proc/self/status, in bytes; 0 where absent */

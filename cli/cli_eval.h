@@ -63,6 +63,11 @@ int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, u
     "stores the KV cache as fp32 (default), bf16, fp16, fp8_e4m3, fp8_e5m2, int8 or int4\n"            \
     "(the last four with a scale per token and head).\n"
 
+/* How the runner was asked to run, beyond --spec: JSON fields (leading
+ * comma: "fake", "act", "kv", "calib") with json, else a short text such as
+ * " (fake; act int8, static from FILE; kv fp8_e4m3)" ("" when default). */
+void cli_eval_print_setup(FILE *out, const cli_eval_args *a, int json);
+
 /* What the runner holds and the process's resident memory: one line on
  * stdout, or JSON fields (leading comma) with json. */
 void cli_eval_print_memory(FILE *out, const lb_runner *r, int json);

@@ -47,7 +47,7 @@ static const char usage[] =
     "--json            everything as one JSON object.\n";
 
 #define MAX_SPECS 48
-#define MAX_ROWS (MAX_SPECS + 4)
+#define MAX_ROWS (2 * MAX_SPECS) /* each spec, and a W8A8 row after an 8-bit one */
 #define MAX_KV 8
 #define SMALL_ROWS 256 /* the random matrix that is quantized once, then tiled */
 #define COLS 4096

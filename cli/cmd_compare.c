@@ -106,7 +106,10 @@ static int run(int argc, char **argv)
     size_t n = 0;
     rc = cli_eval_tokens("compare", json, base.tok, text, &ids, &n);
     if (rc == EXIT_OK) rc = cli_eval_check_windows("compare", json, base.model, n, ctx);
-    if (rc == EXIT_OK) rc = cli_eval_runner("compare", json, &ea, &base);
+    cli_eval_args base_args = ea; /* the model as stored, fp32 cache: what every row is measured against */
+    base_args.kv = base_args.act = base_args.calib = NULL;
+    base_args.fake = 0, base_args.calib_tokens = 0;
+    if (rc == EXIT_OK) rc = cli_eval_runner("compare", json, &base_args, &base);
     lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(base.tok) ? lb_tokenizer_bos(base.tok) : -1,
                          .progress = cli_eval_progress, .progress_ctx = "compare"};
     /* the base model's distributions, computed once for every spec: in

@@ -71,6 +71,7 @@ static int run(int argc, char **argv)
             json_string(stdout, paths[1] ? paths[1] : paths[0]);
             printf(", \"spec\": ");
             json_string(stdout, ea.spec ? ea.spec : "");
+            cli_eval_print_setup(stdout, &ea, 1);
             printf(", \"ctx\": %u, \"chunks\": %zu, \"scored_tokens\": %llu", ctx, k.chunks, (unsigned long long)k.tokens);
             json_field(stdout, "kld_mean", k.kld_mean);
             json_field(stdout, "kld_err", k.kld_err);
@@ -88,8 +89,9 @@ static int run(int argc, char **argv)
             cli_eval_print_memory(stdout, quant.runner, 1);
             printf("}\n");
         } else {
-            printf("%s vs %s%s%s: %zu windows of %u, %llu scored tokens\n", paths[0], paths[1] ? paths[1] : paths[0],
-                   ea.spec ? " under " : "", ea.spec ? ea.spec : "", k.chunks, ctx, (unsigned long long)k.tokens);
+            printf("%s vs %s%s%s", paths[0], paths[1] ? paths[1] : paths[0], ea.spec ? " under " : "", ea.spec ? ea.spec : "");
+            cli_eval_print_setup(stdout, &ea, 0);
+            printf(": %zu windows of %u, %llu scored tokens\n", k.chunks, ctx, (unsigned long long)k.tokens);
             printf("KLD mean %.6f +/- %.6f   median %.6f   p99 %.6f   max %.6f\n", k.kld_mean, k.kld_err, k.kld_median,
                    k.kld_p99, k.kld_max);
             printf("top-1 agreement %.2f%%\n", 100 * k.top1_agreement);

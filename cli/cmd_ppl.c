@@ -54,6 +54,7 @@ static int run(int argc, char **argv)
             json_string(stdout, model);
             printf(", \"spec\": ");
             json_string(stdout, ea.spec ? ea.spec : "");
+            cli_eval_print_setup(stdout, &ea, 1);
             printf(", \"text_tokens\": %zu, \"ctx\": %u, \"chunks\": %zu, \"scored_tokens\": %llu", n, ctx, res.chunks,
                    (unsigned long long)res.tokens);
             json_field(stdout, "ppl", res.ppl);
@@ -63,8 +64,9 @@ static int run(int argc, char **argv)
             cli_eval_print_memory(stdout, e.runner, 1);
             printf("}\n");
         } else {
-            printf("%s%s%s: %zu tokens of text, %zu windows of %u, %llu scored\n", model, ea.spec ? " under " : "",
-                   ea.spec ? ea.spec : "", n, res.chunks, ctx, (unsigned long long)res.tokens);
+            printf("%s%s%s", model, ea.spec ? " under " : "", ea.spec ? ea.spec : "");
+            cli_eval_print_setup(stdout, &ea, 0);
+            printf(": %zu tokens of text, %zu windows of %u, %llu scored\n", n, res.chunks, ctx, (unsigned long long)res.tokens);
             printf("PPL = %.4f +/- %.4f   (%.1f s, %.0f tokens/s)\n", res.ppl, res.ppl_err, res.seconds, res.tokens_per_s);
             cli_eval_print_memory(stdout, e.runner, 0);
         }

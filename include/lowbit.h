@@ -518,12 +518,14 @@ void lb_runner_reset(lb_runner *r);
  * together, with matrix-matrix products). logits: NULL, or room for
  * n x vocab floats (every position) or, with last_only, vocab floats. */
 lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float *logits, int last_only);
-/* W8A8 with static activation scales: runs the tokens (from position 0,
- * at most the context; the cache is reset before and after) with fp32
- * activations, records each projection input's largest magnitude, and
- * from then on quantizes that input with the fixed scale absmax / 127
- * (int8) or absmax / 448 (fp8_e4m3) instead of per token. Calls add up
- * (the maximum over all calibration tokens). LB_ERR_ARG without act. */
+/* W8A8 with static activation scales: runs the tokens (in windows of the
+ * runner's context, each from position 0; the cache is reset before and
+ * after) with fp32 activations, records each projection input's largest
+ * magnitude, and from then on quantizes that input with the fixed scale
+ * absmax / 127 (int8) or absmax / 448 (fp8_e4m3) instead of per token.
+ * Calls add up (the maximum over all calibration tokens); a call that fails
+ * records nothing. A non-finite activation is LB_ERR_NAN naming the
+ * projection. LB_ERR_ARG without act. */
 lb_status lb_runner_calibrate(lb_runner *r, const int32_t *tokens, size_t n);
 
 /* What a runner holds in memory. */

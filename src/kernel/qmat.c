@@ -120,17 +120,15 @@ static void row_f32(const lb__qmat *m, size_t r, float *dst, float *mul, float *
 
 static size_t row_scratch_floats(const lb__qmat *m) { return 2 * (m->blocks + 1) + (m->cols + 3) / 4 + 1; }
 
-void lb__qmat_row_f32(const lb__qmat *m, size_t r, float *dst)
+lb_status lb__qmat_row_f32(const lb__qmat *m, size_t r, float *dst)
 {
     float stack[2 * 64 + 64];
     size_t need = row_scratch_floats(m);
     float *tmp = need <= sizeof stack / sizeof *stack ? stack : malloc(need * sizeof *tmp);
-    if (!tmp) { /* out of memory for scratch: decode block by block is not worth it here */
-        memset(dst, 0, m->cols * sizeof *dst);
-        return;
-    }
+    if (!tmp) return lb__fail(LB_ERR_NOMEM, "cannot allocate scratch to decode a row of %zu values", m->cols);
     row_f32(m, r, dst, tmp, tmp + m->blocks + 1, (uint8_t *)(tmp + 2 * (m->blocks + 1)), lb_isa_active());
     if (tmp != stack) free(tmp);
+    return LB_OK;
 }
 
 /* ---- prefill: dequantized panels through the fp32 kernels ---- */

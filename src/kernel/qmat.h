@@ -57,8 +57,9 @@ void lb__qmat_free(lb__qmat *m);
  * refuses these; here they mean "round to the format"). */
 int lb__qspec_is_plain(const lb_qspec *spec);
 
-/* Row r's values, exactly as lb_dequantize gives them, into dst[cols]. */
-void lb__qmat_row_f32(const lb__qmat *m, size_t r, float *dst);
+/* Row r's values, exactly as lb_dequantize gives them, into dst[cols].
+ * LB_ERR_NOMEM when wide rows need scratch that cannot be had. */
+lb_status lb__qmat_row_f32(const lb__qmat *m, size_t r, float *dst);
 
 /* Y[n][rows] = X[n][cols] . W^T, reading W packed.
  *   n < LB__QMAT_PANEL_MIN_N: the decode kernels (qdot.h), up to

@@ -4,6 +4,7 @@
 #include "kernel/w8a8.h"
 
 #include <pthread.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -225,6 +226,20 @@ static lb_status gemm_range(void *ctx, size_t r0, size_t r1)
 
 /* Rows per thread slice: a multiple of the 4-row blocks of every kernel. */
 #define ROW_GRAIN 16
+/* A token with a NaN among its activations gets NaN outputs: quantizing
+ * skips NaN in the absmax and clamps it to a code, which would turn a
+ * diverged model's activations into ordinary numbers (the weight-only
+ * products keep the NaN; so does this, after the fact). */
+static void poison_nan_tokens(const float *x, size_t n, size_t cols, float *y, size_t rows)
+{
+    for (size_t t = 0; t < n; t++) {
+        int nan = 0;
+        for (size_t k = 0; k < cols; k++) nan |= x[t * cols + k] != x[t * cols + k];
+        if (nan)
+            for (size_t r = 0; r < rows; r++) y[t * rows + r] = NAN;
+    }
+}
+
 /* Below this many activation values one thread quantizes them all. */
 #define QUANT_PARALLEL_MIN 65536
 
@@ -264,6 +279,7 @@ lb_status lb__w8a8_matmul_kind(const lb__w8a8 *w, const float *x, size_t n, floa
         st = lb__parallel_for(w->m->rows, ROW_GRAIN, lb__threads_for(threads, w->m->bytes * n), gemm_range, &j);
     free(buf);
     free(j.a.scale);
+    if (st == LB_OK) poison_nan_tokens(x, n, cols, y, w->m->rows);
     return st;
 }
 

@@ -15,6 +15,9 @@
  *   in fp32; the products are summed in fp32 in the canonical order of
  *   qdot.h (16 fused partial sums, lb__sum16f), then y = dot * (s_t * s_w).
  *
+ * A token with a NaN activation gets NaN outputs (quantization alone
+ * would clamp it to a code).
+ *
  * Integer sums make int8 results independent of kernel, blocking and
  * thread count; fp8 results are the same for every set too (one order).
  * A decode step and a prefill give a token the same bits. */

@@ -41,7 +41,8 @@ typedef struct linear {
     lb__qmat q;
     int has_a8;          /* W8A8 on q */
     lb__w8a8 a8;
-    float act_absmax;    /* calibration: largest input magnitude seen */
+    float act_absmax;    /* calibration: largest input magnitude seen (finished calls) */
+    float calib_absmax;  /* the same within the current lb_runner_calibrate call; -1: a non-finite input */
     float act_scale;     /* static activation scale; 0: per token */
 } linear;
 
@@ -382,18 +383,34 @@ lb_status lb_runner_calibrate(lb_runner *r, const int32_t *tokens, size_t n)
     if (!r) return lb__fail(LB_ERR_ARG, "lb_runner_calibrate: runner is NULL");
     if (r->act == LB_FMT_FP32)
         return lb__fail(LB_ERR_ARG, "lb_runner_calibrate: the runner keeps fp32 activations (no act format)");
-    r->pos = 0;
+    if (n == 0 || !tokens) return lb__fail(LB_ERR_ARG, "lb_runner_calibrate: no tokens");
+    for (size_t i = 0; i < r->n_layers; i++)
+        for (int w = 0; w < W_COUNT; w++) r->layers[i].w[w].calib_absmax = 0.0f;
+    /* windows of the context, each from an empty cache */
+    lb_status st = LB_OK;
     r->calibrating = 1;
-    lb_status st = lb_runner_forward(r, tokens, n, NULL, 0);
+    for (size_t at = 0; at < n && st == LB_OK; at += r->max_ctx) {
+        r->pos = 0;
+        st = lb_runner_forward(r, tokens + at, n - at < r->max_ctx ? n - at : r->max_ctx, NULL, 0);
+    }
     r->calibrating = 0;
     r->pos = 0;
-    if (st != LB_OK) return st;
+    if (st != LB_OK) return st; /* nothing recorded: the maxima of earlier calls stand */
+    for (size_t i = 0; i < r->n_layers; i++)
+        for (int w = 0; w < W_COUNT; w++)
+            if (r->layers[i].w[w].has_a8 && r->layers[i].w[w].calib_absmax < 0)
+                return lb__fail(LB_ERR_NAN, "lb_runner_calibrate: the input of %s is not finite (NaN or infinity)",
+                                r->layers[i].name[w]);
     float qmax = r->act == LB_FMT_INT8 ? 127.0f : 448.0f;
     for (size_t i = 0; i < r->n_layers; i++)
         for (int w = 0; w < W_COUNT; w++) {
             linear *lin = &r->layers[i].w[w];
-            /* an input that was all zeros keeps per-token scales (any scale fits it) */
-            if (lin->has_a8 && lin->act_absmax > 0) lin->act_scale = lin->act_absmax / qmax;
+            if (!lin->has_a8) continue;
+            if (lin->calib_absmax > lin->act_absmax) lin->act_absmax = lin->calib_absmax;
+            /* an input that was all zeros (or so small that its scale
+             * underflows) keeps per-token scales: any scale fits it */
+            float scale = lin->act_absmax / qmax;
+            lin->act_scale = scale > 0 ? scale : 0.0f;
         }
     return LB_OK;
 }
@@ -429,9 +446,11 @@ static float absmax(const float *x, size_t n)
 /* y[n][out] = x[n][in] . W^T on however the runner holds W. */
 static lb_status linear_matmul(lb_runner *r, linear *lin, const float *x, size_t n, float *y)
 {
-    if (lin->has_a8 && r->calibrating) {
+    if (lin->has_a8 && r->calibrating && lin->calib_absmax >= 0) {
         float m = absmax(x, n * lin->in);
-        if (m > lin->act_absmax) lin->act_absmax = m;
+        for (size_t i = 0; i < n * lin->in; i++)
+            if (!isfinite(x[i])) m = -1.0f; /* the caller reports it */
+        if (m < 0 || m > lin->calib_absmax) lin->calib_absmax = m;
     }
     if (lin->has_a8 && !r->calibrating) return lb__w8a8_matmul(&lin->a8, x, n, lin->act_scale, y, r->threads);
     if (lin->packed) return lb__qmat_matmul(&lin->q, x, n, y, r->threads);
@@ -528,14 +547,14 @@ lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float
     b.hb = b.v + n * r->kv_dim;
     b.hb2 = b.hb + n * r->hidden;
 
-    for (size_t t = 0; t < n; t++) {
+    lb_status st = LB_OK;
+    for (size_t t = 0; t < n && st == LB_OK; t++) {
         float *row = b.x + t * r->dim;
         if (r->embed) memcpy(row, r->embed + (size_t)tokens[t] * r->dim, r->dim * sizeof *row);
-        else if (r->embed_q.data) lb__qmat_row_f32(&r->embed_q, (size_t)tokens[t], row);
-        else if (r->head.packed) lb__qmat_row_f32(&r->head.q, (size_t)tokens[t], row);
+        else if (r->embed_q.data) st = lb__qmat_row_f32(&r->embed_q, (size_t)tokens[t], row);
+        else if (r->head.packed) st = lb__qmat_row_f32(&r->head.q, (size_t)tokens[t], row);
         else lb__packed_row(&r->head.f, (size_t)tokens[t], row);
     }
-    lb_status st = LB_OK;
     for (size_t li = 0; li < r->n_layers && st == LB_OK; li++) {
         st = attention_block(r, li, &b, n);
         if (st == LB_OK) st = mlp_block(r, li, &b, n);

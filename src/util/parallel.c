@@ -126,9 +126,25 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* A child of fork() has none of the workers but inherits their count:
+ * its first parallel loop would wait for them forever. It starts afresh. */
+static void reset_in_child(void)
+{
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+    pool.busy = m, pool.lock = m;
+    pool.wake = c, pool.done = c;
+    pool.workers = pool.sleepers = pool.caller_sleeps = 0;
+    atomic_store(&pool.pending, 0);
+}
+
+static void watch_forks(void) { pthread_atfork(NULL, NULL, reset_in_child); }
+
 /* Starts workers up to `want` (slices 1 .. want). Returns how many exist. */
 static int grow_pool(int want)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, watch_forks);
     while (pool.workers < want) {
         pthread_t t;
         pthread_attr_t attr;

@@ -194,3 +194,27 @@ def test_kv_format_on_generate_and_kld():
     out = json.loads(lowbit("kld", ml.STORIES, "--tokenizer", TOK, "--text", TEXT, "--ctx", 64, "--chunks", 2, "--kv",
                             "fp8_e4m3", "--json").stdout)
     assert 0 < out["kld_mean"] < 0.05
+
+
+def test_resident_memory_follows_the_packed_size():
+    """SmolLM2 with every matrix in int4:g32: the process's resident memory
+    after the run is the bytes the runner holds plus a bounded rest (code,
+    tokenizer, activations, allocator: 80 MiB allowed; measured ~37), and
+    the simulated path holds about the fp32 size more."""
+    args = ["ppl", ml.SMOLLM2, "--text", ml.ROOT / "data/wikitext-2-raw/wiki.test.raw", "--chunks", 1, "--ctx", 128,
+            "--json", "--spec", "int4:g32", "--spec-embed", "int4:g32"]
+    packed = json.loads(lowbit(*args).stdout)["memory"]
+    fake = json.loads(lowbit(*args, "--fake").stdout)["memory"]
+    held = packed["weights_bytes"] + packed["other_bytes"] + packed["kv_cache_bytes"]
+    assert packed["packed_matrices"] == 211 and packed["weights_bytes"] < packed["weights_fp32_bytes"] / 6
+    assert packed["rss_bytes"] <= held + (80 << 20), (packed, held)
+    assert fake["rss_bytes"] - packed["rss_bytes"] >= 0.8 * (fake["weights_bytes"] - packed["weights_bytes"])
+
+
+def test_calibration_longer_than_the_context_runs_in_windows():
+    """lb_runner_calibrate cuts its tokens into windows of the runner's
+    context: 300 calibration tokens with a 64-token context record more
+    than the first 64 do (the maxima can only grow)."""
+    short = ppl("--spec", "int8:channel", "--act", "int8", "--calib", TEXT, "--calib-tokens", 64)
+    long_ = ppl("--spec", "int8:channel", "--act", "int8", "--calib", TEXT, "--calib-tokens", 300)
+    assert short["ppl"] != long_["ppl"] and short["calib"] == str(TEXT)

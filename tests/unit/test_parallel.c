@@ -4,6 +4,8 @@
  * Thousands of short jobs in a row exercise the pool's hand-offs (a lost
  * wake-up would hang this test). */
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,14 @@ static lb_status visit(void *ctx, size_t b, size_t e)
         if (st != LB_OK) return st;
     }
     if (j->fail_at >= b && j->fail_at < e) return lb__fail(LB_ERR_IO, "slice at %zu", b);
+    return LB_OK;
+}
+
+/* slices starting at 16 and 48 (of 4 over 64) both fail */
+static lb_status visit_two_failures(void *ctx, size_t b, size_t e)
+{
+    (void)ctx, (void)e;
+    if (b == 16 || b == 48) return lb__fail(LB_ERR_IO, "slice at %zu", b);
     return LB_OK;
 }
 
@@ -64,7 +74,11 @@ int main(void)
     job j = {hits, 40, 0};
     lb_status st = lb__parallel_for(64, 1, 4, visit, &j);
     CHECK(st == LB_ERR_IO && strstr(lb_last_error(), "slice at 32"), "the failing slice's error: %s", lb_last_error());
-    j.fail_at = 10;
+    /* two failing slices: the lower one's error comes back */
+    job two = {hits, 40, 0};
+    st = lb__parallel_for(64, 1, 4, visit_two_failures, &two);
+    CHECK(st == LB_ERR_IO && strstr(lb_last_error(), "slice at 16"), "the lowest failing slice's error: %s",
+          lb_last_error());
     for (int i = 0; i < 64; i++) atomic_store(&hits[i], 0);
     j.fail_at = 70; /* none fails */
     st = lb__parallel_for(64, 1, 4, visit, &j);
@@ -86,5 +100,16 @@ int main(void)
     caller(&ok_b);
     pthread_join(t, NULL);
     CHECK(ok_a && ok_b, "concurrent callers");
+
+    /* a child of fork() inherits the pool's bookkeeping but not its
+     * threads: its loops must still finish (a hang here stops the test) */
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+        _exit(run_many(200, 5) ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "parallel loops in a forked child finish (status %d)", status);
     return check_summary();
 }

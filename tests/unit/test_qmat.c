@@ -72,8 +72,7 @@ static void check_spec(const char *text, size_t rows, size_t cols)
     reference_values(text, w, rows, cols, deq);
     int rows_ok = 1;
     for (size_t r = 0; r < rows; r++) {
-        lb__qmat_row_f32(&m, r, row);
-        if (memcmp(row, deq + r * cols, cols * sizeof *row)) rows_ok = 0;
+        if (lb__qmat_row_f32(&m, r, row) != LB_OK || memcmp(row, deq + r * cols, cols * sizeof *row)) rows_ok = 0;
     }
     CHECK(rows_ok, "%s %zu x %zu: rows equal lb_dequantize's", text, rows, cols);
 
@@ -121,7 +120,9 @@ static void check_spec(const char *text, size_t rows, size_t cols)
 
 int main(void)
 {
-    const size_t shapes[][2] = {{1, 1}, {33, 17}, {64, 64}, {70, 100}, {5, 257}, {40, 96}};
+    /* the last shape is big enough (work >= LB__PARALLEL_MIN_WORK per
+     * thread) that 2 and 3 threads really split it */
+    const size_t shapes[][2] = {{1, 1}, {33, 17}, {64, 64}, {70, 100}, {5, 257}, {40, 96}, {200, 1040}};
     for (size_t s = 0; s < sizeof specs / sizeof *specs; s++)
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) check_spec(specs[s], shapes[i][0], shapes[i][1]);
     return check_summary();

@@ -319,6 +319,43 @@ static void long_rows(void)
     }
 }
 
+/* A NaN activation makes its token's outputs NaN, for every kernel set and
+ * both activation formats; the other tokens are unchanged. */
+static void nan_tokens(void)
+{
+    const size_t rows = 9, cols = 70, n = 3;
+    float w[9 * 70], x[3 * 70], y[3 * 9], clean[3 * 9];
+    for (size_t i = 0; i < rows * cols; i++) w[i] = (float)((int)(i * 37 % 23) - 11) / 7.0f;
+    for (size_t i = 0; i < n * cols; i++) x[i] = (float)((int)(i * 13 % 17) - 8) / 5.0f;
+    const char *specs[2] = {"int8:channel", "fp8_e4m3:channel"};
+    const lb_format acts[2] = {LB_FMT_INT8, LB_FMT_FP8_E4M3};
+    for (int a = 0; a < 2; a++) {
+        lb_qspec spec;
+        lb_qtensor *q;
+        lb_qspec_parse(specs[a], &spec);
+        lb_quantize(&spec, w, rows, cols, 1, &q);
+        lb__qmat m;
+        lb__qmat_from_qtensor(q, 1, &m);
+        lb__w8a8 k;
+        lb__w8a8_init(&m, acts[a], &k);
+        for (int kind = 0; kind < LB__W8A8_KINDS; kind++) {
+            if (!lb__w8a8_kind_available((lb__w8a8_kind)kind)) continue;
+            float xn[3 * 70];
+            memcpy(xn, x, sizeof xn);
+            lb__w8a8_matmul_kind(&k, xn, n, 0, clean, 1, (lb__w8a8_kind)kind);
+            xn[cols + 5] = NAN;
+            lb__w8a8_matmul_kind(&k, xn, n, 0, y, 1, (lb__w8a8_kind)kind);
+            int ok = 1;
+            for (size_t r = 0; r < rows; r++)
+                ok &= isnan(y[rows + r]) && y[r] == clean[r] && y[2 * rows + r] == clean[2 * rows + r];
+            CHECK(ok, "%s, %s: a NaN activation gives its token NaN outputs, the others unchanged", specs[a],
+                  kind_name[kind]);
+        }
+        lb__w8a8_free(&k);
+        lb__qmat_free(&m);
+    }
+}
+
 static void refusals(void)
 {
     static const struct { const char *spec; lb_format act; } bad[] = {
@@ -358,6 +395,7 @@ int main(void)
     for (int kind = 0; kind < LB__W8A8_KINDS; kind++)
         printf("w8a8 %s: %s\n", kind_name[kind], lb__w8a8_kind_available((lb__w8a8_kind)kind) ? "tested" : "skipped (CPU)");
     refusals();
+    nan_tokens();
     random_cases();
     extreme_cases();
     long_rows();
