@@ -178,13 +178,40 @@ static size_t staged_row(const lb__qmat *m, const lb__qdot_plan *p, size_t r, si
     return r - *first;
 }
 
+/* A row group's pointers: row i's codes and first staged scale and zero
+ * point (rows past n repeat the last; their results are dropped), and its
+ * chunks past `inplace` copied into tail[i] before the chunk loop: a call
+ * inside the loop would keep the sums out of registers. */
+INL void group_rows(const lb__qmat *m, const lb__qdot_plan *p, size_t r, size_t n, size_t off, size_t inplace,
+                    const uint8_t *row[R], const float *mu[R], const float *zp[R], uint8_t tail[R][2][64])
+{
+    _Pragma("GCC unroll 8")
+    for (size_t i = 0; i < R; i++) {
+        size_t k = i < n ? i : n - 1;
+        row[i] = m->data + (r + k) * m->row_bytes;
+        mu[i] = p->mul + (off + k) * p->blocks, zp[i] = p->zp + (off + k) * p->blocks;
+        for (size_t c = inplace; c < p->nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
+    }
+}
+
+/* y for rows r .. r+n-1: each pair's 16 partial sums added in the fixed tree */
+INL void store_sums(__m512 acc[R][LB__QDOT_MAX_NX], size_t n, size_t nx, size_t r, float *y, size_t ldy)
+{
+    for (size_t i = 0; i < n; i++)
+        for (size_t t = 0; t < nx; t++) {
+            _Alignas(64) float s[16];
+            _mm512_store_ps(s, acc[i][t]);
+            y[t * ldy + r + i] = lb__sum16f(s);
+        }
+}
+
 /* e4m3: whether 2^8 can be folded into this scale (see the top). */
 static int foldable(float mul) { return !(fabsf(mul) >= 0x1p120f && fabsf(mul) <= 3.4028234663852886e38f); }
 
 INL void run(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const int aff, const size_t nx, size_t r0,
              size_t r1, float *y, size_t ldy)
 {
-    const size_t C = kind == LB__QK_NIB ? 32 : 16, nb = p->blocks, cb = p->chunk_bytes, nch = p->nch, xst = p->xstride;
+    const size_t C = kind == LB__QK_NIB ? 32 : 16, cb = p->chunk_bytes, nch = p->nch, xst = p->xstride;
     const size_t inplace = lb__qdot_inplace_chunks(m, p, kind == LB__QK_SIX ? 12 : cb);
     const size_t pstep = prefetch_step(m, nch);
     const int short_rows = SHORT_ROW(m);
@@ -198,15 +225,8 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const in
         size_t n = r1 - r < R ? r1 - r : R;
         const size_t off = staged_row(m, p, r, r1, &first);
         const uint8_t *row[R];
-        size_t so[R]; /* row i's first scale in p->mul; rows past n repeat the last (results dropped) */
-        _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < R; i++) {
-            size_t k = i < n ? i : n - 1;
-            row[i] = m->data + (r + k) * m->row_bytes;
-            so[i] = (off + k) * nb;
-            /* copied before the loop: a call inside it would keep the sums out of registers */
-            for (size_t c = inplace; c < nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
-        }
+        const float *mu[R], *zp[R];
+        group_rows(m, p, r, n, off, inplace, row, mu, zp, tail);
         __m512 acc[R][LB__QDOT_MAX_NX];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++)
@@ -220,10 +240,10 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const in
             int fold = 1;
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
-                float mu = plain ? 1.0f : p->mul[so[i] + b];
-                if (kind == LB__QK_E4M3) fold &= foldable(mu);
-                mulv[i] = _mm512_set1_ps(mu);
-                zpv[i] = aff ? _mm512_set1_ps(p->zp[so[i] + b]) : _mm512_setzero_ps();
+                float mul = plain ? 1.0f : mu[i][b];
+                if (kind == LB__QK_E4M3) fold &= foldable(mul);
+                mulv[i] = _mm512_set1_ps(mul);
+                zpv[i] = aff ? _mm512_set1_ps(zp[i][b]) : _mm512_setzero_ps();
                 if (kind == LB__QK_NIB)
                     tab[i] = aff ? _mm512_mul_ps(_mm512_sub_ps(lut16, zpv[i]), mulv[i]) : _mm512_mul_ps(lut16, mulv[i]);
                 else
@@ -257,14 +277,7 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const in
                 }
             }
         }
-        _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < n; i++)
-            _Pragma("GCC unroll 8")
-            for (size_t t = 0; t < nx; t++) {
-                _Alignas(64) float s[16];
-                _mm512_store_ps(s, acc[i][t]);
-                y[t * ldy + r + i] = lb__sum16f(s);
-            }
+        store_sums(acc, n, nx, r, y, ldy);
     }
 }
 
@@ -277,7 +290,7 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const
                 size_t r1, float *y, size_t ldy)
 {
     const unsigned sh = p->cpb == 2;
-    const size_t C = kind == LB__QK_NIB ? 32 : 16, nb = p->blocks, cb = p->chunk_bytes, nch = p->nch, xst = p->xstride;
+    const size_t C = kind == LB__QK_NIB ? 32 : 16, cb = p->chunk_bytes, nch = p->nch, xst = p->xstride;
     const size_t inplace = lb__qdot_inplace_chunks(m, p, kind == LB__QK_SIX ? 12 : cb);
     const size_t pstep = prefetch_step(m, nch);
     const int short_rows = SHORT_ROW(m);
@@ -291,13 +304,7 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const
         const size_t off = staged_row(m, p, r, r1, &first);
         const uint8_t *row[R];
         const float *mu[R], *zp[R];
-        _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < R; i++) {
-            size_t k = i < n ? i : n - 1;
-            row[i] = m->data + (r + k) * m->row_bytes;
-            mu[i] = p->mul + (off + k) * nb, zp[i] = p->zp + (off + k) * nb;
-            for (size_t c = inplace; c < nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
-        }
+        group_rows(m, p, r, n, off, inplace, row, mu, zp, tail);
         __m512 acc[R][LB__QDOT_MAX_NX];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++)
@@ -331,12 +338,7 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const
                 }
             }
         }
-        for (size_t i = 0; i < n; i++)
-            for (size_t t = 0; t < nx; t++) {
-                _Alignas(64) float sum[16];
-                _mm512_store_ps(sum, acc[i][t]);
-                y[t * ldy + r + i] = lb__sum16f(sum);
-            }
+        store_sums(acc, n, nx, r, y, ldy);
     }
 }
 
@@ -360,13 +362,7 @@ INL void run_nib16(const lb__qmat *m, const lb__qdot_plan *p, const int aff, con
         const size_t off = staged_row(m, p, r, r1, &first);
         const uint8_t *row[R];
         const float *mu[R], *zp[R];
-        _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < R; i++) {
-            size_t k = i < n ? i : n - 1;
-            row[i] = m->data + (r + k) * m->row_bytes;
-            mu[i] = p->mul + (off + k) * nb, zp[i] = p->zp + (off + k) * nb;
-            for (size_t c = inplace; c < nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
-        }
+        group_rows(m, p, r, n, off, inplace, row, mu, zp, tail);
         __m512 acc[R][LB__QDOT_MAX_NX];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++)
@@ -400,12 +396,7 @@ INL void run_nib16(const lb__qmat *m, const lb__qdot_plan *p, const int aff, con
                 }
             }
         }
-        for (size_t i = 0; i < n; i++)
-            for (size_t t = 0; t < nx; t++) {
-                _Alignas(64) float sum[16];
-                _mm512_store_ps(sum, acc[i][t]);
-                y[t * ldy + r + i] = lb__sum16f(sum);
-            }
+        store_sums(acc, n, nx, r, y, ldy);
     }
 }
 
