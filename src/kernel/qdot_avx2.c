@@ -10,7 +10,10 @@
  *        sign; times 2^126 / 2^124 is exact, then w = v * mul.
  * The rest (E4M3's fp16 pattern and its folding, E5M2, gathers for fnuz,
  * integer conversion) is qdot_avx512.c's, where the argument is given.
- * Matrices whose blocks split a chunk go to the scalar reference. */
+ * Blocks must hold whole chunks (or the row be one block), except 4-bit
+ * elements in blocks of 16 (nvfp4, int4:g16, uint4:g16:affine,
+ * fp4_e2m1:g16), which run_nib16 handles; other matrices whose blocks split
+ * a chunk (int4:g48, int8:g3, fp6_e3m2:g24, ...) go to the scalar reference. */
 #include "kernel/qdot_internal.h"
 
 #if defined(__x86_64__)
@@ -201,6 +204,89 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const in
     }
 }
 
+/* 4-bit elements in blocks of 16 (nvfp4, g16): a chunk of 32 spans two
+ * blocks, 2c (elements 0-15: the even and odd lanes 0-7, ymm w[0] and w[2])
+ * and 2c + 1 (lanes 8-15: w[1] and w[3]), so each half looks its values up
+ * in its own block's table of w = (v - zp) * mul (v * mul when not affine,
+ * equal as in run: v - 0 only quiets a signaling NaN, the product too),
+ * each entry the reference's expression on the same operands. The padding
+ * past cols is code 0 (lb__qdot_tail_chunk) in the last block's table. */
+INL void run_nib16(const lb__qmat *m, const lb__qdot_plan *p, const int aff, const size_t nx, size_t r0, size_t r1,
+                   float *y, size_t ldy)
+{
+    const size_t R = nx <= 2 ? 2 : 1;
+    const size_t nb = p->blocks, nch = p->nch, xst = p->xstride;
+    const size_t inplace = lb__qdot_inplace_chunks(m, p, p->chunk_bytes); /* bytes8(s + 8) reads up to s + 16 */
+    const __m256 tl = _mm256_loadu_ps(p->lut), th = _mm256_loadu_ps(p->lut + 8);
+    _Alignas(64) uint8_t tail[RMAX][2][64];
+    for (size_t r = r0; r < r1; r += R) {
+        size_t n = r1 - r < R ? r1 - r : R;
+        lb__qdot_stage_scales(m, p, LB_ISA_AVX2, r, n);
+        const uint8_t *row[RMAX];
+        const float *mu[RMAX], *zp[RMAX];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++) {
+            size_t k = i < n ? i : n - 1;
+            row[i] = m->data + (r + k) * m->row_bytes;
+            mu[i] = p->mul + k * nb, zp[i] = p->zp + k * nb;
+            for (size_t c = inplace; c < nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
+        }
+        __m256 acc[RMAX][LB__QDOT_MAX_NX][2];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) acc[i][t][0] = acc[i][t][1] = _mm256_setzero_ps();
+        for (size_t c = 0; c < nch; c++) {
+            const size_t bk[2] = {2 * c, 2 * c + 1 < nb ? 2 * c + 1 : nb - 1}; /* padding: the last block's */
+            __m256 xv[LB__QDOT_MAX_NX][4];
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++)
+                _Pragma("GCC unroll 8")
+                for (size_t q = 0; q < 4; q++) xv[t][q] = _mm256_loadu_ps(p->xs + t * xst + c * 32 + 8 * q);
+            _Pragma("GCC unroll 8")
+            for (size_t i = 0; i < R; i++) {
+                const uint8_t *s = c < inplace ? row[i] + c * 16 : tail[i][c - inplace];
+                __m256 w[4];
+                _Pragma("GCC unroll 8")
+                for (size_t h = 0; h < 2; h++) { /* h: the block, lanes 8h .. 8h+7 */
+                    __m256 mulv = _mm256_set1_ps(mu[i][bk[h]]), lo = tl, hi = th;
+                    if (aff) {
+                        __m256 zpv = _mm256_set1_ps(zp[i][bk[h]]);
+                        lo = _mm256_sub_ps(lo, zpv), hi = _mm256_sub_ps(hi, zpv);
+                    }
+                    lo = _mm256_mul_ps(lo, mulv), hi = _mm256_mul_ps(hi, mulv);
+                    __m256i b = bytes8(s + 8 * h, 0);
+                    w[h] = lut16(b, lo, hi), w[2 + h] = lut16(_mm256_srli_epi32(b, 4), lo, hi);
+                }
+                _Pragma("GCC unroll 8")
+                for (size_t t = 0; t < nx; t++)
+                    _Pragma("GCC unroll 8")
+                    for (size_t h = 0; h < 2; h++) {
+                        acc[i][t][h] = _mm256_fmadd_ps(xv[t][h], w[h], acc[i][t][h]);
+                        acc[i][t][h] = _mm256_fmadd_ps(xv[t][2 + h], w[2 + h], acc[i][t][h]);
+                    }
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < n; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) {
+                _Alignas(32) float sum[16];
+                _mm256_store_ps(sum, acc[i][t][0]);
+                _mm256_store_ps(sum + 8, acc[i][t][1]);
+                y[t * ldy + r + i] = lb__sum16f(sum);
+            }
+    }
+}
+
+#define INST16(A, N)                                                                                            \
+    static void run16_##A##_##N(const lb__qmat *m, const lb__qdot_plan *p, size_t r0, size_t r1, float *y,      \
+                                size_t ldy)                                                                     \
+    {                                                                                                           \
+        run_nib16(m, p, A, N, r0, r1, y, ldy);                                                                  \
+    }
+INST16(0, 1) INST16(0, 2) INST16(0, 3) INST16(0, 4) INST16(1, 1) INST16(1, 2) INST16(1, 3) INST16(1, 4)
+
 /* One function per (kind, affine, nx): every branch on them folds away. */
 #define INST(K, A, N)                                                                                          \
     static void run_##K##_##A##_##N(const lb__qmat *m, const lb__qdot_plan *p, size_t r0, size_t r1, float *y, \
@@ -228,6 +314,13 @@ static void qdot_avx2(const lb__qmat *m, const float *x, size_t nx, size_t ldx, 
     if (r0 >= r1 || nx == 0) return;
     lb__qdot_plan p;
     lb__qdot_plan_init(m, scratch, &p);
+    if (p.kind == LB__QK_NIB && !p.plain && p.blocks > 1 && m->block == 16) { /* nvfp4 and other g16 */
+        static const run_fn r16[2][LB__QDOT_MAX_NX] = {{run16_0_1, run16_0_2, run16_0_3, run16_0_4},
+                                                       {run16_1_1, run16_1_2, run16_1_3, run16_1_4}};
+        lb__qdot_stage_x(&p, x, nx, ldx);
+        r16[p.affine][nx - 1](m, &p, r0, r1, y, ldy);
+        return;
+    }
     if (!lb__qdot_blocks_fit(m, &p)) { /* a chunk would straddle two blocks */
         lb__qdot_scalar(m, x, nx, ldx, r0, r1, y, ldy, scratch);
         return;

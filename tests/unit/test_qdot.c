@@ -29,7 +29,8 @@ static const char *specs[] = {
     "fp8_e4m3:g32:scale=e8m0", "fp4_e2m1:g16:scale=ue4m3", "int8:g64:scale=bf16", "fp8_e5m2:g32:scale=ue4m3",
     "mxfp8_e4m3",       "mxfp8_e5m2",        "mxfp6_e2m3",         "mxfp6_e3m2",        "mxfp4",
     "mxint8",           "nvfp4",             "fp4_e2m1:g32:scale=fp16:twolevel",
-    /* blocks that split a chunk: the vector kernels hand these to the reference */
+    /* 4-bit blocks of 16 (two per chunk: their own vector loops), then blocks
+     * that split a chunk otherwise (the vector kernels hand these to the reference) */
     "int4:g16:affine", "uint4:g16:affine", "int4:g48",         "int8:g3",           "fp6_e3m2:g24",
 };
 static const size_t col_set[] = {1, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 1000};
