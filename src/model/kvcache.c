@@ -173,47 +173,120 @@ static inline uint32_t load16(const uint8_t *src, size_t d)
 #endif
 }
 
-/* binary16 to binary32, exact, without branches (so the row loop
- * vectorizes): the exponent rebiased by 112; infinity and NaN (exponent
- * 31) rebiased by 112 more, keeping the mantissa; subnormals (exponent 0)
- * as 2^-14 x 1.m - 2^-14 = m x 2^-24, a subtraction of two normal numbers
- * whose exact result is a normal fp32 number: neither rounding mode nor
- * flush-to-zero can change it. */
-static float half_to_float(uint32_t h)
+/* Each code's exact value, element by element: the reference the row
+ * loops below apply. None rounds, so neither the rounding mode nor
+ * FTZ/DAZ can change a value (a subnormal is an exact integer times a
+ * power of two whose product is a normal fp32 number, or +0). Each is
+ * branch-free so that gcc and clang vectorize the loops. */
+
+/* bf16: the code is the high half of an fp32. */
+static inline float bf16_value(uint32_t h) { return float_of(h << 16); }
+
+/* cond ? a : b by masks: a and b both computed, so gcc keeps a floating-
+ * point operation for a in the loop body rather than sinking it under the
+ * condition, where it would not if-convert (speculate) it, and the loop
+ * would stay scalar. */
+static inline uint32_t pick(int cond, uint32_t a, uint32_t b)
+{
+    uint32_t m = 0u - (uint32_t)cond;
+    return (a & m) | (b & ~m);
+}
+
+/* binary16 to binary32: the exponent rebiased by 112; infinity and NaN
+ * (exponent 31) rebiased by 112 more, keeping the mantissa; subnormals
+ * (exponent 0) are m x 2^-24. */
+static inline float half_value(uint32_t h)
 {
     uint32_t sign = (h & 0x8000u) << 16, o = (h & 0x7FFFu) << 13, e = o & 0x0F800000u;
-    o += 112u << 23;
-    if (e == 0x0F800000u) o += 112u << 23;
-    float f = float_of(o);
-    if (e == 0) f = float_of(o + (1u << 23)) - 0x1p-14f;
-    return float_of(bits_of(f) | sign);
+    o += (e == 0x0F800000u ? 224u : 112u) << 23;
+    uint32_t sub = bits_of((float)(int32_t)(h & 0x3FFu) * 0x1p-24f);
+    return float_of(pick(e == 0, sub, o) | sign);
+}
+
+/* fp8_e5m2 is the top byte of a binary16 (same exponent, 2 of its 10
+ * mantissa bits). */
+static inline float e5m2_value(uint32_t c) { return half_value(c << 8); }
+
+/* fp8_e4m3 (bias 7, no infinities, S.1111.111 NaN): the exponent rebiased
+ * by 120; subnormals m x 2^-9; NaN as nan_bits (the codec's positive NaN,
+ * from lut) with the code's sign. (The cache itself never stores a NaN
+ * code -- a vector with NaN gets zero codes and a NaN scale -- but the
+ * decode stays exact for every code.) */
+static inline float e4m3_value(uint32_t c, uint32_t nan_bits)
+{
+    uint32_t mag = c & 0x7Fu, sign = (c & 0x80u) << 24;
+    uint32_t u = (mag << 20) + (120u << 23), sub = bits_of((float)(int32_t)mag * 0x1p-9f);
+    return float_of(pick(mag == 0x7F, nan_bits, pick(mag < 8, sub, u)) | sign);
+}
+
+/* Two's complement integers of 8 and 4 bits. */
+static inline float int8_value(uint32_t c) { return (float)((int32_t)(c ^ 0x80u) - 0x80); }
+static inline float int4_value(uint32_t c) { return (float)((int32_t)(c ^ 0x8u) - 0x8); }
+
+/* Code d of a row. */
+static inline uint32_t nibble(const uint8_t *src, size_t d) { return (src[d / 2] >> (d % 2 * 4)) & 0x0Fu; }
+
+/* Values per block of the row loops. gcc -O2 vectorizes only loops of a
+ * constant trip count that no aliasing check guards ("very cheap" cost
+ * model): hence inner loops of BLOCK values over restrict pointers, and
+ * the rest of a row element by element with the same function. */
+#define BLOCK 16
+
+/* ROW(value of code j): buf[0..hd), BLOCK values at a time, then the rest. */
+#define ROW(VALUE)                                                   \
+    do {                                                             \
+        size_t d = 0;                                                \
+        for (; d + BLOCK <= hd; d += BLOCK)                          \
+            for (size_t j = d; j < d + BLOCK; j++) buf[j] = (VALUE); \
+        for (size_t j = d; j < hd; j++) buf[j] = (VALUE);            \
+    } while (0)
+
+static void row_bf16(const uint8_t *restrict src, size_t hd, float *restrict buf) { ROW(bf16_value(load16(src, j))); }
+static void row_fp16(const uint8_t *restrict src, size_t hd, float *restrict buf) { ROW(half_value(load16(src, j))); }
+
+/* The scaled formats: value x s, one fp32 rounding (a NaN scale makes
+ * every value NaN). */
+static void row_e4m3(const uint8_t *restrict src, size_t hd, float s, uint32_t nan_bits, float *restrict buf)
+{
+    ROW(e4m3_value(src[j], nan_bits) * s);
+}
+static void row_e5m2(const uint8_t *restrict src, size_t hd, float s, float *restrict buf)
+{
+    ROW(e5m2_value(src[j]) * s);
+}
+static void row_int8(const uint8_t *restrict src, size_t hd, float s, float *restrict buf)
+{
+    ROW(int8_value(src[j]) * s);
+}
+static void row_int4(const uint8_t *restrict src, size_t hd, float s, float *restrict buf)
+{
+    size_t d = 0;
+    for (; d + 2 * BLOCK <= hd; d += 2 * BLOCK) {
+        /* the nibbles spread to bytes first: two plain loops that vectorize,
+         * where one that converts nibble by nibble does not */
+        uint8_t t[2 * BLOCK];
+        for (size_t b = 0; b < BLOCK; b++) {
+            t[2 * b] = src[d / 2 + b] & 0x0Fu;
+            t[2 * b + 1] = src[d / 2 + b] >> 4;
+        }
+        for (size_t j = 0; j < 2 * BLOCK; j++) buf[d + j] = int4_value(t[j]) * s;
+    }
+    for (size_t j = d; j < hd; j++) buf[j] = int4_value(nibble(src, j)) * s;
 }
 
 const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t pos, size_t head, float *buf)
 {
     size_t r = row_index(c, layer, pos, head), hd = c->head_dim;
     const uint8_t *src = c->codes[which] + r * c->row_bytes;
+    if (c->format == LB_FMT_FP32) return memcpy(buf, src, hd * sizeof *buf);
+    float s = c->scales[which] ? c->scales[which][r] : 1.0f; /* read by the scaled formats only */
     switch (c->format) {
-    case LB_FMT_FP32: memcpy(buf, src, hd * sizeof *buf); return buf;
-    case LB_FMT_BF16:
-        for (size_t d = 0; d < hd; d++) buf[d] = float_of(load16(src, d) << 16);
-        return buf;
-    case LB_FMT_FP16:
-        for (size_t d = 0; d < hd; d++) buf[d] = half_to_float(load16(src, d));
-        return buf;
-    case LB_FMT_INT4: {
-        float s = c->scales[which][r];
-        for (size_t d = 0; d + 1 < hd; d += 2) {
-            buf[d] = c->lut[src[d / 2] & 0x0F] * s;
-            buf[d + 1] = c->lut[src[d / 2] >> 4] * s;
-        }
-        if (hd % 2) buf[hd - 1] = c->lut[src[hd / 2] & 0x0F] * s;
-        return buf;
+    case LB_FMT_BF16: row_bf16(src, hd, buf); break;
+    case LB_FMT_FP16: row_fp16(src, hd, buf); break;
+    case LB_FMT_FP8_E4M3: row_e4m3(src, hd, s, bits_of(c->lut[0x7F]), buf); break;
+    case LB_FMT_FP8_E5M2: row_e5m2(src, hd, s, buf); break;
+    case LB_FMT_INT8: row_int8(src, hd, s, buf); break;
+    default: row_int4(src, hd, s, buf); break; /* lb__kv_init admits no other */
     }
-    default: { /* the 8-bit formats */
-        float s = c->scales[which][r];
-        for (size_t d = 0; d < hd; d++) buf[d] = c->lut[src[d]] * s;
-        return buf;
-    }
-    }
+    return buf;
 }
