@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "format/convert.h"
+#include "util/bits.h"
 #include "util/error.h"
 
 #define ALLOWED "fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int4"
@@ -147,20 +148,6 @@ void lb__kv_store(lb__kvcache *c, size_t layer, size_t pos, size_t n, const floa
     lb__fenv_end(&g);
 }
 
-static uint32_t bits_of(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static float float_of(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 /* Code d of a 16-bit row (little-endian, as lb__store_code writes it). */
 static inline uint32_t load16(const uint8_t *src, size_t d)
 {
@@ -180,7 +167,7 @@ static inline uint32_t load16(const uint8_t *src, size_t d)
  * branch-free so that gcc and clang vectorize the loops. */
 
 /* bf16: the code is the high half of an fp32. */
-static inline float bf16_value(uint32_t h) { return float_of(h << 16); }
+static inline float bf16_value(uint32_t h) { return lb__f32_from_bits(h << 16); }
 
 /* cond ? a : b by masks: a and b both computed, so gcc keeps a floating-
  * point operation for a in the loop body rather than sinking it under the
@@ -199,8 +186,8 @@ static inline float half_value(uint32_t h)
 {
     uint32_t sign = (h & 0x8000u) << 16, o = (h & 0x7FFFu) << 13, e = o & 0x0F800000u;
     o += (e == 0x0F800000u ? 224u : 112u) << 23;
-    uint32_t sub = bits_of((float)(int32_t)(h & 0x3FFu) * 0x1p-24f);
-    return float_of(pick(e == 0, sub, o) | sign);
+    uint32_t sub = lb__f32_bits((float)(int32_t)(h & 0x3FFu) * 0x1p-24f);
+    return lb__f32_from_bits(pick(e == 0, sub, o) | sign);
 }
 
 /* fp8_e5m2 is the top byte of a binary16 (same exponent, 2 of its 10
@@ -215,8 +202,8 @@ static inline float e5m2_value(uint32_t c) { return half_value(c << 8); }
 static inline float e4m3_value(uint32_t c, uint32_t nan_bits)
 {
     uint32_t mag = c & 0x7Fu, sign = (c & 0x80u) << 24;
-    uint32_t u = (mag << 20) + (120u << 23), sub = bits_of((float)(int32_t)mag * 0x1p-9f);
-    return float_of(pick(mag == 0x7F, nan_bits, pick(mag < 8, sub, u)) | sign);
+    uint32_t u = (mag << 20) + (120u << 23), sub = lb__f32_bits((float)(int32_t)mag * 0x1p-9f);
+    return lb__f32_from_bits(pick(mag == 0x7F, nan_bits, pick(mag < 8, sub, u)) | sign);
 }
 
 /* Two's complement integers of 8 and 4 bits. */
@@ -283,7 +270,7 @@ const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t
     switch (c->format) {
     case LB_FMT_BF16: row_bf16(src, hd, buf); break;
     case LB_FMT_FP16: row_fp16(src, hd, buf); break;
-    case LB_FMT_FP8_E4M3: row_e4m3(src, hd, s, bits_of(c->lut[0x7F]), buf); break;
+    case LB_FMT_FP8_E4M3: row_e4m3(src, hd, s, lb__f32_bits(c->lut[0x7F]), buf); break;
     case LB_FMT_FP8_E5M2: row_e5m2(src, hd, s, buf); break;
     case LB_FMT_INT8: row_int8(src, hd, s, buf); break;
     default: row_int4(src, hd, s, buf); break; /* lb__kv_init admits no other */

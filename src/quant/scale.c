@@ -9,13 +9,8 @@
 #include "format/convert.h"
 #include "quant/qkernels.h"
 #include "quant/quant_internal.h"
+#include "util/bits.h"
 
-static uint32_t f32_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
 
 void lb__scale_rules_init(const lb_qspec *q, lb__scale_rules *r)
 {
@@ -74,7 +69,7 @@ static int exponent_of(uint32_t bits) { return (int)((bits >> 23) & 0xFF) - 127;
 
 static void scale_mx(const lb__scale_rules *r, float amax, lb__block_scale *s)
 {
-    uint32_t bits = f32_bits(amax);
+    uint32_t bits = lb__f32_bits(amax);
     int x; /* unbiased scale exponent */
     switch (r->spec.mx_rounding) {
     case LB_MX_CEIL:
@@ -84,7 +79,7 @@ static void scale_mx(const lb__scale_rules *r, float amax, lb__block_scale *s)
         x = exponent_of((bits + (1u << (23 - r->mbits - 1))) & 0x7F800000u) - r->emax;
         break;
     case LB_MX_RCEIL: { /* the smallest power of two >= amax / max_elem */
-        uint32_t d = f32_bits(amax / r->rceil_max);
+        uint32_t d = lb__f32_bits(amax / r->rceil_max);
         int expf = (int)((d >> 23) & 0xFF);
         int up = expf == 0 ? (d & 0x7FFFFF) > 0x400000 : (d & 0x7FFFFF) != 0;
         x = expf + up - 127;
@@ -150,7 +145,7 @@ static void scales_symmetric(const lb__scale_rules *r, lb_isa isa, size_t n, con
     if (sf->bits == 8)
         for (size_t b = 0; b < n; b++) out[b].code = codes[b];
     else if (sf->bits == 32) /* fp32 codes are the decoded values' bits (a NaN never gets here) */
-        for (size_t b = 0; b < n; b++) out[b].code = f32_bits(tmp[b]);
+        for (size_t b = 0; b < n; b++) out[b].code = lb__f32_bits(tmp[b]);
     else
         for (size_t b = 0; b < n; b++) out[b].code = lb__load_code(sf, codes, b);
     if (r->spec.two_level) {
