@@ -109,7 +109,7 @@ typedef struct model_row {
 typedef struct kv_row {
     lb_format kv;
     uint64_t cache_bytes;
-    double tps;
+    double tps, prefill_tps; /* decode steps after the long prefill; that prefill itself */
     size_t timed;
     char refused[256]; /* the runner's message when it does not offer this format; "" if measured */
 } kv_row;
@@ -681,6 +681,7 @@ static lb_status model_rows(const model_ctx *c, results *res)
             lb_runner_memory_get(r, &mem);
             row->cache_bytes = mem.kv_cache;
             st = time_decode(c, r, o->kv_prefill, o->kv_decode, &row->tps, &row->timed);
+            if (st == LB_OK) st = time_prefill(c, r, o->kv_prefill, &row->prefill_tps);
         }
         if (st == LB_OK) res->n_kv++;
         lb_runner_free(r);
@@ -836,6 +837,8 @@ static void print_json(const opts *o, const results *r)
                (unsigned long long)k->cache_bytes, k->timed);
         json_field(stdout, "decode_tokens_per_s", k->tps);
         json_field(stdout, "speedup_vs_first", k->tps / base->tps);
+        json_field(stdout, "prefill_tokens_per_s", k->prefill_tps);
+        json_field(stdout, "prefill_vs_first", k->prefill_tps / base->prefill_tps);
         printf("}");
     }
     printf("]}}}\n");
@@ -918,9 +921,9 @@ static void print_model_text(const opts *o, const results *r)
         if (d->decode_timed < o->decode_tokens) printf("  (slow: %zu decode steps timed)", d->decode_timed);
         printf("\n");
     }
-    printf("\n   KV cache formats, weights %s: prefill %zu tokens, then %zu decode steps timed; best of %d runs.\n",
+    printf("\n   KV cache formats, weights %s: prefill %zu tokens, then %zu decode steps; both timed, best of %d runs.\n",
            o->kv_spec.name, o->kv_prefill, o->kv_decode, o->runs);
-    printf("%-12s %10s %12s %8s\n", "kv", "cache MiB", "decode tok/s", "vs first");
+    printf("%-12s %10s %12s %8s %13s %8s\n", "kv", "cache MiB", "decode tok/s", "vs first", "prefill tok/s", "vs first");
     const kv_row *base = kv_base(r);
     int same_size = 1, other_format = 0; /* a check that the runner honoured the format */
     for (size_t i = 0; i < r->n_kv; i++) {
@@ -929,8 +932,8 @@ static void print_model_text(const opts *o, const results *r)
             printf("%-12s refused by the runner: %s\n", lb_format_get(k->kv)->name, k->refused);
             continue;
         }
-        printf("%-12s %10.2f %12.1f %8.2f", lb_format_get(k->kv)->name, (double)k->cache_bytes / (1 << 20), k->tps,
-               k->tps / base->tps);
+        printf("%-12s %10.2f %12.1f %8.2f %13.1f %8.2f", lb_format_get(k->kv)->name, (double)k->cache_bytes / (1 << 20),
+               k->tps, k->tps / base->tps, k->prefill_tps, k->prefill_tps / base->prefill_tps);
         if (k->timed < o->kv_decode) printf("  (slow: %zu decode steps timed)", k->timed);
         printf("\n");
         same_size &= k->cache_bytes == base->cache_bytes;

@@ -161,7 +161,9 @@ def test_model_rows_on_stories260k():
             continue
         assert k["decode_tokens_per_s"] > 0 and k["cache_bytes"] > 0
         assert k["speedup_vs_first"] == pytest.approx(k["decode_tokens_per_s"] / kv["rows"][0]["decode_tokens_per_s"], rel=REL)
-    assert kv["rows"][0]["speedup_vs_first"] == 1
+        assert k["prefill_tokens_per_s"] > 0
+        assert k["prefill_vs_first"] == pytest.approx(k["prefill_tokens_per_s"] / kv["rows"][0]["prefill_tokens_per_s"], rel=REL)
+    assert kv["rows"][0]["speedup_vs_first"] == 1 and kv["rows"][0]["prefill_vs_first"] == 1
 
 
 @pytest.mark.skipif(not STORIES.exists(), reason="models/stories260K.bin missing")
