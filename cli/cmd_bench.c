@@ -30,7 +30,7 @@ static const char usage[] =
     "  3. a model (default .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf; skipped with a\n"
     "     note when absent, unless --model names it): decode and prefill tokens/s with each\n"
     "     --decode-specs spec on attention, MLP and embedding (and so the tied head), against\n"
-    "     the ratio of weight bytes read per token; then decode at a long context with each\n"
+    "     the ratio of weight bytes read per token; then a long prefill and decode with each\n"
     "     --kv cache format. Prompts are a fixed pseudo-random sequence of token ids.\n\n"
     "--specs LIST      kernel specs (default fp32,bf16,fp16,fp8_e4m3:channel,fp8_e5m2:channel,\n"
     "                  fp8_e4m3:g32,int8:channel,int8:g32,int4:channel,int4:g32,int4:g128:affine,\n"
