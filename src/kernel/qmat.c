@@ -45,6 +45,11 @@ void lb__qmat_from_qtensor(lb_qtensor *q, int take_ownership, lb__qmat *m)
     m->scale_mul = v.spec.two_level ? v.tensor_scale : (float)(1.0 / (double)(1u << v.spec.int_frac_bits));
     m->bytes = v.data_bytes + v.scale_bytes + v.zero_point_bytes + (v.spec.two_level ? sizeof(float) : 0);
     m->owned_q = take_ownership ? q : NULL;
+    m->nan_free = 1;
+    if (m->element == LB_FMT_FP8_E4M3) /* its NaN codes: S.1111.111 (fnuz and 4/6-bit elements have other tests) */
+        for (size_t i = 0; i < v.data_bytes && m->nan_free; i++) m->nan_free = (v.data[i] & 0x7F) != 0x7F;
+    else
+        m->nan_free = 0; /* only e4m3's kernels use it */
 }
 
 lb_status lb__qmat_from_f32(const float *w, size_t rows, size_t cols, const lb_qspec *spec, int threads, lb__qmat *m)

@@ -37,6 +37,8 @@ typedef struct lb__qmat {
     float scale_mul;           /* every decoded scale is multiplied by this (two-level tensor scale,
                                   MXINT8's 2^-6, else 1): the mul lb_dequantize uses */
     lb_qspec spec;             /* the quantization spec (element only when plain) */
+    int nan_free;              /* 1: no element code is a NaN (checked when built from a tensor; lb_quantize
+                                  never writes one): kernels may skip making NaN codes NaN */
     size_t bytes;              /* codes + scales + zero points (+ the fp32 tensor scale): what a product reads */
     /* ownership: freed by lb__qmat_free (NULL for borrowed views) */
     lb_qtensor *owned_q;

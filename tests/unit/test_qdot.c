@@ -73,6 +73,7 @@ static void scramble(lb__qmat *m)
 {
     uint8_t *d = (uint8_t *)m->data;
     for (size_t i = 0; i < m->rows * m->row_bytes; i++) d[i] = (uint8_t)rnd();
+    m->nan_free = 0; /* the codes may now hold NaNs: the view must say so (qmat.h) */
     if (!m->plain && m->scale_format != LB_FMT_FP32) {
         size_t n = m->one_scale ? 1 : m->rows * m->blocks;
         uint8_t *s = (uint8_t *)m->scales;
