@@ -273,7 +273,7 @@ static void long_rows(void)
 {
     size_t cols_list[] = {LB__W8A8_RUN, LB__W8A8_RUN + 100, 2 * LB__W8A8_RUN + 7};
     for (size_t ci = 0; ci < 3; ci++) {
-        size_t cols = cols_list[ci], rows = 5, n = 3;
+        size_t cols = cols_list[ci], rows = 21, n = 3; /* 21: a 16-row decode tile and a remainder */
         uint8_t *data = malloc(rows * cols);
         float scale = 0.5f;
         for (size_t r = 0; r < rows; r++)
@@ -307,6 +307,13 @@ static void long_rows(void)
             size_t d = first_diff(ref, y, n * rows);
             CHECK(st == LB_OK && d == n * rows, "long rows cols=%zu: %s differs at %zu (%.9g vs %.9g)", cols,
                   kind_name[kind], d, d < n * rows ? (double)y[d] : 0.0, d < n * rows ? (double)ref[d] : 0.0);
+            /* each token alone (the decode path) gives the same bits */
+            int alone_ok = 1;
+            for (size_t t = 0; t < n; t++) {
+                st = lb__w8a8_matmul_kind(&k8, x + t * cols, 1, 0.0f, y, 2, (lb__w8a8_kind)kind);
+                alone_ok &= st == LB_OK && first_diff(ref + t * rows, y, rows) == rows;
+            }
+            CHECK(alone_ok, "long rows cols=%zu: %s, one token at a time differs", cols, kind_name[kind]);
         }
         /* the sum really exceeds one int32 run: 127 * -128 * cols */
         CHECK(ref[0] == (float)(-16256.0 * (double)cols) * ((1.0f / 127.0f) * scale),
