@@ -5,22 +5,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
 #include "kernel/qmat.h"
 #include "kernel/readbw.h"
 #include "kernel/w8a8.h"
+#include "util/clock.h"
 #include "util/cpu.h"
 #include "util/parallel.h"
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* On stderr only when it is a terminal: the full run takes minutes. */
 static void progress(const char *fmt, const char *what)
@@ -81,9 +75,9 @@ static double best_read(read_job *j, size_t units, int threads, int reps)
 {
     double best = 1e30;
     for (int r = 0; r <= reps; r++) { /* pass 0 warms up */
-        double t0 = now();
+        double t0 = lb__now();
         lb__parallel_for(units, 1, threads, read_units, j);
-        double dt = now() - t0;
+        double dt = lb__now() - t0;
         if (r && dt < best) best = dt;
     }
     return best;
@@ -189,9 +183,9 @@ static lb_status best_pass(const product *p, const float *x, float *y, int threa
     double spent = 0;
     *best = 1e30;
     for (int r = 0; st == LB_OK && r < reps && (r < 2 || spent < budget); r++) {
-        double t0 = now();
+        double t0 = lb__now();
         st = run_product(p, x, y, threads);
-        double dt = now() - t0;
+        double dt = lb__now() - t0;
         spent += dt;
         if (dt < *best) *best = dt;
     }
@@ -210,9 +204,9 @@ static size_t rows_to_time(const product *p, const float *x, float *y, const opt
     a8.m = &probe;
     probe.rows = (p->m->rows / 16 + SMALL_ROWS - 1) / SMALL_ROWS * SMALL_ROWS; /* a sixteenth, in whole tiles */
     if (probe.rows > p->m->rows) probe.rows = p->m->rows;
-    double t0 = now();
+    double t0 = lb__now();
     *st = run_product(&pp, x, y, o->threads);
-    double full = (now() - t0) * (double)p->m->rows / (double)probe.rows;
+    double full = (lb__now() - t0) * (double)p->m->rows / (double)probe.rows;
     if (*st != LB_OK || full <= o->slow_pass_s) return p->m->rows;
     double per_row = (double)p->m->bytes / (double)p->m->rows;
     double want = (double)p->m->rows * o->slow_pass_s / full, least = min_bytes / per_row;
@@ -349,11 +343,11 @@ static lb_status time_decode(const model_ctx *c, lb_runner *r, size_t prompt, si
     for (int run = 0; st == LB_OK && run < c->o->runs && !cut; run++) {
         lb_runner_reset(r);
         st = lb_runner_forward(r, c->ids, prompt, c->logits, 1);
-        double t0 = now(), dt = 0;
+        double t0 = lb__now(), dt = 0;
         size_t i = 0;
         for (; st == LB_OK && i < n && !(cut = i >= 4 && dt > c->o->budget_s); i++) {
             st = lb_runner_forward(r, c->ids + prompt + i, 1, c->logits, 1);
-            dt = now() - t0;
+            dt = lb__now() - t0;
         }
         if (st == LB_OK && (double)i / dt > best_rate) best_rate = (double)i / dt, *timed = i;
     }
@@ -367,9 +361,9 @@ static lb_status time_prefill(const model_ctx *c, lb_runner *r, size_t n, double
     lb_status st = LB_OK;
     for (int run = 0; st == LB_OK && run < c->o->runs && (run == 0 || best <= c->o->budget_s); run++) {
         lb_runner_reset(r);
-        double t0 = now();
+        double t0 = lb__now();
         st = lb_runner_forward(r, c->ids, n, c->logits, 1);
-        double dt = now() - t0;
+        double dt = lb__now() - t0;
         if (dt < best) best = dt;
     }
     *tps = (double)n / best;

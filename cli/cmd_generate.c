@@ -2,16 +2,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli_eval.h"
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "util/clock.h"
 
 static const char usage[] =
     "usage: lowbit generate MODEL -p PROMPT [-n 128] [--temp 0] [--seed 1] [--spec SPEC]\n"
@@ -82,9 +75,9 @@ static int run(int argc, char **argv)
         cli_eval_close(&e);
         return cli_fail("generate", 0, EXIT_USAGE, "bad_argument", "the prompt is empty (and the model adds no BOS)");
     }
-    double t0 = now_s();
+    double t0 = lb__now();
     if (st == LB_OK) st = lb_runner_forward(e.runner, ids, n, logits, 1);
-    double t1 = now_s();
+    double t1 = lb__now();
     long made = 0;
     fputs(prompt, stdout);
     uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -104,7 +97,7 @@ static int run(int argc, char **argv)
         st = lb_runner_forward(e.runner, &next, 1, logits, 1);
         made += st == LB_OK;
     }
-    double t2 = now_s();
+    double t2 = lb__now();
     printf("\n");
     fflush(stdout); /* the statistics below come after the text */
     if (st == LB_OK) {

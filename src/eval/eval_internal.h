@@ -4,7 +4,6 @@
 
 #include "lowbit.h"
 
-double lb__now(void);
 /* log sum exp(logits), the max subtracted first, in double. */
 double lb__log_sum_exp(const float *logits, size_t vocab);
 /* The window length and how many whole windows the text gives. */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "eval/eval_internal.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/file.h"
 

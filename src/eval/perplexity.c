@@ -3,9 +3,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "eval/eval_internal.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 double lb__log_sum_exp(const float *logits, size_t vocab)
@@ -35,13 +35,6 @@ void lb_ppl_get(const lb_ppl_acc *a, double *ppl, double *err)
     double n = (double)a->count, var = n > 0 ? a->m2 / n : 0;
     *ppl = exp(a->mean);
     *err = n > 1 && var > 0 ? *ppl * sqrt(var / (n - 1)) : 0;
-}
-
-double lb__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 lb_status lb__eval_windows(size_t n, const lb_eval_options *o, uint32_t *ctx, size_t *chunks)
