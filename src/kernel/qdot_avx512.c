@@ -201,6 +201,15 @@ INL void group_rows(const lb__qmat *m, const lb__qdot_plan *p, size_t r, size_t 
     }
 }
 
+/* every (row, token) pair's 16 partial sums start at +0 */
+INL void zero_sums(__m512 acc[R][LB__QDOT_MAX_NX], size_t nx)
+{
+    _Pragma("GCC unroll 8")
+    for (size_t i = 0; i < R; i++)
+        _Pragma("GCC unroll 8")
+        for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
+}
+
 /* y for rows r .. r+n-1: each pair's 16 partial sums added in the fixed tree */
 INL void store_sums(__m512 acc[R][LB__QDOT_MAX_NX], size_t n, size_t nx, size_t r, float *y, size_t ldy)
 {
@@ -235,10 +244,7 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const in
         const float *mu[R], *zp[R];
         group_rows(m, p, r, n, off, inplace, row, mu, zp, tail);
         __m512 acc[R][LB__QDOT_MAX_NX];
-        _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < R; i++)
-            _Pragma("GCC unroll 8")
-            for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
+        zero_sums(acc, nx);
         const uint8_t *ahead = m->data + (r + PREFETCH_GROUPS * R) * m->row_bytes;
         for (size_t c = 0, b = 0; c < nch; b++) { /* block b holds chunks [b * cpb, (b + 1) * cpb) */
             size_t cend = (b + 1) * p->cpb;
@@ -313,10 +319,7 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const
         const float *mu[R], *zp[R];
         group_rows(m, p, r, n, off, inplace, row, mu, zp, tail);
         __m512 acc[R][LB__QDOT_MAX_NX];
-        _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < R; i++)
-            _Pragma("GCC unroll 8")
-            for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
+        zero_sums(acc, nx);
         const uint8_t *ahead = m->data + (r + PREFETCH_GROUPS * R) * m->row_bytes;
         for (size_t c = 0; c < nch; c++) {
             prefetch_ahead(ahead, pstep, c, short_rows);
@@ -371,10 +374,7 @@ INL void run_nib16(const lb__qmat *m, const lb__qdot_plan *p, const int aff, con
         const float *mu[R], *zp[R];
         group_rows(m, p, r, n, off, inplace, row, mu, zp, tail);
         __m512 acc[R][LB__QDOT_MAX_NX];
-        _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < R; i++)
-            _Pragma("GCC unroll 8")
-            for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
+        zero_sums(acc, nx);
         const uint8_t *ahead = m->data + (r + PREFETCH_GROUPS * R) * m->row_bytes;
         for (size_t c = 0; c < nch; c++) {
             prefetch_ahead(ahead, pstep, c, short_rows);
