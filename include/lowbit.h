@@ -282,9 +282,18 @@ typedef struct lb_qstats {
     double bits_per_value;       /* element bits plus every scale, zero point and tensor scale */
 } lb_qstats;
 
-/* Bits per value of a rows x cols tensor under spec, without quantizing:
- * element bits plus every scale, zero point and tensor scale (the figure
- * lb_qstats_compute reports). 0 if the spec is invalid or a size is 0. */
+/* The bytes a rows x cols tensor takes under spec, without quantizing:
+ * exactly what lb_quantize stores (data_bytes + scale_bytes +
+ * zero_point_bytes of its view, + 4 for a two-level tensor scale), every
+ * row of codes and of zero points starting on a byte. A plain fp32, fp16
+ * or bf16 spec (element only, which lb_qspec_validate refuses but the
+ * runner accepts as "keep at that precision") is its codes alone. 0 if the
+ * spec is invalid, a size is 0, or the count passes 2^53. */
+uint64_t lb_qspec_bytes(const lb_qspec *spec, uint64_t rows, uint64_t cols);
+/* The same as bits per value: 8 x lb_qspec_bytes / (rows x cols), the one
+ * figure every command reports (lb_qstats_compute, error, compare, plan;
+ * the runner holds exactly that many bytes). 0 if the spec is invalid or a
+ * size is 0. */
 double lb_qspec_bits_per_value(const lb_qspec *spec, uint64_t rows, uint64_t cols);
 
 /* x and xhat: the rows * cols original and dequantized values. */

@@ -16,14 +16,11 @@ typedef struct matrix {
 
 #define MAX_MATRICES 16
 
-/* Bits per value: 16-bit floats (and fp32) are stored as they are, with no
- * scale; everything else as the spec packs it. */
+/* Bits per value as the runner holds the matrix: lb_qspec_bits_per_value,
+ * the one figure every command reports (a plain 16-bit or fp32 spec is its
+ * codes alone). */
 static double spec_bits(const lb_qspec *spec, uint64_t rows, uint64_t cols)
 {
-    lb_format e = spec->element;
-    if ((e == LB_FMT_BF16 || e == LB_FMT_FP16 || e == LB_FMT_FP32) && spec->granularity == LB_GRAN_TENSOR &&
-        !spec->affine && !spec->two_level)
-        return lb_format_get(e)->bits;
     return lb_qspec_bits_per_value(spec, rows, cols);
 }
 

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "format/convert.h"
+#include "kernel/qmat.h"
 #include "quant/quant_internal.h"
 #include "util/error.h"
 
@@ -62,15 +63,47 @@ lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor 
     return LB_OK;
 }
 
-double lb_qspec_bits_per_value(const lb_qspec *spec, uint64_t rows, uint64_t cols)
+/* The bytes a rows x cols tensor takes under spec, exactly as lb_quantize
+ * lays it out (lowbit.h, "The stored layout"): rows of packed codes (each
+ * row starts on a byte), the scale codes, the zero-point rows (a 4-bit zero
+ * point still takes half a byte per scale, and each row of them starts on a
+ * byte) and the fp32 tensor scale. In double, so that plan's hypothetical
+ * sizes cannot wrap; exact for any real tensor (below 2^53 bytes). A plain
+ * fp32/fp16/bf16 spec (no scale: what the runner keeps for "bf16") is its
+ * codes alone. 0 for an invalid spec or a zero size. */
+/* Bytes of n codes of `bits` bits packed from a byte boundary: 4-bit two
+ * a byte, 6-bit a bit stream (four in three bytes), wider ones whole bytes. */
+static double packed_bytes(int bits, uint64_t n)
 {
-    if (!spec || rows == 0 || cols == 0 || lb_qspec_validate(spec) != LB_OK) return 0;
+    if (bits == 4) return (double)(n / 2 + (n & 1));
+    if (bits == 6) return (double)(n / 4) * 3 + (double)(((n % 4) * 6 + 7) / 8);
+    return (double)n * (double)(bits / 8);
+}
+
+static double stored_bytes(const lb_qspec *spec, uint64_t rows, uint64_t cols)
+{
+    if (!spec || rows == 0 || cols == 0) return 0;
+    if (lb__qspec_is_plain(spec)) return (double)rows * packed_bytes(lb_format_get(spec->element)->bits, cols);
+    if (lb_qspec_validate(spec) != LB_OK) return 0;
     const lb_format_info *e = lb_format_get(spec->element), *sf = lb_format_get(spec->scale_format);
     uint64_t block = spec->granularity == LB_GRAN_GROUP ? spec->group : cols;
-    double n = (double)rows * (double)cols;
-    double scales = spec->granularity == LB_GRAN_TENSOR ? 1 : (double)rows * (double)((cols + block - 1) / block);
-    double bits = (double)e->bits * n + (double)sf->bits * scales;
-    if (spec->affine) bits += (double)e->bits * scales; /* a zero point per scale, in the element's format */
-    if (spec->two_level) bits += 32;                    /* the fp32 tensor scale */
-    return bits / n;
+    uint64_t per_row = spec->granularity == LB_GRAN_TENSOR ? 1 : cols / block + (cols % block != 0);
+    double scale_rows = spec->granularity == LB_GRAN_TENSOR ? 1 : (double)rows; /* a tensor scale is one code */
+    double bytes = (double)rows * packed_bytes(e->bits, cols) + scale_rows * packed_bytes(sf->bits, per_row);
+    if (spec->affine) /* zero points: one code per scale, in the element's bulk layout (4-bit: two a byte) */
+        bytes += scale_rows * packed_bytes(e->bits, per_row);
+    if (spec->two_level) bytes += 4; /* the fp32 tensor scale */
+    return bytes;
+}
+
+uint64_t lb_qspec_bytes(const lb_qspec *spec, uint64_t rows, uint64_t cols)
+{
+    double b = stored_bytes(spec, rows, cols);
+    return b > 0 && b < 9007199254740992.0 ? (uint64_t)b : 0; /* 2^53: beyond it a double is not exact */
+}
+
+double lb_qspec_bits_per_value(const lb_qspec *spec, uint64_t rows, uint64_t cols)
+{
+    double b = stored_bytes(spec, rows, cols);
+    return b > 0 ? 8 * b / ((double)rows * (double)cols) : 0;
 }
