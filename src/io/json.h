@@ -76,6 +76,24 @@ lb_status lb__json_read_file(const char *path, size_t max_bytes, lb__json **out)
  * never an inner node. */
 void lb__json_free(lb__json *root);
 
+/* The members of a JSON object, one at a time, without the whole tree:
+ * for each member in file order, fn gets its decoded key (key_len bytes,
+ * NUL-terminated, may hold a \u0000) and its value as a tree of its own
+ * (freed when fn returns; value_at is the value's byte offset in text, its
+ * nodes' offsets count from there). A file of a million small members
+ * costs one member's tree at a time instead of all of them.
+ *
+ * Every key and value is read by lb__json_parse, so what is accepted is
+ * what lb__json_parse accepts, except that a key repeated in the object is
+ * NOT detected here (the caller, which keeps the keys it needs, must) and
+ * the LB_JSON_MAX_TREE limit applies to each member, not to the whole.
+ * Messages are terser than lb__json_parse's (byte offsets, no line and
+ * column): a caller that wants the full diagnosis of a bad document parses
+ * it again with lb__json_parse. fn's status stops the walk and is returned. */
+typedef lb_status (*lb__json_member_fn)(void *ctx, const char *key, size_t key_len, const lb__json *value,
+                                        size_t value_at);
+lb_status lb__json_each_member(const char *text, size_t len, const char *what, lb__json_member_fn fn, void *ctx);
+
 /* Object member by key (exact bytes up to the key's NUL), or NULL if obj is
  * not an object or lacks the key. O(1) on average: objects with many
  * members carry a hash index built at parse time (so obj must come from

@@ -64,7 +64,7 @@ static lb_status add_shard_tensors(lb_model *m, const lb__st_file *f, const char
         t->name = t->file_name = s->name;
         t->dtype = s->dtype;
         t->n_dims = s->n_dims;
-        memcpy(t->shape, s->shape, sizeof t->shape);
+        if (s->n_dims) memcpy(t->shape, s->shape, (size_t)s->n_dims * sizeof *t->shape);
         t->n_elements = s->n_elements, t->n_bytes = s->end - s->begin;
         t->data = s->data;
     }
@@ -217,7 +217,8 @@ static void reset(lb_model *m)
     if (m->owned_names)
         for (size_t i = 0; i < m->n_tensors; i++) free(m->owned_names[i]);
     free(m->owned_names), free(m->tensors);
-    free(m->by_name), free(m->by_file_name), free(m->sources);
+    if (m->by_file_name != m->by_name) free(m->by_file_name);
+    free(m->by_name), free(m->sources);
     if (m->kind == LB_MODEL_GGUF) lb__gguf_close(&m->gguf);
     for (size_t i = 0; i < m->n_shards; i++) lb__st_close(&m->shards[i]);
     free(m->shards);
@@ -294,13 +295,16 @@ static int by_file_name_cmp(const void *a, const void *b)
 static lb_status build_index(lb_model *m, const char *path)
 {
     size_t n = m->n_tensors;
+    /* safetensors names are canonical already: one order serves both lookups */
+    int same = 1;
+    for (size_t i = 0; i < n && same; i++) same = m->tensors[i].name == m->tensors[i].file_name;
     m->by_name = malloc((n ? n : 1) * sizeof *m->by_name);
-    m->by_file_name = malloc((n ? n : 1) * sizeof *m->by_file_name);
+    m->by_file_name = same ? m->by_name : malloc((n ? n : 1) * sizeof *m->by_file_name);
     if (!m->by_name || !m->by_file_name) return lb__fail(LB_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) m->by_name[i] = m->by_file_name[i] = i;
     sort_model = m; /* qsort has no context argument in C11; opening is not reentrant here */
     qsort(m->by_name, n, sizeof *m->by_name, by_name_cmp);
-    qsort(m->by_file_name, n, sizeof *m->by_file_name, by_file_name_cmp);
+    if (!same) qsort(m->by_file_name, n, sizeof *m->by_file_name, by_file_name_cmp);
     sort_model = NULL;
     for (size_t i = 1; i < n; i++) {
         const lb_tensor *a = &m->tensors[m->by_name[i - 1]], *b = &m->tensors[m->by_name[i]];
@@ -331,6 +335,9 @@ lb_status lb_model_open(const char *path, lb_model **out)
         st = sniff(path, head, &got);
         if (st == LB_OK) st = open_by_content(m, path, head, got);
     }
+    /* the model's table holds all it needs of the shards' (their names
+     * stay with them): one table, not two, for a million-tensor header */
+    for (size_t k = 0; st == LB_OK && k < m->n_shards; k++) lb__st_drop_table(&m->shards[k]);
     if (st == LB_OK) st = build_index(m, path);
     if (st == LB_OK) lb__arch_from_tensors(m, &m->arch);
     if (st != LB_OK) {

@@ -1,23 +1,38 @@
-/* safetensors reader (see safetensors.h). The header is parsed by the
- * strict JSON reader; this file turns the tree into tensors and checks the
- * rules the format adds on top: field names and types, dtype, shape and
- * size arithmetic (overflow-checked), and offsets that tile the data section
- * exactly, with no overlap, gap, or trailing byte. Each rule has its own
- * message naming the file, the tensor and the offending offset or values. */
+/* safetensors reader (see safetensors.h). The header is read member by
+ * member (lb__json_each_member: one tensor entry's tree at a time, so a
+ * header of a million tiny tensors costs a record and a name each, not a
+ * JSON tree of them all); this file turns each entry into a tensor and
+ * checks the rules the format adds on top: field names and types, dtype,
+ * shape and size arithmetic (overflow-checked), and offsets that tile the
+ * data section exactly, with no overlap, gap, or trailing byte.
+ *
+ * Any failure on that path reads the header again the old way, as one
+ * strict JSON tree (parse_tree), whose checks and their order decide the
+ * message: each rule has its own, naming the file, the tensor and the
+ * offending offset or values. So the member-by-member path only ever
+ * accepts, and the tree path alone words refusals. */
+#define _DEFAULT_SOURCE /* madvise, MADV_DONTNEED */
 #include "io/safetensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "io/json.h"
+#include "util/arena.h"
 #include "util/error.h"
 
 /* Everything a parsed file owns besides the mapping. */
 typedef struct st_owned {
-    lb__json *root;            /* names and metadata strings point into it */
+    lb__arena arena;           /* names and metadata strings */
+    lb__arena shapes;          /* the tensors' shapes (dropped with the table) */
     lb__st_tensor *tensors;
+    size_t n_tensors, cap_tensors;
     const char **meta;         /* n_meta keys, then n_meta values */
+    size_t n_meta;
+    int seen_meta;             /* a second __metadata__ is a repeated key */
 } st_owned;
 
 /* ===== Message helpers ===== */
@@ -130,7 +145,7 @@ static const char *const unread_dtypes[] = {"F4", "F6_E2M3", "F6_E3M2", "F8_E8M0
 /* Parses and checks the entry of tensor `name`, all but how its range
  * relates to the other tensors' (check_tiling). */
 static lb_status parse_tensor(const char *what, const char *name, const lb__json *v, uint64_t data_size,
-                              lb__st_tensor *t)
+                              lb__st_tensor *t, uint64_t shape_buf[LB_MAX_DIMS])
 {
     shown nm, val;
     show(&nm, name, strlen(name));
@@ -182,8 +197,9 @@ static lb_status parse_tensor(const char *what, const char *name, const lb__json
         return lb__fail(LB_ERR_PARSE, "'%s': tensor '%s' (byte %llu): shape has %zu dimensions, more than %d",
                         what, nm.s, at_byte(shape), shape->len, LB_MAX_DIMS);
     t->n_dims = (int)shape->len;
+    t->shape = shape_buf;
     for (size_t d = 0; d < shape->len; d++)
-        if (!lb__json_u64(&shape->items[d], &t->shape[d]))
+        if (!lb__json_u64(&shape->items[d], &shape_buf[d]))
             return lb__fail(LB_ERR_PARSE, "'%s': tensor '%s' (byte %llu): shape[%zu] is %s, not a non-negative "
                             "integer that fits 64 bits", what, nm.s, at_byte(&shape->items[d]), d,
                             show_value(&val, &shape->items[d]));
@@ -293,100 +309,174 @@ static int by_key(const void *a, const void *b)
     return strcmp(((const meta_pair *)a)->key, ((const meta_pair *)b)->key);
 }
 
-/* __metadata__: an object of strings (kept sorted by key). */
-static lb_status parse_meta(const char *what, const lb__json *m, st_owned *own, lb__st_file *out)
+/* __metadata__: an object of strings, copied into the arena (sorted by
+ * key when the whole header is read). */
+static lb_status parse_meta(const char *what, const lb__json *m, st_owned *own)
 {
     shown k, v;
     if (m->type != LB_JSON_OBJECT)
         return lb__fail(LB_ERR_PARSE, "'%s': __metadata__ (byte %llu) is %s, not an object of strings", what,
                         at_byte(m), show_value(&v, m));
-    meta_pair *pairs = malloc((m->len ? m->len : 1) * sizeof *pairs);
     own->meta = malloc((m->len ? 2 * m->len : 1) * sizeof *own->meta);
-    if (!pairs || !own->meta) {
-        free(pairs);
-        return lb__fail(LB_ERR_NOMEM, "'%s': out of memory for %zu metadata entries", what, m->len);
-    }
+    if (!own->meta) return lb__fail(LB_ERR_NOMEM, "'%s': out of memory for %zu metadata entries", what, m->len);
     for (size_t i = 0; i < m->len; i++) {
         const lb__json *val = &m->items[i];
         show(&k, m->keys[i], m->key_lens[i]);
-        lb_status st = LB_OK;
         if (val->type != LB_JSON_STRING)
-            st = lb__fail(LB_ERR_PARSE, "'%s': __metadata__ '%s' (byte %llu) is %s, not a string", what, k.s,
-                          at_byte(val), show_value(&v, val));
+            return lb__fail(LB_ERR_PARSE, "'%s': __metadata__ '%s' (byte %llu) is %s, not a string", what, k.s,
+                            at_byte(val), show_value(&v, val));
         /* The API hands out C strings, which cannot carry a \u0000. */
-        else if (strlen(m->keys[i]) != m->key_lens[i])
-            st = lb__fail(LB_ERR_PARSE, "'%s': __metadata__ key '%s' (byte %llu) contains a NUL character", what,
-                          k.s, at_byte(val));
-        else if (strlen(val->str) != val->len)
-            st = lb__fail(LB_ERR_PARSE, "'%s': __metadata__ '%s' (byte %llu) contains a NUL character", what, k.s,
-                          at_byte(val));
-        if (st != LB_OK) {
-            free(pairs);
-            return st;
-        }
-        pairs[i].key = m->keys[i], pairs[i].value = val->str;
+        if (strlen(m->keys[i]) != m->key_lens[i])
+            return lb__fail(LB_ERR_PARSE, "'%s': __metadata__ key '%s' (byte %llu) contains a NUL character", what,
+                            k.s, at_byte(val));
+        if (strlen(val->str) != val->len)
+            return lb__fail(LB_ERR_PARSE, "'%s': __metadata__ '%s' (byte %llu) contains a NUL character", what, k.s,
+                            at_byte(val));
+        own->meta[i] = lb__arena_strndup(&own->arena, m->keys[i], m->key_lens[i]);
+        own->meta[m->len + i] = lb__arena_strndup(&own->arena, val->str, val->len);
+        if (!own->meta[i] || !own->meta[m->len + i])
+            return lb__fail(LB_ERR_NOMEM, "'%s': out of memory for %zu metadata entries", what, m->len);
     }
-    qsort(pairs, m->len, sizeof *pairs, by_key);
-    out->n_meta = m->len;
-    out->meta_keys = own->meta, out->meta_values = own->meta + m->len;
-    for (size_t i = 0; i < m->len; i++) own->meta[i] = pairs[i].key, own->meta[m->len + i] = pairs[i].value;
+    own->n_meta = m->len;
+    return LB_OK;
+}
+
+static lb_status sort_meta(const char *what, st_owned *own)
+{
+    size_t n = own->n_meta;
+    if (n < 2) return LB_OK;
+    meta_pair *pairs = malloc(n * sizeof *pairs);
+    if (!pairs) return lb__fail(LB_ERR_NOMEM, "'%s': out of memory for %zu metadata entries", what, n);
+    for (size_t i = 0; i < n; i++) pairs[i].key = own->meta[i], pairs[i].value = own->meta[n + i];
+    qsort(pairs, n, sizeof *pairs, by_key);
+    for (size_t i = 0; i < n; i++) own->meta[i] = pairs[i].key, own->meta[n + i] = pairs[i].value;
     free(pairs);
     return LB_OK;
 }
 
-/* Everything after the JSON parse; on failure the caller frees `own`.
- * data_at: the file byte where the data section starts (for messages). */
-static lb_status build(const char *what, const lb__json *root, uint64_t data_at, st_owned *own, lb__st_file *out)
+/* One header member: __metadata__ or a tensor entry (name and shape copied
+ * into the arena). value_at: unused here, messages count from the value's
+ * own offsets, which are file bytes on the tree path, the only one whose
+ * messages are shown. */
+typedef struct member_ctx {
+    const char *what;
+    st_owned *own;
+    uint64_t data_size;
+} member_ctx;
+
+static lb_status add_member(void *ctx, const char *name, size_t len, const lb__json *v, size_t value_at)
 {
+    (void)value_at;
+    member_ctx *c = ctx;
+    st_owned *own = c->own;
+    const char *what = c->what;
     shown nm;
-    const lb__json *meta = NULL;
-    for (size_t i = 0; i < root->len; i++)
-        if (root->key_lens[i] == 12 && memcmp(root->keys[i], "__metadata__", 12) == 0) meta = &root->items[i];
-    if (meta) {
-        lb_status st = parse_meta(what, meta, own, out);
-        if (st != LB_OK) return st;
+    if (len == 12 && memcmp(name, "__metadata__", 12) == 0) {
+        if (own->seen_meta++) return lb__fail(LB_ERR_PARSE, "'%s': __metadata__ appears twice", what);
+        return parse_meta(what, v, own);
     }
-    /* The count is bounded by the header already parsed into memory. */
-    size_t n = root->len - (meta ? 1 : 0);
-    own->tensors = calloc(n ? n : 1, sizeof *own->tensors);
-    if (!own->tensors) return lb__fail(LB_ERR_NOMEM, "'%s': out of memory for %zu tensors", what, n);
-    size_t j = 0;
-    for (size_t i = 0; i < root->len; i++) {
-        const lb__json *v = &root->items[i];
-        if (v == meta) continue;
-        const char *name = root->keys[i];
-        size_t len = root->key_lens[i];
-        if (len == 0)
-            return lb__fail(LB_ERR_PARSE, "'%s': a tensor (byte %llu) has an empty name", what, at_byte(v));
-        if (strlen(name) != len)
-            return lb__fail(LB_ERR_PARSE, "'%s': tensor '%s' (byte %llu): the name contains a NUL character", what,
-                            show(&nm, name, len), at_byte(v));
-        lb__st_tensor *t = &own->tensors[j++];
-        t->name = name;
-        lb_status st = parse_tensor(what, name, v, out->data_size, t);
-        if (st != LB_OK) return st;
-        t->data = out->data + t->begin;
+    if (len == 0) return lb__fail(LB_ERR_PARSE, "'%s': a tensor (byte %llu) has an empty name", what, at_byte(v));
+    if (strlen(name) != len)
+        return lb__fail(LB_ERR_PARSE, "'%s': tensor '%s' (byte %llu): the name contains a NUL character", what,
+                        show(&nm, name, len), at_byte(v));
+    if (own->n_tensors == own->cap_tensors) {
+        size_t cap = own->cap_tensors ? 2 * own->cap_tensors : 64;
+        lb__st_tensor *grown = realloc(own->tensors, cap * sizeof *grown);
+        if (!grown) return lb__fail(LB_ERR_NOMEM, "'%s': out of memory for %zu tensors", what, cap);
+        own->tensors = grown, own->cap_tensors = cap;
     }
+    lb__st_tensor *t = &own->tensors[own->n_tensors];
+    memset(t, 0, sizeof *t);
+    uint64_t shape[LB_MAX_DIMS];
+    lb_status st = parse_tensor(what, name, v, c->data_size, t, shape);
+    if (st != LB_OK) return st;
+    uint64_t *kept = lb__arena_alloc(&own->shapes, (size_t)t->n_dims * sizeof *kept + 1, sizeof *kept);
+    t->name = lb__arena_strndup(&own->arena, name, len);
+    if (!kept || !t->name) return lb__fail(LB_ERR_NOMEM, "'%s': out of memory for %zu tensors", what, own->n_tensors);
+    if (t->n_dims) memcpy(kept, shape, (size_t)t->n_dims * sizeof *kept);
+    t->shape = kept;
+    own->n_tensors++;
+    return LB_OK;
+}
+
+/* After every member: the ranges tile the data section, the tensors are
+ * sorted by name (a repeated one, which the member-by-member path does not
+ * catch, is refused) and point into the data. */
+static lb_status finish(const char *what, uint64_t data_at, st_owned *own, lb__st_file *out)
+{
+    size_t n = own->n_tensors;
     lb_status st = check_tiling(what, own->tensors, n, out->data_size, data_at);
+    if (st == LB_OK) st = sort_meta(what, own);
     if (st != LB_OK) return st;
     qsort(own->tensors, n, sizeof *own->tensors, by_name);
+    for (size_t i = 0; i < n; i++) {
+        if (i && strcmp(own->tensors[i - 1].name, own->tensors[i].name) == 0) {
+            shown nm;
+            const char *name = own->tensors[i].name;
+            return lb__fail(LB_ERR_PARSE, "'%s': tensor '%s' appears twice", what, show(&nm, name, strlen(name)));
+        }
+        own->tensors[i].data = out->data + own->tensors[i].begin;
+    }
     out->n_tensors = n;
     out->tensors = own->tensors;
+    out->n_meta = own->n_meta;
+    out->meta_keys = own->meta, out->meta_values = own->meta ? own->meta + own->n_meta : NULL;
     return LB_OK;
 }
 
 static void free_owned(st_owned *own)
 {
     if (!own) return;
-    lb__json_free(own->root);
+    lb__arena_free(&own->arena);
+    lb__arena_free(&own->shapes);
     free(own->tensors);
     free((void *)own->meta);
     free(own);
 }
 
+/* The header as one JSON tree: the reference reading, whose messages say
+ * exactly what is wrong (a syntax error anywhere comes before any rule
+ * about the tensors; __metadata__ is checked first). */
+static lb_status parse_tree(const char *what, const char *text, uint64_t n, st_owned *own, lb__st_file *out)
+{
+    lb__json *root;
+    lb_status st = lb__json_parse(text, (size_t)n, "JSON header (byte offsets from file byte 8)", &root);
+    if (st != LB_OK) {
+        /* lb__fail formats into the buffer lb_last_error() returns: copy first. */
+        char msg[800];
+        snprintf(msg, sizeof msg, "%s", lb_last_error());
+        return lb__fail(st == LB_ERR_NOMEM ? st : LB_ERR_PARSE, "'%s': invalid %s", what, msg);
+    }
+    if (root->type != LB_JSON_OBJECT) { /* cannot happen after '{', but the tree decides, not the byte */
+        st = lb__fail(LB_ERR_PARSE, "'%s': the header is a JSON %s, not an object", what, json_type_name(root->type));
+        lb__json_free(root);
+        return st;
+    }
+    member_ctx c = {what, own, out->data_size};
+    for (size_t i = 0; st == LB_OK && i < root->len; i++)
+        if (root->key_lens[i] == 12 && memcmp(root->keys[i], "__metadata__", 12) == 0)
+            st = add_member(&c, root->keys[i], root->key_lens[i], &root->items[i], 0);
+    for (size_t i = 0; st == LB_OK && i < root->len; i++)
+        if (!(root->key_lens[i] == 12 && memcmp(root->keys[i], "__metadata__", 12) == 0))
+            st = add_member(&c, root->keys[i], root->key_lens[i], &root->items[i], 0);
+    lb__json_free(root);
+    if (st == LB_OK) st = finish(what, 8 + n, own, out);
+    return st;
+}
+
+/* The header member by member (lb__json_each_member); fails on anything
+ * the tree reading would refuse, with no particular message. */
+static lb_status parse_members(const char *what, const char *text, uint64_t n, st_owned *own, lb__st_file *out)
+{
+    member_ctx c = {what, own, out->data_size};
+    lb_status st = lb__json_each_member(text, (size_t)n, what, add_member, &c);
+    if (st == LB_OK) st = finish(what, 8 + n, own, out);
+    return st;
+}
+
 /* ===== Entry points ===== */
 
-lb_status lb__st_parse(const uint8_t *buf, size_t len, const char *what, lb__st_file *out)
+static lb_status parse(const uint8_t *buf, size_t len, const char *what, lb__st_file *out, int tree_only)
 {
     if (!out) return lb__fail(LB_ERR_ARG, "lb__st_parse: NULL output");
     memset(out, 0, sizeof *out);
@@ -412,33 +502,31 @@ lb_status lb__st_parse(const uint8_t *buf, size_t len, const char *what, lb__st_
         return lb__fail(LB_ERR_PARSE, "'%s': the header must begin with '{' at byte 8, found byte 0x%02x%s", what,
                         (unsigned char)text[0], text[0] == ' ' || text[0] == '\t' || text[0] == '\n' ||
                         text[0] == '\r' ? " (leading whitespace)" : "");
+    lb_status st = LB_ERR_PARSE;
+    for (int tree = tree_only; tree <= 1 && st != LB_OK; tree++) {
+        st_owned *own = calloc(1, sizeof *own);
+        if (!own) return lb__fail(LB_ERR_NOMEM, "'%s': out of memory", what);
+        out->data = buf + 8 + n;
+        out->data_size = (uint64_t)len - 8 - n;
+        st = tree ? parse_tree(what, text, n, own, out) : parse_members(what, text, n, own, out);
+        if (st == LB_OK) {
+            out->priv = own;
+        } else {
+            free_owned(own);
+            memset(out, 0, sizeof *out);
+        }
+    }
+    return st;
+}
 
-    st_owned *own = calloc(1, sizeof *own);
-    if (!own) return lb__fail(LB_ERR_NOMEM, "'%s': out of memory", what);
-    lb_status st = lb__json_parse(text, (size_t)n, "JSON header (byte offsets from file byte 8)", &own->root);
-    if (st != LB_OK) {
-        /* lb__fail formats into the buffer lb_last_error() returns: copy first. */
-        char msg[800];
-        snprintf(msg, sizeof msg, "%s", lb_last_error());
-        free_owned(own);
-        return lb__fail(st == LB_ERR_NOMEM ? st : LB_ERR_PARSE, "'%s': invalid %s", what, msg);
-    }
-    if (own->root->type != LB_JSON_OBJECT) { /* cannot happen after '{', but the tree decides, not the byte */
-        st = lb__fail(LB_ERR_PARSE, "'%s': the header is a JSON %s, not an object", what,
-                      json_type_name(own->root->type));
-        free_owned(own);
-        return st;
-    }
-    out->data = buf + 8 + n;
-    out->data_size = (uint64_t)len - 8 - n;
-    st = build(what, own->root, 8 + n, own, out);
-    if (st != LB_OK) {
-        free_owned(own);
-        memset(out, 0, sizeof *out);
-        return st;
-    }
-    out->priv = own;
-    return LB_OK;
+lb_status lb__st_parse(const uint8_t *buf, size_t len, const char *what, lb__st_file *out)
+{
+    return parse(buf, len, what, out, 0);
+}
+
+lb_status lb__st_parse_tree(const uint8_t *buf, size_t len, const char *what, lb__st_file *out)
+{
+    return parse(buf, len, what, out, 1);
 }
 
 lb_status lb__st_open(const char *path, lb__st_file *out)
@@ -455,6 +543,12 @@ lb_status lb__st_open(const char *path, lb__st_file *out)
         return st;
     }
     out->map = m;
+    /* Names, shapes and metadata were copied out: the header's pages (62 MB
+     * for a million tensors) need not stay resident. Whole pages only, so
+     * the first tensor's bytes keep theirs. */
+    long page = sysconf(_SC_PAGESIZE);
+    size_t ps = page > 0 ? (size_t)page : 4096, header_end = (size_t)(out->data - m.data);
+    if (header_end / ps) madvise((void *)(uintptr_t)m.data, header_end / ps * ps, MADV_DONTNEED);
     return LB_OK;
 }
 
@@ -464,6 +558,16 @@ void lb__st_close(lb__st_file *f)
     free_owned(f->priv);
     if (f->map.data) lb__unmap_file(&f->map);
     memset(f, 0, sizeof *f);
+}
+
+void lb__st_drop_table(lb__st_file *f)
+{
+    if (!f || !f->priv) return;
+    st_owned *own = f->priv;
+    free(own->tensors);
+    lb__arena_free(&own->shapes);
+    own->tensors = NULL, own->n_tensors = own->cap_tensors = 0;
+    f->tensors = NULL, f->n_tensors = 0;
 }
 
 const lb__st_tensor *lb__st_find(const lb__st_file *f, const char *name)

@@ -29,11 +29,13 @@
 /* The reference implementation's cap on the JSON header (bytes). */
 #define LB_ST_MAX_HEADER 100000000u
 
+/* One tensor: 56 bytes and its n_dims shape values (a header can list a
+ * million tensors; the model's own table copies what it needs). */
 typedef struct lb__st_tensor {
     const char *name;          /* NUL-terminated, owned by the file */
     lb_dtype dtype;
     int n_dims;                /* 0 = scalar */
-    uint64_t shape[LB_MAX_DIMS];
+    const uint64_t *shape;     /* n_dims values, owned by the file */
     uint64_t n_elements;
     uint64_t begin, end;       /* byte range in the data section */
     const uint8_t *data;       /* data section + begin (no alignment promised: copy, don't cast) */
@@ -54,10 +56,21 @@ typedef struct lb__st_file {
  * point into it or into out's own allocations). `what` names the input in
  * messages. On failure *out is left zeroed, so lb__st_close is harmless. */
 lb_status lb__st_parse(const uint8_t *buf, size_t len, const char *what, lb__st_file *out);
-/* Maps path read-only, then parses; `what` = path. */
+/* The same through the header's whole JSON tree only: the reading
+ * lb__st_parse falls back to when its member-by-member one fails (that one
+ * accepts nothing this one refuses), so that this one's message is the
+ * one given. For the fuzz harness, which checks that both agree. */
+lb_status lb__st_parse_tree(const uint8_t *buf, size_t len, const char *what, lb__st_file *out);
+/* Maps path read-only, then parses; `what` = path. The header's pages are
+ * then dropped from memory (nothing points into them). */
 lb_status lb__st_open(const char *path, lb__st_file *out);
 /* Frees everything parse/open made; safe on a zeroed or failed file. */
 void lb__st_close(lb__st_file *f);
+/* Frees the tensor table and the shapes, keeping the mapping, the names
+ * and the metadata: for a caller that copied the table (the model view),
+ * so that a million tensors are not held twice. The file then lists no
+ * tensors. */
+void lb__st_drop_table(lb__st_file *f);
 /* By exact name (binary search); NULL if absent. */
 const lb__st_tensor *lb__st_find(const lb__st_file *f, const char *name);
 

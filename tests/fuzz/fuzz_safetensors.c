@@ -78,6 +78,29 @@ static void check_file(const lb__st_file *f, const uint8_t *data, size_t size)
 
 static long accepted; /* inputs that parsed (the deterministic run reports it) */
 
+/* lb__st_parse reads the header member by member and falls back to the
+ * whole JSON tree on any failure: it must accept exactly what the tree
+ * reading accepts, with the same tensors and metadata. */
+static void check_same_as_tree(const lb__st_file *f, const uint8_t *data, size_t size)
+{
+    lb__st_file t;
+    if (lb__st_parse_tree(data, size, "fuzz", &t) != LB_OK) fail("accepted member by member, refused as a tree");
+    if (t.n_tensors != f->n_tensors || t.n_meta != f->n_meta || t.data != f->data || t.data_size != f->data_size)
+        fail("the two readings disagree on the counts");
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const lb__st_tensor *a = &f->tensors[i], *b = &t.tensors[i];
+        if (strcmp(a->name, b->name) || a->dtype != b->dtype || a->n_dims != b->n_dims || a->begin != b->begin ||
+            a->end != b->end || a->n_elements != b->n_elements || a->data != b->data)
+            fail("the two readings disagree on a tensor");
+        for (int d = 0; d < a->n_dims; d++)
+            if (a->shape[d] != b->shape[d]) fail("the two readings disagree on a shape");
+    }
+    for (size_t i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta_keys[i], t.meta_keys[i]) || strcmp(f->meta_values[i], t.meta_values[i]))
+            fail("the two readings disagree on the metadata");
+    lb__st_close(&t);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -85,9 +108,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (lb__st_parse(data, size, "fuzz", &f) != LB_OK) {
         if (lb_last_error()[0] == '\0') fail("refused without a message");
         if (f.n_tensors || f.tensors || f.priv || f.data || f.n_meta) fail("refused but the output is not zeroed");
+        lb__st_file t;
+        if (lb__st_parse_tree(data, size, "fuzz", &t) == LB_OK) fail("refused, but the tree reading accepts it");
         return 0;
     }
     check_file(&f, data, size);
+    check_same_as_tree(&f, data, size);
     lb__st_close(&f);
     accepted++;
     return 0;

@@ -46,7 +46,7 @@ class StTensor(ctypes.Structure):
         ("name", ctypes.c_char_p),
         ("dtype", ctypes.c_int),
         ("n_dims", ctypes.c_int),
-        ("shape", ctypes.c_uint64 * MAX_DIMS),
+        ("shape", ctypes.POINTER(ctypes.c_uint64)),  # n_dims values
         ("n_elements", ctypes.c_uint64),
         ("begin", ctypes.c_uint64),
         ("end", ctypes.c_uint64),

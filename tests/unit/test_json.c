@@ -655,8 +655,95 @@ static void test_prefixes(void)
     lb__json_free(j);
 }
 
+/* ===== lb__json_each_member ===== */
+
+typedef struct members_seen {
+    size_t n;
+    char keys[8][16];
+    lb__json_type types[8];
+    size_t at[8];
+} members_seen;
+
+static lb_status note_member(void *ctx, const char *key, size_t key_len, const lb__json *value, size_t value_at)
+{
+    members_seen *m = ctx;
+    if (m->n < 8 && key_len < 16) {
+        memcpy(m->keys[m->n], key, key_len + 1);
+        m->types[m->n] = value->type, m->at[m->n] = value_at;
+    }
+    m->n++;
+    return LB_OK;
+}
+
+static lb_status stop_at_second(void *ctx, const char *key, size_t key_len, const lb__json *value, size_t value_at)
+{
+    (void)key, (void)key_len, (void)value, (void)value_at;
+    return ++*(int *)ctx == 2 ? lb__fail(LB_ERR_UNSUPPORTED, "stopped") : LB_OK;
+}
+
+/* Walked member by member, a document is accepted exactly when the whole
+ * tree reading accepts it (except repeated keys, which the walk leaves to
+ * its caller): every key and value goes through lb__json_parse, and the
+ * punctuation between them is checked here. */
+static void test_each_member(void)
+{
+    static const char *const docs[] = {
+        "{}", " { } ", "{\"a\":1}", "{\"a\" : [1, {\"b\": [true, null]}] ,\"c\":\"}\\\"]\"}\n",
+        "{\"\\u00e9\":{}}", "{\"a\":-0.5e3,\"b\":false}", "{\"a\":\"x\"}\t\r\n ",
+        /* refused */
+        "", "[]", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{\"a\":1 \"b\":2}", "{\"a\":1}x", "{\"a\":1}{}",
+        "{\"a\":tru}", "{\"a\":01}", "{\"a\":[1,]}", "{\"a\":[1}", "{\"a\":{\"b\":1]}", "{\"a\":\"\x01\"}",
+        "{\"a\xff\":1}", "{a:1}", "{\"a\":1,,\"b\":2}", "{\"a\":\"unterminated}", "{\"a\":1}\v",
+        "{\"a\":\"x\"y}", "{\"a\"::1}", "{,}", "{\"a\":NaN}", "{\"a\":\"\\x\"}"};
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
+        size_t len = strlen(docs[i]);
+        char *block;
+        char *t = tail_copy(docs[i], len, &block);
+        lb__json *tree = NULL;
+        lb_status whole = lb__json_parse(t, len, "t", &tree);
+        int object = whole == LB_OK && tree->type == LB_JSON_OBJECT;
+        lb__json_free(tree);
+        members_seen m = {0};
+        lb_status walk = lb__json_each_member(t, len, "t", note_member, &m);
+        CHECK((walk == LB_OK) == object, "'%s': walk %d, tree %d", docs[i], walk, whole);
+        CHECK(walk == LB_OK || lb_last_error()[0], "'%s': refused without a message", docs[i]);
+        free(block);
+    }
+    /* depth: a value may nest as deep as the whole document may */
+    char deep[2 * LB_JSON_MAX_DEPTH + 16];
+    for (int extra = 0; extra <= 2; extra++) {
+        int levels = LB_JSON_MAX_DEPTH - 2 + extra; /* arrays inside the value */
+        size_t o = (size_t)snprintf(deep, sizeof deep, "{\"a\":");
+        for (int k = 0; k < levels; k++) deep[o++] = '[';
+        for (int k = 0; k < levels; k++) deep[o++] = ']';
+        deep[o++] = '}';
+        lb__json *tree = NULL;
+        lb_status whole = lb__json_parse(deep, o, "t", &tree);
+        lb__json_free(tree);
+        members_seen m = {0};
+        lb_status walk = lb__json_each_member(deep, o, "t", note_member, &m);
+        CHECK(walk != LB_OK || whole == LB_OK, "depth %d: the walk accepts what the tree refuses", levels);
+    }
+    /* what the callback sees: keys decoded, values typed, offsets into the text */
+    const char *doc = "{\"w\":{\"x\":1}, \"\\u00e9\" : [2],\"n\":null}";
+    members_seen m = {0};
+    CHECK(lb__json_each_member(doc, strlen(doc), "t", note_member, &m) == LB_OK, "%s", lb_last_error());
+    CHECK(m.n == 3 && strcmp(m.keys[0], "w") == 0 && strcmp(m.keys[1], "\xc3\xa9") == 0 &&
+          strcmp(m.keys[2], "n") == 0, "keys");
+    CHECK(m.types[0] == LB_JSON_OBJECT && m.types[1] == LB_JSON_ARRAY && m.types[2] == LB_JSON_NULL, "types");
+    CHECK(m.at[0] == 5 && doc[m.at[1]] == '[' && doc[m.at[2]] == 'n', "offsets %zu %zu %zu", m.at[0], m.at[1], m.at[2]);
+    /* repeated keys are the caller's to catch */
+    m.n = 0;
+    CHECK(lb__json_each_member("{\"a\":1,\"a\":2}", 13, "t", note_member, &m) == LB_OK && m.n == 2, "repeat");
+    /* the callback's status ends the walk */
+    int calls = 0;
+    CHECK(lb__json_each_member("{\"a\":1,\"b\":2,\"c\":3}", 19, "t", stop_at_second, &calls) ==
+              LB_ERR_UNSUPPORTED && calls == 2, "stop: %d", calls);
+}
+
 int main(void)
 {
+    test_each_member();
     test_reject_structure();
     test_reject_non_json();
     test_reject_numbers();
