@@ -1,6 +1,7 @@
 # lowbit — build, test, benchmark, install.
 #
-#   make            library (build/liblowbit.a, build/liblowbit.so) and CLI (build/lowbit)
+#   make -j2        library (build/liblowbit.a, build/liblowbit.so -> liblowbit.so.MAJOR ->
+#                   liblowbit.so.VERSION, exporting only the LB_API functions) and CLI (build/lowbit)
 #   make demo       the CLI tour on the embedded default
 #   make test       every test (sets up a Python venv with the oracle packages)
 #   make asan       the tests under AddressSanitizer + UndefinedBehaviorSanitizer
@@ -16,8 +17,15 @@ VENV    ?= .venv
 OPT      ?= -O2
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers
 CFLAGS   ?=
-ALLFLAGS := -std=c11 $(OPT) -g $(WARN) -ffp-contract=off -fPIC -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc $(CFLAGS)
+ALLFLAGS := -std=c11 $(OPT) -g $(WARN) -ffp-contract=off -fPIC -fvisibility=hidden -D_POSIX_C_SOURCE=200809L \
+            -Iinclude -Isrc $(CFLAGS)
 LDLIBS   := -lm -lpthread
+
+# The shared library's version: liblowbit.so.VERSION, with SONAME
+# liblowbit.so.MAJOR (what programs record and load) and the two links.
+VERSION := $(shell sed -n 's/.*LOWBIT_VERSION_STRING "\(.*\)"/\1/p' include/lowbit.h)
+MAJOR   := $(firstword $(subst ., ,$(VERSION)))
+SONAME  := liblowbit.so.$(MAJOR)
 
 # Per-file instruction sets: the kernels are only called after a CPU check.
 # Only for an x86-64 target: elsewhere those files compile to their
@@ -43,6 +51,12 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 all: $(BUILD)/liblowbit.a $(BUILD)/liblowbit.so $(BUILD)/lowbit
 
+# The Python tests that check internals (the GGUF and safetensors readers
+# and writers against the reference packages) load this one: the whole
+# static library plus a table of the internals they call
+# (tests/internal_symbols.c), since liblowbit.so exports only the API.
+TEST_LIB := $(BUILD)/tests/liblowbit_internal.so
+
 $(BUILD)/%.o: %.c include/lowbit.h $(wildcard src/*/*.h) $(wildcard src/*/*.def) $(wildcard cli/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -c $< -o $@
@@ -55,8 +69,18 @@ $(BUILD)/liblowbit.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/liblowbit.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS)
+$(BUILD)/liblowbit.so.$(VERSION): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/$(SONAME): $(BUILD)/liblowbit.so.$(VERSION)
+	ln -sf liblowbit.so.$(VERSION) $@
+
+$(BUILD)/liblowbit.so: $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $@
+
+$(TEST_LIB): tests/internal_symbols.c $(BUILD)/liblowbit.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLFLAGS) -shared -o $@ $< -Wl,--whole-archive $(BUILD)/liblowbit.a -Wl,--no-whole-archive $(LDLIBS)
 
 $(BUILD)/lowbit: $(CLI_OBJ) $(BUILD)/liblowbit.a
 	$(CC) $(ALLFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/liblowbit.a $(LDLIBS)
@@ -109,7 +133,7 @@ $(SMOLLM2): tests/fetch_smollm2.sh | $(VENV)/.ready
 test-unit: $(UNIT_BIN)
 	@for t in $(UNIT_BIN); do echo "== $$t"; $$t || exit 1; done
 
-test-python: all $(VENV)/.ready $(SMOLLM2)
+test-python: all $(TEST_LIB) $(VENV)/.ready $(SMOLLM2)
 	LOWBIT_BUILD=$(BUILD) $(VENV)/bin/python -m pytest -q tests
 
 test: test-unit test-python
@@ -118,7 +142,8 @@ test: test-unit test-python
 # instrumented shared library with the ASan runtime preloaded.
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-	    LDLIBS="-lm -lpthread -fsanitize=address,undefined" all $(patsubst $(BUILD)/%,build-asan/%,$(UNIT_BIN))
+	    LDLIBS="-lm -lpthread -fsanitize=address,undefined" all build-asan/tests/liblowbit_internal.so \
+	    $(patsubst $(BUILD)/%,build-asan/%,$(UNIT_BIN))
 	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    LDLIBS="-lm -lpthread -fsanitize=address,undefined" test-unit
 	$(MAKE) venv $(SMOLLM2)
@@ -128,8 +153,8 @@ asan:
 
 # Warning-free under both compilers, as errors.
 warnings:
-	$(MAKE) BUILD=build-gcc CC=gcc CFLAGS=-Werror all $(patsubst $(BUILD)/%,build-gcc/%,$(UNIT_BIN) $(BENCH_BIN))
-	$(MAKE) BUILD=build-clang CC=clang CFLAGS=-Werror all $(patsubst $(BUILD)/%,build-clang/%,$(UNIT_BIN) $(BENCH_BIN))
+	$(MAKE) BUILD=build-gcc CC=gcc CFLAGS=-Werror all $(patsubst $(BUILD)/%,build-gcc/%,$(UNIT_BIN) $(BENCH_BIN) $(TEST_LIB))
+	$(MAKE) BUILD=build-clang CC=clang CFLAGS=-Werror all $(patsubst $(BUILD)/%,build-clang/%,$(UNIT_BIN) $(BENCH_BIN) $(TEST_LIB))
 
 # aarch64 (NEON kernels) cross-built with -Werror, and its unit tests run
 # under qemu-user (packages gcc-aarch64-linux-gnu and qemu-user).
@@ -151,17 +176,22 @@ bench:
 	@$(MAKE) -s all $(BENCH_BIN) $(VENV)/.ready $(SMOLLM2) >&2
 	@sh bench/run.sh $(BUILD) $(VENV)/bin/python
 
+# The library goes to PREFIX/lib, which the dynamic loader may not search
+# (see README, "Installing"): use -Wl,-rpath,PREFIX/lib or LD_LIBRARY_PATH.
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(BUILD)/liblowbit.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/liblowbit.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/liblowbit.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf liblowbit.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/liblowbit.so
 	install -m 644 include/lowbit.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(BUILD)/lowbit $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*LOWBIT_VERSION_STRING "\(.*\)"/\1/p' include/lowbit.h)|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
 	    lowbit.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/lowbit.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/lib/liblowbit.a $(DESTDIR)$(PREFIX)/lib/liblowbit.so \
+	    $(DESTDIR)$(PREFIX)/lib/$(SONAME) $(DESTDIR)$(PREFIX)/lib/liblowbit.so.$(VERSION) \
 	    $(DESTDIR)$(PREFIX)/include/lowbit.h $(DESTDIR)$(PREFIX)/bin/lowbit $(DESTDIR)$(PREFIX)/lib/pkgconfig/lowbit.pc
 
 clean:

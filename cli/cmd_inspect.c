@@ -48,8 +48,8 @@ static int run(int argc, char **argv)
     lb_status st = lb_model_open(path, &m);
     if (st != LB_OK) return cli_fail_lb("inspect", json, EXIT_RUNTIME, st);
     size_t n = lb_model_tensor_count(m);
-    uint64_t params = 0, bytes = 0;
-    for (size_t i = 0; i < n; i++) params += lb_model_tensor(m, i)->n_elements, bytes += lb_model_tensor(m, i)->n_bytes;
+    uint64_t params = lb_model_param_count(m), bytes = 0;
+    for (size_t i = 0; i < n; i++) bytes += lb_model_tensor(m, i)->n_bytes;
     /* all statistics first: a failure (a NaN in a tensor) prints nothing half-done */
     lb_tensor_stats *stats = calloc(n ? n : 1, sizeof *stats);
     float *buf = NULL;

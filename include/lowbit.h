@@ -21,7 +21,17 @@ extern "C" {
 #define LOWBIT_VERSION_PATCH 0
 #define LOWBIT_VERSION_STRING "0.1.0"
 
-const char *lb_version(void);
+/* Marks the library's API: the shared library is built with
+ * -fvisibility=hidden, so only what carries LB_API is exported (its
+ * internals, lb__*, stay inside it; the C unit tests that call them link
+ * the static library). Every function declared here carries it. */
+#if defined(__GNUC__) || defined(__clang__)
+#define LB_API __attribute__((visibility("default")))
+#else
+#define LB_API
+#endif
+
+LB_API const char *lb_version(void);
 
 /* ===== Status and errors ===== */
 
@@ -39,10 +49,10 @@ typedef enum lb_status {
 } lb_status;
 
 /* A short, stable name for a status ("nan", "unknown_format", ...). */
-const char *lb_status_name(lb_status s);
+LB_API const char *lb_status_name(lb_status s);
 
 /* The message of the last failed call on this thread ("" if none). */
-const char *lb_last_error(void);
+LB_API const char *lb_last_error(void);
 
 /* ===== Number formats ===== */
 
@@ -124,18 +134,18 @@ struct lb_format_info {
 };
 
 /* The row for a format, or NULL for an id out of range. */
-const lb_format_info *lb_format_get(lb_format f);
+LB_API const lb_format_info *lb_format_get(lb_format f);
 
 /* Looks a format up by name (case-insensitive; "e4m3" style aliases are
  * accepted for the fp8 formats). LB_ERR_FORMAT if unknown. */
-lb_status lb_format_by_name(const char *name, lb_format *out);
+LB_API lb_status lb_format_by_name(const char *name, lb_format *out);
 
 /* Bytes needed to store n codes of a format in the bulk layout:
  * 4-bit formats pack two codes per byte (element 2i in the low nibble,
  * element 2i+1 in the high nibble), 6- and 8-bit formats take one byte
  * per code (6-bit codes in the low bits), 16-bit formats two bytes and
  * fp32 four, little-endian. Returns 0 if the size would overflow. */
-size_t lb_format_bytes(lb_format f, size_t n);
+LB_API size_t lb_format_bytes(lb_format f, size_t n);
 
 /* ===== Casts ===== */
 
@@ -144,21 +154,21 @@ size_t lb_format_bytes(lb_format f, size_t n);
  * (e8m0, ue4m3, uint*) take negative inputs as overflow below their range:
  * LB_SATURATE clamps them to the smallest value, LB_IEEE gives NaN
  * where the format has one. */
-lb_status lb_encode_value(lb_format f, double x, lb_overflow mode, uint32_t *code);
+LB_API lb_status lb_encode_value(lb_format f, double x, lb_overflow mode, uint32_t *code);
 
 /* Decodes one code (its low `bits` bits; LB_ERR_ARG if higher bits set).
  * Every code of every format decodes exactly into a float. */
-lb_status lb_decode_value(lb_format f, uint32_t code, float *out);
+LB_API lb_status lb_decode_value(lb_format f, uint32_t code, float *out);
 
 /* Bulk conversion of n fp32 values into the bulk layout described at
  * lb_format_bytes. threads <= 0 means one per online CPU. The result does
  * not depend on the thread count. On LB_ERR_NAN the message names the
  * first offending element and dst holds unspecified bytes. */
-lb_status lb_encode_f32(lb_format f, lb_overflow mode, const float *src, size_t n,
-                        void *dst, int threads);
+LB_API lb_status lb_encode_f32(lb_format f, lb_overflow mode, const float *src, size_t n,
+                               void *dst, int threads);
 
 /* Bulk conversion of n codes in the bulk layout back to fp32. */
-lb_status lb_decode_f32(lb_format f, const void *src, size_t n, float *dst, int threads);
+LB_API lb_status lb_decode_f32(lb_format f, const void *src, size_t n, float *dst, int threads);
 
 /* ===== Tensor quantization ===== */
 
@@ -214,16 +224,16 @@ typedef struct lb_qspec {
     int int_frac_bits;         /* MXINT8: the element's implied 2^-6 (6); else 0 */
 } lb_qspec;
 
-lb_status lb_qspec_parse(const char *text, lb_qspec *out);
+LB_API lb_status lb_qspec_parse(const char *text, lb_qspec *out);
 
 /* Checks a spec filled in by hand: every field in range and a defined
  * combination (lb_quantize does the same). */
-lb_status lb_qspec_validate(const lb_qspec *spec);
+LB_API lb_status lb_qspec_validate(const lb_qspec *spec);
 
 /* The canonical text of a spec (what lb_qspec_parse reads back to the
  * same spec; "invalid" for a spec lb_qspec_validate refuses). Returns the
  * length, like snprintf. */
-int lb_qspec_format(const lb_qspec *spec, char *buf, size_t size);
+LB_API int lb_qspec_format(const lb_qspec *spec, char *buf, size_t size);
 
 /* A quantized 2-D tensor [rows, cols] (cols is the reduction axis). */
 typedef struct lb_qtensor lb_qtensor;
@@ -261,12 +271,12 @@ typedef struct lb_qtensor_view {
  * finite range); the spec is checked as lb_qspec_validate does. threads
  * <= 0: one per CPU; the bytes depend neither on the thread count nor on
  * the caller's floating-point environment. */
-lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads,
-                      lb_qtensor **out);
+LB_API lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads,
+                             lb_qtensor **out);
 /* Writes rows * cols floats to out. */
-lb_status lb_dequantize(const lb_qtensor *q, float *out, int threads);
-lb_status lb_qtensor_view_get(const lb_qtensor *q, lb_qtensor_view *view);
-void lb_qtensor_free(lb_qtensor *q);
+LB_API lb_status lb_dequantize(const lb_qtensor *q, float *out, int threads);
+LB_API lb_status lb_qtensor_view_get(const lb_qtensor *q, lb_qtensor_view *view);
+LB_API void lb_qtensor_free(lb_qtensor *q);
 
 /* What quantization cost, against the original. */
 typedef struct lb_qstats {
@@ -289,15 +299,15 @@ typedef struct lb_qstats {
  * or bf16 spec (element only, which lb_qspec_validate refuses but the
  * runner accepts as "keep at that precision") is its codes alone. 0 if the
  * spec is invalid, a size is 0, or the count passes 2^53. */
-uint64_t lb_qspec_bytes(const lb_qspec *spec, uint64_t rows, uint64_t cols);
+LB_API uint64_t lb_qspec_bytes(const lb_qspec *spec, uint64_t rows, uint64_t cols);
 /* The same as bits per value: 8 x lb_qspec_bytes / (rows x cols), the one
  * figure every command reports (lb_qstats_compute, error, compare, plan;
  * the runner holds exactly that many bytes). 0 if the spec is invalid or a
  * size is 0. */
-double lb_qspec_bits_per_value(const lb_qspec *spec, uint64_t rows, uint64_t cols);
+LB_API double lb_qspec_bits_per_value(const lb_qspec *spec, uint64_t rows, uint64_t cols);
 
 /* x and xhat: the rows * cols original and dequantized values. */
-lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor *q, lb_qstats *out);
+LB_API lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor *q, lb_qstats *out);
 
 /* What a tensor's values look like before quantization (lowbit inspect). */
 typedef struct lb_tensor_stats {
@@ -311,7 +321,7 @@ typedef struct lb_tensor_stats {
 
 /* Statistics of rows x cols values (NaN or infinity: LB_ERR_NAN naming
  * the index). Sums in double, in index order. */
-lb_status lb_tensor_stats_compute(const float *x, uint64_t rows, uint64_t cols, lb_tensor_stats *out);
+LB_API lb_status lb_tensor_stats_compute(const float *x, uint64_t rows, uint64_t cols, lb_tensor_stats *out);
 
 /* ===== Tensor storage types (model files) =====
  *
@@ -339,24 +349,24 @@ typedef struct lb_dtype_info {
     int can_write;           /* lb_dtype_from_f32 supports it */
 } lb_dtype_info;
 
-const lb_dtype_info *lb_dtype_get(lb_dtype t);
+LB_API const lb_dtype_info *lb_dtype_get(lb_dtype t);
 /* By lowbit name, safetensors name or ggml name (case-insensitive). */
-lb_status lb_dtype_by_name(const char *name, lb_dtype *out);
+LB_API lb_status lb_dtype_by_name(const char *name, lb_dtype *out);
 /* The dtype of a GGUF tensor type id (LB_ERR_PARSE if unknown). */
-lb_status lb_dtype_from_ggml(int ggml_type, lb_dtype *out);
+LB_API lb_status lb_dtype_from_ggml(int ggml_type, lb_dtype *out);
 /* Bytes of n elements; LB_ERR_ARG if n is not a multiple of the block or
  * the count overflows 64 bits (*bytes untouched). */
-lb_status lb_dtype_bytes(lb_dtype t, uint64_t n, uint64_t *bytes);
+LB_API lb_status lb_dtype_bytes(lb_dtype t, uint64_t n, uint64_t *bytes);
 
 /* Converts n elements (a multiple of the block) to fp32, bit-identical to
  * the gguf Python package's dequantization for the ggml types. Integers
  * and bools convert exactly where fp32 can hold them (rounded otherwise). */
-lb_status lb_dtype_to_f32(lb_dtype t, const void *src, size_t n, float *dst);
+LB_API lb_status lb_dtype_to_f32(lb_dtype t, const void *src, size_t n, float *dst);
 /* Converts n fp32 values (a multiple of the block) to t, for the types
  * lowbit writes (f32, f16, bf16, q8_0, q4_0, mxfp4): ggml's reference
  * quantizers, byte-identical to the gguf package's. LB_ERR_UNSUPPORTED
  * otherwise; LB_ERR_NAN on NaN/infinity for a block type. */
-lb_status lb_dtype_from_f32(lb_dtype t, const float *src, size_t n, void *dst);
+LB_API lb_status lb_dtype_from_f32(lb_dtype t, const float *src, size_t n, void *dst);
 
 /* ===== Models =====
  *
@@ -409,24 +419,31 @@ typedef struct lb_model lb_model;
  * safetensors JSON header); only when the content is too broken to tell
  * does the name (.gguf, .safetensors) choose the reader that explains what
  * is wrong. Anything else is read as a llama2.c checkpoint. */
-lb_status lb_model_open(const char *path, lb_model **out);
-void lb_model_close(lb_model *m);
-lb_model_kind lb_model_get_kind(const lb_model *m);
-const lb_arch *lb_model_arch(const lb_model *m);
-size_t lb_model_tensor_count(const lb_model *m);
-const lb_tensor *lb_model_tensor(const lb_model *m, size_t i);
+LB_API lb_status lb_model_open(const char *path, lb_model **out);
+LB_API void lb_model_close(lb_model *m);
+LB_API lb_model_kind lb_model_get_kind(const lb_model *m);
+LB_API const lb_arch *lb_model_arch(const lb_model *m);
+/* The tensors, in file order: for (i = 0; i < lb_model_tensor_count(m);
+ * i++) t = lb_model_tensor(m, i); (NULL for i past the end). They live as
+ * long as the model. */
+LB_API size_t lb_model_tensor_count(const lb_model *m);
+LB_API const lb_tensor *lb_model_tensor(const lb_model *m, size_t i);
+/* Parameters: the elements of every tensor the file holds (norms and
+ * biases included; a tied output head, which the file stores once, counts
+ * once). 0 for NULL. */
+LB_API uint64_t lb_model_param_count(const lb_model *m);
 /* By canonical or file name; NULL if absent. */
-const lb_tensor *lb_model_find(const lb_model *m, const char *name);
+LB_API const lb_tensor *lb_model_find(const lb_model *m, const char *name);
 /* The whole tensor as fp32 (dst holds n_elements floats). */
-lb_status lb_tensor_to_f32(const lb_tensor *t, float *dst);
+LB_API lb_status lb_tensor_to_f32(const lb_tensor *t, float *dst);
 /* Drops the tensor's pages from this process's memory (they stay in the
  * page cache): a pass over a model larger than RAM calls it after each
  * tensor, so resident memory stays near one tensor's size. */
-void lb_tensor_release(const lb_tensor *t);
+LB_API void lb_tensor_release(const lb_tensor *t);
 /* A tensor's weight role: 1 for the matrices quantization applies to
  * (2-D projections, embeddings and output head), 0 for norms, biases and
  * anything else. */
-int lb_tensor_is_weight(const lb_tensor *t);
+LB_API int lb_tensor_is_weight(const lb_tensor *t);
 
 /* Writes the model to path: a .gguf file, a .safetensors file, or (any
  * other name) a Hugging Face directory with config.json and
@@ -442,13 +459,13 @@ int lb_tensor_is_weight(const lb_tensor *t);
  * directory is written for llama, mistral, qwen2 and qwen3 only. Refuses
  * to overwrite a file the model is read from. Written to temporary names
  * and renamed into place: on failure nothing is left behind. */
-lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype);
+LB_API lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype);
 
 /* Canonical (Hugging Face) name of a GGUF tensor name, into buf; returns 0
  * if the name has no mapping (buf then holds the name unchanged). And the
  * reverse. */
-int lb_name_from_gguf(const char *gguf_name, char *buf, size_t size);
-int lb_name_to_gguf(const char *hf_name, char *buf, size_t size);
+LB_API int lb_name_from_gguf(const char *gguf_name, char *buf, size_t size);
+LB_API int lb_name_to_gguf(const char *hf_name, char *buf, size_t size);
 
 /* ===== Evaluation: tokenizers and the forward pass ===== */
 
@@ -459,25 +476,26 @@ typedef struct lb_tokenizer lb_tokenizer;
  * BPE), tokenizer.json in a Hugging Face directory, or for a llama2.c
  * checkpoint a llama2.c tokenizer file beside it (tokenizer.bin, or
  * tok<vocab>.bin). */
-lb_status lb_tokenizer_from_model(const lb_model *m, const char *model_path, lb_tokenizer **out);
+LB_API lb_status lb_tokenizer_from_model(const lb_model *m, const char *model_path, lb_tokenizer **out);
 /* A tokenizer file: tokenizer.json, or a llama2.c tokenizer .bin (which
  * needs the vocabulary size: the file does not say it). */
-lb_status lb_tokenizer_from_file(const char *path, uint32_t vocab_size, lb_tokenizer **out);
-void lb_tokenizer_free(lb_tokenizer *t);
-uint32_t lb_tokenizer_vocab_size(const lb_tokenizer *t);
-int32_t lb_tokenizer_bos(const lb_tokenizer *t); /* -1 if none */
-int32_t lb_tokenizer_eos(const lb_tokenizer *t);
+LB_API lb_status lb_tokenizer_from_file(const char *path, uint32_t vocab_size, lb_tokenizer **out);
+LB_API void lb_tokenizer_free(lb_tokenizer *t);
+LB_API uint32_t lb_tokenizer_vocab_size(const lb_tokenizer *t);
+LB_API int32_t lb_tokenizer_bos(const lb_tokenizer *t); /* -1 if none */
+LB_API int32_t lb_tokenizer_eos(const lb_tokenizer *t);
 /* Whether texts start with BOS for this model (GGUF's
  * tokenizer.ggml.add_bos_token; SentencePiece and llama2.c: yes; byte-level
  * BPE without the key: no), as llama.cpp decides it. */
-int lb_tokenizer_add_bos(const lb_tokenizer *t);
+LB_API int lb_tokenizer_add_bos(const lb_tokenizer *t);
 /* Text (any bytes) to ids, as the reference tokenizer does it; *ids is
  * malloc'd. add_bos prepends the BOS id when the tokenizer has one (pass
  * lb_tokenizer_add_bos(t) to do what the model expects). */
-lb_status lb_tokenize(const lb_tokenizer *t, const char *text, size_t len, int add_bos, int32_t **ids, size_t *n);
+LB_API lb_status lb_tokenize(const lb_tokenizer *t, const char *text, size_t len, int add_bos, int32_t **ids,
+                            size_t *n);
 /* The bytes of one token as it reads in text (byte-level tokens decoded,
  * SentencePiece's U+2581 as a space, <0xNN> byte tokens as the byte). */
-lb_status lb_token_bytes(const lb_tokenizer *t, int32_t id, const char **bytes, size_t *len);
+LB_API lb_status lb_token_bytes(const lb_tokenizer *t, int32_t id, const char **bytes, size_t *len);
 
 typedef struct lb_runner lb_runner;
 
@@ -518,15 +536,15 @@ typedef void (*lb_activation_hook)(void *ctx, const char *weight_name, const flo
 /* A Llama-family model ready to run: weights packed in their quantized
  * format or as fp32 copies (dequantized from any stored type, optionally
  * fake-quantized), a KV cache in the chosen format. */
-lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner **out);
-void lb_runner_free(lb_runner *r);
-void lb_runner_set_hook(lb_runner *r, lb_activation_hook hook, void *ctx);
+LB_API lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner **out);
+LB_API void lb_runner_free(lb_runner *r);
+LB_API void lb_runner_set_hook(lb_runner *r, lb_activation_hook hook, void *ctx);
 /* Forgets the KV cache: the next tokens start at position 0. */
-void lb_runner_reset(lb_runner *r);
+LB_API void lb_runner_reset(lb_runner *r);
 /* Runs n tokens after those already in the cache (prefill processes them
  * together, with matrix-matrix products). logits: NULL, or room for
  * n x vocab floats (every position) or, with last_only, vocab floats. */
-lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float *logits, int last_only);
+LB_API lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float *logits, int last_only);
 /* W8A8 with static activation scales: runs the tokens (in windows of the
  * runner's context, each from position 0; the cache is reset before and
  * after) with fp32 activations, records each projection input's largest
@@ -535,7 +553,7 @@ lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float
  * Calls add up (the maximum over all calibration tokens); a call that fails
  * records nothing. A non-finite activation is LB_ERR_NAN naming the
  * projection. LB_ERR_ARG without act. */
-lb_status lb_runner_calibrate(lb_runner *r, const int32_t *tokens, size_t n);
+LB_API lb_status lb_runner_calibrate(lb_runner *r, const int32_t *tokens, size_t n);
 
 /* What a runner holds in memory. */
 typedef struct lb_runner_memory {
@@ -545,10 +563,10 @@ typedef struct lb_runner_memory {
     uint64_t kv_cache;       /* the KV cache at its full context, scales included */
     uint64_t packed_matrices, fp32_matrices; /* how many matrices are held each way */
 } lb_runner_memory;
-void lb_runner_memory_get(const lb_runner *r, lb_runner_memory *out);
+LB_API void lb_runner_memory_get(const lb_runner *r, lb_runner_memory *out);
 
-uint32_t lb_runner_vocab_size(const lb_runner *r);
-uint32_t lb_runner_position(const lb_runner *r); /* tokens in the cache */
+LB_API uint32_t lb_runner_vocab_size(const lb_runner *r);
+LB_API uint32_t lb_runner_position(const lb_runner *r); /* tokens in the cache */
 
 /* ===== Evaluation: perplexity and KL divergence =====
  *
@@ -560,7 +578,7 @@ uint32_t lb_runner_position(const lb_runner *r); /* tokens in the cache */
  * at least ctx/2 tokens of context. */
 
 /* -log softmax(logits)[target], with the log-sum-exp in double. */
-double lb_nll(const float *logits, size_t vocab, int32_t target);
+LB_API double lb_nll(const float *logits, size_t vocab, int32_t target);
 
 /* Running mean and spread of negative log-likelihoods (Welford's
  * updates: no cancellation when every value is the same). */
@@ -568,9 +586,9 @@ typedef struct lb_ppl_acc {
     double mean, m2; /* m2: sum of squared deviations from the mean */
     uint64_t count;
 } lb_ppl_acc;
-void lb_ppl_add(lb_ppl_acc *a, double nll);
+LB_API void lb_ppl_add(lb_ppl_acc *a, double nll);
 /* ppl = exp(mean nll); err its standard error, exp(mean) x sd / sqrt(count - 1). */
-void lb_ppl_get(const lb_ppl_acc *a, double *ppl, double *err);
+LB_API void lb_ppl_get(const lb_ppl_acc *a, double *ppl, double *err);
 
 typedef void (*lb_progress_fn)(void *ctx, size_t done, size_t total);
 
@@ -589,7 +607,8 @@ typedef struct lb_ppl_result {
     double seconds, tokens_per_s; /* tokens run through the model (all of each window) per second */
 } lb_ppl_result;
 
-lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_eval_options *o, lb_ppl_result *out);
+LB_API lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_eval_options *o,
+                              lb_ppl_result *out);
 
 typedef struct lb_kld_result {
     double kld_mean, kld_err, kld_median, kld_p99, kld_max; /* KL(base || quant) per scored token, nats */
@@ -606,8 +625,8 @@ typedef struct lb_kld_result {
  * with base NULL, from the file load_base; save_base (optional) stores
  * them (log-probabilities, 16 bits each over each position's range:
  * error below 1/131070 of that range) for later runs. */
-lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_t n, const lb_eval_options *o,
-                 const char *save_base, const char *load_base, lb_kld_result *out);
+LB_API lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_t n, const lb_eval_options *o,
+                        const char *save_base, const char *load_base, lb_kld_result *out);
 
 /* ===== Napkin math (lowbit plan) =====
  *
@@ -652,15 +671,15 @@ typedef struct lb_param_count {
  * full_attention_interval, q_lora_rank, kv_lora_rank, ...; a text_config
  * object is read in place of the top level). A missing required field is
  * LB_ERR_PARSE naming it. */
-lb_status lb_shape_from_config(const char *json, size_t len, const char *what, lb_shape *out);
+LB_API lb_status lb_shape_from_config(const char *json, size_t len, const char *what, lb_shape *out);
 /* From an open model: its architecture and its tensors' shapes. */
-lb_status lb_shape_from_model(const lb_model *m, lb_shape *out);
+LB_API lb_status lb_shape_from_model(const lb_model *m, lb_shape *out);
 /* Built-in shapes by name ("llama-3-8b", "llama-3-70b", "mixtral-8x7b",
  * "deepseek-v3", ...); LB_ERR_ARG listing them if unknown. */
-lb_status lb_shape_preset(const char *name, lb_shape *out);
+LB_API lb_status lb_shape_preset(const char *name, lb_shape *out);
 /* The preset names, NULL-terminated. */
-const char *const *lb_shape_preset_names(void);
-void lb_shape_params(const lb_shape *s, lb_param_count *out);
+LB_API const char *const *lb_shape_preset_names(void);
+LB_API void lb_shape_params(const lb_shape *s, lb_param_count *out);
 
 /* A GPU's figures (the built-in table: src/plan/gpus.def, each figure
  * with its source). Peaks are DENSE: vendors often quote sparse peaks,
@@ -673,10 +692,10 @@ typedef struct lb_gpu {
     double bf16_flops, fp8_flops, fp4_flops, int8_ops; /* dense tensor peaks per second; 0 where absent */
 } lb_gpu;
 
-size_t lb_gpu_count(void);
-const lb_gpu *lb_gpu_at(size_t i);
+LB_API size_t lb_gpu_count(void);
+LB_API const lb_gpu *lb_gpu_at(size_t i);
 /* Case-insensitive; LB_ERR_ARG listing the known GPUs if unknown. */
-lb_status lb_gpu_find(const char *name, lb_gpu *out);
+LB_API lb_status lb_gpu_find(const char *name, lb_gpu *out);
 
 typedef enum lb_compute { LB_COMPUTE_BF16, LB_COMPUTE_FP8, LB_COMPUTE_FP4, LB_COMPUTE_INT8 } lb_compute;
 
@@ -720,7 +739,7 @@ typedef struct lb_plan {
 /* LB_ERR_ARG for an invalid request (no GPU figures, ctx 0, a compute
  * precision the GPU lacks); a model that does not fit is not an error:
  * fits = 0 and max_batch = 0. */
-lb_status lb_plan_compute(const lb_plan_request *r, lb_plan *out);
+LB_API lb_status lb_plan_compute(const lb_plan_request *r, lb_plan *out);
 
 /* ===== Instruction sets ===== */
 
@@ -733,20 +752,20 @@ typedef enum lb_isa {
     LB_ISA_NEON = 3    /* aarch64 Advanced SIMD (mandatory in ARMv8-A) */
 } lb_isa;
 
-const char *lb_isa_name(lb_isa isa);
+LB_API const char *lb_isa_name(lb_isa isa);
 
 /* The best instruction set this CPU (and this build) supports. */
-lb_isa lb_isa_detected(void);
+LB_API lb_isa lb_isa_detected(void);
 
 /* The instruction set the bulk kernels use now. */
-lb_isa lb_isa_active(void);
+LB_API lb_isa lb_isa_active(void);
 
 /* Caps the kernels at an instruction set (tests and benchmarks compare
  * paths this way). LB_ERR_UNSUPPORTED if the CPU lacks it (avx2/avx512
  * exist only on x86-64, neon only on aarch64). The environment variable
  * LOWBIT_ISA=scalar|avx2|avx512|neon sets the same cap at start-up (a set
  * the CPU lacks is ignored). */
-lb_status lb_isa_set(lb_isa isa);
+LB_API lb_status lb_isa_set(lb_isa isa);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,7 @@
 PREFIX, and a program builds against them with pkg-config."""
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 
@@ -16,6 +17,12 @@ def test_install_and_build_against_pkg_config(tmp_path):
     subprocess.run(["make", "-s", "install", f"PREFIX={prefix}"], cwd=ROOT, check=True, capture_output=True)
     for rel in ("lib/liblowbit.a", "lib/liblowbit.so", "include/lowbit.h", "bin/lowbit", "lib/pkgconfig/lowbit.pc"):
         assert (prefix / rel).exists(), rel
+    # the shared library under its version, its SONAME link and the link the linker finds
+    version = re.search(r'LOWBIT_VERSION_STRING "([^"]+)"', (ROOT / "include/lowbit.h").read_text()).group(1)
+    major = version.split(".")[0]
+    assert (prefix / f"lib/liblowbit.so.{version}").is_file()
+    assert os.readlink(prefix / f"lib/liblowbit.so.{major}") == f"liblowbit.so.{version}"
+    assert os.readlink(prefix / "lib/liblowbit.so") == f"liblowbit.so.{major}"
     pc = (prefix / "lib/pkgconfig/lowbit.pc").read_text()
     assert f"prefix={prefix}" in pc and "Version: 0." in pc
     if shutil.which("pkg-config"):
@@ -31,3 +38,13 @@ def test_install_and_build_against_pkg_config(tmp_path):
     assert out.startswith("fp8_e4m3 (max 448): 1000 values, 1000 bytes, SQNR ")
     assert float(out.split("SQNR ")[1].split()[0]) > 25  # 3 mantissa bits: about 30 dB
     assert subprocess.run([str(prefix / "bin/lowbit"), "--version"], capture_output=True).returncode == 0
+    # without an rpath the program finds the library through LD_LIBRARY_PATH (README, "Installing")
+    bare = tmp_path / "roundtrip-bare"
+    subprocess.run(["cc", "-std=c11", str(ROOT / "examples/roundtrip.c"), "-o", str(bare), f"-I{prefix}/include",
+                    f"-L{prefix}/lib", "-llowbit", "-lm", "-lpthread"], check=True)
+    if shutil.which("readelf"):
+        dyn = subprocess.run(["readelf", "-d", str(bare)], capture_output=True, text=True, check=True).stdout
+        assert f"Shared library: [liblowbit.so.{major}]" in dyn
+    env = dict(os.environ, LD_LIBRARY_PATH=str(prefix / "lib"))
+    run = subprocess.run([str(bare)], capture_output=True, text=True, env=env)
+    assert run.returncode == 0 and run.stdout == out, run.stderr

@@ -361,6 +361,14 @@ size_t lb_model_tensor_count(const lb_model *m) { return m->n_tensors; }
 
 const lb_tensor *lb_model_tensor(const lb_model *m, size_t i) { return i < m->n_tensors ? &m->tensors[i] : NULL; }
 
+uint64_t lb_model_param_count(const lb_model *m)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; m && i < m->n_tensors; i++) /* saturates (a file cannot hold that many, but stay exact or max) */
+        n = m->tensors[i].n_elements > UINT64_MAX - n ? UINT64_MAX : n + m->tensors[i].n_elements;
+    return n;
+}
+
 static const lb_tensor *search(const lb_model *m, const size_t *order, int file_name, const char *name)
 {
     size_t lo = 0, hi = m->n_tensors;

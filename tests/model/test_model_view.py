@@ -1,8 +1,11 @@
 """The model view against the reference readers: SmolLM2's GGUF read by
 the gguf package, llama2.c's stories260K parsed by offsets here, and the
 canonical naming."""
+import ctypes
+import json
 import os
 import struct
+import subprocess
 import sys
 
 import gguf
@@ -10,6 +13,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import internal_lib  # noqa: E402
 import model_lib as ml  # noqa: E402
 
 needs_smollm2 = pytest.mark.skipif(not ml.SMOLLM2.exists(), reason="SmolLM2 not fetched (make test fetches it)")
@@ -160,9 +165,12 @@ def test_llama2c_tokenizer_file_reads_like_its_format():
         want.append((score, blob[at + 8:at + 8 + n]))
         at += 8 + n
     assert len(want) == 512 and maxlen == 7
-    parse = ml.lib.lb__l2c_vocab_parse
+    lib = internal_lib.load()  # the internals are not exported by liblowbit.so
+    lib.lb_last_error.restype = ctypes.c_char_p
+    parse = lib.lb__l2c_vocab_parse
     parse.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_char_p, ctypes.POINTER(Vocab)]
-    ml.lib.lb__l2c_vocab_free.argtypes = [ctypes.POINTER(Vocab)]
+    lib.lb__l2c_vocab_free.argtypes = [ctypes.POINTER(Vocab)]
+    lib.lb__l2c_vocab_free.restype = None
     v = Vocab()
     assert parse(blob, len(blob), 512, b"tok512.bin", ctypes.byref(v)) == 0
     try:
@@ -172,9 +180,24 @@ def test_llama2c_tokenizer_file_reads_like_its_format():
             assert ctypes.string_at(v.tokens[i], v.lengths[i]) == tok
         assert ctypes.string_at(v.tokens[1], v.lengths[1]) == b"\n<s>\n"
     finally:
-        ml.lib.lb__l2c_vocab_free(ctypes.byref(v))
+        lib.lb__l2c_vocab_free(ctypes.byref(v))
     # a vocabulary of another size than the model's does not fit the file
     assert parse(blob, len(blob), 511, b"tok512.bin", ctypes.byref(v)) == 6
-    assert b"follow the 511 tokens" in ml.lib.lb_last_error()
+    assert b"follow the 511 tokens" in lib.lb_last_error()
     assert parse(blob, len(blob), 513, b"tok512.bin", ctypes.byref(v)) == 6
-    assert b"cut off by the end of the file" in ml.lib.lb_last_error()
+    assert b"cut off by the end of the file" in lib.lb_last_error()
+
+
+@pytest.mark.parametrize("path", [ml.STORIES, ml.SMOLLM2])
+def test_param_count_is_every_tensor_once(path):
+    if not path.exists():
+        pytest.skip(f"{path} not fetched")
+    ml.lib.lb_model_param_count.restype = ctypes.c_uint64
+    ml.lib.lb_model_param_count.argtypes = [ctypes.c_void_p]
+    with ml.Model(path) as m:
+        want = sum(t.n_elements for t in m.tensors())
+        assert ml.lib.lb_model_param_count(m.h) == want > 0
+    assert ml.lib.lb_model_param_count(None) == 0
+    info = json.loads(subprocess.run([ml.LOWBIT, "inspect", str(path), "--json"], capture_output=True,
+                                     check=True).stdout)
+    assert info["parameters"] == want

@@ -9,7 +9,8 @@
 - Files the gguf package's GGUFWriter writes read in lowbit.
 - The malformed corpus (tests/corpus/gguf) is refused with its message.
 
-The internal lb__gguf_* functions are exported by liblowbit.so; the
+The internal lb__gguf_* functions come from build/tests/liblowbit_internal.so
+(tests/internal_lib.py: liblowbit.so exports only the public API); the
 bindings below are this file's own."""
 import ctypes
 import hashlib
@@ -69,7 +70,10 @@ class File(ctypes.Structure):
 
 FILL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_uint64)
 
-lib = ctypes.CDLL(str(BUILD / "liblowbit.so"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+import internal_lib  # noqa: E402
+
+lib = internal_lib.load()
 lib.lb_last_error.restype = ctypes.c_char_p
 lib.lb__gguf_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(File)]
 lib.lb__gguf_parse.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.POINTER(File)]

@@ -10,8 +10,9 @@
   with the expected words, the generator reproduces it byte for byte, and
   the package refuses the same files except the ones lowbit is stricter on.
 
-Drives build/liblowbit.so (LOWBIT_BUILD) through ctypes on the library's
-internal lb__st_* functions."""
+Drives the library's internal lb__st_* functions through ctypes, from
+build/tests/liblowbit_internal.so (tests/internal_lib.py: liblowbit.so
+exports only the public API)."""
 import ctypes
 import json
 import os
@@ -34,7 +35,10 @@ GENERATOR = ROOT / "tests" / "corpus" / "make_safetensors_corpus.py"
 LB_OK, LB_ERR_ARG, LB_ERR_IO, LB_ERR_PARSE = 0, 1, 5, 6
 MAX_DIMS = 8
 
-lib = ctypes.CDLL(str(BUILD / "liblowbit.so"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+import internal_lib  # noqa: E402
+
+lib = internal_lib.load()
 
 
 class Mapped(ctypes.Structure):

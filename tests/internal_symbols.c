@@ -1,0 +1,38 @@
+/* The library's internals that the Python oracle tests call (the GGUF and
+ * safetensors readers and writers against the reference packages, the
+ * llama2.c vocabulary reader), by name. liblowbit.so exports only the
+ * LB_API functions, so these tests load build/tests/liblowbit_internal.so
+ * instead: the whole static library (its public API exported as usual)
+ * plus this table (tests/internal_lib.py turns a name into a ctypes
+ * function). Add a row when a Python test needs another internal. */
+#include <string.h>
+
+#include "io/gguf.h"
+#include "io/llama2c.h"
+#include "io/safetensors.h"
+#include "lowbit.h"
+
+typedef void (*any_fn)(void);
+
+#define ROW(f) {#f, (any_fn)f}
+static const struct {
+    const char *name;
+    any_fn fn;
+} internals[] = {
+    ROW(lb__gguf_add_tensor), ROW(lb__gguf_arr_f64),    ROW(lb__gguf_arr_i64),     ROW(lb__gguf_arr_str),
+    ROW(lb__gguf_close),      ROW(lb__gguf_copy_kv),    ROW(lb__gguf_find),        ROW(lb__gguf_find_tensor),
+    ROW(lb__gguf_get_f64),    ROW(lb__gguf_get_str),    ROW(lb__gguf_get_u64),     ROW(lb__gguf_open),
+    ROW(lb__gguf_parse),      ROW(lb__gguf_set_arr),    ROW(lb__gguf_set_arr_str), ROW(lb__gguf_set_scalar),
+    ROW(lb__gguf_set_str),    ROW(lb__gguf_set_u32),    ROW(lb__gguf_write),       ROW(lb__gguf_writer_free),
+    ROW(lb__gguf_writer_new), ROW(lb__l2c_vocab_free),  ROW(lb__l2c_vocab_parse),  ROW(lb__st_close),
+    ROW(lb__st_find),         ROW(lb__st_open),         ROW(lb__st_parse),         ROW(lb__st_write),
+};
+
+/* The internal function called `name`, or NULL. */
+LB_API any_fn lb_test_internal(const char *name);
+LB_API any_fn lb_test_internal(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof internals / sizeof internals[0]; i++)
+        if (strcmp(internals[i].name, name) == 0) return internals[i].fn;
+    return NULL;
+}
