@@ -15,7 +15,9 @@ PYTHON  ?= python3
 VENV    ?= .venv
 
 OPT      ?= -O2
-WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers
+# -Wswitch-enum: a switch over an enum lists every value (no default), so a
+# new format, dtype or kind is a compile error wherever it must be handled.
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers -Wswitch-enum
 CFLAGS   ?=
 ALLFLAGS := -std=c11 $(OPT) -g $(WARN) -ffp-contract=off -fPIC -fvisibility=hidden -D_POSIX_C_SOURCE=200809L \
             -Iinclude -Isrc $(CFLAGS)

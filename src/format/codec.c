@@ -203,7 +203,9 @@ uint32_t lb__decode_minifloat(const lb_format_info *f, uint32_t code)
     case LB_SPECIALS_FNUZ:
         if (sign && mag == 0) return qnan;
         break;
-    default: break;
+    case LB_SPECIALS_NONE: /* every code is a number */
+    case LB_SPECIALS_E8M0: /* decoded before this point */
+        break;
     }
     double v = expf == 0 ? ldexp((double)man, 1 - f->bias - m)
                          : ldexp((double)(man | (1u << m)), (int)expf - f->bias - m);

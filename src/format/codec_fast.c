@@ -69,7 +69,9 @@ float lb__decode_fast(lb_format f, uint32_t c)
     case LB_SPECIALS_FNUZ:
         if (c == p->sign_bit) return lb__f32_from_bits(0x7FC00000);
         break;
-    default: break;
+    case LB_SPECIALS_NONE: /* every code is a number */
+    case LB_SPECIALS_E8M0: /* e8m0 has its own decoder */
+        break;
     }
     if (expf == 0) return lb__f32_from_bits(lb__f32_bits((float)man * p->sub_scale) | sign);
     return lb__f32_from_bits(sign | (expf + 127u - (uint32_t)p->bias) << 23 | man << (23 - m));

@@ -173,7 +173,9 @@ static inline __m256i minifloat_values(__m256i c, const lb__dec_params *p)
     case LB_SPECIALS_IEEE: res = SEL(_mm256_cmpeq_epi32(expf, V1((1u << p->exp_bits) - 1)), special, res); break;
     case LB_SPECIALS_FN: res = SEL(_mm256_cmpeq_epi32(mag, V1(p->mag_mask)), special, res); break;
     case LB_SPECIALS_FNUZ: res = SEL(_mm256_cmpeq_epi32(c, V1(p->sign_bit)), V1(0x7FC00000), res); break;
-    default: break;
+    case LB_SPECIALS_NONE: /* every code is a number */
+    case LB_SPECIALS_E8M0: /* e8m0_values */
+        break;
     }
     if (p->is_unsigned_float) res = SEL(_mm256_cmpgt_epi32(c, V1(p->mag_mask)), V1(0x7FC00000), res);
     return res;

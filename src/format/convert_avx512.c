@@ -247,7 +247,9 @@ static inline __m512i minifloat_values(__m512i c, const lb__dec_params *p)
     case LB_SPECIALS_FNUZ:
         res = _mm512_mask_mov_epi32(res, _mm512_cmpeq_epi32_mask(c, V1(p->sign_bit)), V1(0x7FC00000));
         break;
-    default: break;
+    case LB_SPECIALS_NONE: /* every code is a number */
+    case LB_SPECIALS_E8M0: /* e8m0_values */
+        break;
     }
     if (p->is_unsigned_float) /* ue4m3 codes with the sign bit set are not numbers */
         res = _mm512_mask_mov_epi32(res, _mm512_cmpgt_epi32_mask(c, V1(p->mag_mask)), V1(0x7FC00000));

@@ -144,7 +144,11 @@ lb_status lb_dtype_from_f32(lb_dtype t, const float *src, size_t n, void *dst)
     case LB_DT_Q8_0: lb__quantize_q8_0(src, nb, dst); return LB_OK;
     case LB_DT_Q4_0: lb__quantize_q4_0(src, nb, dst); return LB_OK;
     case LB_DT_MXFP4: lb__quantize_mxfp4(src, nb, dst); return LB_OK;
-    default: break;
+    /* the rest are not writable (refused above); listed so a new dtype is a compile error here */
+    case LB_DT_F64: case LB_DT_F8_E4M3: case LB_DT_F8_E5M2: case LB_DT_I8: case LB_DT_I16: case LB_DT_I32:
+    case LB_DT_I64: case LB_DT_U8: case LB_DT_BOOL: case LB_DT_Q4_1: case LB_DT_Q5_0: case LB_DT_Q5_1:
+    case LB_DT_Q2_K: case LB_DT_Q3_K: case LB_DT_Q4_K: case LB_DT_Q5_K: case LB_DT_Q6_K: case LB_DT_NVFP4:
+    case LB_DT_COUNT: break;
     }
     return lb__fail(LB_ERR_UNSUPPORTED, "lb_dtype_from_f32: %s is marked writable but has no encoder", info->name);
 }

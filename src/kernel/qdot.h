@@ -32,6 +32,10 @@ typedef void (*lb__qdot_fn)(const lb__qmat *m, const float *x, size_t nx, size_t
                             float *y, size_t ldy, void *scratch);
 
 size_t lb__qdot_scratch_bytes(const lb__qmat *m);
+/* LB_ERR_UNSUPPORTED unless the kernels decode m's element and scale
+ * formats (lb__qmat_matmul checks before any kernel runs: an unknown kind
+ * is refused, never decoded as another). */
+lb_status lb__qdot_check(const lb__qmat *m);
 
 void lb__qdot_scalar(const lb__qmat *m, const float *x, size_t nx, size_t ldx, size_t r0, size_t r1, float *y,
                      size_t ldy, void *scratch);

@@ -58,7 +58,7 @@ INL __m256 f16x8(__m128i h) { return _mm256_cvtph_ps(h); }
 
 /* One chunk of one row: w[0], w[1] (C = 16: p lanes 0-7, 8-15); C = 32:
  * even 0-7, even 8-15, odd 0-7, odd 8-15. */
-INL void chunk_w(const int kind, const int aff, const int fold, const int e3m2, const uint8_t *s, const float *lut,
+INL void chunk_w(const lb__qkind kind, const int aff, const int fold, const int e3m2, const uint8_t *s, const float *lut,
                  __m256 tlo, __m256 thi, __m256 mulv, __m256 zpv, int plain, __m256 *w)
 {
     __m256 v[2];
@@ -74,7 +74,8 @@ INL void chunk_w(const int kind, const int aff, const int fold, const int e3m2, 
     case LB__QK_F16:
         v[0] = f16x8(_mm_loadu_si128((const __m128i *)s)), v[1] = f16x8(_mm_loadu_si128((const __m128i *)(s + 16)));
         break;
-    case LB__QK_E4M3: {
+    case LB__QK_E4M3:
+    case LB__QK_E4M3_FINITE: {
         __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s));
         __m256i h = _mm256_slli_epi16(_mm256_add_epi16(c, _mm256_and_si256(c, _mm256_set1_epi16(0x80))), 7);
         __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x7F)), _mm256_set1_epi16(0x7F));
@@ -103,7 +104,7 @@ INL void chunk_w(const int kind, const int aff, const int fold, const int e3m2, 
         w[2] = lut16(_mm256_srli_epi32(b0, 4), tlo, thi), w[3] = lut16(_mm256_srli_epi32(b1, 4), tlo, thi);
         return;
     }
-    default: v[0] = six8(s, e3m2), v[1] = six8(s + 6, e3m2); break;
+    case LB__QK_SIX: v[0] = six8(s, e3m2), v[1] = six8(s + 6, e3m2); break;
     }
     for (int h = 0; h < 2; h++) {
         if (plain) w[h] = v[h];
@@ -116,7 +117,7 @@ static int foldable(float mul) { return !(fabsf(mul) >= 0x1p120f && fabsf(mul) <
 
 #define RMAX 2
 
-INL void run(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const int aff, const size_t nx, size_t r0,
+INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, const int aff, const size_t nx, size_t r0,
              size_t r1, float *y, size_t ldy)
 {
     const size_t R = nx <= 2 ? 2 : 1;

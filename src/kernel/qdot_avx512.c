@@ -37,14 +37,14 @@
 #include "quant/qkernels.h"
 
 #define INL static inline __attribute__((always_inline))
-/* e4m3 in a matrix without NaN codes: a kind of this file's own */
-#define QK_E4M3_FINITE LB__QK_COUNT
+/* e4m3 in a matrix without NaN codes */
+#define QK_E4M3_FINITE LB__QK_E4M3_FINITE
 #define LB__QK_E4M3F QK_E4M3_FINITE /* for the instantiation macros below */
 #define IS_E4M3(kind) ((kind) == LB__QK_E4M3 || (kind) == QK_E4M3_FINITE)
 #define R LB__QDOT_ROWS
 
 /* One chunk of one row: its w vectors (w[0] for C = 16; C = 32: even, odd). */
-INL void chunk_w(const int kind, const int aff, const int fold, const uint8_t *s, const float *lut, __m512 tab,
+INL void chunk_w(const lb__qkind kind, const int aff, const int fold, const uint8_t *s, const float *lut, __m512 tab,
                  __m512 t0, __m512 t1, __m512 mulv, __m512 zpv, int plain, __m512 *w)
 {
     __m512 v;
@@ -84,7 +84,7 @@ INL void chunk_w(const int kind, const int aff, const int fold, const uint8_t *s
         w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), tab);
         return;
     }
-    default: { /* LB__QK_SIX: 16 codes in 12 bytes; lane j of 4 codes starts at byte 3j */
+    case LB__QK_SIX: { /* 16 codes in 12 bytes; lane j of 4 codes starts at byte 3j */
         const __m512i shuf = _mm512_set4_epi32(0x80800302, 0x80800201, 0x80800100, 0x80800100);
         const __m512i step = _mm512_set_epi32(0x09090909, 0x09090909, 0x09090909, 0x09090909, 0x06060606, 0x06060606,
                                               0x06060606, 0x06060606, 0x03030303, 0x03030303, 0x03030303, 0x03030303,
@@ -137,7 +137,7 @@ static void scales_to_f32(lb_format f, const uint8_t *codes, size_t n, float sm,
     for (size_t i = 0; i < n; i += 16) {
         size_t len = n - i < 16 ? n - i : 16;
         __mmask16 k = (__mmask16)((1u << len) - 1);
-        __m512 v;
+        __m512 v = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)); /* NaN, for what is no scale format */
         switch (f) {
         case LB_FMT_FP32: v = _mm512_maskz_loadu_ps(k, codes + 4 * i); break;
         case LB_FMT_BF16:
@@ -152,12 +152,25 @@ static void scales_to_f32(lb_format f, const uint8_t *codes, size_t n, float sm,
             v = _mm512_castsi512_ps(b);
             break;
         }
-        default: { /* LB_FMT_UE4M3: the e4m3 fp16 trick (value * 2^-8), then * 2^8 exactly; codes >= 0x7F are NaN */
+        case LB_FMT_UE4M3: { /* the e4m3 fp16 trick (value * 2^-8), then * 2^8 exactly; codes >= 0x7F are NaN */
             __m256i c = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(k, codes + i));
             v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_slli_epi16(c, 7)), _mm512_set1_ps(256.0f));
             __mmask16 nan = _mm256_cmpgt_epi16_mask(c, _mm256_set1_epi16(0x7E));
             v = _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+            break;
         }
+        case LB_FMT_FP8_E4M3: /* not scale formats: lb__qdot_check refuses them (v stays NaN) */
+        case LB_FMT_FP8_E5M2:
+        case LB_FMT_FP8_E4M3FNUZ:
+        case LB_FMT_FP8_E5M2FNUZ:
+        case LB_FMT_FP6_E2M3:
+        case LB_FMT_FP6_E3M2:
+        case LB_FMT_FP4_E2M1:
+        case LB_FMT_INT8:
+        case LB_FMT_UINT8:
+        case LB_FMT_INT4:
+        case LB_FMT_UINT4:
+        case LB_FMT_COUNT: break;
         }
         _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(v, smv)); /* a product by 1 is exact */
     }
@@ -224,7 +237,7 @@ INL void store_sums(__m512 acc[R][LB__QDOT_MAX_NX], size_t n, size_t nx, size_t 
 /* e4m3: whether 2^8 can be folded into this scale (see the top). */
 static int foldable(float mul) { return !(fabsf(mul) >= 0x1p120f && fabsf(mul) <= 3.4028234663852886e38f); }
 
-INL void run(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const int aff, const size_t nx, size_t r0,
+INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, const int aff, const size_t nx, size_t r0,
              size_t r1, float *y, size_t ldy)
 {
     const size_t C = kind == LB__QK_NIB ? 32 : 16, cb = p->chunk_bytes, nch = p->nch, xst = p->xstride;
@@ -299,7 +312,7 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const in
  * c >> sh (sh = 0 or 1), so the per-block bookkeeping of run() (a few dozen
  * scalar instructions per block and row group) does not dominate. Same w,
  * same order. */
-INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const int aff, const size_t nx, size_t r0,
+INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, const int aff, const size_t nx, size_t r0,
                 size_t r1, float *y, size_t ldy)
 {
     const unsigned sh = p->cpb == 2;

@@ -21,8 +21,13 @@ typedef enum lb__qkind {
     LB__QK_U8,   /* uint8 */
     LB__QK_NIB,  /* 4-bit: a 16-entry table of w per block */
     LB__QK_SIX,  /* 6-bit floats: 32 magnitudes, sign bit 5 */
-    LB__QK_COUNT
+    LB__QK_E4M3_FINITE /* never in a plan: the AVX-512 kernels' e4m3 for a matrix without NaN codes
+                          (lb__qmat.nan_free); the others decode it as LB__QK_E4M3 */
 } lb__qkind;
+/* The kinds a plan holds (the tables indexed by p->kind). Every switch over
+ * an lb__qkind lists every kind, with no default: a new kind is a compile
+ * error (-Wswitch-enum) in each kernel until it is handled there. */
+#define LB__QK_COUNT (LB__QK_SIX + 1)
 
 /* Rows a vector kernel keeps in flight. */
 #define LB__QDOT_ROWS 4

@@ -144,7 +144,7 @@ INL void six_values(const uint8_t *s, uint8x16x4_t t0, uint8x16x4_t t1, float32x
 
 /* One chunk of one row: w[0..3] the 16 lanes (C = 16); C = 32: w[0..3] the
  * even elements, w[4..7] the odd ones. */
-INL void chunk_w(const int kind, const int aff, const int fold, const uint8_t *s, const float *lut, uint8x16x4_t tab,
+INL void chunk_w(const lb__qkind kind, const int aff, const int fold, const uint8_t *s, const float *lut, uint8x16x4_t tab,
                  uint8x16x4_t t0, uint8x16x4_t t1, float32x4_t mulv, float32x4_t zpv, int plain, float32x4_t *w)
 {
     float32x4_t v[4];
@@ -162,7 +162,8 @@ INL void chunk_w(const int kind, const int aff, const int fold, const uint8_t *s
     case LB__QK_F16:
         for (int h = 0; h < 2; h++) f16x8(vreinterpretq_u16_u8(vld1q_u8(s + 16 * h)), v + 2 * h);
         break;
-    case LB__QK_E4M3: {
+    case LB__QK_E4M3:
+    case LB__QK_E4M3_FINITE: {
         uint8x16_t b = vld1q_u8(s);
         f16x8(e4m3_half(vmovl_u8(vget_low_u8(b))), v);
         f16x8(e4m3_half(vmovl_high_u8(b)), v + 2);
@@ -190,7 +191,7 @@ INL void chunk_w(const int kind, const int aff, const int fold, const uint8_t *s
         lut16(vshrq_n_u8(b, 4), tab, w + 4);
         return;
     }
-    default: six_values(s, t0, t1, v); break; /* LB__QK_SIX */
+    case LB__QK_SIX: six_values(s, t0, t1, v); break;
     }
     for (int q = 0; q < 4; q++) {
         if (plain) w[q] = v[q];
@@ -216,7 +217,7 @@ INL void store_sums(float32x4_t acc[RMAX][LB__QDOT_MAX_NX][4], size_t n, size_t 
         }
 }
 
-INL void run(const lb__qmat *m, const lb__qdot_plan *p, const int kind, const int aff, const size_t nx, size_t r0,
+INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, const int aff, const size_t nx, size_t r0,
              size_t r1, float *y, size_t ldy)
 {
     const size_t R = ROWS_FOR(nx);

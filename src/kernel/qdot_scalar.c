@@ -7,6 +7,7 @@
 #include "format/convert.h"
 #include "kernel/qdot_internal.h"
 #include "quant/qkernels.h"
+#include "util/error.h"
 
 #if !defined(__aarch64__)
 const lb__qdot_fn lb__qdot_neon_fn = NULL; /* qdot_neon.c defines it on aarch64 */
@@ -35,21 +36,73 @@ size_t lb__qdot_scratch_bytes(const lb__qmat *m)
            align64(256 * sizeof(float)) + align64(xs * sizeof(float));
 }
 
-static lb__qkind kind_of(const lb__qmat *m, const lb_format_info *e)
+/* How the kernels decode an element format; -1 for one they cannot (the
+ * scale-only formats): lb__qdot_check refuses those before any kernel
+ * runs. Every format is listed: a new one is a compile error here. */
+static int kind_of(lb_format f)
 {
-    switch (m->element) {
+    switch (f) {
     case LB_FMT_FP32: return LB__QK_F32;
     case LB_FMT_BF16: return LB__QK_BF16;
     case LB_FMT_FP16: return LB__QK_F16;
     case LB_FMT_FP8_E4M3: return LB__QK_E4M3;
     case LB_FMT_FP8_E5M2: return LB__QK_E5M2;
+    case LB_FMT_FP8_E4M3FNUZ:
+    case LB_FMT_FP8_E5M2FNUZ: return LB__QK_LUT8;
     case LB_FMT_INT8: return LB__QK_I8;
     case LB_FMT_UINT8: return LB__QK_U8;
-    default: break;
+    case LB_FMT_FP4_E2M1:
+    case LB_FMT_INT4:
+    case LB_FMT_UINT4: return LB__QK_NIB;
+    case LB_FMT_FP6_E2M3:
+    case LB_FMT_FP6_E3M2: return LB__QK_SIX;
+    case LB_FMT_E8M0:
+    case LB_FMT_UE4M3:
+    case LB_FMT_COUNT: return -1;
     }
-    if (e->bits == 4) return LB__QK_NIB;
-    if (e->bits == 6) return LB__QK_SIX;
-    return LB__QK_LUT8; /* e4m3fnuz, e5m2fnuz */
+    return -1;
+}
+
+/* 1 for the formats scale_value (and the vector kernels' scale decoders)
+ * read; each listed. */
+static int is_scale_format(lb_format f)
+{
+    switch (f) {
+    case LB_FMT_FP32:
+    case LB_FMT_BF16:
+    case LB_FMT_FP16:
+    case LB_FMT_E8M0:
+    case LB_FMT_UE4M3: return 1;
+    case LB_FMT_FP8_E4M3:
+    case LB_FMT_FP8_E5M2:
+    case LB_FMT_FP8_E4M3FNUZ:
+    case LB_FMT_FP8_E5M2FNUZ:
+    case LB_FMT_FP6_E2M3:
+    case LB_FMT_FP6_E3M2:
+    case LB_FMT_FP4_E2M1:
+    case LB_FMT_INT8:
+    case LB_FMT_UINT8:
+    case LB_FMT_INT4:
+    case LB_FMT_UINT4:
+    case LB_FMT_COUNT: return 0;
+    }
+    return 0;
+}
+
+lb_status lb__qdot_check(const lb__qmat *m)
+{
+    const lb_format_info *e = lb_format_get(m->element);
+    if (!e || kind_of(m->element) < 0)
+        return lb__fail(LB_ERR_UNSUPPORTED, "the matrix kernels cannot decode %s elements",
+                        e ? e->name : "unknown-format");
+    if (m->plain && m->element != LB_FMT_FP32 && m->element != LB_FMT_BF16 && m->element != LB_FMT_FP16)
+        return lb__fail(LB_ERR_UNSUPPORTED, "a plain matrix holds fp32, bf16 or fp16 codes, not %s", e->name);
+    if (!m->plain && !is_scale_format(m->scale_format)) {
+        const lb_format_info *sf = lb_format_get(m->scale_format);
+        return lb__fail(LB_ERR_UNSUPPORTED, "the matrix kernels cannot decode %s scales",
+                        sf ? sf->name : "unknown-format");
+    }
+    return LB_OK;
 }
 
 void lb__qdot_plan_init(const lb__qmat *m, void *scratch, lb__qdot_plan *p)
@@ -59,7 +112,7 @@ void lb__qdot_plan_init(const lb__qmat *m, void *scratch, lb__qdot_plan *p)
     memset(p, 0, sizeof *p);
     p->e = e;
     p->cols = m->cols, p->blocks = nb;
-    p->kind = kind_of(m, e);
+    p->kind = (lb__qkind)kind_of(m->element); /* lb__qdot_check has refused the formats with none */
     p->chunk = chunk_of(m);
     p->nch = xs / p->chunk;
     p->xstride = xs;
@@ -122,7 +175,7 @@ static int zero_point_at(const lb_format_info *e, const uint8_t *zrow, size_t b)
  * lb_quantize) give a NaN. */
 static float scale_value(lb_format f, const uint8_t *codes, size_t i)
 {
-    uint32_t bits;
+    uint32_t bits = 0x7FC00000u;
     switch (f) {
     case LB_FMT_FP32: memcpy(&bits, codes + 4 * i, 4); break;
     case LB_FMT_BF16: bits = (uint32_t)(codes[2 * i] | codes[2 * i + 1] << 8) << 16; break;
@@ -137,12 +190,25 @@ static float scale_value(lb_format f, const uint8_t *codes, size_t i)
         break;
     }
     case LB_FMT_E8M0: bits = codes[i] == 0xFF ? 0x7FC00000u : codes[i] ? (uint32_t)codes[i] << 23 : 0x00400000u; break;
-    default: { /* LB_FMT_UE4M3: E4M3 without the sign; 0x7F and every code with bit 7 set are NaN */
+    case LB_FMT_UE4M3: { /* E4M3 without the sign; 0x7F and every code with bit 7 set are NaN */
         uint32_t c = codes[i], e = c >> 3, man = c & 7;
         if (c >= 0x7F) bits = 0x7FC00000u;
         else if (e == 0) return (float)man * 0x1p-9f;
         else bits = (e + 120) << 23 | man << 20;
+        break;
     }
+    case LB_FMT_FP8_E4M3: /* not scale formats: lb__qdot_check refuses them; NaN, never a wrong number */
+    case LB_FMT_FP8_E5M2:
+    case LB_FMT_FP8_E4M3FNUZ:
+    case LB_FMT_FP8_E5M2FNUZ:
+    case LB_FMT_FP6_E2M3:
+    case LB_FMT_FP6_E3M2:
+    case LB_FMT_FP4_E2M1:
+    case LB_FMT_INT8:
+    case LB_FMT_UINT8:
+    case LB_FMT_INT4:
+    case LB_FMT_UINT4:
+    case LB_FMT_COUNT: bits = 0x7FC00000u; break;
     }
     float v;
     memcpy(&v, &bits, 4);

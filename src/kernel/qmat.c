@@ -194,6 +194,8 @@ lb_status lb__qmat_matmul_isa(const lb__qmat *m, const float *x, size_t n, float
     }
     isa = lb__isa_clamp(isa); /* what this CPU runs (another architecture's set: scalar) */
     if (n < LB__QMAT_PANEL_MIN_N) {
+        lb_status st = lb__qdot_check(m);
+        if (st != LB_OK) return st;
         dot_job j = {.m = m, .x = x, .n = n, .y = y, .fn = lb__qdot_get(isa)};
         /* rows in runs of 16: whole cache lines of y per thread */
         return lb__parallel_for(m->rows, 16, lb__threads_for(threads, m->bytes * n), dot_rows, &j);

@@ -119,8 +119,10 @@ static const lb__w8a8_ops *ops_of(lb__w8a8_kind k)
     case LB__W8A8_AVX512: return &lb__w8a8_avx512_ops;
     case LB__W8A8_VNNI: return &lb__w8a8_vnni_ops;
     case LB__W8A8_NEON: return &lb__w8a8_neon_ops;
-    default: return &lb__w8a8_scalar_ops;
+    case LB__W8A8_SCALAR:
+    case LB__W8A8_KINDS: break;
     }
+    return &lb__w8a8_scalar_ops;
 }
 
 int lb__w8a8_kind_available(lb__w8a8_kind kind)
@@ -131,8 +133,10 @@ int lb__w8a8_kind_available(lb__w8a8_kind kind)
     case LB__W8A8_AVX512: return lb__isa_supported(LB_ISA_AVX512);
     case LB__W8A8_VNNI: return lb__isa_supported(LB_ISA_AVX512) && (lb__cpu_extras() & LB__CPU_AVX512_VNNI);
     case LB__W8A8_NEON: return lb__isa_supported(LB_ISA_NEON);
-    default: return 1;
+    case LB__W8A8_SCALAR: return 1;
+    case LB__W8A8_KINDS: return 0; /* not a kind (refused above) */
     }
+    return 0;
 }
 
 lb__w8a8_kind lb__w8a8_kind_for(lb_isa isa)

@@ -273,7 +273,14 @@ const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t
     case LB_FMT_FP8_E4M3: row_e4m3(src, hd, s, lb__f32_bits(c->lut[0x7F]), buf); break;
     case LB_FMT_FP8_E5M2: row_e5m2(src, hd, s, buf); break;
     case LB_FMT_INT8: row_int8(src, hd, s, buf); break;
-    default: row_int4(src, hd, s, buf); break; /* lb__kv_init admits no other */
+    case LB_FMT_INT4: row_int4(src, hd, s, buf); break;
+    case LB_FMT_FP32: break; /* copied above */
+    /* lb__kv_format_check refuses the rest before a cache exists; NaN, never another format's values */
+    case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3: case LB_FMT_FP6_E3M2:
+    case LB_FMT_FP4_E2M1: case LB_FMT_E8M0: case LB_FMT_UE4M3: case LB_FMT_UINT8: case LB_FMT_UINT4:
+    case LB_FMT_COUNT:
+        for (size_t j = 0; j < hd; j++) buf[j] = NAN;
+        break;
     }
     return buf;
 }

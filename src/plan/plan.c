@@ -94,8 +94,9 @@ static double peak(const lb_gpu *g, lb_compute c)
     case LB_COMPUTE_FP8: return g->fp8_flops;
     case LB_COMPUTE_FP4: return g->fp4_flops;
     case LB_COMPUTE_INT8: return g->int8_ops;
-    default: return g->bf16_flops;
+    case LB_COMPUTE_BF16: return g->bf16_flops;
     }
+    return 0; /* not an lb_compute (lb_plan_compute refuses it first) */
 }
 
 lb_status lb_plan_compute(const lb_plan_request *r, lb_plan *out)
@@ -109,6 +110,8 @@ lb_status lb_plan_compute(const lb_plan_request *r, lb_plan *out)
     if (r->ctx == 0) return lb__fail(LB_ERR_ARG, "the context must be at least one token");
     if (r->reserve < 0 || r->reserve >= 1) return lb__fail(LB_ERR_ARG, "the reserve is a fraction in [0, 1)");
     static const char *const names[] = {"BF16", "FP8", "FP4", "INT8"};
+    if ((unsigned)r->compute >= sizeof names / sizeof names[0])
+        return lb__fail(LB_ERR_ARG, "compute %d is not an lb_compute", (int)r->compute);
     if (peak(g, r->compute) <= 0)
         return lb__fail(LB_ERR_ARG, "%s has no dense %s figure (no such tensor cores, or unknown)", g->display,
                         names[r->compute]);

@@ -70,7 +70,7 @@ static int exponent_of(uint32_t bits) { return (int)((bits >> 23) & 0xFF) - 127;
 static void scale_mx(const lb__scale_rules *r, float amax, lb__block_scale *s)
 {
     uint32_t bits = lb__f32_bits(amax);
-    int x; /* unbiased scale exponent */
+    int x = exponent_of(bits) - r->emax; /* unbiased scale exponent: LB_MX_FLOOR, the OCP rule, unless below */
     switch (r->spec.mx_rounding) {
     case LB_MX_CEIL:
         x = exponent_of(bits) + ((bits & 0x7FFFFF) != 0) - r->emax;
@@ -85,8 +85,7 @@ static void scale_mx(const lb__scale_rules *r, float amax, lb__block_scale *s)
         x = expf + up - 127;
         break;
     }
-    default: /* LB_MX_FLOOR: the OCP rule */
-        x = exponent_of(bits) - r->emax;
+    case LB_MX_FLOOR: break;
     }
     if (amax == 0) x = -127; /* an all-zero block: the smallest scale, code 0x00 */
     if (x < -127) x = -127;

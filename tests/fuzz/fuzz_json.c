@@ -203,8 +203,11 @@ static int same_tree(const lb__json *a, const lb__json *b)
             if (!same_tree(&a->items[i], &b->items[i])) return 0;
         }
         return 1;
-    default: return 1;
+    case LB_JSON_NULL:
+    case LB_JSON_FALSE:
+    case LB_JSON_TRUE: return 1;
     }
+    return 0;
 }
 
 static void check_round_trip(const lb__json *root, int pretty)

@@ -55,8 +55,11 @@ static float fmt_max(lb_format f)
     case LB_FMT_FP8_E5M2: return 57344.0f;
     case LB_FMT_INT8: return 127.0f;
     case LB_FMT_INT4: return 7.0f;
-    default: return 0.0f;
+    case LB_FMT_FP32: case LB_FMT_FP16: case LB_FMT_BF16: case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ:
+    case LB_FMT_FP6_E2M3: case LB_FMT_FP6_E3M2: case LB_FMT_FP4_E2M1: case LB_FMT_E8M0: case LB_FMT_UE4M3:
+    case LB_FMT_UINT8: case LB_FMT_UINT4: case LB_FMT_COUNT: return 0.0f;
     }
+    return 0.0f;
 }
 
 /* The rule of kvcache.h for one head vector: codes, the values they read

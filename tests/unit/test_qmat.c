@@ -118,8 +118,48 @@ static void check_spec(const char *text, size_t rows, size_t cols)
     free(w), free(deq), free(x), free(row), free(ref), free(y);
 }
 
+/* A matrix whose element or scale format the kernels have no decoder for
+ * (an e8m0 element, int8 scales, a plain fp8 matrix: none lb_quantize
+ * makes, but a hand-built or future one) is refused before any kernel
+ * runs, never decoded as some other format (before, the kernels' switches
+ * fell to a default: e8m0 elements read as a table of 8-bit floats, int8
+ * scales as ue4m3). */
+static void test_unknown_formats_are_refused(void)
+{
+    const size_t rows = 4, cols = 32;
+    float w[4 * 32], x[32], y[4];
+    for (size_t i = 0; i < rows * cols; i++) w[i] = frand();
+    for (size_t i = 0; i < cols; i++) x[i] = frand();
+    lb__qmat good;
+    CHECK(make("int8:g16", w, rows, cols, &good) == LB_OK, "int8:g16");
+    struct {
+        const char *what, *msg;
+        lb_format element, scale;
+        int plain;
+    } bad[] = {{"e8m0 elements", "cannot decode e8m0 elements", LB_FMT_E8M0, LB_FMT_FP32, 0},
+               {"ue4m3 elements", "cannot decode ue4m3 elements", LB_FMT_UE4M3, LB_FMT_FP32, 0},
+               {"int8 scales", "cannot decode int8 scales", LB_FMT_INT8, LB_FMT_INT8, 0},
+               {"fp4 scales", "cannot decode fp4_e2m1 scales", LB_FMT_INT8, LB_FMT_FP4_E2M1, 0},
+               {"a plain int8 matrix", "holds fp32, bf16 or fp16 codes", LB_FMT_INT8, LB_FMT_FP32, 1},
+               {"an out-of-range format", "unknown-format", (lb_format)LB_FMT_COUNT, LB_FMT_FP32, 0}};
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        lb__qmat m = good;
+        m.element = bad[b].element, m.scale_format = bad[b].scale, m.plain = bad[b].plain;
+        m.owned_q = NULL, m.owned_buf = NULL;
+        for (int isa = LB_ISA_SCALAR; isa <= LB_ISA_NEON; isa++) {
+            for (size_t i = 0; i < rows; i++) y[i] = 12345.0f;
+            lb_status st = lb__qmat_matmul_isa(&m, x, 1, y, 1, (lb_isa)isa);
+            CHECK(st == LB_ERR_UNSUPPORTED && strstr(lb_last_error(), bad[b].msg) && y[0] == 12345.0f,
+                  "%s (isa %d): status %d, '%s'", bad[b].what, isa, st, lb_last_error());
+        }
+    }
+    CHECK(lb__qmat_matmul(&good, x, 1, y, 1) == LB_OK, "the good matrix still runs");
+    lb__qmat_free(&good);
+}
+
 int main(void)
 {
+    test_unknown_formats_are_refused();
     /* the last shape is big enough (work >= LB__PARALLEL_MIN_WORK per
      * thread) that 2 and 3 threads really split it */
     const size_t shapes[][2] = {{1, 1}, {33, 17}, {64, 64}, {70, 100}, {5, 257}, {40, 96}, {200, 1040}};
