@@ -408,7 +408,7 @@ static lb_status finish(const char *what, uint64_t data_at, st_owned *own, lb__s
     lb_status st = check_tiling(what, own->tensors, n, out->data_size, data_at);
     if (st == LB_OK) st = sort_meta(what, own);
     if (st != LB_OK) return st;
-    qsort(own->tensors, n, sizeof *own->tensors, by_name);
+    if (n > 1) qsort(own->tensors, n, sizeof *own->tensors, by_name); /* none: tensors may be NULL */
     for (size_t i = 0; i < n; i++) {
         if (i && strcmp(own->tensors[i - 1].name, own->tensors[i].name) == 0) {
             shown nm;
