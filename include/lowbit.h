@@ -432,8 +432,16 @@ int lb_tensor_is_weight(const lb_tensor *t);
  * source (the tokenizer too) is carried over as it is. A Hugging Face
  * directory is written for llama, mistral, qwen2 and qwen3 only. Refuses
  * to overwrite a file the model is read from. Written to temporary names
- * and renamed into place: on failure nothing is left behind. */
+ * and renamed into place: on failure nothing is left behind. A NaN or
+ * infinite value in any floating-point tensor is LB_ERR_NAN naming the
+ * tensor and the first such element (lb_model_save_opts can copy them). */
 lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype);
+
+typedef struct lb_save_options {
+    lb_dtype dtype;      /* as lb_model_save's (LB_DT_COUNT: keep the float types) */
+    int allow_nonfinite; /* 1: copy NaN and infinite values (block types still refuse them) */
+} lb_save_options;
+lb_status lb_model_save_opts(const lb_model *m, const char *path, const lb_save_options *o);
 
 /* Canonical (Hugging Face) name of a GGUF tensor name, into buf; returns 0
  * if the name has no mapping (buf then holds the name unchanged). And the
