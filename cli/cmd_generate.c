@@ -104,6 +104,7 @@ static int run(int argc, char **argv)
         fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s; generated: %ld tokens, %.1f tokens/s\n", n,
                 n / (t1 - t0 > 0 ? t1 - t0 : 1e-9), made, made / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
         cli_eval_print_memory(stderr, e.runner, 0);
+        cli_eval_print_saturation("generate", stderr, e.runner, &ea, 0);
     }
     if (st != LB_OK) rc = cli_fail("generate", 0, EXIT_RUNTIME, lb_status_name(st), "%s",
                                    st == LB_ERR_NOMEM ? "out of memory" : lb_last_error());

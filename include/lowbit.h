@@ -546,6 +546,17 @@ typedef struct lb_runner_memory {
 } lb_runner_memory;
 void lb_runner_memory_get(const lb_runner *r, lb_runner_memory *out);
 
+/* Values that a low-precision path clamped to its largest code instead of
+ * rounding (counted over the runner's life, calibration excluded): the KV
+ * cache (of the values stored in a cache that is not fp32; fp16 saturates
+ * from 65520 on, see kvcache.h) and W8A8 activations (of the values
+ * quantized; only static --calib scales clip). */
+typedef struct lb_runner_saturation {
+    uint64_t kv_saturated, kv_values;
+    uint64_t act_saturated, act_values;
+} lb_runner_saturation;
+void lb_runner_saturation_get(const lb_runner *r, lb_runner_saturation *out);
+
 uint32_t lb_runner_vocab_size(const lb_runner *r);
 uint32_t lb_runner_position(const lb_runner *r); /* tokens in the cache */
 
