@@ -187,6 +187,18 @@ void cli_eval_print_saturation(const char *cmd, FILE *out, const lb_runner *r, c
     lb_runner_saturation s;
     lb_runner_saturation_get(r, &s);
     const char *kv = a->kv ? a->kv : "fp32", *act = a->act ? a->act : "fp32";
+    if (out && json) {
+        fprintf(out, ", \"saturation\": {\"kv\": %llu, \"kv_values\": %llu, \"act\": %llu, \"act_values\": %llu}",
+                (unsigned long long)s.kv_saturated, (unsigned long long)s.kv_values,
+                (unsigned long long)s.act_saturated, (unsigned long long)s.act_values);
+    } else if (out && (a->kv || a->act)) {
+        fprintf(out, "saturated:");
+        if (a->kv) fprintf(out, " kv %llu of %llu values (%s)%s", (unsigned long long)s.kv_saturated,
+                           (unsigned long long)s.kv_values, kv, a->act ? "," : "");
+        if (a->act) fprintf(out, " act %llu of %llu values (%s)", (unsigned long long)s.act_saturated,
+                            (unsigned long long)s.act_values, act);
+        fputc('\n', out);
+    }
     if (s.kv_saturated)
         fprintf(stderr, "lowbit %s: warning: %llu of %llu KV cache values were beyond %s's range and saturated to its "
                 "largest value: the results are distorted (a wider --kv keeps them)\n", cmd,
@@ -195,19 +207,6 @@ void cli_eval_print_saturation(const char *cmd, FILE *out, const lb_runner *r, c
         fprintf(stderr, "lowbit %s: warning: %llu of %llu %s activations were beyond the static --calib scales and "
                 "clipped: the results are distorted (calibrate on more text, or drop --calib)\n", cmd,
                 (unsigned long long)s.act_saturated, (unsigned long long)s.act_values, act);
-    if (json) {
-        fprintf(out, ", \"saturation\": {\"kv\": %llu, \"kv_values\": %llu, \"act\": %llu, \"act_values\": %llu}",
-                (unsigned long long)s.kv_saturated, (unsigned long long)s.kv_values,
-                (unsigned long long)s.act_saturated, (unsigned long long)s.act_values);
-        return;
-    }
-    if (!a->kv && !a->act) return;
-    fprintf(out, "saturated:");
-    if (a->kv) fprintf(out, " kv %llu of %llu values (%s)%s", (unsigned long long)s.kv_saturated,
-                       (unsigned long long)s.kv_values, kv, a->act ? "," : "");
-    if (a->act) fprintf(out, " act %llu of %llu values (%s)", (unsigned long long)s.act_saturated,
-                        (unsigned long long)s.act_values, act);
-    fputc('\n', out);
 }
 
 int cli_eval_open(const char *cmd, int json, const char *path, const cli_eval_args *a, int want_runner,

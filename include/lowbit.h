@@ -618,6 +618,10 @@ typedef struct lb_kld_result {
  * error below 1/131070 of that range) for later runs. */
 lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_t n, const lb_eval_options *o,
                  const char *save_base, const char *load_base, lb_kld_result *out);
+/* The bytes save_base writes for `chunks` windows of ctx tokens (ctx >= 4)
+ * over a vocabulary: a 32-byte header and 8 + 2 vocab per scored token;
+ * UINT64_MAX if that overflows. */
+uint64_t lb_kld_base_bytes(uint32_t vocab, uint32_t ctx, uint64_t chunks);
 
 /* ===== Napkin math (lowbit plan) =====
  *

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "util/checked.h"
 #include "util/error.h"
 
 #define KLD_MAGIC "LBKLD001"
@@ -87,4 +88,14 @@ lb_status lb__kld_base_unpack(const uint8_t *in, size_t vocab, double *lp, const
     double fix = mx + log(sum); /* renormalize what the rounding moved */
     for (size_t i = 0; i < vocab; i++) lp[i] -= fix;
     return LB_OK;
+}
+
+uint64_t lb_kld_base_bytes(uint32_t vocab, uint32_t ctx, uint64_t chunks)
+{
+    uint64_t scored, bytes, total;
+    if (ctx < 4 || !lb__mul_u64_checked(chunks, ctx - 1 - ctx / 2, &scored) ||
+        !lb__mul_u64_checked(scored, lb__kld_position_bytes(vocab), &bytes) ||
+        !lb__add_u64_checked(bytes, LB__KLD_HEADER_BYTES, &total))
+        return UINT64_MAX;
+    return total;
 }

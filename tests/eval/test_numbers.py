@@ -103,6 +103,11 @@ def test_fp16_kv_saturation_is_counted_and_warned(big_keys):
         assert json.loads(p.stdout)["saturation"]["kv"] == 0 and "warning" not in p.stderr, kv
     out = json.loads(lowbit("kld", big_keys, *args, "--kv", "fp16", "--json").stdout)
     assert out["saturation"]["kv"] == sat["kv"]
+    c = lowbit("compare", big_keys, *args, "--spec", "int8:channel", "--kv", "fp16", "--json")
+    row = json.loads(c.stdout)["specs"][0]["saturation"]
+    assert 0 < row["kv"] < row["kv_values"] == sat["kv_values"] and "beyond fp16's range" in c.stderr
+    c = lowbit("compare", big_keys, *args, "--spec", "int8:channel", "--kv", "fp16")
+    assert f"int8:channel saturated: kv {row['kv']} of {row['kv_values']} values (fp16)" in c.stderr
     g = lowbit("generate", big_keys, "-p", "Once upon a time", "-n", 8, "--kv", "fp16")
     assert "saturated: kv " in g.stderr and "(fp16)" in g.stderr and "beyond fp16's range" in g.stderr
 
