@@ -599,6 +599,8 @@ typedef struct lb_ppl_result {
     double seconds, tokens_per_s; /* tokens run through the model (all of each window) per second */
 } lb_ppl_result;
 
+/* Non-finite logits, or a perplexity that overflows (finite NLLs whose
+ * mean passes 709 nats), are LB_ERR_NAN naming the window and position. */
 lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_eval_options *o, lb_ppl_result *out);
 
 typedef struct lb_kld_result {
@@ -615,7 +617,11 @@ typedef struct lb_kld_result {
  * same windows. The base distributions come from `base` (a runner), or,
  * with base NULL, from the file load_base; save_base (optional) stores
  * them (log-probabilities, 16 bits each over each position's range:
- * error below 1/131070 of that range) for later runs. */
+ * error below 1/131070 of that range) for later runs. A load_base file
+ * must match the run (vocabulary, windows, token ids, size) and hold a
+ * valid log-probability range at every position (LB_ERR_PARSE naming the
+ * position). A KLD, NLL or perplexity that is not finite is LB_ERR_NAN
+ * naming the window and position, as in lb_perplexity. */
 lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_t n, const lb_eval_options *o,
                  const char *save_base, const char *load_base, lb_kld_result *out);
 /* The bytes save_base writes for `chunks` windows of ctx tokens (ctx >= 4)
