@@ -141,3 +141,10 @@ def test_an_overflowing_perplexity_is_an_error_naming_where(tmp_path):
     assert "perplexity overflows" in p.stderr and "window 0, position" in p.stderr and "overflowed" in p.stderr
     p = lowbit("kld", model, *args, "--spec", "int8:channel", check=False)
     assert p.returncode == 1 and "not finite" in p.stderr and "KLD" not in p.stdout, p.stderr
+
+
+def test_generate_from_nan_logits_is_an_error(tmp_path):
+    model = scaled_model(tmp_path, "nan.bin", 0, V * D, float("nan"))  # every embedding weight NaN
+    p = lowbit("generate", model, "-p", "Once upon", "-n", 5, check=False)
+    assert p.returncode == 1 and "position 3: the model's logits are not finite" in p.stderr, p.stderr
+    assert "<unk>" not in p.stdout
