@@ -96,11 +96,18 @@ static int calibrate(const char *cmd, int json, const cli_eval_args *a, cli_eval
     size_t n = 0;
     int rc = cli_eval_tokens(cmd, json, e->tok, a->calib, &ids, &n);
     if (rc != EXIT_OK) return rc;
+    /* BOS alone is no calibration: the scales would come from one token
+     * that every window starts with, and clip everything else */
+    size_t text_tokens = n - (n && lb_tokenizer_add_bos(e->tok) && ids[0] == lb_tokenizer_bos(e->tok));
+    if (text_tokens == 0) {
+        free(ids);
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "the calibration text %s is empty (no tokens besides "
+                        "BOS): --calib needs text like the one measured", a->calib);
+    }
     size_t want = a->calib_tokens ? a->calib_tokens : 512; /* the runner cuts them into windows of its context */
     if (n > want) n = want;
-    lb_status st = n ? lb_runner_calibrate(e->runner, ids, n) : LB_OK;
+    lb_status st = lb_runner_calibrate(e->runner, ids, n);
     free(ids);
-    if (!n) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "the calibration text %s has no tokens", a->calib);
     return st == LB_OK ? EXIT_OK : cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
 }
 
@@ -173,6 +180,33 @@ void cli_eval_print_memory(FILE *out, const lb_runner *r, int json)
            "other %.1f MiB, KV cache %.1f MiB; resident now %.1f MiB (peak %.1f)\n",
            m.weights / mib, (unsigned long long)m.packed_matrices, (unsigned long long)m.fp32_matrices,
            m.weights_fp32 / mib, m.other / mib, m.kv_cache / mib, rss / mib, peak / mib);
+}
+
+void cli_eval_print_saturation(const char *cmd, FILE *out, const lb_runner *r, const cli_eval_args *a, int json)
+{
+    lb_runner_saturation s;
+    lb_runner_saturation_get(r, &s);
+    const char *kv = a->kv ? a->kv : "fp32", *act = a->act ? a->act : "fp32";
+    if (out && json) {
+        fprintf(out, ", \"saturation\": {\"kv\": %llu, \"kv_values\": %llu, \"act\": %llu, \"act_values\": %llu}",
+                (unsigned long long)s.kv_saturated, (unsigned long long)s.kv_values,
+                (unsigned long long)s.act_saturated, (unsigned long long)s.act_values);
+    } else if (out && (a->kv || a->act)) {
+        fprintf(out, "saturated:");
+        if (a->kv) fprintf(out, " kv %llu of %llu values (%s)%s", (unsigned long long)s.kv_saturated,
+                           (unsigned long long)s.kv_values, kv, a->act ? "," : "");
+        if (a->act) fprintf(out, " act %llu of %llu values (%s)", (unsigned long long)s.act_saturated,
+                            (unsigned long long)s.act_values, act);
+        fputc('\n', out);
+    }
+    if (s.kv_saturated)
+        fprintf(stderr, "lowbit %s: warning: %llu of %llu KV cache values were beyond %s's range and saturated to its "
+                "largest value: the results are distorted (a wider --kv keeps them)\n", cmd,
+                (unsigned long long)s.kv_saturated, (unsigned long long)s.kv_values, kv);
+    if (s.act_saturated)
+        fprintf(stderr, "lowbit %s: warning: %llu of %llu %s activations were beyond the static --calib scales and "
+                "clipped: the results are distorted (calibrate on more text, or drop --calib)\n", cmd,
+                (unsigned long long)s.act_saturated, (unsigned long long)s.act_values, act);
 }
 
 int cli_eval_open(const char *cmd, int json, const char *path, const cli_eval_args *a, int want_runner,

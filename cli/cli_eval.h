@@ -72,6 +72,18 @@ void cli_eval_print_setup(FILE *out, const cli_eval_args *a, int json);
  * stdout, or JSON fields (leading comma) with json. */
 void cli_eval_print_memory(FILE *out, const lb_runner *r, int json);
 
+/* The saturation counts of the runner's low-precision paths
+ * (lb_runner_saturation): JSON fields (leading comma: "saturation": {...})
+ * with json, else a line "saturated: kv N of M values (fp16), act N of M
+ * values (int8)" when --kv or --act is set; and a warning on stderr naming
+ * the path whenever a value saturated, as the results are distorted
+ * (out NULL: the warnings only). */
+void cli_eval_print_saturation(const char *cmd, FILE *out, const lb_runner *r, const cli_eval_args *a, int json);
+
+/* EXIT_OK when dir is a writable directory whose disk (and the process's
+ * file-size limit) holds bytes more; else reported, naming what needs them. */
+int cli_check_room(const char *cmd, int json, const char *dir, uint64_t bytes, const char *what);
+
 /* An lb_progress_fn that draws cli_progress. */
 void cli_eval_progress(void *label, size_t done, size_t total);
 

@@ -13,14 +13,17 @@
 
 static const char usage[] =
     "usage: lowbit compare MODEL --text FILE --spec SPEC[,SPEC...] [--ctx 512] [--chunks N]\n"
-    "                     [--tokenizer FILE] [--threads N] [--json]\n\n"
+    "                     [--tokenizer FILE] [--threads N] [--tmpdir DIR] [--json]\n\n"
     "For each spec, applied to the attention and MLP projections (fake-quantized:\n"
     "quantized, then run dequantized): bits per weight of those matrices with their\n"
     "scales, the model's size with every other tensor as stored, the SQNR of the\n"
     "projections against the model as stored, and on the text the perplexity,\n"
     "its change, the mean KL divergence from the stored model and the top-1\n"
     "agreement (lowbit ppl and lowbit kld explain the measures). The first row is\n"
-    "the model as stored.\n";
+    "the model as stored. With several specs the base model's distributions are\n"
+    "kept for the later rows in a file of 8 + 2 x vocab bytes per scored token\n"
+    "in --tmpdir (default $TMPDIR or /tmp): its size is said on stderr first,\n"
+    "and a disk without room for it is refused before any work.\n";
 
 static int is_projection(const lb_tensor *t)
 {
@@ -77,13 +80,14 @@ static lb_status weight_costs(const lb_model *m, const lb_qspec *spec, int threa
 static int run(int argc, char **argv)
 {
     int json = 0;
-    const char *model = NULL, *text = NULL, *spec_text = NULL;
+    const char *model = NULL, *text = NULL, *spec_text = NULL, *tmpdir = getenv("TMPDIR");
     cli_eval_args ea = {0};
     uint32_t ctx = 512;
     size_t chunks = 0;
     for (int i = 1; i < argc; i++) {
         int r;
         if (strcmp(argv[i], "--spec") == 0 && i + 1 < argc) spec_text = argv[++i];
+        else if (strcmp(argv[i], "--tmpdir") == 0 && i + 1 < argc) tmpdir = argv[++i];
         else if ((r = cli_eval_option("compare", json, argc, argv, &i, &ea)) || (r = cli_parse_window("compare", json, argc, argv, &i, &ctx, &chunks))) {
             if (r < 0) return EXIT_USAGE;
         } else if (strcmp(argv[i], "--json") == 0) json = 1;
@@ -113,16 +117,29 @@ static int run(int argc, char **argv)
     lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(base.tok) ? lb_tokenizer_bos(base.tok) : -1,
                          .progress = cli_eval_progress, .progress_ctx = "compare"};
     /* the base model's distributions, computed once for every spec: in
-     * TMPDIR, (8 + 2 vocab) bytes per scored token, removed at the end */
+     * --tmpdir, (8 + 2 vocab) bytes per scored token, removed at the end;
+     * exact (16 bits per log-probability, as kld --base), where keeping
+     * only the top-k would change every KLD */
     char saved[512] = "";
-    const char *tmpdir = getenv("TMPDIR");
-    snprintf(saved, sizeof saved, "%s/lowbit-compare-%ld.kld", tmpdir && tmpdir[0] ? tmpdir : "/tmp", (long)getpid());
+    if (!tmpdir || !tmpdir[0]) tmpdir = "/tmp";
+    snprintf(saved, sizeof saved, "%s/lowbit-compare-%ld.kld", tmpdir, (long)getpid());
+    size_t windows = n / ctx < chunks || !chunks ? n / ctx : chunks;
+    uint64_t cache_bytes = lb_kld_base_bytes(lb_runner_vocab_size(base.runner), ctx, windows);
+    if (rc == EXIT_OK && n_specs > 1) {
+        rc = cli_check_room("compare", json, tmpdir, cache_bytes, "a file of the base model's distributions");
+        if (rc == EXIT_OK)
+            fprintf(stderr, "lowbit compare: the base model's distributions for rows 2..%zu go to %s: %.1f MB "
+                    "(%llu bytes: %zu windows x %u scored tokens x (8 + 2 x %u) bytes), removed at the end\n",
+                    n_specs, saved, cache_bytes / 1e6, (unsigned long long)cache_bytes, windows, ctx - 1 - ctx / 2,
+                    lb_runner_vocab_size(base.runner));
+    }
     lb_ppl_result ref = {0}; /* the model as stored: from the first spec's KL run, which scores it anyway */
     double stored_bytes = 0;
     for (size_t i = 0; i < lb_model_tensor_count(base.model); i++) stored_bytes += (double)lb_model_tensor(base.model, i)->n_bytes;
     lb_status st = LB_OK;
     weight_cost costs[COMPARE_MAX_SPECS];
     lb_kld_result klds[COMPARE_MAX_SPECS];
+    lb_runner_saturation sats[COMPARE_MAX_SPECS];
     size_t done = 0;
     for (size_t s = 0; rc == EXIT_OK && st == LB_OK && s < n_specs; s++) {
         cli_eval_args qa = ea;
@@ -131,7 +148,11 @@ static int run(int argc, char **argv)
         st = weight_costs(base.model, &specs[s], ea.threads ? ea.threads : 2, &costs[s]);
         if (st != LB_OK) break;
         if ((rc = cli_eval_runner("compare", json, &qa, &q)) != EXIT_OK) break;
-        st = lb_kld(s == 0 ? base.runner : NULL, q.runner, ids, n, &o, s == 0 ? saved : NULL, s == 0 ? NULL : saved, &klds[s]);
+        st = lb_kld(s == 0 ? base.runner : NULL, q.runner, ids, n, &o, s == 0 && n_specs > 1 ? saved : NULL,
+                    s == 0 ? NULL : saved, &klds[s]);
+        lb_runner_saturation_get(q.runner, &sats[s]);
+        if (st == LB_OK && !json && (qa.kv || qa.act)) fprintf(stderr, "%s ", names[s]); /* the spec, then its line */
+        if (st == LB_OK) cli_eval_print_saturation("compare", json ? NULL : stderr, q.runner, &qa, 0);
         lb_runner_free(q.runner); /* the model and tokenizer are base's */
         if (st != LB_OK) break;
         const weight_cost *c = &costs[s];
@@ -182,7 +203,9 @@ static int run(int argc, char **argv)
             json_field(stdout, "kld_mean", k->kld_mean);
             json_field(stdout, "kld_p99", k->kld_p99);
             json_field(stdout, "top1_agreement", k->top1_agreement);
-            printf("}");
+            printf(", \"saturation\": {\"kv\": %llu, \"kv_values\": %llu, \"act\": %llu, \"act_values\": %llu}}",
+                   (unsigned long long)sats[s].kv_saturated, (unsigned long long)sats[s].kv_values,
+                   (unsigned long long)sats[s].act_saturated, (unsigned long long)sats[s].act_values);
         }
         printf("]}\n");
     }

@@ -6,7 +6,7 @@
 #include "cli_model.h"
 
 static const char usage[] =
-    "usage: lowbit convert IN OUT [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4] [--json]\n\n"
+    "usage: lowbit convert IN OUT [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4] [--allow-nonfinite] [--json]\n\n"
     "IN is any model lowbit reads (see 'lowbit help inspect'). OUT is chosen by\n"
     "its name: NAME.gguf writes GGUF, NAME.safetensors one safetensors file, and\n"
     "anything else a Hugging Face directory (config.json + model.safetensors;\n"
@@ -17,16 +17,19 @@ static const char usage[] =
     "keep f32/f16/bf16 tensors, widen quantized ones to f32); for GGUF output\n"
     "q8_0, q4_0 and mxfp4 quantize the weight matrices (ggml's reference\n"
     "quantizers; other tensors f32). GGUF metadata, tokenizer included, is\n"
-    "carried from a GGUF input. Output appears only when complete.\n";
+    "carried from a GGUF input. Output appears only when complete. A NaN or\n"
+    "infinite weight is refused (naming the tensor and the first bad element),\n"
+    "as inspect refuses it; --allow-nonfinite copies such values as they are.\n";
 
 static int run(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *dtype_name = NULL;
-    int json = 0;
+    int json = 0, allow_nonfinite = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0) json = 1;
         else if (strcmp(a, "--dtype") == 0 && i + 1 < argc) dtype_name = argv[++i];
+        else if (strcmp(a, "--allow-nonfinite") == 0) allow_nonfinite = 1;
         else if (a[0] == '-' && a[1]) return cli_fail("convert", json, EXIT_USAGE, "bad_argument",
                                                       "unknown option or missing value: '%s'", a);
         else if (!in) in = a;
@@ -41,7 +44,8 @@ static int run(int argc, char **argv)
     lb_model *m;
     lb_status st = lb_model_open(in, &m);
     if (st != LB_OK) return cli_fail_lb("convert", json, EXIT_RUNTIME, st);
-    st = lb_model_save(m, out, dtype);
+    lb_save_options so = {.dtype = dtype, .allow_nonfinite = allow_nonfinite};
+    st = lb_model_save_opts(m, out, &so);
     size_t n = lb_model_tensor_count(m);
     lb_model_close(m);
     if (st != LB_OK) return cli_fail_lb("convert", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);

@@ -22,6 +22,15 @@ static uint64_t next_random(uint64_t *s)
     return *s;
 }
 
+/* NaN or +inf logits (a NaN weight, activations that overflowed) pick no
+ * token: generating from them would print garbage with exit 0. */
+static int logits_finite(const float *logits, size_t vocab)
+{
+    for (size_t i = 0; i < vocab; i++)
+        if (isnan(logits[i]) || logits[i] == INFINITY) return 0;
+    return 1;
+}
+
 static int32_t pick(const float *logits, size_t vocab, double temp, uint64_t *rng)
 {
     size_t best = 0;
@@ -78,7 +87,7 @@ static int run(int argc, char **argv)
     double t0 = lb__now();
     if (st == LB_OK) st = lb_runner_forward(e.runner, ids, n, logits, 1);
     double t1 = lb__now();
-    long made = 0;
+    long made = 0, nonfinite_at = -1;
     fputs(prompt, stdout);
     uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 1;
     uint32_t room = lb_model_arch(e.model)->max_seq_len; /* the runner's cache: the context, at most 4096 */
@@ -88,6 +97,11 @@ static int run(int argc, char **argv)
         n_new = (long)(room - n);
     }
     for (long k = 0; st == LB_OK && k < n_new; k++) {
+        if (!logits_finite(logits, vocab)) {
+            nonfinite_at = (long)n + k;
+            st = LB_ERR_NAN;
+            break;
+        }
         int32_t next = pick(logits, vocab, temp, &rng);
         if (next == lb_tokenizer_eos(e.tok)) break;
         const char *bytes;
@@ -104,9 +118,13 @@ static int run(int argc, char **argv)
         fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s; generated: %ld tokens, %.1f tokens/s\n", n,
                 n / (t1 - t0 > 0 ? t1 - t0 : 1e-9), made, made / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
         cli_eval_print_memory(stderr, e.runner, 0);
+        cli_eval_print_saturation("generate", stderr, e.runner, &ea, 0);
     }
-    if (st != LB_OK) rc = cli_fail("generate", 0, EXIT_RUNTIME, lb_status_name(st), "%s",
-                                   st == LB_ERR_NOMEM ? "out of memory" : lb_last_error());
+    if (nonfinite_at >= 0)
+        rc = cli_fail("generate", 0, EXIT_RUNTIME, lb_status_name(st), "position %ld: the model's logits are not finite "
+                      "(NaN or infinity: a NaN weight, or activations that overflowed)", nonfinite_at);
+    else if (st != LB_OK) rc = cli_fail("generate", 0, EXIT_RUNTIME, lb_status_name(st), "%s",
+                                        st == LB_ERR_NOMEM ? "out of memory" : lb_last_error());
     free(ids), free(logits);
     cli_eval_close(&e);
     return rc;

@@ -87,6 +87,7 @@ static int run(int argc, char **argv)
             json_field(stdout, "dppl_err", k.dppl_err);
             json_field(stdout, "seconds", k.seconds);
             cli_eval_print_memory(stdout, quant.runner, 1);
+            cli_eval_print_saturation("kld", stdout, quant.runner, &ea, 1);
             printf("}\n");
         } else {
             printf("%s vs %s%s%s", paths[0], paths[1] ? paths[1] : paths[0], ea.spec ? " under " : "", ea.spec ? ea.spec : "");
@@ -98,6 +99,7 @@ static int run(int argc, char **argv)
             printf("PPL base %.4f +/- %.4f   quant %.4f +/- %.4f   delta %+.4f +/- %.4f\n", k.ppl_base, k.ppl_base_err,
                    k.ppl, k.ppl_err, k.dppl, k.dppl_err);
             cli_eval_print_memory(stdout, quant.runner, 0);
+            cli_eval_print_saturation("kld", stdout, quant.runner, &ea, 0);
         }
     }
     free(ids);

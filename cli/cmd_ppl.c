@@ -62,6 +62,7 @@ static int run(int argc, char **argv)
             json_field(stdout, "seconds", res.seconds);
             json_field(stdout, "tokens_per_s", res.tokens_per_s);
             cli_eval_print_memory(stdout, e.runner, 1);
+            cli_eval_print_saturation("ppl", stdout, e.runner, &ea, 1);
             printf("}\n");
         } else {
             printf("%s%s%s", model, ea.spec ? " under " : "", ea.spec ? ea.spec : "");
@@ -69,6 +70,7 @@ static int run(int argc, char **argv)
             printf(": %zu tokens of text, %zu windows of %u, %llu scored\n", n, res.chunks, ctx, (unsigned long long)res.tokens);
             printf("PPL = %.4f +/- %.4f   (%.1f s, %.0f tokens/s)\n", res.ppl, res.ppl_err, res.seconds, res.tokens_per_s);
             cli_eval_print_memory(stdout, e.runner, 0);
+            cli_eval_print_saturation("ppl", stdout, e.runner, &ea, 0);
         }
     }
     free(ids);

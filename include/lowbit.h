@@ -458,8 +458,16 @@ LB_API int lb_tensor_is_weight(const lb_tensor *t);
  * source (the tokenizer too) is carried over as it is. A Hugging Face
  * directory is written for llama, mistral, qwen2 and qwen3 only. Refuses
  * to overwrite a file the model is read from. Written to temporary names
- * and renamed into place: on failure nothing is left behind. */
+ * and renamed into place: on failure nothing is left behind. A NaN or
+ * infinite value in any floating-point tensor is LB_ERR_NAN naming the
+ * tensor and the first such element (lb_model_save_opts can copy them). */
 LB_API lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype);
+
+typedef struct lb_save_options {
+    lb_dtype dtype;      /* as lb_model_save's (LB_DT_COUNT: keep the float types) */
+    int allow_nonfinite; /* 1: copy NaN and infinite values (block types still refuse them) */
+} lb_save_options;
+LB_API lb_status lb_model_save_opts(const lb_model *m, const char *path, const lb_save_options *o);
 
 /* Canonical (Hugging Face) name of a GGUF tensor name, into buf; returns 0
  * if the name has no mapping (buf then holds the name unchanged). And the
@@ -565,6 +573,17 @@ typedef struct lb_runner_memory {
 } lb_runner_memory;
 LB_API void lb_runner_memory_get(const lb_runner *r, lb_runner_memory *out);
 
+/* Values that a low-precision path clamped to its largest code instead of
+ * rounding (counted over the runner's life, calibration excluded): the KV
+ * cache (of the values stored in a cache that is not fp32; fp16 saturates
+ * from 65520 on, see kvcache.h) and W8A8 activations (of the values
+ * quantized; only static --calib scales clip). */
+typedef struct lb_runner_saturation {
+    uint64_t kv_saturated, kv_values;
+    uint64_t act_saturated, act_values;
+} lb_runner_saturation;
+LB_API void lb_runner_saturation_get(const lb_runner *r, lb_runner_saturation *out);
+
 LB_API uint32_t lb_runner_vocab_size(const lb_runner *r);
 LB_API uint32_t lb_runner_position(const lb_runner *r); /* tokens in the cache */
 
@@ -607,8 +626,9 @@ typedef struct lb_ppl_result {
     double seconds, tokens_per_s; /* tokens run through the model (all of each window) per second */
 } lb_ppl_result;
 
-LB_API lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_eval_options *o,
-                              lb_ppl_result *out);
+/* Non-finite logits, or a perplexity that overflows (finite NLLs whose
+ * mean passes 709 nats), are LB_ERR_NAN naming the window and position. */
+LB_API lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_eval_options *o, lb_ppl_result *out);
 
 typedef struct lb_kld_result {
     double kld_mean, kld_err, kld_median, kld_p99, kld_max; /* KL(base || quant) per scored token, nats */
@@ -624,9 +644,17 @@ typedef struct lb_kld_result {
  * same windows. The base distributions come from `base` (a runner), or,
  * with base NULL, from the file load_base; save_base (optional) stores
  * them (log-probabilities, 16 bits each over each position's range:
- * error below 1/131070 of that range) for later runs. */
+ * error below 1/131070 of that range) for later runs. A load_base file
+ * must match the run (vocabulary, windows, token ids, size) and hold a
+ * valid log-probability range at every position (LB_ERR_PARSE naming the
+ * position). A KLD, NLL or perplexity that is not finite is LB_ERR_NAN
+ * naming the window and position, as in lb_perplexity. */
 LB_API lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_t n, const lb_eval_options *o,
-                        const char *save_base, const char *load_base, lb_kld_result *out);
+                 const char *save_base, const char *load_base, lb_kld_result *out);
+/* The bytes save_base writes for `chunks` windows of ctx tokens (ctx >= 4)
+ * over a vocabulary: a 32-byte header and 8 + 2 vocab per scored token;
+ * UINT64_MAX if that overflows. */
+LB_API uint64_t lb_kld_base_bytes(uint32_t vocab, uint32_t ctx, uint64_t chunks);
 
 /* ===== Napkin math (lowbit plan) =====
  *

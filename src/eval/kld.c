@@ -1,24 +1,17 @@
 /* KL divergence of a quantized model's next-token distributions from the
  * base model's, on llama.cpp's perplexity windows. The base side comes
- * from a runner or from a file saved by an earlier run:
- *
- *   "LBKLD001" | u32 vocab | u32 ctx | u64 chunks | u64 FNV-1a of the
- *   windows' token ids | per scored position: f32 lo, f32 step,
- *   u16[vocab] with log p = lo + code * step (little-endian)
- *
- * 16 bits over each position's range of finite log-probabilities keep the
- * error below range / 131070 (~3e-4 nats for a range of 40). */
+ * from a runner or from a file saved by an earlier run (its layout:
+ * kld_base.h). A result that is not finite is an error naming the window
+ * and position it came from, never a number printed. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "eval/eval_internal.h"
+#include "eval/kld_base.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/file.h"
-
-#define KLD_MAGIC "LBKLD001"
-#define HEADER_BYTES 32
 
 /* Returns 0 if a logit is NaN or +inf (-inf is a probability of 0). */
 static int log_softmax(const float *logits, size_t vocab, double *out)
@@ -36,48 +29,6 @@ static uint64_t fnv1a(const int32_t *ids, size_t n, uint64_t h)
     return h;
 }
 
-static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint32_t get32(const uint8_t *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static uint64_t get64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
-
-/* One position's log-probabilities packed into 8 + 2 vocab bytes, and
- * back: 16-bit steps over the range of the finite values; a probability
- * of exactly 0 (-inf) is stored as the bottom of the range. */
-static void pack_position(const double *lp, size_t vocab, uint8_t *out)
-{
-    double lo = INFINITY, hi = -INFINITY;
-    for (size_t i = 0; i < vocab; i++)
-        if (isfinite(lp[i])) {
-            if (lp[i] < lo) lo = lp[i];
-            if (lp[i] > hi) hi = lp[i];
-        }
-    float flo = (float)lo, step = (float)((hi - lo) / 65535.0);
-    if (!(step > 0) || !isfinite(step)) step = 1;
-    memcpy(out, &flo, 4), memcpy(out + 4, &step, 4);
-    for (size_t i = 0; i < vocab; i++) {
-        double q = isfinite(lp[i]) ? floor((lp[i] - flo) / step + 0.5) : 0;
-        uint16_t c = (uint16_t)(q < 0 ? 0 : q > 65535 ? 65535 : q);
-        out[8 + 2 * i] = (uint8_t)c, out[9 + 2 * i] = (uint8_t)(c >> 8);
-    }
-}
-
-static lb_status unpack_position(const uint8_t *in, size_t vocab, double *lp, const char *path)
-{
-    float lo, step;
-    memcpy(&lo, in, 4), memcpy(&step, in + 4, 4);
-    if (!isfinite(lo) || !(step > 0) || !isfinite(step))
-        return lb__fail(LB_ERR_PARSE, "%s: a position's range (%g, step %g) is not valid", path, lo, step);
-    double sum = 0;
-    for (size_t i = 0; i < vocab; i++) {
-        lp[i] = lo + (double)(in[8 + 2 * i] | in[9 + 2 * i] << 8) * step;
-        sum += exp(lp[i]);
-    }
-    double fix = log(sum); /* renormalize what the rounding moved */
-    for (size_t i = 0; i < vocab; i++) lp[i] -= fix;
-    return LB_OK;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -93,7 +44,10 @@ typedef struct kld_state {
     uint64_t agree, count;
 } kld_state;
 
-static void score(kld_state *s, int32_t target)
+/* One scored position; LB_ERR_NAN naming it when its KLD or either NLL is
+ * not finite (the quantized model gives a probability of 0, or less than
+ * a double holds, to what the base finds possible). */
+static lb_status score(kld_state *s, int32_t target, size_t window, uint32_t pos)
 {
     double kld = 0;
     size_t am_b = 0, am_q = 0;
@@ -104,14 +58,19 @@ static void score(kld_state *s, int32_t target)
         if (s->lp_q[i] > s->lp_q[am_q]) am_q = i;
     }
     double nb = -s->lp_base[target], nq = -s->lp_q[target];
+    if (!isfinite(kld) || !isfinite(nb) || !isfinite(nq))
+        return lb__fail(LB_ERR_NAN, "window %zu, position %u: %s is not finite (KLD %g, NLL base %g, quant %g): the "
+                        "quantized model gives a probability of 0 to what the base model finds possible", window, pos,
+                        !isfinite(kld) ? "the KL divergence" : "the negative log-likelihood", kld, nb, nq);
     lb_ppl_add(&s->base, nb), lb_ppl_add(&s->quant, nq);
     s->klds[s->count] = kld > 0 ? kld : 0; /* rounding can leave a tiny negative */
     s->diffs[s->count] = nq - nb;
     s->agree += am_b == am_q;
     s->count++;
+    return LB_OK;
 }
 
-static void summarize(kld_state *s, size_t chunks, lb_kld_result *out)
+static lb_status summarize(kld_state *s, size_t chunks, lb_kld_result *out)
 {
     double n = (double)s->count, sum = 0, sum2 = 0, dsum = 0, dsum2 = 0;
     for (uint64_t i = 0; i < s->count; i++) {
@@ -133,6 +92,18 @@ static void summarize(kld_state *s, size_t chunks, lb_kld_result *out)
     double dmean = dsum / n, dvar = dsum2 / n - dmean * dmean;
     out->dppl = out->ppl - out->ppl_base;
     out->dppl_err = n > 1 && dvar > 0 ? out->ppl * sqrt(dvar / (n - 1)) : 0;
+    /* every position was finite; a mean or an exp of one can still overflow */
+    const struct { const char *name; double v; } figs[] = {
+        {"the mean KLD", out->kld_mean}, {"the KLD's error", out->kld_err}, {"the base perplexity", out->ppl_base},
+        {"the base perplexity's error", out->ppl_base_err}, {"the quantized perplexity", out->ppl},
+        {"the quantized perplexity's error", out->ppl_err}, {"the perplexity's change", out->dppl},
+        {"its error", out->dppl_err}};
+    for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++)
+        if (!isfinite(figs[i].v))
+            return lb__fail(LB_ERR_NAN, "%s over %llu scored tokens is not finite (%g): mean NLL base %g, quant %g nats "
+                            "(a perplexity overflows past a mean NLL of 709)", figs[i].name,
+                            (unsigned long long)s->count, figs[i].v, s->base.mean, s->quant.mean);
+    return LB_OK;
 }
 
 lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_t n, const lb_eval_options *o,
@@ -145,7 +116,7 @@ lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_
     size_t chunks;
     lb_status st = lb__eval_windows(n, o, &ctx, &chunks);
     if (st != LB_OK) return st;
-    size_t vocab = lb_runner_vocab_size(quant), per_chunk = ctx - 1 - ctx / 2, pos_bytes = 8 + 2 * vocab;
+    size_t vocab = lb_runner_vocab_size(quant), per_chunk = ctx - 1 - ctx / 2, pos_bytes = (size_t)lb__kld_position_bytes(vocab);
     if (base && lb_runner_vocab_size(base) != vocab)
         return lb__fail(LB_ERR_ARG, "the models' vocabularies differ (%u and %zu tokens)", lb_runner_vocab_size(base), vocab);
     int32_t bos = o ? o->bos : -1;
@@ -159,16 +130,7 @@ lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_
     lb__mapped in = {0};
     if (load_base) {
         if ((st = lb__map_file(load_base, &in)) != LB_OK) return st;
-        uint64_t want = HEADER_BYTES + (uint64_t)chunks * per_chunk * pos_bytes;
-        if (in.size < HEADER_BYTES || memcmp(in.data, KLD_MAGIC, 8) != 0) st = lb__fail(LB_ERR_PARSE, "%s: not a lowbit base-logits file", load_base);
-        else if (get32(in.data + 8) != vocab || get32(in.data + 12) != ctx || get64(in.data + 16) != chunks)
-            st = lb__fail(LB_ERR_ARG, "%s was saved for vocab %u, ctx %u, %llu windows; this run has vocab %zu, ctx %u, %zu windows",
-                          load_base, get32(in.data + 8), get32(in.data + 12), (unsigned long long)get64(in.data + 16), vocab, ctx, chunks);
-        else if (get64(in.data + 24) != hash)
-            st = lb__fail(LB_ERR_ARG, "%s was saved for other text (its token ids differ)", load_base);
-        else if (in.size != want)
-            st = lb__fail(LB_ERR_PARSE, "%s is %zu bytes; its header says %llu", load_base, in.size, (unsigned long long)want);
-        if (st != LB_OK) {
+        if ((st = lb__kld_base_check(in.data, in.size, load_base, (uint32_t)vocab, ctx, chunks, hash)) != LB_OK) {
             lb__unmap_file(&in);
             return st;
         }
@@ -186,8 +148,8 @@ lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_
         st = lb__fail(LB_ERR_NOMEM, "out of memory");
     if (st == LB_OK && saving) {
         st = lb__out_open(save_base, &outf);
-        uint8_t h[HEADER_BYTES];
-        memcpy(h, KLD_MAGIC, 8), put32(h + 8, (uint32_t)vocab), put32(h + 12, ctx), put64(h + 16, chunks), put64(h + 24, hash);
+        uint8_t h[LB__KLD_HEADER_BYTES];
+        lb__kld_base_header(h, (uint32_t)vocab, ctx, chunks, hash);
         if (st == LB_OK) st = lb__out_write(&outf, h, sizeof h);
     }
     double t0 = lb__now();
@@ -197,16 +159,17 @@ lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_
         for (uint32_t j = ctx / 2; st == LB_OK && j + 1 < ctx; j++) {
             if (base && !log_softmax(logits_b + (size_t)j * vocab, vocab, s.lp_base))
                 st = lb__fail(LB_ERR_NAN, "window %zu, position %u: the base model's logits are not finite", c, j);
-            else if (!base)
-                st = unpack_position(in.data + HEADER_BYTES + ((uint64_t)c * per_chunk + (j - ctx / 2)) * pos_bytes,
-                                     vocab, s.lp_base, load_base);
+            else if (!base) {
+                uint64_t at = (uint64_t)c * per_chunk + (j - ctx / 2);
+                st = lb__kld_base_unpack(in.data + LB__KLD_HEADER_BYTES + at * pos_bytes, vocab, s.lp_base, load_base, at);
+            }
             if (st == LB_OK && saving) {
-                pack_position(s.lp_base, vocab, packed);
+                lb__kld_base_pack(s.lp_base, vocab, packed);
                 st = lb__out_write(&outf, packed, pos_bytes);
             }
             if (st == LB_OK && !log_softmax(logits_q + (size_t)j * vocab, vocab, s.lp_q))
                 st = lb__fail(LB_ERR_NAN, "window %zu, position %u: the quantized model's logits are not finite", c, j);
-            if (st == LB_OK) score(&s, window[j + 1]);
+            if (st == LB_OK) st = score(&s, window[j + 1], c, j);
         }
         if (o && o->progress) o->progress(o->progress_ctx, c + 1, chunks);
     }
@@ -215,7 +178,7 @@ lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_
         if (st == LB_OK) st = lb__out_commit(&outf);
         else lb__out_abort(&outf);
     }
-    if (st == LB_OK) summarize(&s, chunks, out);
+    if (st == LB_OK) st = summarize(&s, chunks, out);
     free(logits_b), free(logits_q), free(window), free(packed);
     free(s.lp_base), free(s.lp_q), free(s.klds), free(s.diffs);
     lb__unmap_file(&in);

@@ -73,14 +73,18 @@ lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_
         return lb__fail(LB_ERR_NOMEM, "out of memory for %u x %zu logits", ctx, vocab);
     }
     lb_ppl_acc acc = {0};
-    double t0 = lb__now();
+    double t0 = lb__now(), worst = -INFINITY; /* the largest NLL and where: named if the perplexity overflows */
+    size_t worst_c = 0;
+    uint32_t worst_j = 0;
     for (size_t c = 0; c < chunks && st == LB_OK; c++) {
         st = lb__eval_window(r, tokens + c * ctx, ctx, o ? o->bos : -1, window, logits);
         for (uint32_t j = ctx / 2; st == LB_OK && j + 1 < ctx; j++) {
             double nll = lb_nll(logits + (size_t)j * vocab, vocab, window[j + 1]);
             if (!isfinite(nll)) /* a NaN weight, or an overflow: no perplexity to report */
-                st = lb__fail(LB_ERR_NAN, "window %zu, position %u: the model's logits are not finite", c, j);
+                st = lb__fail(LB_ERR_NAN, "window %zu, position %u: the model's logits are not finite (NaN or "
+                              "infinity: a NaN weight, or activations that overflowed)", c, j);
             else lb_ppl_add(&acc, nll);
+            if (st == LB_OK && nll > worst) worst = nll, worst_c = c, worst_j = j;
         }
         if (o && o->progress) o->progress(o->progress_ctx, c + 1, chunks);
     }
@@ -88,6 +92,10 @@ lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_
     free(logits), free(window);
     if (st != LB_OK) return st;
     lb_ppl_get(&acc, &out->ppl, &out->ppl_err);
+    if (!isfinite(out->ppl) || !isfinite(out->ppl_err)) /* finite NLLs whose mean is past 709 nats */
+        return lb__fail(LB_ERR_NAN, "the perplexity overflows (mean NLL %g nats over %llu tokens; exp overflows past "
+                        "709): the largest NLL, %g, is at window %zu, position %u -- logits that large come from "
+                        "activations that overflowed", acc.mean, (unsigned long long)acc.count, worst, worst_c, worst_j);
     out->tokens = acc.count, out->chunks = chunks;
     out->tokens_per_s = out->seconds > 0 ? (double)(chunks * ctx) / out->seconds : 0;
     return LB_OK;

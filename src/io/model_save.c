@@ -30,6 +30,7 @@ typedef struct save_job {
     lb_rope_layout layout; /* the target's */
     float *buf, *tmp;
     size_t cap;
+    int allow_nonfinite; /* copy NaN/infinite weights instead of refusing them */
 } save_job;
 
 static int ends_with(const char *s, const char *suffix)
@@ -91,28 +92,53 @@ static void permute_rows(const float *src, float *dst, uint64_t rows, uint64_t c
             }
 }
 
+/* NaN and infinities are refused as inspect refuses them (one policy):
+ * copying them would pass a broken checkpoint on silently. */
+static lb_status refuse_nonfinite(const lb_tensor *t, const float *x, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (!isfinite(x[k]))
+            return lb__fail(LB_ERR_NAN, "tensor '%s': element %zu is %s; not copying a non-finite weight "
+                            "(convert --allow-nonfinite copies it)", t->name, k, isnan(x[k]) ? "NaN" : "infinite");
+    return LB_OK;
+}
+
+static lb_status grow(save_job *j, size_t n, const char *name)
+{
+    if (n <= j->cap) return LB_OK;
+    float *a = realloc(j->buf, n * sizeof *a), *b = a ? realloc(j->tmp, n * sizeof *b) : NULL;
+    if (a) j->buf = a;
+    if (b) j->tmp = b;
+    if (!a || !b) return lb__fail(LB_ERR_NOMEM, "out of memory for tensor '%s'", name);
+    j->cap = n;
+    return LB_OK;
+}
+
+/* Integer and bool tensors hold ids and masks, no NaN; every other type
+ * lowbit reads is checked through fp32. */
+static int may_hold_nonfinite(lb_dtype d) { return !(d >= LB_DT_I8 && d <= LB_DT_BOOL) && lb_dtype_get(d)->can_read; }
+
 static lb_status fill_tensor(void *ctx, size_t i, void *dst, uint64_t n_bytes)
 {
     save_job *j = ctx;
     const out_tensor *o = &j->t[i];
     const lb_tensor *t = o->src;
     if (t->n_elements == 0 || n_bytes == 0) return LB_OK; /* an empty tensor has no bytes */
+    size_t n = (size_t)t->n_elements;
+    int check = !j->allow_nonfinite && may_hold_nonfinite(t->dtype);
+    lb_status st = LB_OK;
     if (o->dtype == t->dtype && !o->permute_heads) {
         if (n_bytes != t->n_bytes) return lb__fail(LB_ERR_ARG, "size mismatch copying '%s'", t->name);
-        memcpy(dst, t->data, n_bytes);
+        if (check && (st = grow(j, n, t->name)) == LB_OK && (st = lb_tensor_to_f32(t, j->buf)) == LB_OK)
+            st = refuse_nonfinite(t, j->buf, n);
+        if (st == LB_OK) memcpy(dst, t->data, n_bytes);
         lb_tensor_release(t);
-        return LB_OK;
+        return st;
     }
-    size_t n = (size_t)t->n_elements;
-    if (n > j->cap) {
-        float *a = realloc(j->buf, n * sizeof *a), *b = a ? realloc(j->tmp, n * sizeof *b) : NULL;
-        if (a) j->buf = a;
-        if (b) j->tmp = b;
-        if (!a || !b) return lb__fail(LB_ERR_NOMEM, "out of memory for tensor '%s'", t->name);
-        j->cap = n;
-    }
-    lb_status st = lb_tensor_to_f32(t, j->buf);
+    if ((st = grow(j, n, t->name)) != LB_OK) return st;
+    st = lb_tensor_to_f32(t, j->buf);
     lb_tensor_release(t);
+    if (st == LB_OK && check) st = refuse_nonfinite(t, j->buf, n);
     if (st != LB_OK) return st;
     float *vals = j->buf;
     if (o->permute_heads) {
@@ -379,20 +405,26 @@ static lb_status save_hf_dir(const lb_model *m, save_job *j, const char *path)
     return st;
 }
 
-static lb_status save(const lb_model *m, const char *path, lb_dtype dtype);
+static lb_status save(const lb_model *m, const char *path, lb_dtype dtype, int allow_nonfinite);
 
-lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype)
+lb_status lb_model_save_opts(const lb_model *m, const char *path, const lb_save_options *o)
 {
-    if (!m || !path) return lb__fail(LB_ERR_ARG, "lb_model_save: NULL argument");
+    if (!m || !path || !o) return lb__fail(LB_ERR_ARG, "lb_model_save: NULL argument");
     char *p = strdup(path); /* "out/" names the directory "out" */
     if (!p) return lb__fail(LB_ERR_NOMEM, "out of memory");
     for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) p[n - 1] = '\0';
-    lb_status st = save(m, p, dtype);
+    lb_status st = save(m, p, o->dtype, o->allow_nonfinite);
     free(p);
     return st;
 }
 
-static lb_status save(const lb_model *m, const char *path, lb_dtype dtype)
+lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype)
+{
+    lb_save_options o = {.dtype = dtype};
+    return lb_model_save_opts(m, path, &o);
+}
+
+static lb_status save(const lb_model *m, const char *path, lb_dtype dtype, int allow_nonfinite)
 {
     target to = ends_with(path, ".gguf") ? TO_GGUF : ends_with(path, ".safetensors") ? TO_SAFETENSORS : TO_HF_DIR;
     if (dtype != LB_DT_COUNT) {
@@ -415,7 +447,7 @@ static lb_status save(const lb_model *m, const char *path, lb_dtype dtype)
         lb_status st = check_target_dir(path);
         if (st != LB_OK) return st;
     }
-    save_job j = {0};
+    save_job j = {.allow_nonfinite = allow_nonfinite};
     lb_status st = plan(m, to, dtype, &j);
     if (st == LB_OK) {
         if (to == TO_GGUF) st = save_gguf(m, &j, path);

@@ -25,12 +25,33 @@ lb_status lb__kv_format_check(lb_format f)
     return lb__fail(LB_ERR_FORMAT, "KV cache format %s is not supported (allowed: " ALLOWED ")", fi->name);
 }
 
+/* The midpoint between the largest finite value and the next one the
+ * format would have: round-to-nearest goes past max from there on. */
+static float sat_limit(lb_format f)
+{
+    if (f == LB_FMT_FP16) return 65520.0f;
+    if (f == LB_FMT_BF16) return 0x1.ffp127f;
+    if (f == LB_FMT_FP8_E4M3) return 464.0f;
+    if (f == LB_FMT_FP8_E5M2) return 61440.0f;
+    if (f == LB_FMT_INT8) return 127.5f;
+    if (f == LB_FMT_INT4) return 7.5f;
+    return INFINITY; /* fp32: nothing saturates */
+}
+
+static uint64_t count_beyond(const float *x, size_t n, float limit)
+{
+    uint64_t k = 0;
+    for (size_t d = 0; d < n; d++) k += fabsf(x[d]) >= limit && fabsf(x[d]) <= FLT_MAX; /* finite: inf stays inf */
+    return k;
+}
+
 lb_status lb__kv_init(lb__kvcache *c, lb_format f, size_t layers, size_t ctx, size_t kv_heads, size_t head_dim)
 {
     memset(c, 0, sizeof *c);
     lb_status st = lb__kv_format_check(f);
     if (st != LB_OK) return st;
     c->format = f;
+    c->sat_limit = sat_limit(f);
     c->layers = layers, c->ctx = ctx, c->kv_heads = kv_heads, c->head_dim = head_dim;
     c->row_bytes = lb_format_bytes(f, head_dim);
     size_t rows = layers * ctx * kv_heads;
@@ -81,9 +102,10 @@ static size_t row_index(const lb__kvcache *c, size_t layer, size_t pos, size_t h
 
 /* bf16 / fp16: round each value saturating, then put infinities back (the
  * saturating kernels clamp them to +-max). */
-static void store_plain(const lb__kvcache *c, lb__encode_fn enc, const float *x, uint8_t *dst)
+static void store_plain(lb__kvcache *c, lb__encode_fn enc, const float *x, uint8_t *dst)
 {
     const lb_format_info *f = lb_format_get(c->format);
+    c->saturated += count_beyond(x, c->head_dim, c->sat_limit);
     enc(f, LB_SATURATE, x, c->head_dim, dst);
     uint32_t inf = c->format == LB_FMT_BF16 ? 0x7F80 : 0x7C00;
     for (size_t d = 0; d < c->head_dim; d++)
@@ -96,7 +118,7 @@ static void store_plain(const lb__kvcache *c, lb__encode_fn enc, const float *x,
 
 /* Scaled formats: absmax / M, then x / scale encoded saturating, PIECE
  * values at a time. */
-static void store_scaled(const lb__kvcache *c, lb__encode_fn enc, const float *x, uint8_t *dst, float *scale)
+static void store_scaled(lb__kvcache *c, lb__encode_fn enc, const float *x, uint8_t *dst, float *scale)
 {
     const lb_format_info *f = lb_format_get(c->format);
     float amax = 0.0f;
@@ -117,6 +139,7 @@ static void store_scaled(const lb__kvcache *c, lb__encode_fn enc, const float *x
     for (size_t d0 = 0; d0 < c->head_dim; d0 += PIECE) {
         size_t len = c->head_dim - d0 < PIECE ? c->head_dim - d0 : PIECE;
         for (size_t d = 0; d < len; d++) tmp[d] = x[d0 + d] / s;
+        c->saturated += count_beyond(tmp, len, c->sat_limit);
         enc(f, LB_SATURATE, tmp, len, dst + lb_format_bytes(c->format, d0)); /* finite: cannot fail */
     }
 }
@@ -130,6 +153,7 @@ void lb__kv_store(lb__kvcache *c, size_t layer, size_t pos, size_t n, const floa
         for (int w = 0; w < 2; w++) memcpy(c->codes[w] + at, src[w], n * kv_dim * sizeof(float));
         return;
     }
+    c->values += 2 * (uint64_t)n * kv_dim;
     lb__encode_fn enc = lb__encode_kernel(lb_isa_active());
     /* the encoders round with the FPU in places: the default environment
      * makes the codes independent of the caller's rounding mode or FTZ */

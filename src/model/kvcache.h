@@ -21,6 +21,14 @@
  *                   head's codes start on a byte (odd head_dim: the last
  *                   high nibble is 0).
  *
+ * Saturations are counted (saturated, of values stored, both 0 for fp32):
+ * a finite value (after the scale) at or beyond the midpoint between the
+ * format's largest finite value and the next one it lacks -- 65520 for
+ * fp16, 0x1.ffp127 for bf16, 464 for fp8_e4m3, 61440 for fp8_e5m2, 127.5
+ * for int8, 7.5 for int4 -- is clamped to +-max instead of rounding past
+ * it. Absmax scales keep the scaled formats below that, so in practice only
+ * fp16 (and bf16 near FLT_MAX) saturate; the count says whether they did.
+ *
  * A stored value reads back as the exact value of its code times the
  * scale: one fp32 rounding (none without a scale). Storing and reading do
  * not depend on how many tokens are stored at once, so a prefill and a
@@ -43,6 +51,8 @@ typedef struct lb__kvcache {
     float *scales[2];     /* [layer][ctx][kv_heads]; NULL for fp32, bf16, fp16 */
     float max;            /* M above, 0 without a scale */
     float lut[256];       /* 8- and 4-bit formats: the exact value of each code */
+    float sat_limit;      /* magnitudes from here on saturate (see above); +inf for fp32 */
+    uint64_t saturated, values; /* since lb__kv_init: values clamped, of values stored (not fp32) */
 } lb__kvcache;
 
 /* LB_OK for the formats above; LB_ERR_FORMAT naming the allowed ones

@@ -73,6 +73,7 @@ struct lb_runner {
     lb_format act;          /* W8A8 activations, or LB_FMT_FP32 */
     int calibrating;        /* lb_runner_calibrate: fp32 activations, maxima recorded */
     lb_runner_memory mem;
+    uint64_t act_saturated, act_values; /* W8A8 inputs clipped to the code range, of those quantized */
 };
 
 /* ---- loading ---- */
@@ -388,6 +389,7 @@ lb_status lb_runner_calibrate(lb_runner *r, const int32_t *tokens, size_t n)
         for (int w = 0; w < W_COUNT; w++) r->layers[i].w[w].calib_absmax = 0.0f;
     /* windows of the context, each from an empty cache */
     lb_status st = LB_OK;
+    uint64_t kv_sat = r->kv.saturated, kv_values = r->kv.values; /* calibration runs are not measured runs */
     r->calibrating = 1;
     for (size_t at = 0; at < n && st == LB_OK; at += r->max_ctx) {
         r->pos = 0;
@@ -395,6 +397,7 @@ lb_status lb_runner_calibrate(lb_runner *r, const int32_t *tokens, size_t n)
     }
     r->calibrating = 0;
     r->pos = 0;
+    r->kv.saturated = kv_sat, r->kv.values = kv_values;
     if (st != LB_OK) return st; /* nothing recorded: the maxima of earlier calls stand */
     for (size_t i = 0; i < r->n_layers; i++)
         for (int w = 0; w < W_COUNT; w++)
@@ -420,6 +423,15 @@ void lb_runner_memory_get(const lb_runner *r, lb_runner_memory *out)
     if (!out) return;
     memset(out, 0, sizeof *out);
     if (r) *out = r->mem;
+}
+
+void lb_runner_saturation_get(const lb_runner *r, lb_runner_saturation *out)
+{
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!r) return;
+    out->kv_saturated = r->kv.saturated, out->kv_values = r->kv.values;
+    out->act_saturated = r->act_saturated, out->act_values = r->act_values;
 }
 
 uint32_t lb_runner_vocab_size(const lb_runner *r) { return r ? (uint32_t)r->vocab : 0; }
@@ -452,7 +464,17 @@ static lb_status linear_matmul(lb_runner *r, linear *lin, const float *x, size_t
             if (!isfinite(x[i])) m = -1.0f; /* the caller reports it */
         if (m < 0 || m > lin->calib_absmax) lin->calib_absmax = m;
     }
-    if (lin->has_a8 && !r->calibrating) return lb__w8a8_matmul(&lin->a8, x, n, lin->act_scale, y, r->threads);
+    if (lin->has_a8 && !r->calibrating) {
+        /* a static scale clips what calibration did not see: x / s at or
+         * beyond 127.5 (int8) or 464 (e4m3, the midpoint past 448) rounds
+         * to the largest code; per-token absmax scales never clip */
+        r->act_values += (uint64_t)n * lin->in;
+        if (lin->act_scale > 0) {
+            float s = lin->act_scale, limit = r->act == LB_FMT_INT8 ? 127.5f : 464.0f;
+            for (size_t i = 0; i < n * lin->in; i++) r->act_saturated += fabsf(x[i]) / s >= limit && isfinite(x[i]);
+        }
+        return lb__w8a8_matmul(&lin->a8, x, n, lin->act_scale, y, r->threads);
+    }
     if (lin->packed) return lb__qmat_matmul(&lin->q, x, n, y, r->threads);
     return lb__matmul(x, n, &lin->f, y, r->threads);
 }

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "plan/plan_internal.h"
 #include "util/error.h"
 
 /* A weight matrix of the model: rows x cols (output x input features),
@@ -99,6 +100,25 @@ static double peak(const lb_gpu *g, lb_compute c)
     return 0; /* not an lb_compute (lb_plan_compute refuses it first) */
 }
 
+/* Huge shapes or GPU figures can still overflow a double: every figure is
+ * finite, or the plan is refused naming the first that is not. */
+static lb_status check_finite(const lb_plan *p)
+{
+    const struct { const char *name; double v; } f[] = {
+        {"the weight bytes", p->bytes_weights}, {"the bits per weight", p->weight_bits},
+        {"the KV bytes per token", p->kv_bytes_per_token}, {"the KV bytes per sequence", p->kv_bytes_per_seq},
+        {"the GPU memory", p->mem_total}, {"the memory left for the KV cache", p->mem_for_kv},
+        {"the decode bytes at batch 1", p->decode_bytes_1}, {"the decode FLOPs at batch 1", p->decode_flops_1},
+        {"the decode tokens/s at batch 1", p->decode_tps_1}, {"the decode bytes at the batch", p->decode_bytes_b},
+        {"the decode FLOPs at the batch", p->decode_flops_b}, {"the decode tokens/s at the batch", p->decode_tps_b},
+        {"the prefill FLOPs", p->prefill_flops}, {"the prefill time", p->prefill_s}, {"the prefill tokens/s", p->prefill_tps},
+        {"the bandwidth", p->bandwidth}, {"the peak FLOPs", p->peak_flops}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!isfinite(f[i].v))
+            return lb__fail(LB_ERR_ARG, "%s is not finite (%g): the request's figures are too large to plan", f[i].name, f[i].v);
+    return LB_OK;
+}
+
 lb_status lb_plan_compute(const lb_plan_request *r, lb_plan *out)
 {
     if (!r || !out) return lb__fail(LB_ERR_ARG, "lb_plan_compute: NULL argument");
@@ -115,6 +135,8 @@ lb_status lb_plan_compute(const lb_plan_request *r, lb_plan *out)
     if (peak(g, r->compute) <= 0)
         return lb__fail(LB_ERR_ARG, "%s has no dense %s figure (no such tensor cores, or unknown)", g->display,
                         names[r->compute]);
+    lb_status st = lb__shape_check(s, s->name);
+    if (st != LB_OK) return st;
     lb_shape_params(s, &out->params);
     const lb_param_count *p = &out->params;
     double gpus = (double)r->n_gpus, ctx = (double)r->ctx;
@@ -159,7 +181,12 @@ lb_status lb_plan_compute(const lb_plan_request *r, lb_plan *out)
     out->mem_reserve = r->reserve * out->mem_total;
     out->mem_for_kv = out->mem_total - out->mem_reserve - out->bytes_weights;
     out->fits = out->mem_for_kv > 0;
-    out->max_batch = out->fits && out->kv_bytes_per_seq > 0 ? (uint64_t)floor(out->mem_for_kv / out->kv_bytes_per_seq) : 0;
+    double max_batch = out->fits && out->kv_bytes_per_seq > 0 ? floor(out->mem_for_kv / out->kv_bytes_per_seq) : 0;
+    if (!(max_batch < 0x1p64)) /* the conversion would be undefined */
+        return lb__fail(LB_ERR_ARG, "%g sequences of %llu tokens fit in %g bytes: beyond 64 bits, not a plan (the GPU "
+                        "memory or the model's KV figures are not plausible)", max_batch, (unsigned long long)r->ctx,
+                        out->mem_for_kv);
+    out->max_batch = (uint64_t)max_batch;
     out->batch = r->batch ? r->batch : out->max_batch;
 
     /* decode: bytes and FLOPs of one step */
@@ -192,5 +219,5 @@ lb_status lb_plan_compute(const lb_plan_request *r, lb_plan *out)
     out->prefill_s = fmax(out->prefill_compute_s, out->prefill_memory_s);
     out->prefill_compute_bound = out->prefill_compute_s >= out->prefill_memory_s;
     out->prefill_tps = ctx / out->prefill_s;
-    return LB_OK;
+    return check_finite(out);
 }

@@ -6,6 +6,8 @@
 
 #include "io/json.h"
 #include "io/model_internal.h"
+#include "plan/plan_internal.h"
+#include "util/checked.h"
 #include "util/error.h"
 
 /* ----- config.json ----- */
@@ -146,7 +148,7 @@ lb_status lb_shape_from_config(const char *json, size_t len, const char *what, l
     if (st != LB_OK) return st;
     st = shape_from_json(root, what, out);
     lb__json_free(root);
-    return st;
+    return st == LB_OK ? lb__shape_check(out, what) : st;
 }
 
 /* ----- checkpoints ----- */
@@ -180,7 +182,7 @@ lb_status lb_shape_from_model(const lb_model *m, lb_shape *out)
         if (out->n_experts && !out->moe_hidden_dim) out->moe_hidden_dim = out->hidden_dim;
         out->shared_hidden_dim = out->n_shared_experts ? out->moe_hidden_dim : 0;
     }
-    return LB_OK;
+    return lb__shape_check(out, a->name);
 }
 
 /* ----- presets: the config.json fields of known models ----- */
@@ -249,38 +251,119 @@ lb_status lb_shape_preset(const char *name, lb_shape *out)
 
 /* ----- parameters ----- */
 
-static uint64_t attention_params(const lb_shape *s)
+/* Checked arithmetic that remembers the first term that overflowed: the
+ * counts are written as plainly as before, and a shape whose numbers wrap
+ * is reported instead of counted. */
+typedef struct ck {
+    const char *bad; /* the first term that overflowed, or NULL */
+} ck;
+
+static uint64_t mul(ck *c, const char *term, uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    if (lb__mul_u64_checked(a, b, &r)) return r;
+    if (!c->bad) c->bad = term;
+    return UINT64_MAX;
+}
+
+static uint64_t add(ck *c, const char *term, uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    if (lb__add_u64_checked(a, b, &r)) return r;
+    if (!c->bad) c->bad = term;
+    return UINT64_MAX;
+}
+
+static uint64_t sub(ck *c, const char *term, uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    if (lb__sub_u64_checked(a, b, &r)) return r;
+    if (!c->bad) c->bad = term;
+    return 0;
+}
+
+static uint64_t mul3(ck *c, const char *term, uint64_t a, uint64_t b, uint64_t d) { return mul(c, term, mul(c, term, a, b), d); }
+
+static uint64_t attention_params(ck *c, const lb_shape *s)
 {
     uint64_t d = s->dim, h = s->n_heads;
     if (s->kv_lora_rank) { /* MLA: low-rank q and compressed kv */
-        uint64_t qk = s->qk_nope_head_dim + s->qk_rope_head_dim;
-        uint64_t q = s->q_lora_rank ? d * s->q_lora_rank + s->q_lora_rank + s->q_lora_rank * h * qk : d * h * qk;
-        uint64_t kv = d * (s->kv_lora_rank + s->qk_rope_head_dim) + s->kv_lora_rank +
-                      s->kv_lora_rank * h * (s->qk_nope_head_dim + s->v_head_dim);
-        return q + kv + h * s->v_head_dim * d;
+        const char *t = "the latent attention (hidden_size, num_attention_heads, q_lora_rank, kv_lora_rank, "
+                        "qk_nope_head_dim, qk_rope_head_dim, v_head_dim)";
+        uint64_t qk = add(c, t, s->qk_nope_head_dim, s->qk_rope_head_dim);
+        uint64_t q = s->q_lora_rank ? add(c, t, add(c, t, mul(c, t, d, s->q_lora_rank), s->q_lora_rank),
+                                          mul3(c, t, s->q_lora_rank, h, qk))
+                                    : mul3(c, t, d, h, qk);
+        uint64_t kv = add(c, t, add(c, t, mul(c, t, d, add(c, t, s->kv_lora_rank, s->qk_rope_head_dim)), s->kv_lora_rank),
+                          mul3(c, t, s->kv_lora_rank, h, add(c, t, s->qk_nope_head_dim, s->v_head_dim)));
+        return add(c, t, add(c, t, q, kv), mul3(c, t, h, s->v_head_dim, d));
     }
-    uint64_t q = h * s->head_dim, kv = s->n_kv_heads * s->head_dim;
-    uint64_t p = d * q + 2 * d * kv + q * d;
-    if (s->qkv_bias) p += q + 2 * kv;
-    if (s->o_bias) p += d;
-    if (s->qk_norm) p += 2 * s->head_dim;
+    const char *t = "the attention (hidden_size x num_attention_heads x head_dim, num_key_value_heads)";
+    uint64_t q = mul(c, t, h, s->head_dim), kv = mul(c, t, s->n_kv_heads, s->head_dim);
+    uint64_t p = add(c, t, add(c, t, mul(c, t, d, q), mul3(c, t, 2, d, kv)), mul(c, t, q, d));
+    if (s->qkv_bias) p = add(c, t, p, add(c, t, q, mul(c, t, 2, kv)));
+    if (s->o_bias) p = add(c, t, p, d);
+    if (s->qk_norm) p = add(c, t, p, mul(c, t, 2, s->head_dim));
     return p;
+}
+
+/* The counts, or the name of the first term that overflows 64 bits. */
+static const char *count_params(const lb_shape *s, lb_param_count *out)
+{
+    ck c = {NULL};
+    memset(out, 0, sizeof *out);
+    uint64_t d = s->dim;
+    const char *t_emb = "the embedding (vocab_size x hidden_size)", *t_layers = "num_hidden_layers x a layer's parameters";
+    const char *t_mlp = "the MLP (num_hidden_layers x 3 x hidden_size x intermediate_size)";
+    const char *t_moe = "the experts (num_hidden_layers x num_experts x 3 x hidden_size x moe_intermediate_size)";
+    out->embedding = mul(&c, t_emb, s->vocab_size, d);
+    out->lm_head = s->tied_embeddings ? 0 : out->embedding;
+    out->attention = mul(&c, t_layers, s->n_layers, attention_params(&c, s));
+    out->norms = add(&c, t_layers, mul3(&c, t_layers, s->n_layers, 2, d), d);
+    uint64_t moe_layers = s->n_experts ? sub(&c, "first_k_dense_replace beyond num_hidden_layers", s->n_layers, s->n_dense_layers) : 0;
+    uint64_t dense_layers = s->n_layers - moe_layers;
+    uint64_t expert = mul3(&c, t_moe, 3, d, s->moe_hidden_dim);
+    uint64_t shared = mul(&c, t_moe, s->n_shared_experts, mul3(&c, t_moe, 3, d, s->shared_hidden_dim));
+    uint64_t dense_mlp = mul(&c, t_mlp, dense_layers, mul3(&c, t_mlp, 3, d, s->hidden_dim));
+    uint64_t moe_mlp = mul(&c, t_moe, moe_layers,
+                           add(&c, t_moe, add(&c, t_moe, mul(&c, t_moe, s->n_experts, expert), shared), s->shared_expert_gate ? d : 0));
+    out->router = mul3(&c, t_moe, moe_layers, d, s->n_experts);
+    out->mlp = add(&c, t_mlp, dense_mlp, moe_mlp);
+    const char *t_total = "the total parameter count";
+    out->total = add(&c, t_total, add(&c, t_total, add(&c, t_total, out->embedding, out->lm_head), add(&c, t_total, out->attention, out->norms)),
+                     add(&c, t_total, out->mlp, out->router));
+    uint64_t idle = mul3(&c, t_moe, moe_layers, sub(&c, "num_experts_per_tok beyond num_experts", s->n_experts, s->experts_per_token), expert);
+    out->active = sub(&c, t_total, out->total, idle);
+    return c.bad;
 }
 
 void lb_shape_params(const lb_shape *s, lb_param_count *out)
 {
-    memset(out, 0, sizeof *out);
-    uint64_t d = s->dim;
-    out->embedding = s->vocab_size * d;
-    out->lm_head = s->tied_embeddings ? 0 : s->vocab_size * d;
-    out->attention = s->n_layers * attention_params(s);
-    out->norms = s->n_layers * 2 * d + d;
-    uint64_t moe_layers = s->n_experts ? s->n_layers - s->n_dense_layers : 0, dense_layers = s->n_layers - moe_layers;
-    uint64_t expert = 3 * d * s->moe_hidden_dim, shared = s->n_shared_experts * 3 * d * s->shared_hidden_dim;
-    uint64_t dense_mlp = dense_layers * 3 * d * s->hidden_dim;
-    uint64_t moe_mlp = moe_layers * (s->n_experts * expert + shared + (s->shared_expert_gate ? d : 0));
-    out->router = moe_layers * d * s->n_experts;
-    out->mlp = dense_mlp + moe_mlp;
-    out->total = out->embedding + out->lm_head + out->attention + out->norms + out->mlp + out->router;
-    out->active = out->total - moe_layers * (s->n_experts - s->experts_per_token) * expert;
+    if (count_params(s, out)) { /* no count to give: every figure saturated (lb__shape_check says why) */
+        memset(out, 0xff, sizeof *out);
+    }
+}
+
+lb_status lb__shape_check(const lb_shape *s, const char *what)
+{
+    if (!s->dim || !s->n_layers || !s->n_heads)
+        return lb__fail(LB_ERR_ARG, "%s: hidden_size, num_hidden_layers and num_attention_heads must be positive",
+                        what && what[0] ? what : "the model");
+    if (!s->head_dim && !s->kv_lora_rank)
+        return lb__fail(LB_ERR_ARG, "%s: head_dim is 0 (hidden_size %llu / num_attention_heads %llu, or as given)",
+                        what && what[0] ? what : "the model", (unsigned long long)s->dim, (unsigned long long)s->n_heads);
+    lb_param_count p;
+    const char *bad = count_params(s, &p);
+    if (!bad) return LB_OK;
+    char moe[256] = "";
+    if (s->n_experts)
+        snprintf(moe, sizeof moe, ", num_experts %llu, num_experts_per_tok %llu, moe_intermediate_size %llu",
+                 (unsigned long long)s->n_experts, (unsigned long long)s->experts_per_token,
+                 (unsigned long long)s->moe_hidden_dim);
+    return lb__fail(LB_ERR_ARG, "%s: %s overflows 64-bit arithmetic: not a model lowbit can plan (hidden_size %llu, "
+                    "num_hidden_layers %llu, num_attention_heads %llu, num_key_value_heads %llu, head_dim %llu, "
+                    "intermediate_size %llu, vocab_size %llu%s)", what && what[0] ? what : "the model", bad,
+                    (unsigned long long)s->dim, (unsigned long long)s->n_layers, (unsigned long long)s->n_heads,
+                    (unsigned long long)s->n_kv_heads, (unsigned long long)s->head_dim,
+                    (unsigned long long)s->hidden_dim, (unsigned long long)s->vocab_size, moe);
 }

@@ -286,6 +286,13 @@ static void check_nonfinite(void)
         lb__kv_row(&c, LB__KV_K, 0, 0, 0, out);
         CHECK(out[0] == 65504.0f && out[1] == -65504.0f && out[2] == 65504.0f, "fp16 saturates: %g %g %g",
               (double)out[0], (double)out[1], (double)out[2]);
+        /* all three (K and V) are at or past 65520, where rounding would go beyond 65504 */
+        CHECK(c.saturated == 6 && c.values == 6, "fp16 counts %llu saturated of %llu", (unsigned long long)c.saturated,
+              (unsigned long long)c.values);
+        float fine[3] = {65519.0f, -65504.0f, INFINITY}; /* rounds to max, max, stays infinite: none saturates */
+        lb__kv_store(&c, 0, 0, 1, fine, fine);
+        CHECK(c.saturated == 6 && c.values == 12, "fp16 counts %llu of %llu after in-range values",
+              (unsigned long long)c.saturated, (unsigned long long)c.values);
         lb__kv_free(&c);
     }
     if (lb__kv_init(&c, LB_FMT_BF16, 1, 1, 1, 3) == LB_OK) {
@@ -293,8 +300,19 @@ static void check_nonfinite(void)
         lb__kv_row(&c, LB__KV_K, 0, 0, 0, out);
         CHECK(out[1] == -0x1.fep127f && out[2] == 65536.0f, "bf16: -FLT_MAX saturates to %a, 65520 rounds to %a",
               (double)out[1], (double)out[2]);
+        CHECK(c.saturated == 2 && c.values == 6, "bf16 counts %llu saturated (FLT_MAX, K and V)",
+              (unsigned long long)c.saturated);
         lb__kv_free(&c);
     }
+    /* scaled formats: absmax / M keeps every value in range */
+    static const lb_format scaled[] = {LB_FMT_FP8_E4M3, LB_FMT_FP8_E5M2, LB_FMT_INT8, LB_FMT_INT4};
+    for (size_t i = 0; i < sizeof scaled / sizeof scaled[0]; i++)
+        if (lb__kv_init(&c, scaled[i], 1, 1, 1, 3) == LB_OK) {
+            lb__kv_store(&c, 0, 0, 1, big, big);
+            CHECK(c.saturated == 0 && c.values == 6, "%s counts %llu saturated", lb_format_get(scaled[i])->name,
+                  (unsigned long long)c.saturated);
+            lb__kv_free(&c);
+        }
 }
 
 /* Hand-computed codes: the rule, spelled out for a few vectors. */
