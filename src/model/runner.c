@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/arch_support.h"
 #include "kernel/qmat.h"
 #include "kernel/w8a8.h"
 #include "model/attention.h"
@@ -90,23 +91,32 @@ static const lb_tensor *find(const loader *l, const char *name, int required, lb
     return t;
 }
 
+/* The tensor `name`, which must exist with shape [rows, cols] (cols > 0)
+ * or exactly `rows` elements (cols == 0). */
+static const lb_tensor *find_shaped(const loader *l, const char *name, size_t rows, size_t cols, lb_status *st)
+{
+    const lb_tensor *t = find(l, name, 1, st);
+    if (!t) return NULL;
+    int shape_ok = cols ? t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols
+                        : t->n_elements == rows;
+    if (shape_ok) return t;
+    if (cols)
+        *st = lb__fail(LB_ERR_PARSE, "tensor %s: expected shape [%zu, %zu], found %d dims, %llu elements", name, rows,
+                       cols, t->n_dims, (unsigned long long)t->n_elements);
+    else
+        *st = lb__fail(LB_ERR_PARSE, "tensor %s: expected %zu elements, found %llu", name, rows,
+                       (unsigned long long)t->n_elements);
+    return NULL;
+}
+
 /* A tensor of exactly `count` elements (shape [rows, cols] when cols > 0)
  * as a fresh fp32 array. */
 static lb_status load_f32(const loader *l, const char *name, size_t rows, size_t cols, float **out)
 {
     lb_status st = LB_OK;
     *out = NULL;
-    const lb_tensor *t = find(l, name, 1, &st);
+    const lb_tensor *t = find_shaped(l, name, rows, cols, &st);
     if (!t) return st;
-    int shape_ok = cols ? t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols
-                        : t->n_elements == rows;
-    if (!shape_ok) {
-        if (cols)
-            return lb__fail(LB_ERR_PARSE, "tensor %s: expected shape [%zu, %zu], found %d dims, %llu elements", name,
-                            rows, cols, t->n_dims, (unsigned long long)t->n_elements);
-        return lb__fail(LB_ERR_PARSE, "tensor %s: expected %zu elements, found %llu", name, rows,
-                        (unsigned long long)t->n_elements);
-    }
     size_t count = rows * (cols ? cols : 1);
     float *f = malloc((count + 1) * sizeof *f); /* + 1: never a zero-byte malloc */
     if (!f) return lb__fail(LB_ERR_NOMEM, "cannot allocate fp32 copy of %s", name);
@@ -289,6 +299,18 @@ static lb_status load_rope(const loader *l, lb_runner *r)
     return st;
 }
 
+/* The context when the options ask for none: the model's, up to 4096. */
+static size_t default_ctx(const lb_arch *a)
+{
+    return a->max_seq_len && a->max_seq_len < 4096 ? a->max_seq_len : 4096;
+}
+
+lb_status lb_runner_supports(const lb_model *m, uint32_t max_ctx)
+{
+    if (!m) return lb__fail(LB_ERR_ARG, "lb_runner_supports: model is NULL");
+    return lb__model_runnable(m, max_ctx ? max_ctx : default_ctx(lb_model_arch(m)));
+}
+
 lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner **out)
 {
     if (!out) return lb__fail(LB_ERR_ARG, "lb_runner_new: out is NULL");
@@ -310,10 +332,11 @@ lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner
     r->a = *lb_model_arch(m);
     r->threads = lb__thread_count(o->threads);
     r->act = o->act;
-    lb_status st = check_arch(r, m);
+    r->max_ctx = o->max_ctx ? o->max_ctx : default_ctx(&r->a);
+    loader l = {m, o, r->threads};
+    lb_status st = lb__model_runnable(m, r->max_ctx);
+    if (st == LB_OK) st = check_arch(r, m);
     if (st == LB_OK) {
-        r->max_ctx = o->max_ctx ? o->max_ctx : r->a.max_seq_len && r->a.max_seq_len < 4096 ? r->a.max_seq_len : 4096;
-        loader l = {m, o, r->threads};
         r->layers = calloc(r->n_layers, sizeof *r->layers);
         st = lb__kv_init(&r->kv, o->kv, r->n_layers, r->max_ctx, r->n_kv_heads, r->head_dim);
         if (st == LB_OK) {
