@@ -509,7 +509,11 @@ typedef void (*lb_activation_hook)(void *ctx, const char *weight_name, const flo
 /* A Llama-family model ready to run: weights packed in their quantized
  * format or as fp32 copies (dequantized from any stored type, optionally
  * fake-quantized), a KV cache in the chosen format. Only the architectures
- * the forward pass implements run (see lb_runner_supports). */
+ * the forward pass implements run (see lb_runner_supports); every tensor
+ * it reads is checked, present and of the right shape, before anything is
+ * allocated from the metadata, so the layer count, head sizes and
+ * vocabulary are bounded by what the file holds (the context by max_ctx,
+ * or the model's up to 4096). */
 lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner **out);
 /* LB_OK if the forward pass implements the model over max_ctx positions
  * (0: lb_runner_new's default): architecture llama (tied or untied head,

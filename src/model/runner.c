@@ -235,6 +235,46 @@ static lb_status check_arch(lb_runner *r, const lb_model *m)
     return LB_OK;
 }
 
+/* Every tensor the forward pass will read, present with the shape the
+ * architecture implies, before anything is allocated from the metadata:
+ * the layer count, head sizes and vocabulary are then bounded by what the
+ * file holds (a 319 KB file saying block_count = 2000000 fails at the
+ * first missing layer, not after gigabytes of per-layer state). */
+static lb_status check_tensors(const loader *l, const lb_runner *r)
+{
+    lb_status st = LB_OK;
+    const lb_tensor *head = lb_model_find(l->m, "lm_head.weight");
+    if (!find_shaped(l, "model.embed_tokens.weight", r->vocab, r->dim, &st)) return st;
+    if (head && !r->a.tied_embeddings && !find_shaped(l, "lm_head.weight", r->vocab, r->dim, &st)) return st;
+    if (!find_shaped(l, "model.norm.weight", r->dim, 0, &st)) return st;
+    if (lb_model_find(l->m, "rope_freqs.weight") && !find_shaped(l, "rope_freqs.weight", r->head_dim / 2, 0, &st))
+        return st;
+    size_t shape[W_COUNT][2] = {{r->q_dim, r->dim},     {r->kv_dim, r->dim},    {r->kv_dim, r->dim},
+                                {r->dim, r->q_dim},     {r->hidden, r->dim},    {r->hidden, r->dim},
+                                {r->dim, r->hidden}};
+    struct { const char *suffix; size_t n; int present; } vectors[] = {
+        {"input_layernorm.weight", r->dim, 1},          {"post_attention_layernorm.weight", r->dim, 1},
+        {"self_attn.q_proj.bias", r->q_dim, r->a.qkv_bias}, {"self_attn.k_proj.bias", r->kv_dim, r->a.qkv_bias},
+        {"self_attn.v_proj.bias", r->kv_dim, r->a.qkv_bias}, {"self_attn.q_norm.weight", r->head_dim, r->a.qk_norm},
+        {"self_attn.k_norm.weight", r->head_dim, r->a.qk_norm},
+    };
+    char name[96];
+    for (size_t i = 0; i < r->n_layers; i++) {
+        for (int w = 0; w < W_COUNT; w++) {
+            snprintf(name, sizeof name, "model.layers.%zu.%s.weight", i, weight_suffix[w]);
+            if (!find_shaped(l, name, shape[w][0], shape[w][1], &st)) return st;
+        }
+        for (size_t v = 0; v < sizeof vectors / sizeof vectors[0]; v++) {
+            snprintf(name, sizeof name, "model.layers.%zu.%s", i, vectors[v].suffix);
+            /* an optional vector absent from one layer but present in
+             * another is loaded where it is: the shapes still must agree */
+            if (!vectors[v].present && !lb_model_find(l->m, name)) continue;
+            if (!find_shaped(l, name, vectors[v].n, 0, &st)) return st;
+        }
+    }
+    return LB_OK;
+}
+
 static lb_status load_layer(const loader *l, lb_runner *r, size_t i, layer *ly)
 {
     char name[96];
@@ -336,6 +376,7 @@ lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner
     loader l = {m, o, r->threads};
     lb_status st = lb__model_runnable(m, r->max_ctx);
     if (st == LB_OK) st = check_arch(r, m);
+    if (st == LB_OK) st = check_tensors(&l, r);
     if (st == LB_OK) {
         r->layers = calloc(r->n_layers, sizeof *r->layers);
         st = lb__kv_init(&r->kv, o->kv, r->n_layers, r->max_ctx, r->n_kv_heads, r->head_dim);

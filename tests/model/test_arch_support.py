@@ -13,6 +13,7 @@ adjacent rotary pairs, as llama2.c has them) or as a Hugging Face directory
 (lowbit convert), then relabelled."""
 import json
 import os
+import subprocess
 import sys
 
 import gguf
@@ -269,3 +270,46 @@ def test_config_sliding_window(hf_base, tmp_path):
 def test_config_tensors_the_forward_pass_would_not_read_are_refused(tensor, hf_base, tmp_path):
     model = hf_copy(hf_base, tmp_path / "m", extra_tensors={tensor: np.zeros(64, np.float32)})
     assert_refused(model, f"tensor '{tensor}' is not one the forward pass reads")
+
+
+# ------------------------------------------- memory bounded by the file
+
+MEASURE = """
+import json, os, subprocess, sys
+p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+err = p.stderr.read().decode()
+_, status, usage = os.wait4(p.pid, 0)
+print(json.dumps([os.waitstatus_to_exitcode(status), err, usage.ru_maxrss / 1024]))
+"""
+
+
+def run_measured(*args):
+    """Runs the CLI; returns (exit code, stderr, its peak RSS in MB). The
+    CLI is started from a small Python process: a child forked from this
+    one would start with this process's RSS (SmolLM2's bytes) as its peak."""
+    p = subprocess.run([sys.executable, "-c", MEASURE, ml.LOWBIT, *map(str, args)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+@pytest.mark.parametrize("meta,phrase", [
+    ({"block_count": 2000000}, "the model has no tensor model.layers.5."),
+    ({"block_count": 4294967295}, "the model has no tensor model.layers.5."),
+    ({"context_length": 4294967295}, None),  # the command's --ctx, not the metadata, sizes the cache
+    ({"embedding_length": 2000000000, "rope.dimension_count": 250000000}, "tensor model.embed_tokens.weight: expected shape [512, 2000000000]"),
+    ({"feed_forward_length": 2000000000}, "tensor model.layers.0.mlp.gate_proj.weight: expected shape [2000000000, 64]"),
+    ({"attention.head_count": 1 << 30, "attention.head_count_kv": 1 << 30, "attention.key_length": 8},
+     "tensor model.layers.0.self_attn.q_proj.weight: expected shape [8589934592, 64]"),
+    ({"attention.key_length": 1 << 28, "rope.dimension_count": 1 << 28},
+     "tensor model.layers.0.self_attn.q_proj.weight: expected shape [2147483648, 64]"),
+    ({"vocab_size": 4000000000}, "4000000000"),  # the tokenizer, loaded first, already cannot hold it
+])
+def test_huge_metadata_fails_fast_without_a_large_allocation(meta, phrase, tmp_path):
+    model = write_gguf(tmp_path / "huge.gguf", meta=meta)
+    assert model.stat().st_size < 1 << 20
+    code, err, rss_mb = run_measured("ppl", model, "--tokenizer", TOK, "--text", TEXT, "--ctx", 64, "--chunks", 1)
+    if phrase is None:
+        assert code == 0, err
+    else:
+        assert code == 1 and phrase in err, err
+    assert rss_mb < 200, f"peak RSS {rss_mb:.0f} MB for {meta}"
