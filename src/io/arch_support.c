@@ -53,14 +53,13 @@ static int known_class(const char *cls)
     return 0;
 }
 
-/* "llama (tied or untied head, ...), mistral (...), ..." */
-static const char *supported_list(void)
+/* "llama (tied or untied head, ...), mistral (...), ..." into buf */
+static const char *supported_list(char *buf, size_t size)
 {
-    static _Thread_local char buf[384];
     size_t at = 0;
     buf[0] = '\0';
-    for (size_t i = 0; i < COUNT(runnable) && at < sizeof buf; i++) {
-        int n = snprintf(buf + at, sizeof buf - at, "%s%s (%s)", i ? ", " : "", runnable[i].name, runnable[i].variants);
+    for (size_t i = 0; i < COUNT(runnable) && at < size; i++) {
+        int n = snprintf(buf + at, size - at, "%s%s (%s)", i ? ", " : "", runnable[i].name, runnable[i].variants);
         if (n < 0) break;
         at += (size_t)n;
     }
@@ -261,21 +260,22 @@ lb_status lb__model_runnable(const lb_model *m, size_t ctx)
 {
     const lb_arch *a = &m->arch;
     const lb__arch_notes *n = &m->notes;
+    char list[384];
     const arch_row *row = a->name[0] ? row_named(a->name) : n->described ? NULL : &unlabelled;
     if (!row) {
         if (!a->name[0])
             return lb__fail(LB_ERR_UNSUPPORTED, "the model's description names no architecture (model_type); the "
-                                                "forward pass implements %s", supported_list());
+                                                "forward pass implements %s", supported_list(list, sizeof list));
         return lb__fail(LB_ERR_UNSUPPORTED, "architecture '%s' is not one the forward pass implements: %s (inspect, "
-                        "error, convert and quantize read any architecture)", a->name, supported_list());
+                        "error, convert and quantize read any architecture)", a->name, supported_list(list, sizeof list));
     }
     if (n->hf_class[0])
         return lb__fail(LB_ERR_UNSUPPORTED, "config.json architectures names '%s', which the forward pass does not "
-                        "implement (it runs %s)", n->hf_class, supported_list());
+                        "implement (it runs %s)", n->hf_class, supported_list(list, sizeof list));
     const char *arch = row->name[0] ? row->name : "unlabelled";
     if (n->lacking[0])
         return lb__fail(LB_ERR_UNSUPPORTED, "the model asks for %s, which the forward pass does not implement "
-                        "(architecture %s; it implements %s)", n->lacking, arch, supported_list());
+                        "(architecture %s; it implements %s)", n->lacking, arch, supported_list(list, sizeof list));
     if (n->sliding_window && ctx > n->sliding_window)
         return lb__fail(LB_ERR_UNSUPPORTED, "the model uses sliding-window attention (a window of %u positions), "
                         "which the forward pass does not implement: a context of %zu positions would attend past "

@@ -102,11 +102,13 @@ def assert_refused(model, *phrases, ctx=64):
 
 
 def assert_still_read(model, tmp_path):
-    """inspect, error and convert do not run the model: any architecture is fine."""
+    """inspect, error and convert (quantizing too) do not run the model: any architecture is fine."""
     ml.run("inspect", model)
     ml.run("error", model, "--spec", "int8:channel")
     ml.run("convert", model, tmp_path / "copy.safetensors")
-    assert (tmp_path / "copy.safetensors").stat().st_size > 0
+    ml.run("convert", model, tmp_path / "q8.gguf", "--dtype", "q8_0")
+    with ml.Model(tmp_path / "q8.gguf") as q:
+        assert any(t.dtype == ml.DTYPES.index("q8_0") for t in q.tensors())
 
 
 # ------------------------------------------------------------- what runs
