@@ -199,6 +199,8 @@ void lb__arch_notes_from_config(const lb__json *cfg, lb__arch_notes *n)
         else if (strcmp(rt, "default") != 0 && strcmp(rt, "llama3") != 0)
             lacks(n, "rope scaling '%.40s' (rope_scaling; the forward pass implements llama3)", rt);
         else if (lb__json_get(rs, "mrope_section")) lacks(n, "multimodal rope (rope_scaling.mrope_section)");
+        else if (strcmp(rt, "llama3") == 0 && !lb__json_get(rs, "factor"))
+            lacks(n, "llama3 rope scaling without a factor (rope_scaling.factor)"); /* arch.c would apply none */
     }
     static const char *const fractions[] = {"partial_rotary_factor", "rotary_pct"};
     for (size_t i = 0; i < COUNT(fractions); i++)
