@@ -53,6 +53,12 @@ static int known_class(const char *cls)
     return 0;
 }
 
+const char *lb__arch_hf_class(const char *name)
+{
+    const arch_row *row = row_named(name);
+    return row ? row->hf_class : NULL;
+}
+
 /* "llama (tied or untied head, ...), mistral (...), ..." into buf */
 static const char *supported_list(char *buf, size_t size)
 {

@@ -26,6 +26,10 @@ void lb__arch_notes_from_gguf(const lb__gguf_file *f, const char *arch, lb__arch
 /* Notes from a Hugging Face config.json object. */
 void lb__arch_notes_from_config(const lb__json *cfg, lb__arch_notes *n);
 
+/* The Hugging Face class (config.json architectures[]) of an architecture
+ * the forward pass runs; NULL for any other. */
+const char *lb__arch_hf_class(const char *name);
+
 /* LB_OK if the forward pass implements the model as opened, over a
  * context of ctx positions; otherwise
  * LB_ERR_UNSUPPORTED naming the architecture or feature and what is
