@@ -276,6 +276,42 @@ def test_config_tensors_the_forward_pass_would_not_read_are_refused(tensor, hf_b
     assert_refused(model, f"tensor '{tensor}' is not one the forward pass reads")
 
 
+# ------------------------------------------------------------ the library
+
+def test_lb_runner_new_and_lb_runner_supports_refuse_through_the_api(tmp_path):
+    import ctypes
+    import test_forward_reference as tf
+    L = tf.runner_lib()
+    L.lb_runner_supports.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+    UNSUPPORTED = 7
+
+    def both(path, max_ctx):
+        m, r = ctypes.c_void_p(), ctypes.c_void_p()
+        assert L.lb_model_open(str(path).encode(), ctypes.byref(m)) == 0
+        try:
+            sup = L.lb_runner_supports(m, max_ctx)
+            sup_msg = L.lb_last_error().decode()
+            opts = tf.RunnerOptions(threads=1, max_ctx=max_ctx)
+            new = L.lb_runner_new(m, ctypes.byref(opts), ctypes.byref(r))
+            new_msg = L.lb_last_error().decode()
+            if new == 0:
+                L.lb_runner_free(r)
+            else:
+                assert not r.value and new_msg == sup_msg
+            return sup, new, new_msg
+        finally:
+            L.lb_model_close(m)
+
+    assert both(write_gguf(tmp_path / "llama.gguf"), 0)[:2] == (0, 0)
+    sup, new, msg = both(write_gguf(tmp_path / "gemma.gguf", "gemma"), 0)
+    assert sup == new == UNSUPPORTED and "architecture 'gemma'" in msg
+    window = write_gguf(tmp_path / "window.gguf", meta={"attention.sliding_window": 32})
+    assert both(window, 32)[:2] == (0, 0)
+    sup, new, msg = both(window, 0)  # the default context: the model's 512 positions
+    assert sup == new == UNSUPPORTED and "a context of 512 positions" in msg
+    assert L.lb_runner_supports(None, 0) == 1  # LB_ERR_ARG
+
+
 # ------------------------------------------- memory bounded by the file
 
 MEASURE = """
