@@ -6,7 +6,7 @@
  * would not read). Running such a model as Llama gives a plausible but
  * wrong number (SmolLM2 relabelled gemma: PPL 248 instead of 32), so it is
  * an error, never a silent approximation. Only the runner asks: inspect,
- * error, convert and quantize read any architecture. */
+ * error and convert (to quantized types too) read any architecture. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,7 +275,7 @@ lb_status lb__model_runnable(const lb_model *m, size_t ctx)
             return lb__fail(LB_ERR_UNSUPPORTED, "the model's description names no architecture (model_type); the "
                                                 "forward pass implements %s", supported_list(list, sizeof list));
         return lb__fail(LB_ERR_UNSUPPORTED, "architecture '%s' is not one the forward pass implements: %s (inspect, "
-                        "error, convert and quantize read any architecture)", a->name, supported_list(list, sizeof list));
+                        "error and convert read any architecture)", a->name, supported_list(list, sizeof list));
     }
     if (n->hf_class[0])
         return lb__fail(LB_ERR_UNSUPPORTED, "config.json architectures names '%s', which the forward pass does not "

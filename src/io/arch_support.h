@@ -1,8 +1,8 @@
 /* What the forward pass implements: the architectures it runs, with their
  * variants, and the features a model file may ask for that it does not
  * implement (arch_support.c). Opening a model only notes them; the runner
- * refuses (lb__model_runnable), while inspect, error, convert and quantize
- * read any architecture. */
+ * refuses (lb__model_runnable), while reading, converting and quantizing
+ * (lowbit inspect, error, convert) work on any architecture. */
 #ifndef LB_IO_ARCH_SUPPORT_H
 #define LB_IO_ARCH_SUPPORT_H
 
