@@ -424,6 +424,7 @@ int bench_measure_model(const opts *o, results *res)
                EXIT_OK;
     model_ctx c = {.o = o};
     lb_status st = lb_model_open(o->model, &c.m);
+    if (st == LB_OK && (st = lb_runner_supports(c.m, 0)) != LB_OK) lb_model_close(c.m); /* the input's fault: exit 1 */
     if (st != LB_OK) return cli_fail_lb("bench", o->json, EXIT_RUNTIME, st);
     c.vocab = lb_model_arch(c.m)->vocab_size;
     size_t n_ids = PROMPT_TOKENS + o->decode_tokens + o->prefill_tokens + o->kv_prefill + o->kv_decode;

@@ -121,7 +121,10 @@ int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_head, &head, &o.head);
     if (rc == EXIT_OK) rc = runner_formats(cmd, json, a, &o);
     if (rc != EXIT_OK) return rc;
-    lb_status st = lb_runner_new(e->model, &o, &e->runner);
+    /* a model the forward pass cannot run is the input's fault, not the command line's */
+    lb_status st = lb_runner_supports(e->model, o.max_ctx);
+    if (st != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+    st = lb_runner_new(e->model, &o, &e->runner);
     if (st != LB_OK) return cli_fail_lb(cmd, json, st == LB_ERR_ARG || st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
     return a->calib ? calibrate(cmd, json, a, e) : EXIT_OK;
 }

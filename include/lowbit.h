@@ -543,8 +543,22 @@ typedef void (*lb_activation_hook)(void *ctx, const char *weight_name, const flo
 
 /* A Llama-family model ready to run: weights packed in their quantized
  * format or as fp32 copies (dequantized from any stored type, optionally
- * fake-quantized), a KV cache in the chosen format. */
+ * fake-quantized), a KV cache in the chosen format. Only the architectures
+ * the forward pass implements run (see lb_runner_supports); every tensor
+ * it reads is checked, present and of the right shape, before anything is
+ * allocated from the metadata, so the layer count, head sizes and
+ * vocabulary are bounded by what the file holds (the context by max_ctx,
+ * or the model's up to 4096). */
 LB_API lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner **out);
+/* LB_OK if the forward pass implements the model over max_ctx positions
+ * (0: lb_runner_new's default): architecture llama (tied or untied head,
+ * Llama-3 rope scaling, q/k/v biases), mistral, qwen2 (q/k/v biases) or
+ * qwen3 (q/k norms), and none of what it does not compute (experts,
+ * sliding windows past max_ctx, other activations or norms, other rope
+ * scalings, partial rotary, softcaps, scaled embeddings, parallel
+ * residuals, tensors it would not read). LB_ERR_UNSUPPORTED naming the
+ * architecture or feature otherwise. lb_runner_new checks it too. */
+LB_API lb_status lb_runner_supports(const lb_model *m, uint32_t max_ctx);
 LB_API void lb_runner_free(lb_runner *r);
 LB_API void lb_runner_set_hook(lb_runner *r, lb_activation_hook hook, void *ctx);
 /* Forgets the KV cache: the next tokens start at position 0. */

@@ -44,7 +44,9 @@ static lb_status open_gguf(lb_model *m, const char *path)
         t->data = g->data;
         m->n_tensors++;
     }
-    return lb__arch_from_gguf(&m->gguf, path, &m->arch);
+    st = lb__arch_from_gguf(&m->gguf, path, &m->arch);
+    if (st == LB_OK) lb__arch_notes_from_gguf(&m->gguf, m->arch.name, &m->notes);
+    return st;
 }
 
 /* ----- safetensors, single file or Hugging Face directory ----- */
@@ -150,6 +152,7 @@ static lb_status read_config(lb_model *m, const char *config_path)
     lb__json *cfg;
     lb_status st = lb__json_read_file(config_path, 16u << 20, &cfg);
     if (st == LB_OK) st = lb__arch_from_config(cfg, config_path, &m->arch);
+    if (st == LB_OK) lb__arch_notes_from_config(cfg, &m->notes);
     lb__json_free(cfg);
     return st;
 }

@@ -2,6 +2,7 @@
 #ifndef LB_IO_MODEL_INTERNAL_H
 #define LB_IO_MODEL_INTERNAL_H
 
+#include "io/arch_support.h"
 #include "io/gguf.h"
 #include "io/json.h"
 #include "io/llama2c.h"
@@ -11,6 +12,7 @@
 struct lb_model {
     lb_model_kind kind;
     lb_arch arch;
+    lb__arch_notes notes;        /* what the forward pass would lack (arch_support.c) */
     size_t n_tensors;
     lb_tensor *tensors;
     char **owned_names;          /* names the model allocated (GGUF canonical names) */

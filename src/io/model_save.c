@@ -285,12 +285,11 @@ static lb_status save_safetensors(save_job *j, const char *path)
     return st;
 }
 
+/* config.json's architectures[] entry: arch_support.c's table */
 static const char *hf_class(const char *arch)
 {
-    if (strcmp(arch, "mistral") == 0) return "MistralForCausalLM";
-    if (strcmp(arch, "qwen2") == 0) return "Qwen2ForCausalLM";
-    if (strcmp(arch, "qwen3") == 0) return "Qwen3ForCausalLM";
-    return "LlamaForCausalLM";
+    const char *cls = lb__arch_hf_class(arch);
+    return cls ? cls : "LlamaForCausalLM";
 }
 
 /* The shortest decimal that reads back as the same fp32 value: GGUF stores
@@ -307,13 +306,9 @@ static void shortest_float(char *buf, size_t size, double v)
     }
 }
 
-/* The architectures whose config.json lowbit writes: the Llama family,
- * whose fields lb_arch holds completely. */
-static int hf_arch(const char *name)
-{
-    return strcmp(name, "llama") == 0 || strcmp(name, "mistral") == 0 || strcmp(name, "qwen2") == 0 ||
-           strcmp(name, "qwen3") == 0;
-}
+/* The architectures whose config.json lowbit writes: the ones the forward
+ * pass runs (arch_support.c's table), whose fields lb_arch holds completely. */
+static int hf_arch(const char *name) { return lb__arch_hf_class(name) != NULL; }
 
 /* torch_dtype: the floating-point type the tensors were written in. */
 static const char *torch_dtype(const save_job *j)

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/arch_support.h"
 #include "kernel/qmat.h"
 #include "kernel/w8a8.h"
 #include "model/attention.h"
@@ -91,23 +92,32 @@ static const lb_tensor *find(const loader *l, const char *name, int required, lb
     return t;
 }
 
+/* The tensor `name`, which must exist with shape [rows, cols] (cols > 0)
+ * or exactly `rows` elements (cols == 0). */
+static const lb_tensor *find_shaped(const loader *l, const char *name, size_t rows, size_t cols, lb_status *st)
+{
+    const lb_tensor *t = find(l, name, 1, st);
+    if (!t) return NULL;
+    int shape_ok = cols ? t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols
+                        : t->n_elements == rows;
+    if (shape_ok) return t;
+    if (cols)
+        *st = lb__fail(LB_ERR_PARSE, "tensor %s: expected shape [%zu, %zu], found %d dims, %llu elements", name, rows,
+                       cols, t->n_dims, (unsigned long long)t->n_elements);
+    else
+        *st = lb__fail(LB_ERR_PARSE, "tensor %s: expected %zu elements, found %llu", name, rows,
+                       (unsigned long long)t->n_elements);
+    return NULL;
+}
+
 /* A tensor of exactly `count` elements (shape [rows, cols] when cols > 0)
  * as a fresh fp32 array. */
 static lb_status load_f32(const loader *l, const char *name, size_t rows, size_t cols, float **out)
 {
     lb_status st = LB_OK;
     *out = NULL;
-    const lb_tensor *t = find(l, name, 1, &st);
+    const lb_tensor *t = find_shaped(l, name, rows, cols, &st);
     if (!t) return st;
-    int shape_ok = cols ? t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols
-                        : t->n_elements == rows;
-    if (!shape_ok) {
-        if (cols)
-            return lb__fail(LB_ERR_PARSE, "tensor %s: expected shape [%zu, %zu], found %d dims, %llu elements", name,
-                            rows, cols, t->n_dims, (unsigned long long)t->n_elements);
-        return lb__fail(LB_ERR_PARSE, "tensor %s: expected %zu elements, found %llu", name, rows,
-                        (unsigned long long)t->n_elements);
-    }
     size_t count = rows * (cols ? cols : 1);
     float *f = malloc((count + 1) * sizeof *f); /* + 1: never a zero-byte malloc */
     if (!f) return lb__fail(LB_ERR_NOMEM, "cannot allocate fp32 copy of %s", name);
@@ -226,6 +236,46 @@ static lb_status check_arch(lb_runner *r, const lb_model *m)
     return LB_OK;
 }
 
+/* Every tensor the forward pass will read, present with the shape the
+ * architecture implies, before anything is allocated from the metadata:
+ * the layer count, head sizes and vocabulary are then bounded by what the
+ * file holds (a 319 KB file saying block_count = 2000000 fails at the
+ * first missing layer, not after gigabytes of per-layer state). */
+static lb_status check_tensors(const loader *l, const lb_runner *r)
+{
+    lb_status st = LB_OK;
+    const lb_tensor *head = lb_model_find(l->m, "lm_head.weight");
+    if (!find_shaped(l, "model.embed_tokens.weight", r->vocab, r->dim, &st)) return st;
+    if (head && !r->a.tied_embeddings && !find_shaped(l, "lm_head.weight", r->vocab, r->dim, &st)) return st;
+    if (!find_shaped(l, "model.norm.weight", r->dim, 0, &st)) return st;
+    if (lb_model_find(l->m, "rope_freqs.weight") && !find_shaped(l, "rope_freqs.weight", r->head_dim / 2, 0, &st))
+        return st;
+    size_t shape[W_COUNT][2] = {{r->q_dim, r->dim},     {r->kv_dim, r->dim},    {r->kv_dim, r->dim},
+                                {r->dim, r->q_dim},     {r->hidden, r->dim},    {r->hidden, r->dim},
+                                {r->dim, r->hidden}};
+    struct { const char *suffix; size_t n; int present; } vectors[] = {
+        {"input_layernorm.weight", r->dim, 1},          {"post_attention_layernorm.weight", r->dim, 1},
+        {"self_attn.q_proj.bias", r->q_dim, r->a.qkv_bias}, {"self_attn.k_proj.bias", r->kv_dim, r->a.qkv_bias},
+        {"self_attn.v_proj.bias", r->kv_dim, r->a.qkv_bias}, {"self_attn.q_norm.weight", r->head_dim, r->a.qk_norm},
+        {"self_attn.k_norm.weight", r->head_dim, r->a.qk_norm},
+    };
+    char name[96];
+    for (size_t i = 0; i < r->n_layers; i++) {
+        for (int w = 0; w < W_COUNT; w++) {
+            snprintf(name, sizeof name, "model.layers.%zu.%s.weight", i, weight_suffix[w]);
+            if (!find_shaped(l, name, shape[w][0], shape[w][1], &st)) return st;
+        }
+        for (size_t v = 0; v < sizeof vectors / sizeof vectors[0]; v++) {
+            snprintf(name, sizeof name, "model.layers.%zu.%s", i, vectors[v].suffix);
+            /* an optional vector absent from one layer but present in
+             * another is loaded where it is: the shapes still must agree */
+            if (!vectors[v].present && !lb_model_find(l->m, name)) continue;
+            if (!find_shaped(l, name, vectors[v].n, 0, &st)) return st;
+        }
+    }
+    return LB_OK;
+}
+
 static lb_status load_layer(const loader *l, lb_runner *r, size_t i, layer *ly)
 {
     char name[96];
@@ -290,6 +340,18 @@ static lb_status load_rope(const loader *l, lb_runner *r)
     return st;
 }
 
+/* The context when the options ask for none: the model's, up to 4096. */
+static size_t default_ctx(const lb_arch *a)
+{
+    return a->max_seq_len && a->max_seq_len < 4096 ? a->max_seq_len : 4096;
+}
+
+lb_status lb_runner_supports(const lb_model *m, uint32_t max_ctx)
+{
+    if (!m) return lb__fail(LB_ERR_ARG, "lb_runner_supports: model is NULL");
+    return lb__model_runnable(m, max_ctx ? max_ctx : default_ctx(lb_model_arch(m)));
+}
+
 lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner **out)
 {
     if (!out) return lb__fail(LB_ERR_ARG, "lb_runner_new: out is NULL");
@@ -311,10 +373,12 @@ lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner
     r->a = *lb_model_arch(m);
     r->threads = lb__thread_count(o->threads);
     r->act = o->act;
-    lb_status st = check_arch(r, m);
+    r->max_ctx = o->max_ctx ? o->max_ctx : default_ctx(&r->a);
+    loader l = {m, o, r->threads};
+    lb_status st = lb__model_runnable(m, r->max_ctx);
+    if (st == LB_OK) st = check_arch(r, m);
+    if (st == LB_OK) st = check_tensors(&l, r);
     if (st == LB_OK) {
-        r->max_ctx = o->max_ctx ? o->max_ctx : r->a.max_seq_len && r->a.max_seq_len < 4096 ? r->a.max_seq_len : 4096;
-        loader l = {m, o, r->threads};
         r->layers = calloc(r->n_layers, sizeof *r->layers);
         st = lb__kv_init(&r->kv, o->kv, r->n_layers, r->max_ctx, r->n_kv_heads, r->head_dim);
         if (st == LB_OK) {
