@@ -3,6 +3,7 @@
 #ifndef LOWBIT_CLI_H
 #define LOWBIT_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "lowbit.h"
@@ -61,7 +62,24 @@ void cli_format_float(char *buf, size_t size, float v);
 /* An error magnitude to 6 significant digits; "nan" without a sign. */
 void cli_format_error(char *buf, size_t size, double v);
 
-/* Writes a JSON string literal, escaped. */
+/* Text output of names and strings that come from files (cli_escape.c):
+ * control characters (C0, DEL, C1, bidirectional overrides) become \xNN
+ * or \uNNNN, bytes that are not UTF-8 \xNN; printable UTF-8 stays.
+ * cli_escape writes into buf (cut with "..." when it does not fit) and
+ * returns it, for printf widths; cli_escape_keep leaves the ASCII controls
+ * in keep (such as "\n") as they are; cli_put_escaped writes any length. */
+const char *cli_escape(char *buf, size_t size, const char *s);
+const char *cli_escape_keep(char *buf, size_t size, const char *s, const char *keep);
+void cli_put_escaped(FILE *out, const char *s);
+/* The length of the UTF-8 sequence at p with its code point in *cp, or 0
+ * when p does not start a valid one (overlong, surrogate, truncated). */
+size_t cli_utf8_next(const unsigned char *p, uint32_t *cp);
+/* Whether a code point is one of the controls cli_escape escapes. */
+int cli_is_control(uint32_t c);
+
+/* Writes a JSON string literal, escaped: controls as \uNNNN (so valid
+ * UTF-8 reads back exactly); a byte that is not UTF-8, which JSON cannot
+ * hold, as the six characters \\xNN (the text "\xNN", as text output shows it). */
 void json_string(FILE *out, const char *s);
 /* Writes a JSON number, or the string "nan"/"inf"/"-inf" (JSON has none). */
 void json_number(FILE *out, double v);

@@ -72,14 +72,15 @@ static lb_status measure(const lb_tensor *t, const float *x, float *xhat, const 
 static void print_text(const lb_model *m, const char *path, char (*names)[256], size_t n_specs, const tensor_row *rows,
                        size_t n_rows, const spec_total *tot, uint64_t weights, uint64_t other_bytes)
 {
-    printf("model: %s (%s), %zu weight tensors, %llu weights; other tensors kept as stored: %llu bytes\n\n", path,
+    char safe[4096];
+    printf("model: %s (%s), %zu weight tensors, %llu weights; other tensors kept as stored: %llu bytes\n\n", cli_escape(safe, sizeof safe, path),
            cli_model_kind_name(lb_model_get_kind(m)), n_rows, (unsigned long long)weights,
            (unsigned long long)other_bytes);
     printf("%-44s", "SQNR dB / MSE");
     for (size_t s = 0; s < n_specs; s++) printf(" %22.22s", names[s]);
     printf("\n");
     for (size_t r = 0; r < n_rows; r++) {
-        printf("%-44.44s", lb_model_tensor(m, rows[r].index)->name);
+        printf("%-44.44s", cli_escape(safe, 45, lb_model_tensor(m, rows[r].index)->name));
         for (size_t s = 0; s < n_specs; s++) {
             char cell[64];
             snprintf(cell, sizeof cell, "%.2f / %.3g", rows[r].sqnr[s], rows[r].mse[s]);
@@ -95,7 +96,7 @@ static void print_text(const lb_model *m, const char *path, char (*names)[256], 
         printf("%-24s %12.3f %12.2f %12.2f %12.2f  ", names[s], weights ? tot[s].bits / (double)weights : 0,
                (tot[s].bits / 8 + (double)other_bytes) / 1e6, db(tot[s].signal, tot[s].noise), mean);
         for (int k = 0; k < tot[s].n_worst; k++)
-            printf("%s%s (%.2f)", k ? ", " : "", lb_model_tensor(m, rows[tot[s].worst[k]].index)->name,
+            printf("%s%s (%.2f)", k ? ", " : "", cli_escape(safe, sizeof safe, lb_model_tensor(m, rows[tot[s].worst[k]].index)->name),
                    rows[tot[s].worst[k]].sqnr[s]);
         printf("\n");
     }

@@ -19,9 +19,10 @@ static const char usage[] =
 static void print_arch(const char *path, const lb_model *m, uint64_t params, uint64_t bytes)
 {
     const lb_arch *a = lb_model_arch(m);
-    printf("model: %s (%s)\n", path, cli_model_kind_name(lb_model_get_kind(m)));
+    char safe_path[4096], safe_name[256];
+    printf("model: %s (%s)\n", cli_escape(safe_path, sizeof safe_path, path), cli_model_kind_name(lb_model_get_kind(m)));
     printf("architecture: %s, %u layers, dim %u, hidden %u, heads %u/%u kv (head_dim %u), vocab %u",
-           a->name[0] ? a->name : "unknown", a->n_layers, a->dim, a->hidden_dim, a->n_heads, a->n_kv_heads,
+           a->name[0] ? cli_escape(safe_name, sizeof safe_name, a->name) : "unknown", a->n_layers, a->dim, a->hidden_dim, a->n_heads, a->n_kv_heads,
            a->head_dim, a->vocab_size);
     if (a->max_seq_len) printf(", context %u", a->max_seq_len);
     printf("\n  rope theta %g (%s pairs), rms eps %g%s%s%s\n", a->rope_theta,
@@ -110,7 +111,8 @@ static int run(int argc, char **argv)
             json_field(stdout, "outlier_ratio", s->outlier_ratio);
             printf(", \"beyond_6std\": %llu}", (unsigned long long)s->beyond_6std);
         } else {
-            printf("%-48s %-7s %-14s %11llu %9.4g %9.4g %9.4g %8.3g %7llu\n", t->name, dt, shape,
+            char name[1024]; /* escaped: a name from the file may hold terminal escapes */
+            printf("%-48s %-7s %-14s %11llu %9.4g %9.4g %9.4g %8.3g %7llu\n", cli_escape(name, sizeof name, t->name), dt, shape,
                    (unsigned long long)t->n_bytes, s->absmax, s->std, s->kurtosis, s->outlier_ratio,
                    (unsigned long long)s->beyond_6std);
         }
