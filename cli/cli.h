@@ -49,6 +49,11 @@ int cli_is_plain_float(const lb_qspec *spec);
  * a failure and returns its exit code (EXIT_RUNTIME), else EXIT_OK. */
 int cli_read_file(const char *cmd, int json, const char *path, size_t max_bytes, char **text, size_t *len);
 
+/* --threads VALUE, one rule for every command: 0 = one per CPU, N = N
+ * threads, both at most LB_MAX_THREADS (lowbit.h); anything else is a
+ * usage error naming that range. Returns EXIT_OK or, reported, EXIT_USAGE. */
+int cli_parse_threads(const char *cmd, int json, const char *value, int *threads);
+
 /* True if arg is --help or -h. */
 int cli_is_help(const char *arg);
 

@@ -31,11 +31,15 @@ int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cl
             return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--calib-tokens takes 1..1048576, not '%s'", v), -1;
         a->calib_tokens = (size_t)t;
     } else if (threads) {
-        char *end;
-        long t = strtol(v, &end, 10);
-        if (*end || t < 1 || t > 64) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--threads takes 1..64, not '%s'", v), -1;
-        a->threads = (int)t;
+        if (cli_parse_threads(cmd, json, v, &a->threads) != EXIT_OK) return -1;
     } else {
+        int is_spec = slot == &a->spec || slot == &a->spec_attn || slot == &a->spec_mlp || slot == &a->spec_embed ||
+                      slot == &a->spec_head;
+        if (is_spec && strchr(v, ',')) /* a list: lb_qspec_parse would only say "unknown part" */
+            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument",
+                            strcmp(cmd, "compare") == 0 ? "%s takes one spec ('%s' is several): the rows come from --spec"
+                                                        : "%s takes one spec ('%s' is several); use compare for several",
+                            o, v), -1;
         *slot = v;
     }
     *i += 1;

@@ -61,7 +61,8 @@ int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, u
     "token (W8A8: needs int8 or fp8_e4m3 weights, channel or tensor scale); --calib FILE\n"            \
     "[--calib-tokens N] fixes static activation scales from that text instead. --kv FORMAT\n"          \
     "stores the KV cache as fp32 (default), bf16, fp16, fp8_e4m3, fp8_e5m2, int8 or int4\n"            \
-    "(the last four with a scale per token and head).\n"
+    "(the last four with a scale per token and head). --threads N: N threads (0, the\n"            \
+    "default: one per CPU; at most 64).\n"
 
 /* How the runner was asked to run, beyond --spec: JSON fields (leading
  * comma: "fake", "act", "kv", "calib") with json, else a short text such as

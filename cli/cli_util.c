@@ -99,6 +99,18 @@ int cli_read_file(const char *cmd, int json, const char *path, size_t max_bytes,
     return cli_fail(cmd, json, EXIT_RUNTIME, "io", "'%s' is longer than %zu bytes", path, max_bytes);
 }
 
+int cli_parse_threads(const char *cmd, int json, const char *value, int *threads)
+{
+    char *end = NULL;
+    errno = 0;
+    long t = value && value[0] >= '0' && value[0] <= '9' ? strtol(value, &end, 10) : -1;
+    if (t < 0 || *end || errno || t > LB_MAX_THREADS)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--threads takes 0..%d (0: one per CPU), not '%s'",
+                        LB_MAX_THREADS, value ? value : "");
+    *threads = (int)t;
+    return EXIT_OK;
+}
+
 int cli_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
 
 /* Shortest "%.Ng" that reads back exactly; plain notation is preferred

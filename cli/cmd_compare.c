@@ -12,8 +12,9 @@
 #define COMPARE_MAX_SPECS 16
 
 static const char usage[] =
-    "usage: lowbit compare MODEL --text FILE --spec SPEC[,SPEC...] [--ctx 512] [--chunks N]\n"
-    "                     [--tokenizer FILE] [--threads N] [--json]\n\n"
+    "usage: lowbit compare MODEL --text FILE --spec SPEC[,SPEC...] [--spec-embed SPEC] [--spec-head SPEC]\n"
+    "                     [--ctx 512] [--chunks N] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
+    "                     [--kv FORMAT] [--tokenizer FILE] [--threads N] [--json]\n\n"
     "For each spec, applied to the attention and MLP projections (fake-quantized:\n"
     "quantized, then run dequantized): bits per weight of those matrices with their\n"
     "scales, the model's size with every other tensor as stored, the SQNR of the\n"
@@ -84,6 +85,9 @@ static int run(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         int r;
         if (strcmp(argv[i], "--spec") == 0 && i + 1 < argc) spec_text = argv[++i];
+        else if (strcmp(argv[i], "--spec-attn") == 0 || strcmp(argv[i], "--spec-mlp") == 0)
+            return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "unknown option '%s' for compare: each row's "
+                            "--spec applies to the attention and the MLP projections", argv[i]);
         else if ((r = cli_eval_option("compare", json, argc, argv, &i, &ea)) || (r = cli_parse_window("compare", json, argc, argv, &i, &ctx, &chunks))) {
             if (r < 0) return EXIT_USAGE;
         } else if (strcmp(argv[i], "--json") == 0) json = 1;
@@ -128,7 +132,7 @@ static int run(int argc, char **argv)
         cli_eval_args qa = ea;
         qa.spec = names[s];
         cli_eval_model q = {.model = base.model, .tok = base.tok};
-        st = weight_costs(base.model, &specs[s], ea.threads ? ea.threads : 2, &costs[s]);
+        st = weight_costs(base.model, &specs[s], ea.threads, &costs[s]);
         if (st != LB_OK) break;
         if ((rc = cli_eval_runner("compare", json, &qa, &q)) != EXIT_OK) break;
         st = lb_kld(s == 0 ? base.runner : NULL, q.runner, ids, n, &o, s == 0 ? saved : NULL, s == 0 ? NULL : saved, &klds[s]);

@@ -4,7 +4,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli_model.h"
 
@@ -144,11 +143,7 @@ static int run(int argc, char **argv)
         if (strcmp(a, "--json") == 0) json = 1;
         else if (strcmp(a, "--spec") == 0 && i + 1 < argc) spec_text = argv[++i];
         else if (strcmp(a, "--threads") == 0 && i + 1 < argc) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > 64)
-                return cli_fail("error", json, EXIT_USAGE, "bad_argument", "--threads takes 1..64, not '%s'", argv[i]);
-            threads = (int)v;
+            if (cli_parse_threads("error", json, argv[++i], &threads) != EXIT_OK) return EXIT_USAGE;
         } else if (a[0] == '-' && a[1]) return cli_fail("error", json, EXIT_USAGE, "bad_argument",
                                                         "unknown option or missing value: '%s'", a);
         else if (path) return cli_fail("error", json, EXIT_USAGE, "bad_argument", "more than one MODEL");
@@ -161,10 +156,6 @@ static int run(int argc, char **argv)
     size_t n_specs;
     int rc = cli_parse_specs("error", json, spec_text, specs, names, ERROR_MAX_SPECS, &n_specs, 0);
     if (rc != EXIT_OK) return rc;
-    if (!threads) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = c < 1 ? 1 : c > 64 ? 64 : (int)c;
-    }
     lb_model *m;
     lb_status st = lb_model_open(path, &m);
     if (st != LB_OK) return cli_fail_lb("error", json, EXIT_RUNTIME, st);

@@ -7,7 +7,8 @@
 
 static const char usage[] =
     "usage: lowbit kld BASE [QUANT] --text FILE [--spec SPEC] [--spec-attn|--spec-mlp|--spec-embed|--spec-head SPEC]\n"
-    "                 [--save-base FILE | --base FILE] [--fake] [--act int8|fp8_e4m3 [--calib FILE]] [--kv FORMAT]\n"
+    "                 [--save-base FILE | --base FILE] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
+    "                 [--kv FORMAT]\n"
     "                 [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--json]\n\n"
     "KL divergence KL(base || quant) of the next-token distributions, per scored\n"
     "token of lowbit ppl's windows: mean +- standard error, median, p99, max; the\n"

@@ -8,7 +8,8 @@
 static const char usage[] =
     "usage: lowbit ppl MODEL --text FILE [--ctx 512] [--chunks N] [--spec SPEC] [--spec-attn SPEC]\n"
     "                 [--spec-mlp SPEC] [--spec-embed SPEC] [--spec-head SPEC] [--tokenizer FILE]\n"
-    "                 [--fake] [--act int8|fp8_e4m3 [--calib FILE]] [--kv FORMAT] [--threads N] [--json]\n\n"
+    "                 [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]] [--kv FORMAT]\n"
+    "                 [--threads N] [--json]\n\n"
     "Perplexity as llama.cpp's perplexity tool measures it: the text is tokenized\n"
     "(BOS first), cut into non-overlapping windows of --ctx tokens whose first token\n"
     "is BOS (when the model adds BOS), each run from an empty cache; only the\n"

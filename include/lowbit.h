@@ -139,6 +139,12 @@ size_t lb_format_bytes(lb_format f, size_t n);
 
 /* ===== Casts ===== */
 
+/* Every `threads` argument: 0 (or less) means one per online CPU, N >= 1
+ * means N; both are capped here (more buys nothing for these
+ * bandwidth-bound loops and keeps the work table on the stack). The CLI's
+ * --threads takes 0..LB_MAX_THREADS. */
+#define LB_MAX_THREADS 64
+
 
 /* Encodes one value, rounded once from binary64. Unsigned formats
  * (e8m0, ue4m3, uint*) take negative inputs as overflow below their range:
