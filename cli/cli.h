@@ -54,6 +54,20 @@ int cli_read_file(const char *cmd, int json, const char *path, size_t max_bytes,
  * usage error naming that range. Returns EXIT_OK or, reported, EXIT_USAGE. */
 int cli_parse_threads(const char *cmd, int json, const char *value, int *threads);
 
+/* Progress on stderr (cli_progress.c): a bar on a terminal; otherwise a
+ * line for the first step, at most one every 2 s, and the last, each with
+ * elapsed time, an ETA and note (may be NULL), as "lowbit CMD: WHAT
+ * DONE/TOTAL, ...". done == 0 starts a run (and prints nothing). Off with
+ * --quiet (cli_progress_set_quiet) or LOWBIT_QUIET set to anything but 0. */
+void cli_progress(const char *cmd, const char *what, size_t done, size_t total, const char *note);
+void cli_progress_set_quiet(int quiet);
+int cli_progress_quiet(void);
+/* An lb_progress_fn for library calls: ctx is a cli_progress_ctx. */
+typedef struct cli_progress_ctx {
+    const char *cmd, *what;
+} cli_progress_ctx;
+void cli_progress_fn(void *ctx, size_t done, size_t total);
+
 /* True if arg is --help or -h. */
 int cli_is_help(const char *arg);
 

@@ -14,7 +14,7 @@
 static const char usage[] =
     "usage: lowbit compare MODEL --text FILE --spec SPEC[,SPEC...] [--spec-embed SPEC] [--spec-head SPEC]\n"
     "                     [--ctx 512] [--chunks N] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
-    "                     [--kv FORMAT] [--tokenizer FILE] [--threads N] [--json]\n\n"
+    "                     [--kv FORMAT] [--tokenizer FILE] [--threads N] [--json] [--quiet]\n\n"
     "For each spec, applied to the attention and MLP projections (fake-quantized:\n"
     "quantized, then run dequantized): bits per weight of those matrices with their\n"
     "scales, the model's size with every other tensor as stored, the SQNR of the\n"
@@ -114,8 +114,9 @@ static int run(int argc, char **argv)
     base_args.kv = base_args.act = base_args.calib = NULL;
     base_args.fake = 0, base_args.calib_tokens = 0;
     if (rc == EXIT_OK) rc = cli_eval_runner("compare", json, &base_args, &base);
+    cli_progress_ctx progress = {"compare", "window"};
     lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(base.tok) ? lb_tokenizer_bos(base.tok) : -1,
-                         .progress = cli_eval_progress, .progress_ctx = "compare"};
+                         .progress = cli_progress_fn, .progress_ctx = &progress};
     /* the base model's distributions, computed once for every spec: in
      * TMPDIR, (8 + 2 vocab) bytes per scored token, removed at the end */
     char saved[512] = "";

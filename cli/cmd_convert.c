@@ -26,7 +26,7 @@ static const char *unknown_extension(const char *out)
 }
 
 static const char usage[] =
-    "usage: lowbit convert IN OUT [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4] [--json]\n\n"
+    "usage: lowbit convert IN OUT [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4] [--json] [--quiet]\n\n"
     "IN is any model lowbit reads (see 'lowbit help inspect'). OUT is chosen by\n"
     "its name: NAME.gguf writes GGUF, NAME.safetensors one safetensors file, and\n"
     "a name without an extension (or ending in '/') a Hugging Face directory\n"
@@ -47,6 +47,7 @@ static int run(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0) json = 1;
+        else if (strcmp(a, "--quiet") == 0) cli_progress_set_quiet(1);
         else if (strcmp(a, "--dtype") == 0 && i + 1 < argc) dtype_name = argv[++i];
         else if (a[0] == '-' && a[1]) return cli_fail("convert", json, EXIT_USAGE, "bad_argument",
                                                       "unknown option or missing value: '%s'", a);
@@ -68,7 +69,8 @@ static int run(int argc, char **argv)
     lb_model *m;
     lb_status st = lb_model_open(in, &m);
     if (st != LB_OK) return cli_fail_lb("convert", json, EXIT_RUNTIME, st);
-    st = lb_model_save(m, out, dtype);
+    cli_progress_ctx progress = {"convert", "tensor"};
+    st = lb_model_save_progress(m, out, dtype, cli_progress_fn, &progress);
     size_t n = lb_model_tensor_count(m);
     lb_model_close(m);
     if (st != LB_OK) return cli_fail_lb("convert", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);

@@ -11,7 +11,7 @@
 #define WORST 3
 
 static const char usage[] =
-    "usage: lowbit error MODEL --spec SPEC[,SPEC...] [--threads N] [--json]\n\n"
+    "usage: lowbit error MODEL --spec SPEC[,SPEC...] [--threads N] [--json] [--quiet]\n\n"
     "Quantizes every weight matrix (2-D projections, embeddings, output head; not\n"
     "norms or biases) with each spec, in memory, and reports per tensor the SQNR\n"
     "(dB) and MSE against the tensor as stored (a quantized GGUF tensor is first\n"
@@ -141,6 +141,7 @@ static int run(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0) json = 1;
+        else if (strcmp(a, "--quiet") == 0) cli_progress_set_quiet(1);
         else if (strcmp(a, "--spec") == 0 && i + 1 < argc) spec_text = argv[++i];
         else if (strcmp(a, "--threads") == 0 && i + 1 < argc) {
             if (cli_parse_threads("error", json, argv[++i], &threads) != EXIT_OK) return EXIT_USAGE;
@@ -178,7 +179,7 @@ static int run(int argc, char **argv)
     for (size_t i = 0; st == LB_OK && i < n; i++) {
         const lb_tensor *t = lb_model_tensor(m, i);
         if (!lb_tensor_is_weight(t)) continue;
-        cli_progress("error", done, n_rows);
+        cli_progress("error", "tensor", done, n_rows, NULL);
         size_t old_cap = cap;
         st = cli_tensor_f32(t, &x, &cap);
         if (st == LB_OK && (cap > old_cap || !xhat)) {
@@ -199,7 +200,7 @@ static int run(int argc, char **argv)
         for (size_t s = 0; s < n_specs; s++) note_worst(&tot[s], rows, done, (int)s);
         done++;
     }
-    cli_progress("error", n_rows, n_rows);
+    cli_progress("error", "tensor", n_rows, n_rows, NULL);
     free(x), free(xhat);
     if (json) print_json(path, m, names, n_specs, rows, n_rows, tot, weights, other_bytes);
     else print_text(m, path, names, n_specs, rows, n_rows, tot, weights, other_bytes);

@@ -11,7 +11,7 @@ static const char usage[] =
     "usage: lowbit generate MODEL -p|--prompt PROMPT [-n 128] [--temp 0] [--seed 1] [--spec SPEC]\n"
     "                      [--spec-attn SPEC] [--spec-mlp SPEC] [--spec-embed SPEC] [--spec-head SPEC]\n"
     "                      [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]] [--kv FORMAT]\n"
-    "                      [--tokenizer FILE] [--threads N]\n\n"
+    "                      [--tokenizer FILE] [--threads N] [--quiet]\n\n"
     "Prints PROMPT's continuation as it is generated: greedy at --temp 0 (the\n"
     "default), otherwise sampled from softmax(logits / temp) with a seeded\n"
     "generator, so a seed repeats its text. Stops after -n tokens or at the\n"

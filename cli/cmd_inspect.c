@@ -7,7 +7,7 @@
 #include "cli_model.h"
 
 static const char usage[] =
-    "usage: lowbit inspect MODEL [--json]\n\n"
+    "usage: lowbit inspect MODEL [--json] [--quiet]\n\n"
     "MODEL is a .gguf, .safetensors or llama2.c .bin file, or a Hugging Face model\n"
     "directory (config.json + model.safetensors or sharded model-*.safetensors).\n"
     "Prints the architecture, parameter count and bytes, and per tensor: canonical\n"
@@ -39,6 +39,7 @@ static int run(int argc, char **argv)
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (strcmp(argv[i], "--quiet") == 0) cli_progress_set_quiet(1);
         else if (argv[i][0] == '-' && argv[i][1]) return cli_fail("inspect", json, EXIT_USAGE, "bad_argument",
                                                                    "unknown option '%s'", argv[i]);
         else if (path) return cli_fail("inspect", json, EXIT_USAGE, "bad_argument", "more than one MODEL");
@@ -63,7 +64,7 @@ static int run(int argc, char **argv)
         const lb_tensor *t = lb_model_tensor(m, i);
         uint64_t rows, cols;
         cli_tensor_matrix(t, &rows, &cols);
-        cli_progress("inspect", i, n);
+        cli_progress("inspect", "tensor", i, n, NULL);
         if (t->n_elements == 0) continue;
         st = cli_tensor_f32(t, &buf, &cap);
         if (st == LB_OK) st = lb_tensor_stats_compute(buf, rows, cols, &stats[i]);
@@ -76,7 +77,7 @@ static int run(int argc, char **argv)
         }
         lb_tensor_release(t);
     }
-    cli_progress("inspect", n, n);
+    cli_progress("inspect", "tensor", n, n, NULL);
     free(buf);
     if (json) {
         printf("{\"model\": ");

@@ -145,6 +145,11 @@ size_t lb_format_bytes(lb_format f, size_t n);
  * --threads takes 0..LB_MAX_THREADS. */
 #define LB_MAX_THREADS 64
 
+/* Progress of a long call (lb_runner_new's layers, lb_perplexity's and
+ * lb_kld's windows, lb_model_save_progress's tensors): done of total
+ * steps, done == total last. Called on the calling thread. */
+typedef void (*lb_progress_fn)(void *ctx, size_t done, size_t total);
+
 
 /* Encodes one value, rounded once from binary64. Unsigned formats
  * (e8m0, ue4m3, uint*) take negative inputs as overflow below their range:
@@ -440,6 +445,9 @@ int lb_tensor_is_weight(const lb_tensor *t);
  * to overwrite a file the model is read from. Written to temporary names
  * and renamed into place: on failure nothing is left behind. */
 lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype);
+/* The same, calling progress (if not NULL) after each tensor is written. */
+lb_status lb_model_save_progress(const lb_model *m, const char *path, lb_dtype dtype, lb_progress_fn progress,
+                                 void *progress_ctx);
 
 /* Canonical (Hugging Face) name of a GGUF tensor name, into buf; returns 0
  * if the name has no mapping (buf then holds the name unchanged). And the
@@ -505,6 +513,8 @@ typedef struct lb_runner_options {
      * LB_FMT_FP8_E4M3, LB_FMT_FP8_E5M2, LB_FMT_INT8 or LB_FMT_INT4 (the
      * last four with one fp32 scale per token and KV head). */
     lb_format kv;
+    lb_progress_fn progress; /* optional: after each layer is loaded (done of n_layers) */
+    void *progress_ctx;
 } lb_runner_options;
 
 /* Called with each linear layer's input during a forward pass (for
@@ -569,7 +579,6 @@ void lb_ppl_add(lb_ppl_acc *a, double nll);
 /* ppl = exp(mean nll); err its standard error, exp(mean) x sd / sqrt(count - 1). */
 void lb_ppl_get(const lb_ppl_acc *a, double *ppl, double *err);
 
-typedef void (*lb_progress_fn)(void *ctx, size_t done, size_t total);
 
 typedef struct lb_eval_options {
     uint32_t ctx;          /* window length (default 512 when 0) */
@@ -577,6 +586,10 @@ typedef struct lb_eval_options {
     int32_t bos;           /* the BOS id, or -1 */
     lb_progress_fn progress;
     void *progress_ctx;
+    /* optional, lb_perplexity only, instead of or with progress: after each
+     * window, the perplexity of the windows scored so far and its standard
+     * error (llama.cpp prints these as it goes) */
+    void (*progress_ppl)(void *ctx, size_t done, size_t total, double ppl, double ppl_err);
 } lb_eval_options;
 
 typedef struct lb_ppl_result {

@@ -82,7 +82,12 @@ lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_
                 st = lb__fail(LB_ERR_NAN, "window %zu, position %u: the model's logits are not finite", c, j);
             else lb_ppl_add(&acc, nll);
         }
-        if (o && o->progress) o->progress(o->progress_ctx, c + 1, chunks);
+        if (st == LB_OK && o && o->progress) o->progress(o->progress_ctx, c + 1, chunks);
+        if (st == LB_OK && o && o->progress_ppl) {
+            double ppl, err;
+            lb_ppl_get(&acc, &ppl, &err);
+            o->progress_ppl(o->progress_ctx, c + 1, chunks, ppl, err);
+        }
     }
     out->seconds = lb__now() - t0;
     free(logits), free(window);

@@ -30,6 +30,9 @@ typedef struct save_job {
     lb_rope_layout layout; /* the target's */
     float *buf, *tmp;
     size_t cap;
+    lb_progress_fn progress; /* after each tensor filled */
+    void *progress_ctx;
+    size_t filled;
 } save_job;
 
 static int ends_with(const char *s, const char *suffix)
@@ -91,9 +94,18 @@ static void permute_rows(const float *src, float *dst, uint64_t rows, uint64_t c
             }
 }
 
+static lb_status fill_one(save_job *j, size_t i, void *dst, uint64_t n_bytes);
+
 static lb_status fill_tensor(void *ctx, size_t i, void *dst, uint64_t n_bytes)
 {
     save_job *j = ctx;
+    lb_status st = fill_one(j, i, dst, n_bytes);
+    if (st == LB_OK && j->progress) j->progress(j->progress_ctx, ++j->filled, j->n);
+    return st;
+}
+
+static lb_status fill_one(save_job *j, size_t i, void *dst, uint64_t n_bytes)
+{
     const out_tensor *o = &j->t[i];
     const lb_tensor *t = o->src;
     if (t->n_elements == 0 || n_bytes == 0) return LB_OK; /* an empty tensor has no bytes */
@@ -379,20 +391,26 @@ static lb_status save_hf_dir(const lb_model *m, save_job *j, const char *path)
     return st;
 }
 
-static lb_status save(const lb_model *m, const char *path, lb_dtype dtype);
+static lb_status save(const lb_model *m, const char *path, lb_dtype dtype, lb_progress_fn progress, void *ctx);
 
 lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype)
+{
+    return lb_model_save_progress(m, path, dtype, NULL, NULL);
+}
+
+lb_status lb_model_save_progress(const lb_model *m, const char *path, lb_dtype dtype, lb_progress_fn progress,
+                                 void *progress_ctx)
 {
     if (!m || !path) return lb__fail(LB_ERR_ARG, "lb_model_save: NULL argument");
     char *p = strdup(path); /* "out/" names the directory "out" */
     if (!p) return lb__fail(LB_ERR_NOMEM, "out of memory");
     for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) p[n - 1] = '\0';
-    lb_status st = save(m, p, dtype);
+    lb_status st = save(m, p, dtype, progress, progress_ctx);
     free(p);
     return st;
 }
 
-static lb_status save(const lb_model *m, const char *path, lb_dtype dtype)
+static lb_status save(const lb_model *m, const char *path, lb_dtype dtype, lb_progress_fn progress, void *ctx)
 {
     target to = ends_with(path, ".gguf") ? TO_GGUF : ends_with(path, ".safetensors") ? TO_SAFETENSORS : TO_HF_DIR;
     if (dtype != LB_DT_COUNT) {
@@ -415,7 +433,7 @@ static lb_status save(const lb_model *m, const char *path, lb_dtype dtype)
         lb_status st = check_target_dir(path);
         if (st != LB_OK) return st;
     }
-    save_job j = {0};
+    save_job j = {.progress = progress, .progress_ctx = ctx};
     lb_status st = plan(m, to, dtype, &j);
     if (st == LB_OK) {
         if (to == TO_GGUF) st = save_gguf(m, &j, path);
