@@ -65,6 +65,7 @@ int cli_progress_quiet(void);
 /* An lb_progress_fn for library calls: ctx is a cli_progress_ctx. */
 typedef struct cli_progress_ctx {
     const char *cmd, *what;
+    const char *note; /* may be NULL */
 } cli_progress_ctx;
 void cli_progress_fn(void *ctx, size_t done, size_t total);
 

@@ -115,7 +115,7 @@ static int calibrate(const char *cmd, int json, const cli_eval_args *a, cli_eval
 int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
 {
     lb_qspec attn, mlp, embed, head;
-    cli_progress_ctx loading = {cmd, "loading layer"};
+    cli_progress_ctx loading = {cmd, "loading layer", NULL};
     lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .fake = a->fake,
                            .progress = cli_progress_fn, .progress_ctx = &loading};
     int rc = parse_spec(cmd, json, a->spec_attn ? a->spec_attn : a->spec, &attn, &o.attn);

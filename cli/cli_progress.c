@@ -16,11 +16,28 @@
 
 static int quiet = -1; /* -1: not decided yet (LOWBIT_QUIET is read once) */
 
-static struct {
+/* One clock per (command, unit): compare's rows ("spec") keep theirs
+ * while each row's windows run. */
+typedef struct progress_state {
     char cmd[32], what[32];
     size_t last_done;
-    double start, last_line;
-} state;
+    int running;                   /* between a run's start and its last step */
+    double start, last_line, used; /* lb__now() times */
+} progress_state;
+static progress_state states[4];
+
+static progress_state *state_of(const char *cmd, const char *what)
+{
+    progress_state *oldest = &states[0];
+    for (size_t i = 0; i < sizeof states / sizeof *states; i++) {
+        if (strcmp(states[i].cmd, cmd) == 0 && strcmp(states[i].what, what) == 0) return &states[i];
+        if (states[i].used < oldest->used) oldest = &states[i];
+    }
+    snprintf(oldest->cmd, sizeof oldest->cmd, "%s", cmd);
+    snprintf(oldest->what, sizeof oldest->what, "%s", what);
+    oldest->last_done = 0, oldest->running = 0;
+    return oldest;
+}
 
 void cli_progress_set_quiet(int q) { quiet = q; }
 
@@ -46,15 +63,17 @@ void cli_progress(const char *cmd, const char *what, size_t done, size_t total, 
 {
     if (cli_progress_quiet() || total == 0) return;
     double now = lb__now();
-    /* a new run: another command or unit, or the count went back */
-    if (strcmp(state.cmd, cmd) != 0 || strcmp(state.what, what) != 0 || done < state.last_done || done == 0) {
-        snprintf(state.cmd, sizeof state.cmd, "%s", cmd);
-        snprintf(state.what, sizeof state.what, "%s", what);
-        state.start = now, state.last_line = 0, state.last_done = 0;
-    }
-    int first = state.last_done == 0 && done > 0, last = done >= total;
-    state.last_done = done;
-    double elapsed = now - state.start;
+    progress_state *st = state_of(cmd, what);
+    st->used = now;
+    /* a run starts with done == 0, or, without that call, at its first
+     * step (then its first step's time is not counted), or when the count
+     * goes back */
+    if (done == 0 || !st->running || done < st->last_done) st->start = now, st->last_line = 0, st->last_done = 0;
+    st->running = 1;
+    int first = st->last_done == 0 && done > 0, last = done >= total;
+    st->last_done = done;
+    if (last) st->running = 0;
+    double elapsed = now - st->start;
     char took[32], eta[32];
     duration(took, sizeof took, elapsed);
     duration(eta, sizeof eta, done ? elapsed / (double)done * (double)(total - (done < total ? done : total)) : 0);
@@ -67,10 +86,10 @@ void cli_progress(const char *cmd, const char *what, size_t done, size_t total, 
         if (note && note[0]) fprintf(stderr, "; %s", note);
         fprintf(stderr, "\033[K");
         if (last) fprintf(stderr, "\r\033[K");
-    } else if (done > 0 && (first || last || now - state.last_line >= CLI_PROGRESS_EVERY_S)) {
+    } else if (done > 0 && (first || last || now - st->last_line >= CLI_PROGRESS_EVERY_S)) {
         fprintf(stderr, "lowbit %s: %s %zu/%zu, %s elapsed, ETA %s%s%s\n", cmd, what, done, total, took,
                 eta, note && note[0] ? "; " : "", note ? note : "");
-        state.last_line = now;
+        st->last_line = now;
     }
     fflush(stderr);
 }
@@ -78,5 +97,5 @@ void cli_progress(const char *cmd, const char *what, size_t done, size_t total, 
 void cli_progress_fn(void *ctx, size_t done, size_t total)
 {
     const cli_progress_ctx *c = ctx;
-    cli_progress(c->cmd, c->what, done, total, NULL);
+    cli_progress(c->cmd, c->what, done, total, c->note);
 }

@@ -69,7 +69,7 @@ static int run(int argc, char **argv)
     lb_model *m;
     lb_status st = lb_model_open(in, &m);
     if (st != LB_OK) return cli_fail_lb("convert", json, EXIT_RUNTIME, st);
-    cli_progress_ctx progress = {"convert", "tensor"};
+    cli_progress_ctx progress = {"convert", "tensor", NULL};
     st = lb_model_save_progress(m, out, dtype, cli_progress_fn, &progress);
     size_t n = lb_model_tensor_count(m);
     lb_model_close(m);

@@ -60,7 +60,7 @@ static int run(int argc, char **argv)
     if (rc == EXIT_OK && !load) rc = cli_eval_runner("kld", json, &base_args, &base);
     if (rc == EXIT_OK) rc = cli_eval_open("kld", json, paths[1] ? paths[1] : paths[0], &ea, 1, &quant);
     if (rc == EXIT_OK) {
-        cli_progress_ctx progress = {"kld", "window"};
+        cli_progress_ctx progress = {"kld", "window", NULL};
         lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(base.tok) ? lb_tokenizer_bos(base.tok) : -1,
                              .progress = cli_progress_fn, .progress_ctx = &progress};
         lb_kld_result k;

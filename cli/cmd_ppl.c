@@ -27,6 +27,13 @@ static void progress_ppl(void *ctx, size_t done, size_t total, double ppl, doubl
     cli_progress("ppl", "window", done, total, note);
 }
 
+/* the windows' clock starts before the first window, not after it */
+static void progress_start(void *ctx, size_t done, size_t total)
+{
+    (void)ctx;
+    if (done == 0) cli_progress("ppl", "window", 0, total, NULL);
+}
+
 static int run(int argc, char **argv)
 {
     int json = 0;
@@ -56,7 +63,7 @@ static int run(int argc, char **argv)
     if (rc == EXIT_OK) rc = cli_eval_runner("ppl", json, &ea, &e);
     if (rc == EXIT_OK) {
         lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(e.tok) ? lb_tokenizer_bos(e.tok) : -1,
-                             .progress_ppl = progress_ppl};
+                             .progress = progress_start, .progress_ppl = progress_ppl};
         lb_ppl_result res;
         lb_status st = lb_perplexity(e.runner, ids, n, &o, &res);
         if (st != LB_OK) rc = cli_fail_lb("ppl", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);

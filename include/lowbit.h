@@ -147,7 +147,8 @@ size_t lb_format_bytes(lb_format f, size_t n);
 
 /* Progress of a long call (lb_runner_new's layers, lb_perplexity's and
  * lb_kld's windows, lb_model_save_progress's tensors): done of total
- * steps, done == total last. Called on the calling thread. */
+ * steps, 0 first (the work starts), total last. Called on the calling
+ * thread. */
 typedef void (*lb_progress_fn)(void *ctx, size_t done, size_t total);
 
 

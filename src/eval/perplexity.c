@@ -74,6 +74,7 @@ lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_
     }
     lb_ppl_acc acc = {0};
     double t0 = lb__now();
+    if (o && o->progress) o->progress(o->progress_ctx, 0, chunks);
     for (size_t c = 0; c < chunks && st == LB_OK; c++) {
         st = lb__eval_window(r, tokens + c * ctx, ctx, o ? o->bos : -1, window, logits);
         for (uint32_t j = ctx / 2; st == LB_OK && j + 1 < ctx; j++) {

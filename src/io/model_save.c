@@ -435,6 +435,7 @@ static lb_status save(const lb_model *m, const char *path, lb_dtype dtype, lb_pr
     }
     save_job j = {.progress = progress, .progress_ctx = ctx};
     lb_status st = plan(m, to, dtype, &j);
+    if (st == LB_OK && progress) progress(ctx, 0, j.n);
     if (st == LB_OK) {
         if (to == TO_GGUF) st = save_gguf(m, &j, path);
         else if (to == TO_SAFETENSORS) st = save_safetensors(&j, path);
