@@ -62,3 +62,24 @@ def test_json_string_escapes_every_control_and_stays_valid_json(tmp_path):
     out = lowbit("inspect", m, "--json").stdout
     assert b"\\u007f" in out and b"\\u0085" in out and b"\\u202e" in out
     assert json.loads(out)["tensors"][0]["name"] == "a\x7fb\u0085c\u202ed"
+
+
+def gguf_one_tensor(path, name):
+    """A GGUF v3 file with one f32 tensor of 8 values named by raw bytes."""
+    def string(b):
+        return struct.pack("<Q", len(b)) + b
+    head = b"GGUF" + struct.pack("<IQQ", 3, 1, 0)
+    head += string(name) + struct.pack("<IQIQ", 1, 8, 0, 0)  # 1 dim of 8, type f32, offset 0
+    path.write_bytes(head + b"\0" * (-len(head) % 32) + W)
+    return path
+
+
+def test_bytes_that_are_not_utf8_print_as_hex_in_text_and_json(tmp_path):
+    m = gguf_one_tensor(tmp_path / "m.gguf", b"t\xff\xfe\x1b[2J\xc3\xa9")
+    p = lowbit("inspect", m)
+    assert p.returncode == 0, p.stderr
+    assert b"\xff" not in p.stdout and b"\x1b" not in p.stdout
+    assert "t\\xff\\xfe\\x1b[2J\u00e9 ".encode() in p.stdout  # the valid "é" stays
+    out = lowbit("inspect", m, "--json").stdout
+    out.decode("utf-8")  # valid UTF-8, so valid JSON text
+    assert json.loads(out)["tensors"][0]["name"] == "t\\xff\\xfe\x1b[2J\u00e9"
