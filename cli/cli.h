@@ -61,6 +61,9 @@ int cli_parse_threads(const char *cmd, int json, const char *value, int *threads
  * --quiet (cli_progress_set_quiet) or LOWBIT_QUIET set to anything but 0. */
 void cli_progress(const char *cmd, const char *what, size_t done, size_t total, const char *note);
 void cli_progress_set_quiet(int quiet);
+/* Clears a bar left standing (a run that failed midway), so that an error
+ * message starts its own line. */
+void cli_progress_clear(void);
 int cli_progress_quiet(void);
 /* An lb_progress_fn for library calls: ctx is a cli_progress_ctx. */
 typedef struct cli_progress_ctx {

@@ -25,6 +25,7 @@ typedef struct progress_state {
     double start, last_line, used; /* lb__now() times */
 } progress_state;
 static progress_state states[4];
+static int bar_drawn; /* a bar stands on the terminal's last line */
 
 static progress_state *state_of(const char *cmd, const char *what)
 {
@@ -85,6 +86,7 @@ void cli_progress(const char *cmd, const char *what, size_t done, size_t total, 
         if (done) fprintf(stderr, ", %s, ETA %s", took, eta);
         if (note && note[0]) fprintf(stderr, "; %s", note);
         fprintf(stderr, "\033[K");
+        bar_drawn = !last;
         if (last) fprintf(stderr, "\r\033[K");
     } else if (done > 0 && (first || last || now - st->last_line >= CLI_PROGRESS_EVERY_S)) {
         fprintf(stderr, "lowbit %s: %s %zu/%zu, %s elapsed, ETA %s%s%s\n", cmd, what, done, total, took,
@@ -92,6 +94,12 @@ void cli_progress(const char *cmd, const char *what, size_t done, size_t total, 
         st->last_line = now;
     }
     fflush(stderr);
+}
+
+void cli_progress_clear(void)
+{
+    if (bar_drawn) fprintf(stderr, "\r\033[K");
+    bar_drawn = 0;
 }
 
 void cli_progress_fn(void *ctx, size_t done, size_t total)

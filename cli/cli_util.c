@@ -22,6 +22,7 @@ int cli_fail(const char *cmd, int json, int exit_code, const char *status, const
         printf(", \"exit_code\": %d}}\n", exit_code);
     } else {
         char safe[4 * sizeof msg + 4]; /* each byte escapes to at most 4 */
+        cli_progress_clear();
         /* messages quote names and strings from files: escaped, but the
          * lines of a usage text appended to a message stay lines */
         fprintf(stderr, "lowbit %s: %s\n", cmd, cli_escape_keep(safe, sizeof safe, msg, "\n\t"));

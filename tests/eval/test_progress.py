@@ -83,3 +83,58 @@ def test_other_commands_show_progress(tmp_path, cmd, args, what, total):
     assert "ETA" not in p.stdout
     if cmd == "generate":
         assert p.stdout.startswith("Once") and "lowbit" not in p.stdout
+
+
+def test_a_terminal_gets_one_bar_redrawn_in_place_and_cleared():
+    import pty
+    master, slave = pty.openpty()
+    e = dict(os.environ)
+    e.pop("LOWBIT_QUIET", None)
+    p = subprocess.Popen([LOWBIT, "ppl", str(STORIES), "--text", str(TEXT), "--ctx", "64", "--chunks", "5"],
+                         stdout=subprocess.PIPE, stderr=slave, env=e)
+    os.close(slave)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        err += chunk
+    out = p.stdout.read().decode()
+    assert p.wait() == 0
+    os.close(master)
+    assert "PPL = " in out and "\r" not in out and "ETA" not in out
+    assert b"\n" not in err  # no lines on a terminal: one bar, redrawn
+    assert b"\rppl [" in err and b"5/5 window" in err and b"ETA" in err and b"ppl " in err
+    assert err.endswith(b"\r\x1b[K")  # and cleared at the end
+
+
+def test_an_error_midway_clears_the_bar_first(tmp_path):
+    import json as js
+    import pty
+    import struct
+    nan = struct.pack("<4f", 1, float("nan"), 2, 3)
+    hdr = js.dumps({"a.weight": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+                    "b.weight": {"dtype": "F32", "shape": [4], "data_offsets": [16, 32]}}).encode()
+    m = tmp_path / "m.safetensors"
+    m.write_bytes(struct.pack("<Q", len(hdr)) + hdr + struct.pack("<4f", 1, 2, 3, 4) + nan)
+    master, slave = pty.openpty()
+    e = dict(os.environ)
+    e.pop("LOWBIT_QUIET", None)
+    p = subprocess.Popen([LOWBIT, "inspect", str(m)], stdout=subprocess.PIPE, stderr=slave, env=e)
+    os.close(slave)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        err += chunk
+    assert p.wait() == 1 and p.stdout.read() == b""
+    os.close(master)
+    assert b"\rinspect [" in err  # the bar stood at the second tensor
+    assert b"\r\x1b[Klowbit inspect: " in err and b"b.weight" in err  # cleared, then the message on its own line
