@@ -180,7 +180,9 @@ static int run(int argc, char **argv)
                 printf("%s on %s: %zu windows of %u tokens, %llu scored; projections quantized", model, text,
                        ref.chunks, ctx, (unsigned long long)ref.tokens);
                 if (embed_spec) printf(", embedding %s", ea.spec_embed);
-                if (head_spec) printf(", head %s", ea.spec_head);
+                if (head_spec && lb_model_arch(base.model)->tied_embeddings)
+                    printf(", head tied to the embedding (--spec-head has none to quantize)");
+                else if (head_spec) printf(", head %s", ea.spec_head);
                 printf(", the rest as stored\n\n");
                 printf("%-*s %11s %9s %9s %10s %9s %9s %9s %9s %8s\n", w, "spec", "bits/weight", "size MB", "SQNR dB",
                        "PPL", "+/-", "dPPL", "KLD", "+/-", "top-1 %");

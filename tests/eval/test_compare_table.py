@@ -84,3 +84,8 @@ def test_progress_between_rows():
     assert rows == [("1", "2", "int8"), ("2", "2", "int4:g32")], p.stderr
     windows = re.findall(r"^lowbit compare: window (\d+)/4, .*; spec (\d)/2 (\S+)$", p.stderr, re.M)
     assert ("4", "1", "int8") in windows and ("4", "2", "int4:g32") in windows
+
+
+def test_the_header_says_a_tied_head_takes_no_spec_of_its_own():
+    out = lowbit("compare", STORIES, *WINDOWS, "--spec", "int8", "--spec-head", "int4:g32").stdout
+    assert "head tied to the embedding (--spec-head has none to quantize)" in out.splitlines()[0]
