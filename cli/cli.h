@@ -3,6 +3,7 @@
 #ifndef LOWBIT_CLI_H
 #define LOWBIT_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "lowbit.h"
@@ -48,6 +49,29 @@ int cli_is_plain_float(const lb_qspec *spec);
  * a failure and returns its exit code (EXIT_RUNTIME), else EXIT_OK. */
 int cli_read_file(const char *cmd, int json, const char *path, size_t max_bytes, char **text, size_t *len);
 
+/* --threads VALUE, one rule for every command: 0 = one per CPU, N = N
+ * threads, both at most LB_MAX_THREADS (lowbit.h); anything else is a
+ * usage error naming that range. Returns EXIT_OK or, reported, EXIT_USAGE. */
+int cli_parse_threads(const char *cmd, int json, const char *value, int *threads);
+
+/* Progress on stderr (cli_progress.c): a bar on a terminal; otherwise a
+ * line for the first step, at most one every 2 s, and the last, each with
+ * elapsed time, an ETA and note (may be NULL), as "lowbit CMD: WHAT
+ * DONE/TOTAL, ...". done == 0 starts a run (and prints nothing). Off with
+ * --quiet (cli_progress_set_quiet) or LOWBIT_QUIET set to anything but 0. */
+void cli_progress(const char *cmd, const char *what, size_t done, size_t total, const char *note);
+void cli_progress_set_quiet(int quiet);
+/* Clears a bar left standing (a run that failed midway), so that an error
+ * message starts its own line. */
+void cli_progress_clear(void);
+int cli_progress_quiet(void);
+/* An lb_progress_fn for library calls: ctx is a cli_progress_ctx. */
+typedef struct cli_progress_ctx {
+    const char *cmd, *what;
+    const char *note; /* may be NULL */
+} cli_progress_ctx;
+void cli_progress_fn(void *ctx, size_t done, size_t total);
+
 /* True if arg is --help or -h. */
 int cli_is_help(const char *arg);
 
@@ -61,7 +85,24 @@ void cli_format_float(char *buf, size_t size, float v);
 /* An error magnitude to 6 significant digits; "nan" without a sign. */
 void cli_format_error(char *buf, size_t size, double v);
 
-/* Writes a JSON string literal, escaped. */
+/* Text output of names and strings that come from files (cli_escape.c):
+ * control characters (C0, DEL, C1, bidirectional overrides) become \xNN
+ * or \uNNNN, bytes that are not UTF-8 \xNN; printable UTF-8 stays.
+ * cli_escape writes into buf (cut with "..." when it does not fit) and
+ * returns it, for printf widths; cli_escape_keep leaves the ASCII controls
+ * in keep (such as "\n") as they are; cli_put_escaped writes any length. */
+const char *cli_escape(char *buf, size_t size, const char *s);
+const char *cli_escape_keep(char *buf, size_t size, const char *s, const char *keep);
+void cli_put_escaped(FILE *out, const char *s);
+/* The length of the UTF-8 sequence at p with its code point in *cp, or 0
+ * when p does not start a valid one (overlong, surrogate, truncated). */
+size_t cli_utf8_next(const unsigned char *p, uint32_t *cp);
+/* Whether a code point is one of the controls cli_escape escapes. */
+int cli_is_control(uint32_t c);
+
+/* Writes a JSON string literal, escaped: controls as \uNNNN (so valid
+ * UTF-8 reads back exactly); a byte that is not UTF-8, which JSON cannot
+ * hold, as the six characters \\xNN (the text "\xNN", as text output shows it). */
 void json_string(FILE *out, const char *s);
 /* Writes a JSON number, or the string "nan"/"inf"/"-inf" (JSON has none). */
 void json_number(FILE *out, double v);

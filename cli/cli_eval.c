@@ -19,6 +19,10 @@ int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cl
         a->fake = 1;
         return 1;
     }
+    if (strcmp(o, "--quiet") == 0) {
+        cli_progress_set_quiet(1);
+        return 1;
+    }
     if (!slot) slot = strcmp(o, "--kv") == 0 ? &a->kv : strcmp(o, "--act") == 0 ? &a->act
                       : strcmp(o, "--calib") == 0 ? &a->calib : NULL;
     int threads = strcmp(o, "--threads") == 0, calib_tokens = strcmp(o, "--calib-tokens") == 0;
@@ -31,11 +35,15 @@ int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cl
             return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--calib-tokens takes 1..1048576, not '%s'", v), -1;
         a->calib_tokens = (size_t)t;
     } else if (threads) {
-        char *end;
-        long t = strtol(v, &end, 10);
-        if (*end || t < 1 || t > 64) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--threads takes 1..64, not '%s'", v), -1;
-        a->threads = (int)t;
+        if (cli_parse_threads(cmd, json, v, &a->threads) != EXIT_OK) return -1;
     } else {
+        int is_spec = slot == &a->spec || slot == &a->spec_attn || slot == &a->spec_mlp || slot == &a->spec_embed ||
+                      slot == &a->spec_head;
+        if (is_spec && strchr(v, ',')) /* a list: lb_qspec_parse would only say "unknown part" */
+            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument",
+                            strcmp(cmd, "compare") == 0 ? "%s takes one spec ('%s' is several): the rows come from --spec"
+                                                        : "%s takes one spec ('%s' is several); use compare for several",
+                            o, v), -1;
         *slot = v;
     }
     *i += 1;
@@ -114,7 +122,9 @@ static int calibrate(const char *cmd, int json, const cli_eval_args *a, cli_eval
 int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
 {
     lb_qspec attn, mlp, embed, head;
-    lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .fake = a->fake};
+    cli_progress_ctx loading = {cmd, "loading layer", NULL};
+    lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .fake = a->fake,
+                           .progress = cli_progress_fn, .progress_ctx = &loading};
     int rc = parse_spec(cmd, json, a->spec_attn ? a->spec_attn : a->spec, &attn, &o.attn);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_mlp ? a->spec_mlp : a->spec, &mlp, &o.mlp);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_embed, &embed, &o.embed);
@@ -274,8 +284,6 @@ int cli_eval_tokens(const char *cmd, int json, const lb_tokenizer *tok, const ch
     free(text);
     return st == LB_OK ? EXIT_OK : cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
 }
-
-void cli_eval_progress(void *label, size_t done, size_t total) { cli_progress(label, done, total); }
 
 int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, uint32_t *ctx, size_t *chunks)
 {

@@ -29,7 +29,7 @@ typedef struct cli_eval_model {
 
 /* Takes the shared options (--spec, --spec-attn, --spec-mlp,
  * --spec-embed, --spec-head, --tokenizer, --threads, --fake, --kv, --act,
- * --calib, --calib-tokens) at argv[*i]; 1 if it did (and moved *i), 0 if
+ * --calib, --calib-tokens, --quiet) at argv[*i]; 1 if it did (and moved *i), 0 if
  * argv[*i] is not one of them, -1 (reported) on a bad value. */
 int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cli_eval_args *a);
 
@@ -61,7 +61,9 @@ int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, u
     "token (W8A8: needs int8 or fp8_e4m3 weights, channel or tensor scale); --calib FILE\n"            \
     "[--calib-tokens N] fixes static activation scales from that text instead. --kv FORMAT\n"          \
     "stores the KV cache as fp32 (default), bf16, fp16, fp8_e4m3, fp8_e5m2, int8 or int4\n"            \
-    "(the last four with a scale per token and head).\n"
+    "(the last four with a scale per token and head). --threads N: N threads (0, the\n"            \
+    "default: one per CPU; at most 64). Progress goes to stderr (a line every few seconds\n"    \
+    "when it is not a terminal); --quiet or LOWBIT_QUIET=1 turns it off.\n"
 
 /* How the runner was asked to run, beyond --spec: JSON fields (leading
  * comma: "fake", "act", "kv", "calib") with json, else a short text such as
@@ -83,8 +85,5 @@ void cli_eval_print_saturation(const char *cmd, FILE *out, const lb_runner *r, c
 /* EXIT_OK when dir is a writable directory whose disk (and the process's
  * file-size limit) holds bytes more; else reported, naming what needs them. */
 int cli_check_room(const char *cmd, int json, const char *dir, uint64_t bytes, const char *what);
-
-/* An lb_progress_fn that draws cli_progress. */
-void cli_eval_progress(void *label, size_t done, size_t total);
 
 #endif

@@ -3,7 +3,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 const char *cli_model_kind_name(lb_model_kind k)
 {
@@ -74,17 +73,6 @@ lb_status cli_quant_stats(const lb_qspec *spec, const float *x, uint64_t rows, u
     qs->sqnr_db = se > 0 ? 10 * log10(sig / se) : INFINITY;
     qs->bits_per_value = lb_format_get(spec->element)->bits;
     return st;
-}
-
-void cli_progress(const char *label, size_t done, size_t total)
-{
-    if (!isatty(STDERR_FILENO) || total == 0) return;
-    int width = 30, filled = (int)((double)done / (double)total * width);
-    fprintf(stderr, "\r%s [", label);
-    for (int i = 0; i < width; i++) fputc(i < filled ? '#' : '.', stderr);
-    fprintf(stderr, "] %zu/%zu", done, total);
-    if (done == total) fprintf(stderr, "\r\033[K");
-    fflush(stderr);
 }
 
 void cli_arch_json(FILE *out, const lb_arch *a)

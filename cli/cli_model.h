@@ -26,9 +26,6 @@ lb_status cli_tensor_f32(const lb_tensor *t, float **buf, size_t *cap);
 lb_status cli_quant_stats(const lb_qspec *spec, const float *x, uint64_t rows, uint64_t cols, int threads, float *xhat,
                           lb_qstats *qs);
 
-/* A progress bar on stderr when it is a terminal; done == total ends it. */
-void cli_progress(const char *label, size_t done, size_t total);
-
 /* The architecture as JSON fields (after an opening brace was written). */
 void cli_arch_json(FILE *out, const lb_arch *a);
 

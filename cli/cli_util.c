@@ -21,7 +21,11 @@ int cli_fail(const char *cmd, int json, int exit_code, const char *status, const
         json_string(stdout, msg);
         printf(", \"exit_code\": %d}}\n", exit_code);
     } else {
-        fprintf(stderr, "lowbit %s: %s\n", cmd, msg);
+        char safe[4 * sizeof msg + 4]; /* each byte escapes to at most 4 */
+        cli_progress_clear();
+        /* messages quote names and strings from files: escaped, but the
+         * lines of a usage text appended to a message stay lines */
+        fprintf(stderr, "lowbit %s: %s\n", cmd, cli_escape_keep(safe, sizeof safe, msg, "\n\t"));
     }
     return exit_code;
 }
@@ -96,6 +100,18 @@ int cli_read_file(const char *cmd, int json, const char *path, size_t max_bytes,
     return cli_fail(cmd, json, EXIT_RUNTIME, "io", "'%s' is longer than %zu bytes", path, max_bytes);
 }
 
+int cli_parse_threads(const char *cmd, int json, const char *value, int *threads)
+{
+    char *end = NULL;
+    errno = 0;
+    long t = value && value[0] >= '0' && value[0] <= '9' ? strtol(value, &end, 10) : -1;
+    if (t < 0 || *end || errno || t > LB_MAX_THREADS)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--threads takes 0..%d (0: one per CPU), not '%s'",
+                        LB_MAX_THREADS, value ? value : "");
+    *threads = (int)t;
+    return EXIT_OK;
+}
+
 int cli_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
 
 /* Shortest "%.Ng" that reads back exactly; plain notation is preferred
@@ -127,10 +143,14 @@ void cli_format_error(char *buf, size_t size, double v)
 void json_string(FILE *out, const char *s)
 {
     fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
-        else if (*p < 0x20) fprintf(out, "\\u%04x", *p);
-        else fputc(*p, out);
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        uint32_t c;
+        size_t len = cli_utf8_next(p, &c);
+        if (len == 0) fprintf(out, "\\\\x%02x", *p), len = 1;
+        else if (c == '"' || c == '\\') fprintf(out, "\\%c", (int)c);
+        else if (cli_is_control(c)) fprintf(out, "\\u%04x", (unsigned)c);
+        else fwrite(p, 1, len, out);
+        p += len;
     }
     fputc('"', out);
 }

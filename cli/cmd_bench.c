@@ -161,7 +161,11 @@ static int parse_options(int argc, char **argv, opts *o)
         else if (strcmp(a, "--kv") == 0) kv = v, i++;
         else if (strcmp(a, "--kv-spec") == 0) kv_spec = v, i++;
         else if (strcmp(a, "--model") == 0) o->model = v, o->model_given = 1, i++;
-        else if (strcmp(a, "--threads") == 0) { if ((thr = parse_count(a, v, 1, 64, o->json)) < 0) return EXIT_USAGE; i++; }
+        else if (strcmp(a, "--threads") == 0) {
+            int t;
+            if (cli_parse_threads("bench", o->json, v, &t) != EXIT_OK) return EXIT_USAGE;
+            thr = t, i++;
+        }
         else if (strcmp(a, "--decode-tokens") == 0) { if ((dec = parse_count(a, v, 1, 8192, o->json)) < 0) return EXIT_USAGE; i++; }
         else if (strcmp(a, "--prefill-tokens") == 0) { if ((pre = parse_count(a, v, 1, 8192, o->json)) < 0) return EXIT_USAGE; i++; }
         else if (strcmp(a, "--gib") == 0) {

@@ -12,18 +12,21 @@
 #define COMPARE_MAX_SPECS 16
 
 static const char usage[] =
-    "usage: lowbit compare MODEL --text FILE --spec SPEC[,SPEC...] [--ctx 512] [--chunks N]\n"
-    "                     [--tokenizer FILE] [--threads N] [--tmpdir DIR] [--json]\n\n"
-    "For each spec, applied to the attention and MLP projections (fake-quantized:\n"
-    "quantized, then run dequantized): bits per weight of those matrices with their\n"
-    "scales, the model's size with every other tensor as stored, the SQNR of the\n"
-    "projections against the model as stored, and on the text the perplexity,\n"
-    "its change, the mean KL divergence from the stored model and the top-1\n"
+    "usage: lowbit compare MODEL --text FILE --spec SPEC[,SPEC...] [--spec-embed SPEC] [--spec-head SPEC]\n"
+    "                     [--ctx 512] [--chunks N] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
+    "                     [--kv FORMAT] [--tokenizer FILE] [--threads N] [--tmpdir DIR] [--json] [--quiet]\n\n"
+    "For each spec, applied to the attention and MLP projections (and the embedding\n"
+    "and output head under --spec-embed and --spec-head, the same in every row): bits\n"
+    "per weight of the quantized matrices with their scales, the model's size with\n"
+    "every other tensor as stored, the SQNR of those matrices against the model as\n"
+    "stored, and on the text the perplexity +- its standard error, its change, the\n"
+    "mean KL divergence from the stored model +- its standard error and the top-1\n"
     "agreement (lowbit ppl and lowbit kld explain the measures). The first row is\n"
-    "the model as stored. With several specs the base model's distributions are\n"
+    "the model as stored. --fake, --act and --kv apply to every row, never to the\n"
+    "model as stored. With several specs the base model's distributions are\n"
     "kept for the later rows in a file of 8 + 2 x vocab bytes per scored token\n"
     "in --tmpdir (default $TMPDIR or /tmp): its size is said on stderr first,\n"
-    "and a disk without room for it is refused before any work.\n";
+    "and a disk without room for it is refused before any work.\n" CLI_EVAL_RUNNER_HELP;
 
 static int is_projection(const lb_tensor *t)
 {
@@ -34,8 +37,21 @@ typedef struct weight_cost {
     double bits, signal, noise, size_bytes;
 } weight_cost;
 
-/* The projections under spec: bits, SQNR; the rest of the model as stored. */
-static lb_status weight_costs(const lb_model *m, const lb_qspec *spec, int threads, weight_cost *c)
+/* The spec a tensor runs under, as the runner applies them: the
+ * projections the row's, the embedding --spec-embed's (a tied one serves
+ * as the head too), an untied head --spec-head's; NULL: as stored. */
+static const lb_qspec *spec_of(const lb_model *m, const lb_tensor *t, const lb_qspec *proj, const lb_qspec *embed,
+                               const lb_qspec *head)
+{
+    if (is_projection(t)) return proj;
+    if (strcmp(t->name, "model.embed_tokens.weight") == 0) return embed;
+    if (strcmp(t->name, "lm_head.weight") == 0 && !lb_model_arch(m)->tied_embeddings) return head;
+    return NULL;
+}
+
+/* The matrices under their specs: bits, SQNR; the rest of the model as stored. */
+static lb_status weight_costs(const lb_model *m, const lb_qspec *spec, const lb_qspec *embed, const lb_qspec *head,
+                              int threads, weight_cost *c)
 {
     memset(c, 0, sizeof *c);
     float *x = NULL, *xhat = NULL;
@@ -44,7 +60,8 @@ static lb_status weight_costs(const lb_model *m, const lb_qspec *spec, int threa
     double n_weights = 0;
     for (size_t i = 0; st == LB_OK && i < lb_model_tensor_count(m); i++) {
         const lb_tensor *t = lb_model_tensor(m, i);
-        if (!is_projection(t)) {
+        const lb_qspec *under = spec_of(m, t, spec, embed, head);
+        if (!under) {
             c->size_bytes += (double)t->n_bytes;
             continue;
         }
@@ -61,7 +78,7 @@ static lb_status weight_costs(const lb_model *m, const lb_qspec *spec, int threa
         uint64_t rows, cols;
         cli_tensor_matrix(t, &rows, &cols);
         lb_qstats qs;
-        st = cli_quant_stats(spec, x, rows, cols, threads, xhat, &qs);
+        st = cli_quant_stats(under, x, rows, cols, threads, xhat, &qs);
         double count = (double)qs.count, se = qs.mse * count, bits = qs.bits_per_value;
         if (st != LB_OK) break;
         for (size_t k = 0; k < t->n_elements; k++) c->signal += (double)x[k] * x[k];
@@ -88,6 +105,9 @@ static int run(int argc, char **argv)
         int r;
         if (strcmp(argv[i], "--spec") == 0 && i + 1 < argc) spec_text = argv[++i];
         else if (strcmp(argv[i], "--tmpdir") == 0 && i + 1 < argc) tmpdir = argv[++i];
+        else if (strcmp(argv[i], "--spec-attn") == 0 || strcmp(argv[i], "--spec-mlp") == 0)
+            return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "unknown option '%s' for compare: each row's "
+                            "--spec applies to the attention and the MLP projections", argv[i]);
         else if ((r = cli_eval_option("compare", json, argc, argv, &i, &ea)) || (r = cli_parse_window("compare", json, argc, argv, &i, &ctx, &chunks))) {
             if (r < 0) return EXIT_USAGE;
         } else if (strcmp(argv[i], "--json") == 0) json = 1;
@@ -103,6 +123,18 @@ static int run(int argc, char **argv)
     size_t n_specs;
     int rc = cli_parse_specs("compare", json, spec_text, specs, names, COMPARE_MAX_SPECS, &n_specs, 1);
     if (rc != EXIT_OK) return rc;
+    lb_qspec embed, head; /* the same in every row (cli_eval_option took one spec each) */
+    char embed_name[1][256], head_name[1][256];
+    size_t one;
+    if (ea.spec_embed && (rc = cli_parse_specs("compare", json, ea.spec_embed, &embed, embed_name, 1, &one, 1)) != EXIT_OK)
+        return rc;
+    if (ea.spec_head && (rc = cli_parse_specs("compare", json, ea.spec_head, &head, head_name, 1, &one, 1)) != EXIT_OK)
+        return rc;
+    const lb_qspec *embed_spec = ea.spec_embed ? &embed : NULL, *head_spec = ea.spec_head ? &head : NULL;
+    /* the table's first column fits the longest name */
+    int w = (int)strlen("(as stored)");
+    for (size_t s = 0; s < n_specs; s++)
+        if ((int)strlen(names[s]) > w) w = (int)strlen(names[s]);
     ea.max_ctx = ctx;
     cli_eval_model base;
     if ((rc = cli_eval_open("compare", json, model, &ea, 0, &base)) != EXIT_OK) return rc;
@@ -111,11 +143,13 @@ static int run(int argc, char **argv)
     rc = cli_eval_tokens("compare", json, base.tok, text, &ids, &n);
     if (rc == EXIT_OK) rc = cli_eval_check_windows("compare", json, base.model, n, ctx);
     cli_eval_args base_args = ea; /* the model as stored, fp32 cache: what every row is measured against */
+    base_args.spec_embed = base_args.spec_head = NULL;
     base_args.kv = base_args.act = base_args.calib = NULL;
     base_args.fake = 0, base_args.calib_tokens = 0;
     if (rc == EXIT_OK) rc = cli_eval_runner("compare", json, &base_args, &base);
+    cli_progress_ctx progress = {"compare", "window", NULL};
     lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(base.tok) ? lb_tokenizer_bos(base.tok) : -1,
-                         .progress = cli_eval_progress, .progress_ctx = "compare"};
+                         .progress = cli_progress_fn, .progress_ctx = &progress};
     /* the base model's distributions, computed once for every spec: in
      * --tmpdir, (8 + 2 vocab) bytes per scored token, removed at the end;
      * exact (16 bits per log-probability, as kld --base), where keeping
@@ -145,7 +179,11 @@ static int run(int argc, char **argv)
         cli_eval_args qa = ea;
         qa.spec = names[s];
         cli_eval_model q = {.model = base.model, .tok = base.tok};
-        st = weight_costs(base.model, &specs[s], ea.threads ? ea.threads : 2, &costs[s]);
+        char row[300];
+        snprintf(row, sizeof row, "spec %zu/%zu %s", s + 1, n_specs, names[s]);
+        progress.note = row;
+        cli_progress("compare", "spec", s, n_specs, NULL);
+        st = weight_costs(base.model, &specs[s], embed_spec, head_spec, ea.threads, &costs[s]);
         if (st != LB_OK) break;
         if ((rc = cli_eval_runner("compare", json, &qa, &q)) != EXIT_OK) break;
         st = lb_kld(s == 0 ? base.runner : NULL, q.runner, ids, n, &o, s == 0 && n_specs > 1 ? saved : NULL,
@@ -160,21 +198,28 @@ static int run(int argc, char **argv)
         if (s == 0) {
             ref.ppl = k->ppl_base, ref.ppl_err = k->ppl_base_err, ref.tokens = k->tokens, ref.chunks = k->chunks;
             if (!json) {
-                printf("%s on %s: %zu windows of %u tokens, %llu scored; projections quantized, the rest as stored\n\n",
-                       model, text, ref.chunks, ctx, (unsigned long long)ref.tokens);
-                printf("%-22s %11s %9s %9s %10s %9s %9s %9s %8s\n", "spec", "bits/weight", "size MB", "SQNR dB", "PPL",
-                       "+/-", "dPPL", "KLD", "top-1 %");
-                printf("%-22s %11s %9.3f %9s %10.4f %9.4f\n", "(as stored)", "", stored_bytes / 1e6, "", ref.ppl,
+                printf("%s on %s: %zu windows of %u tokens, %llu scored; projections quantized", model, text,
+                       ref.chunks, ctx, (unsigned long long)ref.tokens);
+                if (embed_spec) printf(", embedding %s", ea.spec_embed);
+                if (head_spec && lb_model_arch(base.model)->tied_embeddings)
+                    printf(", head tied to the embedding (--spec-head has none to quantize)");
+                else if (head_spec) printf(", head %s", ea.spec_head);
+                printf(", the rest as stored\n\n");
+                printf("%-*s %11s %9s %9s %10s %9s %9s %9s %9s %8s\n", w, "spec", "bits/weight", "size MB", "SQNR dB",
+                       "PPL", "+/-", "dPPL", "KLD", "+/-", "top-1 %");
+                printf("%-*s %11s %9.3f %9s %10.4f %9.4f\n", w, "(as stored)", "", stored_bytes / 1e6, "", ref.ppl,
                        ref.ppl_err);
             }
         }
         if (!json) {
             double sqnr = c->noise > 0 ? 10 * log10(c->signal / c->noise) : INFINITY;
-            printf("%-22s %11.3f %9.3f %9.2f %10.4f %9.4f %+9.4f %9.5f %8.2f\n", names[s], c->bits, c->size_bytes / 1e6,
-                   sqnr, k->ppl, k->ppl_err, k->dppl, k->kld_mean, 100 * k->top1_agreement);
+            printf("%-*s %11.3f %9.3f %9.2f %10.4f %9.4f %+9.4f %9.5f %9.5f %8.2f\n", w, names[s], c->bits,
+                   c->size_bytes / 1e6, sqnr, k->ppl, k->ppl_err, k->dppl, k->kld_mean, k->kld_err,
+                   100 * k->top1_agreement);
             fflush(stdout);
         }
         done++;
+        cli_progress("compare", "spec", done, n_specs, names[s]);
     }
     remove(saved);
     if (rc == EXIT_OK && st != LB_OK)
@@ -183,6 +228,10 @@ static int run(int argc, char **argv)
     if (rc == EXIT_OK && json) { /* printed whole, only once everything is known */
         printf("{\"model\": ");
         json_string(stdout, model);
+        printf(", \"spec_embed\": ");
+        json_string(stdout, ea.spec_embed ? ea.spec_embed : "");
+        printf(", \"spec_head\": ");
+        json_string(stdout, ea.spec_head ? ea.spec_head : "");
         printf(", \"ctx\": %u, \"chunks\": %zu, \"scored_tokens\": %llu", ctx, ref.chunks, (unsigned long long)ref.tokens);
         json_field(stdout, "ppl", ref.ppl);
         json_field(stdout, "ppl_err", ref.ppl_err);
@@ -201,6 +250,7 @@ static int run(int argc, char **argv)
             json_field(stdout, "dppl", k->dppl);
             json_field(stdout, "dppl_err", k->dppl_err);
             json_field(stdout, "kld_mean", k->kld_mean);
+            json_field(stdout, "kld_err", k->kld_err);
             json_field(stdout, "kld_p99", k->kld_p99);
             json_field(stdout, "top1_agreement", k->top1_agreement);
             printf(", \"saturation\": {\"kv\": %llu, \"kv_values\": %llu, \"act\": %llu, \"act_values\": %llu}}",

@@ -2,15 +2,36 @@
  * safetensors / Hugging Face directory, llama2.c -> either), so that a
  * checkpoint can be checked with the tools of the other side. */
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli_model.h"
 
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The library writes GGUF for .gguf, safetensors for .safetensors and a
+ * directory for anything else: "out.txt" would become a directory. Only
+ * names whose kind is plain are taken; NULL if out is one, else its
+ * extension. */
+static const char *unknown_extension(const char *out)
+{
+    if (ends_with(out, ".gguf") || ends_with(out, ".safetensors") || ends_with(out, "/")) return NULL;
+    struct stat st;
+    if (stat(out, &st) == 0 && S_ISDIR(st.st_mode)) return NULL; /* an existing directory says what it is */
+    const char *base = strrchr(out, '/');
+    return strrchr(base ? base + 1 : out, '.');
+}
+
 static const char usage[] =
-    "usage: lowbit convert IN OUT [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4] [--allow-nonfinite] [--json]\n\n"
+    "usage: lowbit convert IN OUT [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4] [--allow-nonfinite] [--json] [--quiet]\n\n"
     "IN is any model lowbit reads (see 'lowbit help inspect'). OUT is chosen by\n"
     "its name: NAME.gguf writes GGUF, NAME.safetensors one safetensors file, and\n"
-    "anything else a Hugging Face directory (config.json + model.safetensors;\n"
-    "it must not exist or be empty). Tensors are renamed (blk.N.attn_q.weight <->\n"
+    "a name without an extension (or ending in '/') a Hugging Face directory\n"
+    "(config.json + model.safetensors; it must not exist or be empty); any other\n"
+    "extension is refused. Tensors are renamed (blk.N.attn_q.weight <->\n"
     "model.layers.N.self_attn.q_proj.weight) and q/k projection rows permuted\n"
     "between llama.cpp's adjacent rotary pairs and Hugging Face's half-split\n"
     "ones. --dtype stores floating-point tensors as f32, f16 or bf16 (default:\n"
@@ -28,6 +49,7 @@ static int run(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0) json = 1;
+        else if (strcmp(a, "--quiet") == 0) cli_progress_set_quiet(1);
         else if (strcmp(a, "--dtype") == 0 && i + 1 < argc) dtype_name = argv[++i];
         else if (strcmp(a, "--allow-nonfinite") == 0) allow_nonfinite = 1;
         else if (a[0] == '-' && a[1]) return cli_fail("convert", json, EXIT_USAGE, "bad_argument",
@@ -37,6 +59,12 @@ static int run(int argc, char **argv)
         else return cli_fail("convert", json, EXIT_USAGE, "bad_argument", "one IN and one OUT only ('%s')", a);
     }
     if (!in || !out) return cli_fail("convert", json, EXIT_USAGE, "bad_argument", "need IN and OUT\n%s", usage);
+    const char *ext = unknown_extension(out);
+    if (ext)
+        return cli_fail("convert", json, EXIT_USAGE, "bad_argument",
+                        "cannot tell what to write to '%s' (extension '%s'): OUT must end in .gguf (GGUF), .safetensors "
+                        "(one safetensors file) or be a directory name without an extension or ending in '/' (a Hugging "
+                        "Face directory: config.json + model.safetensors)", out, ext);
     lb_dtype dtype = LB_DT_COUNT;
     if (dtype_name && lb_dtype_by_name(dtype_name, &dtype) != LB_OK)
         return cli_fail("convert", json, EXIT_USAGE, "bad_argument", "unknown --dtype '%s' (f32, f16, bf16, q8_0, q4_0, mxfp4)",
@@ -44,7 +72,9 @@ static int run(int argc, char **argv)
     lb_model *m;
     lb_status st = lb_model_open(in, &m);
     if (st != LB_OK) return cli_fail_lb("convert", json, EXIT_RUNTIME, st);
-    lb_save_options so = {.dtype = dtype, .allow_nonfinite = allow_nonfinite};
+    cli_progress_ctx progress = {"convert", "tensor", NULL};
+    lb_save_options so = {.dtype = dtype, .allow_nonfinite = allow_nonfinite, .progress = cli_progress_fn,
+                          .progress_ctx = &progress};
     st = lb_model_save_opts(m, out, &so);
     size_t n = lb_model_tensor_count(m);
     lb_model_close(m);

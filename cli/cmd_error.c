@@ -4,7 +4,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli_model.h"
 
@@ -12,7 +11,7 @@
 #define WORST 3
 
 static const char usage[] =
-    "usage: lowbit error MODEL --spec SPEC[,SPEC...] [--threads N] [--json]\n\n"
+    "usage: lowbit error MODEL --spec SPEC[,SPEC...] [--threads N] [--json] [--quiet]\n\n"
     "Quantizes every weight matrix (2-D projections, embeddings, output head; not\n"
     "norms or biases) with each spec, in memory, and reports per tensor the SQNR\n"
     "(dB) and MSE against the tensor as stored (a quantized GGUF tensor is first\n"
@@ -72,14 +71,15 @@ static lb_status measure(const lb_tensor *t, const float *x, float *xhat, const 
 static void print_text(const lb_model *m, const char *path, char (*names)[256], size_t n_specs, const tensor_row *rows,
                        size_t n_rows, const spec_total *tot, uint64_t weights, uint64_t other_bytes)
 {
-    printf("model: %s (%s), %zu weight tensors, %llu weights; other tensors kept as stored: %llu bytes\n\n", path,
+    char safe[4096];
+    printf("model: %s (%s), %zu weight tensors, %llu weights; other tensors kept as stored: %llu bytes\n\n", cli_escape(safe, sizeof safe, path),
            cli_model_kind_name(lb_model_get_kind(m)), n_rows, (unsigned long long)weights,
            (unsigned long long)other_bytes);
     printf("%-44s", "SQNR dB / MSE");
     for (size_t s = 0; s < n_specs; s++) printf(" %22.22s", names[s]);
     printf("\n");
     for (size_t r = 0; r < n_rows; r++) {
-        printf("%-44.44s", lb_model_tensor(m, rows[r].index)->name);
+        printf("%-44.44s", cli_escape(safe, 45, lb_model_tensor(m, rows[r].index)->name));
         for (size_t s = 0; s < n_specs; s++) {
             char cell[64];
             snprintf(cell, sizeof cell, "%.2f / %.3g", rows[r].sqnr[s], rows[r].mse[s]);
@@ -95,7 +95,7 @@ static void print_text(const lb_model *m, const char *path, char (*names)[256], 
         printf("%-24s %12.3f %12.2f %12.2f %12.2f  ", names[s], weights ? tot[s].bits / (double)weights : 0,
                (tot[s].bits / 8 + (double)other_bytes) / 1e6, db(tot[s].signal, tot[s].noise), mean);
         for (int k = 0; k < tot[s].n_worst; k++)
-            printf("%s%s (%.2f)", k ? ", " : "", lb_model_tensor(m, rows[tot[s].worst[k]].index)->name,
+            printf("%s%s (%.2f)", k ? ", " : "", cli_escape(safe, sizeof safe, lb_model_tensor(m, rows[tot[s].worst[k]].index)->name),
                    rows[tot[s].worst[k]].sqnr[s]);
         printf("\n");
     }
@@ -141,13 +141,10 @@ static int run(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0) json = 1;
+        else if (strcmp(a, "--quiet") == 0) cli_progress_set_quiet(1);
         else if (strcmp(a, "--spec") == 0 && i + 1 < argc) spec_text = argv[++i];
         else if (strcmp(a, "--threads") == 0 && i + 1 < argc) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > 64)
-                return cli_fail("error", json, EXIT_USAGE, "bad_argument", "--threads takes 1..64, not '%s'", argv[i]);
-            threads = (int)v;
+            if (cli_parse_threads("error", json, argv[++i], &threads) != EXIT_OK) return EXIT_USAGE;
         } else if (a[0] == '-' && a[1]) return cli_fail("error", json, EXIT_USAGE, "bad_argument",
                                                         "unknown option or missing value: '%s'", a);
         else if (path) return cli_fail("error", json, EXIT_USAGE, "bad_argument", "more than one MODEL");
@@ -160,10 +157,6 @@ static int run(int argc, char **argv)
     size_t n_specs;
     int rc = cli_parse_specs("error", json, spec_text, specs, names, ERROR_MAX_SPECS, &n_specs, 0);
     if (rc != EXIT_OK) return rc;
-    if (!threads) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = c < 1 ? 1 : c > 64 ? 64 : (int)c;
-    }
     lb_model *m;
     lb_status st = lb_model_open(path, &m);
     if (st != LB_OK) return cli_fail_lb("error", json, EXIT_RUNTIME, st);
@@ -186,7 +179,7 @@ static int run(int argc, char **argv)
     for (size_t i = 0; st == LB_OK && i < n; i++) {
         const lb_tensor *t = lb_model_tensor(m, i);
         if (!lb_tensor_is_weight(t)) continue;
-        cli_progress("error", done, n_rows);
+        cli_progress("error", "tensor", done, n_rows, NULL);
         size_t old_cap = cap;
         st = cli_tensor_f32(t, &x, &cap);
         if (st == LB_OK && (cap > old_cap || !xhat)) {
@@ -207,7 +200,7 @@ static int run(int argc, char **argv)
         for (size_t s = 0; s < n_specs; s++) note_worst(&tot[s], rows, done, (int)s);
         done++;
     }
-    cli_progress("error", n_rows, n_rows);
+    cli_progress("error", "tensor", n_rows, n_rows, NULL);
     free(x), free(xhat);
     if (json) print_json(path, m, names, n_specs, rows, n_rows, tot, weights, other_bytes);
     else print_text(m, path, names, n_specs, rows, n_rows, tot, weights, other_bytes);

@@ -1,4 +1,5 @@
 /* lowbit generate: text from a prompt, greedy or sampled, streamed. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,9 +8,10 @@
 #include "util/clock.h"
 
 static const char usage[] =
-    "usage: lowbit generate MODEL -p PROMPT [-n 128] [--temp 0] [--seed 1] [--spec SPEC]\n"
-    "                      [--fake] [--act int8|fp8_e4m3 [--calib FILE]] [--kv FORMAT]\n"
-    "                      [--tokenizer FILE] [--threads N]\n\n"
+    "usage: lowbit generate MODEL -p|--prompt PROMPT [-n 128] [--temp 0] [--seed 1] [--spec SPEC]\n"
+    "                      [--spec-attn SPEC] [--spec-mlp SPEC] [--spec-embed SPEC] [--spec-head SPEC]\n"
+    "                      [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]] [--kv FORMAT]\n"
+    "                      [--tokenizer FILE] [--threads N] [--quiet]\n\n"
     "Prints PROMPT's continuation as it is generated: greedy at --temp 0 (the\n"
     "default), otherwise sampled from softmax(logits / temp) with a seeded\n"
     "generator, so a seed repeats its text. Stops after -n tokens or at the\n"
@@ -47,6 +49,33 @@ static int32_t pick(const float *logits, size_t vocab, double temp, uint64_t *rn
     return (int32_t)best;
 }
 
+/* -n, --temp and --seed: a bad value is a usage error that says what is taken */
+static int parse_value(const char *opt, const char *v, long *n_new, double *temp, unsigned long long *seed)
+{
+    char *end = NULL;
+    int digits = v[0] >= '0' && v[0] <= '9';
+    errno = 0;
+    if (strcmp(opt, "-n") == 0) {
+        long n = digits ? strtol(v, &end, 10) : 0;
+        if (!digits || *end || errno || n < 1 || n > (1L << 20))
+            return cli_fail("generate", 0, EXIT_USAGE, "bad_argument", "-n takes a token count 1..1048576, not '%s'", v);
+        *n_new = n;
+    } else if (strcmp(opt, "--temp") == 0) {
+        double t = strtod(v, &end);
+        if (end == v || *end || !(t >= 0 && t < 1e6))
+            return cli_fail("generate", 0, EXIT_USAGE, "bad_argument",
+                            "--temp takes 0 (greedy) or a positive temperature below 1e6, not '%s'", v);
+        *temp = t;
+    } else {
+        unsigned long long s = digits ? strtoull(v, &end, 10) : 0;
+        if (!digits || *end || errno)
+            return cli_fail("generate", 0, EXIT_USAGE, "bad_argument",
+                            "--seed takes a whole number 0..18446744073709551615, not '%s'", v);
+        *seed = s;
+    }
+    return EXIT_OK;
+}
+
 static int run(int argc, char **argv)
 {
     const char *model = NULL, *prompt = NULL;
@@ -57,15 +86,13 @@ static int run(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int r = cli_eval_option("generate", 0, argc, argv, &i, &ea);
-        char *end = NULL;
         if (r < 0) return EXIT_USAGE;
         if (r) continue;
         if ((strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) && v) prompt = v, i++;
-        else if (strcmp(a, "-n") == 0 && v && (n_new = strtol(v, &end, 10), end != v && *end == '\0' && n_new > 0)) i++;
-        else if (strcmp(a, "--temp") == 0 && v &&
-                 (temp = strtod(v, &end), end != v && *end == '\0' && temp >= 0 && temp < 1e6)) i++;
-        else if (strcmp(a, "--seed") == 0 && v && v[0] >= '0' && v[0] <= '9' && (seed = strtoull(v, &end, 10), *end == '\0')) i++;
-        else if (a[0] == '-' && a[1]) return cli_fail("generate", 0, EXIT_USAGE, "bad_argument", "bad option or value: '%s'", a);
+        else if ((strcmp(a, "-n") == 0 || strcmp(a, "--temp") == 0 || strcmp(a, "--seed") == 0) && v) {
+            if (parse_value(a, v, &n_new, &temp, &seed) != EXIT_OK) return EXIT_USAGE;
+            i++;
+        } else if (a[0] == '-' && a[1]) return cli_fail("generate", 0, EXIT_USAGE, "bad_argument", "unknown option or missing value: '%s'", a);
         else if (model) return cli_fail("generate", 0, EXIT_USAGE, "bad_argument", "more than one MODEL");
         else model = a;
     }

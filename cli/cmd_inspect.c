@@ -7,7 +7,7 @@
 #include "cli_model.h"
 
 static const char usage[] =
-    "usage: lowbit inspect MODEL [--json]\n\n"
+    "usage: lowbit inspect MODEL [--json] [--quiet]\n\n"
     "MODEL is a .gguf, .safetensors or llama2.c .bin file, or a Hugging Face model\n"
     "directory (config.json + model.safetensors or sharded model-*.safetensors).\n"
     "Prints the architecture, parameter count and bytes, and per tensor: canonical\n"
@@ -19,9 +19,10 @@ static const char usage[] =
 static void print_arch(const char *path, const lb_model *m, uint64_t params, uint64_t bytes)
 {
     const lb_arch *a = lb_model_arch(m);
-    printf("model: %s (%s)\n", path, cli_model_kind_name(lb_model_get_kind(m)));
+    char safe_path[4096], safe_name[256];
+    printf("model: %s (%s)\n", cli_escape(safe_path, sizeof safe_path, path), cli_model_kind_name(lb_model_get_kind(m)));
     printf("architecture: %s, %u layers, dim %u, hidden %u, heads %u/%u kv (head_dim %u), vocab %u",
-           a->name[0] ? a->name : "unknown", a->n_layers, a->dim, a->hidden_dim, a->n_heads, a->n_kv_heads,
+           a->name[0] ? cli_escape(safe_name, sizeof safe_name, a->name) : "unknown", a->n_layers, a->dim, a->hidden_dim, a->n_heads, a->n_kv_heads,
            a->head_dim, a->vocab_size);
     if (a->max_seq_len) printf(", context %u", a->max_seq_len);
     printf("\n  rope theta %g (%s pairs), rms eps %g%s%s%s\n", a->rope_theta,
@@ -38,6 +39,7 @@ static int run(int argc, char **argv)
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (strcmp(argv[i], "--quiet") == 0) cli_progress_set_quiet(1);
         else if (argv[i][0] == '-' && argv[i][1]) return cli_fail("inspect", json, EXIT_USAGE, "bad_argument",
                                                                    "unknown option '%s'", argv[i]);
         else if (path) return cli_fail("inspect", json, EXIT_USAGE, "bad_argument", "more than one MODEL");
@@ -62,7 +64,7 @@ static int run(int argc, char **argv)
         const lb_tensor *t = lb_model_tensor(m, i);
         uint64_t rows, cols;
         cli_tensor_matrix(t, &rows, &cols);
-        cli_progress("inspect", i, n);
+        cli_progress("inspect", "tensor", i, n, NULL);
         if (t->n_elements == 0) continue;
         st = cli_tensor_f32(t, &buf, &cap);
         if (st == LB_OK) st = lb_tensor_stats_compute(buf, rows, cols, &stats[i]);
@@ -75,7 +77,7 @@ static int run(int argc, char **argv)
         }
         lb_tensor_release(t);
     }
-    cli_progress("inspect", n, n);
+    cli_progress("inspect", "tensor", n, n, NULL);
     free(buf);
     if (json) {
         printf("{\"model\": ");
@@ -110,7 +112,8 @@ static int run(int argc, char **argv)
             json_field(stdout, "outlier_ratio", s->outlier_ratio);
             printf(", \"beyond_6std\": %llu}", (unsigned long long)s->beyond_6std);
         } else {
-            printf("%-48s %-7s %-14s %11llu %9.4g %9.4g %9.4g %8.3g %7llu\n", t->name, dt, shape,
+            char name[1024]; /* escaped: a name from the file may hold terminal escapes */
+            printf("%-48s %-7s %-14s %11llu %9.4g %9.4g %9.4g %8.3g %7llu\n", cli_escape(name, sizeof name, t->name), dt, shape,
                    (unsigned long long)t->n_bytes, s->absmax, s->std, s->kurtosis, s->outlier_ratio,
                    (unsigned long long)s->beyond_6std);
         }

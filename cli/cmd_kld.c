@@ -7,8 +7,9 @@
 
 static const char usage[] =
     "usage: lowbit kld BASE [QUANT] --text FILE [--spec SPEC] [--spec-attn|--spec-mlp|--spec-embed|--spec-head SPEC]\n"
-    "                 [--save-base FILE | --base FILE] [--fake] [--act int8|fp8_e4m3 [--calib FILE]] [--kv FORMAT]\n"
-    "                 [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--json]\n\n"
+    "                 [--save-base FILE | --base FILE] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
+    "                 [--kv FORMAT]\n"
+    "                 [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--json] [--quiet]\n\n"
     "KL divergence KL(base || quant) of the next-token distributions, per scored\n"
     "token of lowbit ppl's windows: mean +- standard error, median, p99, max; the\n"
     "top-1 agreement (how often both models' most likely token is the same); both\n"
@@ -59,8 +60,9 @@ static int run(int argc, char **argv)
     if (rc == EXIT_OK && !load) rc = cli_eval_runner("kld", json, &base_args, &base);
     if (rc == EXIT_OK) rc = cli_eval_open("kld", json, paths[1] ? paths[1] : paths[0], &ea, 1, &quant);
     if (rc == EXIT_OK) {
+        cli_progress_ctx progress = {"kld", "window", NULL};
         lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(base.tok) ? lb_tokenizer_bos(base.tok) : -1,
-                             .progress = cli_eval_progress, .progress_ctx = "kld"};
+                             .progress = cli_progress_fn, .progress_ctx = &progress};
         lb_kld_result k;
         lb_status st = lb_kld(base.runner, quant.runner, ids, n, &o, save, load, &k);
         if (st != LB_OK) rc = cli_fail_lb("kld", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);

@@ -313,7 +313,9 @@ static void print_human(const opts *o, const lb_plan_request *r, const lb_plan *
 {
     const lb_shape *s = &r->shape;
     const lb_param_count *pc = &p->params;
-    printf("model: %s (%s): %llu layers, dim %llu, ", o->model, s->name[0] ? s->name : "?",
+    char safe_model[4096], safe_name[256]; /* the name comes from config.json: escaped */
+    printf("model: %s (%s): %llu layers, dim %llu, ", cli_escape(safe_model, sizeof safe_model, o->model),
+           s->name[0] ? cli_escape(safe_name, sizeof safe_name, s->name) : "?",
            (unsigned long long)s->n_layers, (unsigned long long)s->dim);
     if (s->kv_lora_rank)
         printf("%llu heads with latent KV (rank %llu + rope %llu)", (unsigned long long)s->n_heads,

@@ -8,13 +8,31 @@
 static const char usage[] =
     "usage: lowbit ppl MODEL --text FILE [--ctx 512] [--chunks N] [--spec SPEC] [--spec-attn SPEC]\n"
     "                 [--spec-mlp SPEC] [--spec-embed SPEC] [--spec-head SPEC] [--tokenizer FILE]\n"
-    "                 [--fake] [--act int8|fp8_e4m3 [--calib FILE]] [--kv FORMAT] [--threads N] [--json]\n\n"
+    "                 [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]] [--kv FORMAT]\n"
+    "                 [--threads N] [--json] [--quiet]\n\n"
     "Perplexity as llama.cpp's perplexity tool measures it: the text is tokenized\n"
     "(BOS first), cut into non-overlapping windows of --ctx tokens whose first token\n"
     "is BOS (when the model adds BOS), each run from an empty cache; only the\n"
     "second half of each window is scored: the logits at positions ctx/2 .. ctx-2\n"
     "predict the tokens after them. Prints PPL +- its standard error, tokens/s and\n"
-    "the memory the model takes. --chunks limits the windows.\n" CLI_EVAL_RUNNER_HELP;
+    "the memory the model takes. --chunks limits the windows. The progress lines on\n"
+    "stderr show the perplexity so far, as llama.cpp's do.\n" CLI_EVAL_RUNNER_HELP;
+
+/* llama.cpp's running perplexity, in the progress lines */
+static void progress_ppl(void *ctx, size_t done, size_t total, double ppl, double err)
+{
+    (void)ctx;
+    char note[64];
+    snprintf(note, sizeof note, "ppl %.4f +- %.4f", ppl, err);
+    cli_progress("ppl", "window", done, total, note);
+}
+
+/* the windows' clock starts before the first window, not after it */
+static void progress_start(void *ctx, size_t done, size_t total)
+{
+    (void)ctx;
+    if (done == 0) cli_progress("ppl", "window", 0, total, NULL);
+}
 
 static int run(int argc, char **argv)
 {
@@ -45,7 +63,7 @@ static int run(int argc, char **argv)
     if (rc == EXIT_OK) rc = cli_eval_runner("ppl", json, &ea, &e);
     if (rc == EXIT_OK) {
         lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(e.tok) ? lb_tokenizer_bos(e.tok) : -1,
-                             .progress = cli_eval_progress, .progress_ctx = "ppl"};
+                             .progress = progress_start, .progress_ppl = progress_ppl};
         lb_ppl_result res;
         lb_status st = lb_perplexity(e.runner, ids, n, &o, &res);
         if (st != LB_OK) rc = cli_fail_lb("ppl", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);

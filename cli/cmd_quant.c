@@ -183,11 +183,8 @@ static int run(int argc, char **argv)
             else if (strcmp(a, "--skip") == 0 || strcmp(a, "--count") == 0) {
                 if (!parse_count(v, a[2] == 's' ? &skip : &count))
                     return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "%s takes a byte or value count, not '%s'", a, v);
-            } else {
-                size_t t;
-                if (!parse_count(v, &t) || t > 256)
-                    return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "--threads takes 0..256, not '%s'", v);
-                threads = (int)t;
+            } else if (cli_parse_threads("quant", json, v, &threads) != EXIT_OK) {
+                return EXIT_USAGE;
             }
         } else if (a[0] == '-' && a[1] != '\0')
             return cli_fail("quant", json, EXIT_USAGE, "bad_argument", "unknown option '%s'", a);

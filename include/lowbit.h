@@ -149,6 +149,18 @@ LB_API size_t lb_format_bytes(lb_format f, size_t n);
 
 /* ===== Casts ===== */
 
+/* Every `threads` argument: 0 (or less) means one per online CPU, N >= 1
+ * means N; both are capped here (more buys nothing for these
+ * bandwidth-bound loops and keeps the work table on the stack). The CLI's
+ * --threads takes 0..LB_MAX_THREADS. */
+#define LB_MAX_THREADS 64
+
+/* Progress of a long call (lb_runner_new's layers, lb_perplexity's and
+ * lb_kld's windows, lb_model_save_opts's tensors): done of total
+ * steps, 0 first (the work starts), total last. Called on the calling
+ * thread. */
+typedef void (*lb_progress_fn)(void *ctx, size_t done, size_t total);
+
 
 /* Encodes one value, rounded once from binary64. Unsigned formats
  * (e8m0, ue4m3, uint*) take negative inputs as overflow below their range:
@@ -466,6 +478,8 @@ LB_API lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dty
 typedef struct lb_save_options {
     lb_dtype dtype;      /* as lb_model_save's (LB_DT_COUNT: keep the float types) */
     int allow_nonfinite; /* 1: copy NaN and infinite values (block types still refuse them) */
+    lb_progress_fn progress; /* optional: after each tensor is written (done of total) */
+    void *progress_ctx;
 } lb_save_options;
 LB_API lb_status lb_model_save_opts(const lb_model *m, const char *path, const lb_save_options *o);
 
@@ -534,6 +548,8 @@ typedef struct lb_runner_options {
      * LB_FMT_FP8_E4M3, LB_FMT_FP8_E5M2, LB_FMT_INT8 or LB_FMT_INT4 (the
      * last four with one fp32 scale per token and KV head). */
     lb_format kv;
+    lb_progress_fn progress; /* optional: after each layer is loaded (done of n_layers) */
+    void *progress_ctx;
 } lb_runner_options;
 
 /* Called with each linear layer's input during a forward pass (for
@@ -623,7 +639,6 @@ LB_API void lb_ppl_add(lb_ppl_acc *a, double nll);
 /* ppl = exp(mean nll); err its standard error, exp(mean) x sd / sqrt(count - 1). */
 LB_API void lb_ppl_get(const lb_ppl_acc *a, double *ppl, double *err);
 
-typedef void (*lb_progress_fn)(void *ctx, size_t done, size_t total);
 
 typedef struct lb_eval_options {
     uint32_t ctx;          /* window length (default 512 when 0) */
@@ -631,6 +646,10 @@ typedef struct lb_eval_options {
     int32_t bos;           /* the BOS id, or -1 */
     lb_progress_fn progress;
     void *progress_ctx;
+    /* optional, lb_perplexity only, instead of or with progress: after each
+     * window, the perplexity of the windows scored so far and its standard
+     * error (llama.cpp prints these as it goes) */
+    void (*progress_ppl)(void *ctx, size_t done, size_t total, double ppl, double ppl_err);
 } lb_eval_options;
 
 typedef struct lb_ppl_result {

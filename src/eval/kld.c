@@ -153,6 +153,7 @@ lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_
         if (st == LB_OK) st = lb__out_write(&outf, h, sizeof h);
     }
     double t0 = lb__now();
+    if (st == LB_OK && o && o->progress) o->progress(o->progress_ctx, 0, chunks);
     for (size_t c = 0; c < chunks && st == LB_OK; c++) {
         if (base) st = lb__eval_window(base, tokens + c * ctx, ctx, bos, window, logits_b);
         if (st == LB_OK) st = lb__eval_window(quant, tokens + c * ctx, ctx, bos, window, logits_q);

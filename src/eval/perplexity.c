@@ -76,6 +76,7 @@ lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_
     double t0 = lb__now(), worst = -INFINITY; /* the largest NLL and where: named if the perplexity overflows */
     size_t worst_c = 0;
     uint32_t worst_j = 0;
+    if (o && o->progress) o->progress(o->progress_ctx, 0, chunks);
     for (size_t c = 0; c < chunks && st == LB_OK; c++) {
         st = lb__eval_window(r, tokens + c * ctx, ctx, o ? o->bos : -1, window, logits);
         for (uint32_t j = ctx / 2; st == LB_OK && j + 1 < ctx; j++) {
@@ -86,7 +87,12 @@ lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_
             else lb_ppl_add(&acc, nll);
             if (st == LB_OK && nll > worst) worst = nll, worst_c = c, worst_j = j;
         }
-        if (o && o->progress) o->progress(o->progress_ctx, c + 1, chunks);
+        if (st == LB_OK && o && o->progress) o->progress(o->progress_ctx, c + 1, chunks);
+        if (st == LB_OK && o && o->progress_ppl) {
+            double ppl, err;
+            lb_ppl_get(&acc, &ppl, &err);
+            o->progress_ppl(o->progress_ctx, c + 1, chunks, ppl, err);
+        }
     }
     out->seconds = lb__now() - t0;
     free(logits), free(window);

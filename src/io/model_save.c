@@ -31,6 +31,9 @@ typedef struct save_job {
     float *buf, *tmp;
     size_t cap;
     int allow_nonfinite; /* copy NaN/infinite weights instead of refusing them */
+    lb_progress_fn progress; /* after each tensor filled */
+    void *progress_ctx;
+    size_t filled;
 } save_job;
 
 static int ends_with(const char *s, const char *suffix)
@@ -117,10 +120,18 @@ static lb_status grow(save_job *j, size_t n, const char *name)
 /* Integer and bool tensors hold ids and masks, no NaN; every other type
  * lowbit reads is checked through fp32. */
 static int may_hold_nonfinite(lb_dtype d) { return !(d >= LB_DT_I8 && d <= LB_DT_BOOL) && lb_dtype_get(d)->can_read; }
+static lb_status fill_one(save_job *j, size_t i, void *dst, uint64_t n_bytes);
 
 static lb_status fill_tensor(void *ctx, size_t i, void *dst, uint64_t n_bytes)
 {
     save_job *j = ctx;
+    lb_status st = fill_one(j, i, dst, n_bytes);
+    if (st == LB_OK && j->progress) j->progress(j->progress_ctx, ++j->filled, j->n);
+    return st;
+}
+
+static lb_status fill_one(save_job *j, size_t i, void *dst, uint64_t n_bytes)
+{
     const out_tensor *o = &j->t[i];
     const lb_tensor *t = o->src;
     if (t->n_elements == 0 || n_bytes == 0) return LB_OK; /* an empty tensor has no bytes */
@@ -400,7 +411,7 @@ static lb_status save_hf_dir(const lb_model *m, save_job *j, const char *path)
     return st;
 }
 
-static lb_status save(const lb_model *m, const char *path, lb_dtype dtype, int allow_nonfinite);
+static lb_status save(const lb_model *m, const char *path, const lb_save_options *o);
 
 lb_status lb_model_save_opts(const lb_model *m, const char *path, const lb_save_options *o)
 {
@@ -408,7 +419,7 @@ lb_status lb_model_save_opts(const lb_model *m, const char *path, const lb_save_
     char *p = strdup(path); /* "out/" names the directory "out" */
     if (!p) return lb__fail(LB_ERR_NOMEM, "out of memory");
     for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) p[n - 1] = '\0';
-    lb_status st = save(m, p, o->dtype, o->allow_nonfinite);
+    lb_status st = save(m, p, o);
     free(p);
     return st;
 }
@@ -419,8 +430,9 @@ lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype)
     return lb_model_save_opts(m, path, &o);
 }
 
-static lb_status save(const lb_model *m, const char *path, lb_dtype dtype, int allow_nonfinite)
+static lb_status save(const lb_model *m, const char *path, const lb_save_options *o)
 {
+    lb_dtype dtype = o->dtype;
     target to = ends_with(path, ".gguf") ? TO_GGUF : ends_with(path, ".safetensors") ? TO_SAFETENSORS : TO_HF_DIR;
     if (dtype != LB_DT_COUNT) {
         const lb_dtype_info *d = lb_dtype_get(dtype);
@@ -442,8 +454,11 @@ static lb_status save(const lb_model *m, const char *path, lb_dtype dtype, int a
         lb_status st = check_target_dir(path);
         if (st != LB_OK) return st;
     }
-    save_job j = {.allow_nonfinite = allow_nonfinite};
+    lb_progress_fn progress = o->progress;
+    void *ctx = o->progress_ctx;
+    save_job j = {.allow_nonfinite = o->allow_nonfinite, .progress = progress, .progress_ctx = ctx};
     lb_status st = plan(m, to, dtype, &j);
+    if (st == LB_OK && progress) progress(ctx, 0, j.n);
     if (st == LB_OK) {
         if (to == TO_GGUF) st = save_gguf(m, &j, path);
         else if (to == TO_SAFETENSORS) st = save_safetensors(&j, path);

@@ -389,7 +389,11 @@ lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner
                               r->n_layers);
         }
         if (st == LB_OK) st = load_embeddings(&l, r);
-        for (size_t i = 0; i < r->n_layers && st == LB_OK; i++) st = load_layer(&l, r, i, &r->layers[i]);
+        if (st == LB_OK && o->progress) o->progress(o->progress_ctx, 0, r->n_layers);
+        for (size_t i = 0; i < r->n_layers && st == LB_OK; i++) {
+            st = load_layer(&l, r, i, &r->layers[i]);
+            if (st == LB_OK && o->progress) o->progress(o->progress_ctx, i + 1, r->n_layers);
+        }
         if (st == LB_OK) st = load_f32(&l, "model.norm.weight", r->dim, 0, &r->final_norm);
         if (st == LB_OK) st = load_rope(&l, r);
         /* norms (two per layer and the final one), biases, q/k norms, rotary tables */

@@ -7,10 +7,6 @@
 
 #include "util/error.h"
 
-/* More threads than this buys nothing for bandwidth-bound loops and keeps
- * the slice table on the stack. */
-#define LB_MAX_THREADS 64
-
 /* A waiting thread polls this many times (each a CPU pause) before it
  * sleeps: decode runs a few hundred short parallel loops per token, and
  * waking a sleeping thread costs tens of microseconds, more than many of

@@ -101,7 +101,7 @@ def test_quick_text_prints_the_tables():
 
 @pytest.mark.parametrize("args, words", [
     (["--bogus"], "unknown option"),
-    (["--threads", "0"], "--threads"),
+    (["--threads", "65"], "--threads takes 0..64 (0: one per CPU), not '65'"),
     (["--threads"], "missing value"),
     (["--gib", "x"], "--gib"),
     (["--gib", "0"], "--gib"),

@@ -51,6 +51,8 @@ class RunnerOptions(ctypes.Structure):
         ("fake", ctypes.c_int),
         ("act", ctypes.c_int),
         ("kv", ctypes.c_int),
+        ("progress", ctypes.c_void_p),  # lb_progress_fn, NULL here
+        ("progress_ctx", ctypes.c_void_p),
     ]
 
 
