@@ -116,7 +116,13 @@ static int run(int argc, char **argv)
      * TMPDIR, (8 + 2 vocab) bytes per scored token, removed at the end */
     char saved[512] = "";
     const char *tmpdir = getenv("TMPDIR");
-    snprintf(saved, sizeof saved, "%s/lowbit-compare-%ld.kld", tmpdir && tmpdir[0] ? tmpdir : "/tmp", (long)getpid());
+    /* a free name: outputs never replace an existing file (one left by a
+     * killed process with our id is not ours to delete) */
+    for (int k = 0; k < 100; k++) {
+        snprintf(saved, sizeof saved, "%s/lowbit-compare-%ld%s%.0d.kld", tmpdir && tmpdir[0] ? tmpdir : "/tmp",
+                 (long)getpid(), k ? "-" : "", k);
+        if (access(saved, F_OK) != 0) break;
+    }
     lb_ppl_result ref = {0}; /* the model as stored: from the first spec's KL run, which scores it anyway */
     double stored_bytes = 0;
     for (size_t i = 0; i < lb_model_tensor_count(base.model); i++) stored_bytes += (double)lb_model_tensor(base.model, i)->n_bytes;
