@@ -1,9 +1,13 @@
 /* Inputs, --force and signals for the commands that write (cli_output.h). */
 #include "cli_output.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +22,34 @@ int cli_output_check(const char *cmd, int json, const char *path)
 {
     lb_status st = lb_output_check(path);
     return st == LB_OK ? EXIT_OK : cli_fail_lb(cmd, json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
+}
+
+void cli_note_leftovers(const char *cmd, const char *path)
+{
+    char dir[4096], prefix[1024];
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--; /* "out/" is the directory "out" */
+    const char *end = path + n, *slash = end;
+    while (slash > path && slash[-1] != '/') slash--;
+    if (slash == end || (size_t)(slash - path) >= sizeof dir) return;
+    if (slash == path) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    int k = snprintf(prefix, sizeof prefix, "%.*s.lowbit-tmp.", (int)(end - slash), slash);
+    if (k < 0 || (size_t)k >= sizeof prefix) return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, (size_t)k) != 0) continue;
+        char *rest;
+        long pid = strtol(e->d_name + k, &rest, 10);
+        if (pid <= 0 || *rest != '.') continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* its process may still be writing it */
+        fprintf(stderr, "lowbit %s: note: '%s%s%s' is a temporary output left by an earlier run (process %ld is "
+                        "gone: killed or crashed); it is safe to delete\n",
+                cmd, slash == path ? "" : dir, slash == path ? "" : "/", e->d_name, pid);
+    }
+    closedir(d);
 }
 
 /* ----- signals: only async-signal-safe calls below ----- */

@@ -13,6 +13,10 @@ int cli_protect(const char *cmd, int json, const char *path, const char *what);
  * reporting, EXIT_USAGE (a clash or an existing file without --force) or
  * EXIT_RUNTIME. */
 int cli_output_check(const char *cmd, int json, const char *path);
+/* Says on stderr which temporaries of an earlier run lie beside path
+ * ("OUT.lowbit-tmp.PID.N" of a process that is gone: left by SIGKILL or a
+ * crash, safe to delete); removes nothing. */
+void cli_note_leftovers(const char *cmd, const char *path);
 /* The usage line every writing command shows for --force. */
 #define CLI_FORCE_HELP \
     "An existing output is refused unless --force (which keeps its permissions, and still refuses\n" \

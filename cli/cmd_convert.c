@@ -46,6 +46,7 @@ static int run(int argc, char **argv)
     lb_output_allow_replace(force);
     int rc = cli_protect("convert", json, in, "IN");
     if (rc != EXIT_OK) return rc;
+    cli_note_leftovers("convert", out);
     lb_model *m;
     lb_status st = lb_model_open(in, &m);
     if (st != LB_OK) return cli_fail_lb("convert", json, EXIT_RUNTIME, st);

@@ -58,6 +58,7 @@ static int run(int argc, char **argv)
     if (rc == EXIT_OK) rc = cli_protect("kld", json, load, "the --base file");
     if (rc == EXIT_OK && save) rc = cli_output_check("kld", json, save);
     if (rc != EXIT_OK) return rc;
+    if (save) cli_note_leftovers("kld", save);
     /* the base: the model as stored, unless its distributions come from a file */
     cli_eval_args base_args = ea;
     base_args.spec = base_args.spec_attn = base_args.spec_mlp = base_args.spec_embed = base_args.spec_head = NULL;

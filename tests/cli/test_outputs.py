@@ -229,3 +229,20 @@ def test_a_mapped_input_truncated_under_kld_is_named(work):
     assert p.returncode == 1, err
     assert "lowbit kld: 'stories260K.bin' changed while it was being read" in err, err
     assert temps(work) == [] and not (work / "b.kld").exists()
+
+
+@pytest.mark.parametrize("out", ["out.gguf", "hf", "b.kld"])
+def test_a_temporary_left_by_a_killed_run_is_named(work, out):
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a process id that is no longer in use
+    left = work / f"{out}.lowbit-tmp.{gone.pid}.0"
+    left.write_bytes(b"half")
+    (work / f"{out}.lowbit-tmp.{os.getpid()}.0").write_bytes(b"alive")  # a live process's: not mentioned
+    if out.endswith(".kld"):
+        r = run(*KLD, "--save-base", out, cwd=work)
+    else:
+        r = run("convert", "stories260K.bin", out, cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("note:") == 1
+    assert f"note: '{left.name}' is a temporary output left by an earlier run (process {gone.pid} is gone" in r.stderr
+    assert "safe to delete" in r.stderr and left.read_bytes() == b"half"  # named, not removed
