@@ -58,9 +58,27 @@ static const char *signal_cmd = "";
 
 static void put(const char *s) { (void)!write(STDERR_FILENO, s, strlen(s)); }
 
-static void on_terminate(int sig)
+/* cli_remove_on_signal's file: the handler reads it only while armed is 1 */
+static char scratch[4096];
+static volatile sig_atomic_t scratch_armed;
+
+void cli_remove_on_signal(const char *path)
+{
+    scratch_armed = 0;
+    if (!path || strlen(path) >= sizeof scratch) return;
+    memcpy(scratch, path, strlen(path) + 1);
+    scratch_armed = 1;
+}
+
+static void remove_outputs(void)
 {
     lb_output_remove_temps();
+    if (scratch_armed) unlink(scratch);
+}
+
+static void on_terminate(int sig)
+{
+    remove_outputs();
     raise(sig); /* SA_RESETHAND made it the default action: delivered on return, the exit status is the signal's */
 }
 
@@ -68,7 +86,7 @@ static void on_bus(int sig, siginfo_t *si, void *uc)
 {
     (void)uc;
     const char *file = lb_mapped_file_at(si->si_addr);
-    lb_output_remove_temps();
+    remove_outputs();
     if (!file) { /* not a mapped input: a real fault, reported by the default action */
         raise(sig);
         return;

@@ -27,6 +27,10 @@ void cli_note_leftovers(const char *cmd, const char *path);
  * remove them, exit 1. cmd names the command in that message. */
 void cli_install_signal_handlers(const char *cmd);
 
+/* A finished file the command removes itself at the end (compare's base
+ * distributions): removed by the signal handlers too. NULL forgets it. */
+void cli_remove_on_signal(const char *path);
+
 /* Test hook: sleeps LOWBIT_TEST_PAUSE_AFTER_OPEN seconds (when set) once a
  * command has opened (mapped) its model, so a test can truncate it. */
 void cli_test_pause_after_open(void);

@@ -8,6 +8,7 @@
 
 #include "cli_eval.h"
 #include "cli_model.h"
+#include "cli_output.h"
 
 #define COMPARE_MAX_SPECS 16
 
@@ -123,6 +124,7 @@ static int run(int argc, char **argv)
                  (long)getpid(), k ? "-" : "", k);
         if (access(saved, F_OK) != 0) break;
     }
+    cli_remove_on_signal(saved); /* complete after the first row, removed at the end: by a SIGINT too */
     lb_ppl_result ref = {0}; /* the model as stored: from the first spec's KL run, which scores it anyway */
     double stored_bytes = 0;
     for (size_t i = 0; i < lb_model_tensor_count(base.model); i++) stored_bytes += (double)lb_model_tensor(base.model, i)->n_bytes;
@@ -161,6 +163,7 @@ static int run(int argc, char **argv)
         }
         done++;
     }
+    cli_remove_on_signal(NULL);
     remove(saved);
     if (rc == EXIT_OK && st != LB_OK)
         rc = cli_fail("compare", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, lb_status_name(st), "%s",

@@ -246,3 +246,21 @@ def test_a_temporary_left_by_a_killed_run_is_named(work, out):
     assert r.stderr.count("note:") == 1
     assert f"note: '{left.name}' is a temporary output left by an earlier run (process {gone.pid} is gone" in r.stderr
     assert "safe to delete" in r.stderr and left.read_bytes() == b"half"  # named, not removed
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_compare_removes_its_base_file(work, sig):
+    (work / "long.txt").write_bytes(TEXT.read_bytes() * 4)
+    tmp = work / "tmpdir"
+    tmp.mkdir()
+    p = subprocess.Popen([LOWBIT, "compare", "stories260K.bin", "--spec", "int8,int4,int4:g32", "--text", "long.txt",
+                          "--ctx", "64"], cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=dict(os.environ, TMPDIR=str(tmp)))
+    want = tmp / f"lowbit-compare-{p.pid}.kld"
+    t0 = time.time()
+    while not want.exists() and p.poll() is None and time.time() - t0 < 60:  # complete once the first row is done
+        time.sleep(0.002)
+    assert want.exists(), p.communicate()
+    p.send_signal(sig)
+    p.communicate(timeout=30)
+    assert p.returncode == -sig and list(tmp.iterdir()) == []
