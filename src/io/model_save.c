@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
