@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli_model.h"
+#include "cli_output.h"
 
 int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cli_eval_args *a)
 {
@@ -240,6 +241,11 @@ int cli_eval_open(const char *cmd, int json, const char *path, const cli_eval_ar
                           : lb_tokenizer_from_model(out->model, path, &out->tok);
     if (st != LB_OK) {
         rc = cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+        cli_eval_close(out);
+        return rc;
+    }
+    /* the tokenizer file found beside the model is an input too (no output may replace it) */
+    if ((rc = cli_protect(cmd, json, lb_tokenizer_source(out->tok), "the tokenizer")) != EXIT_OK) {
         cli_eval_close(out);
         return rc;
     }

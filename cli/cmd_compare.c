@@ -8,6 +8,7 @@
 
 #include "cli_eval.h"
 #include "cli_model.h"
+#include "cli_output.h"
 
 #define COMPARE_MAX_SPECS 16
 
@@ -156,7 +157,13 @@ static int run(int argc, char **argv)
      * only the top-k would change every KLD */
     char saved[512] = "";
     if (!tmpdir || !tmpdir[0]) tmpdir = "/tmp";
-    snprintf(saved, sizeof saved, "%s/lowbit-compare-%ld.kld", tmpdir, (long)getpid());
+    /* a free name: outputs never replace an existing file (one left by a
+     * killed process with our id is not ours to delete) */
+    for (int k = 0; k < 100; k++) {
+        snprintf(saved, sizeof saved, "%s/lowbit-compare-%ld%s%.0d.kld", tmpdir, (long)getpid(), k ? "-" : "", k);
+        if (access(saved, F_OK) != 0) break;
+    }
+    cli_remove_on_signal(saved); /* complete after the first row, removed at the end: by a SIGINT too */
     size_t windows = n / ctx < chunks || !chunks ? n / ctx : chunks;
     uint64_t cache_bytes = lb_kld_base_bytes(lb_runner_vocab_size(base.runner), ctx, windows);
     if (rc == EXIT_OK && n_specs > 1) {
@@ -221,6 +228,7 @@ static int run(int argc, char **argv)
         done++;
         cli_progress("compare", "spec", done, n_specs, names[s]);
     }
+    cli_remove_on_signal(NULL);
     remove(saved);
     if (rc == EXIT_OK && st != LB_OK)
         rc = cli_fail("compare", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, lb_status_name(st), "%s",

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include "cli_model.h"
+#include "cli_output.h"
 
 static int ends_with(const char *s, const char *suffix)
 {
@@ -26,30 +27,34 @@ static const char *unknown_extension(const char *out)
 }
 
 static const char usage[] =
-    "usage: lowbit convert IN OUT [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4] [--allow-nonfinite] [--json] [--quiet]\n\n"
+    "usage: lowbit convert IN OUT [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4] [--allow-nonfinite] [--force] [--json] [--quiet]\n\n"
     "IN is any model lowbit reads (see 'lowbit help inspect'). OUT is chosen by\n"
     "its name: NAME.gguf writes GGUF, NAME.safetensors one safetensors file, and\n"
     "a name without an extension (or ending in '/') a Hugging Face directory\n"
-    "(config.json + model.safetensors; it must not exist or be empty); any other\n"
-    "extension is refused. Tensors are renamed (blk.N.attn_q.weight <->\n"
+    "(config.json + model.safetensors; it must not exist or be empty, or with\n"
+    "--force hold only those two files); any other extension is refused.\n"
+    "Tensors are renamed (blk.N.attn_q.weight <->\n"
     "model.layers.N.self_attn.q_proj.weight) and q/k projection rows permuted\n"
     "between llama.cpp's adjacent rotary pairs and Hugging Face's half-split\n"
     "ones. --dtype stores floating-point tensors as f32, f16 or bf16 (default:\n"
     "keep f32/f16/bf16 tensors, widen quantized ones to f32); for GGUF output\n"
     "q8_0, q4_0 and mxfp4 quantize the weight matrices (ggml's reference\n"
     "quantizers; other tensors f32). GGUF metadata, tokenizer included, is\n"
-    "carried from a GGUF input. Output appears only when complete. A NaN or\n"
-    "infinite weight is refused (naming the tensor and the first bad element),\n"
-    "as inspect refuses it; --allow-nonfinite copies such values as they are.\n";
+    "carried from a GGUF input. Output appears only when complete (under a\n"
+    "temporary name OUT.lowbit-tmp.PID.N until then, removed on failure or\n"
+    "SIGINT/SIGTERM). A NaN or infinite weight is refused (naming the tensor\n"
+    "and the first bad element), as inspect refuses it; --allow-nonfinite\n"
+    "copies such values as they are.\n" CLI_FORCE_HELP;
 
 static int run(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *dtype_name = NULL;
-    int json = 0, allow_nonfinite = 0;
+    int json = 0, allow_nonfinite = 0, force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0) json = 1;
         else if (strcmp(a, "--quiet") == 0) cli_progress_set_quiet(1);
+        else if (strcmp(a, "--force") == 0) force = 1;
         else if (strcmp(a, "--dtype") == 0 && i + 1 < argc) dtype_name = argv[++i];
         else if (strcmp(a, "--allow-nonfinite") == 0) allow_nonfinite = 1;
         else if (a[0] == '-' && a[1]) return cli_fail("convert", json, EXIT_USAGE, "bad_argument",
@@ -69,9 +74,14 @@ static int run(int argc, char **argv)
     if (dtype_name && lb_dtype_by_name(dtype_name, &dtype) != LB_OK)
         return cli_fail("convert", json, EXIT_USAGE, "bad_argument", "unknown --dtype '%s' (f32, f16, bf16, q8_0, q4_0, mxfp4)",
                         dtype_name);
+    lb_output_allow_replace(force);
+    int rc = cli_protect("convert", json, in, "IN");
+    if (rc != EXIT_OK) return rc;
+    cli_note_leftovers("convert", out);
     lb_model *m;
     lb_status st = lb_model_open(in, &m);
     if (st != LB_OK) return cli_fail_lb("convert", json, EXIT_RUNTIME, st);
+    cli_test_pause_after_open();
     cli_progress_ctx progress = {"convert", "tensor", NULL};
     lb_save_options so = {.dtype = dtype, .allow_nonfinite = allow_nonfinite, .progress = cli_progress_fn,
                           .progress_ctx = &progress};

@@ -4,12 +4,13 @@
 #include <string.h>
 
 #include "cli_eval.h"
+#include "cli_output.h"
 
 static const char usage[] =
     "usage: lowbit kld BASE [QUANT] --text FILE [--spec SPEC] [--spec-attn|--spec-mlp|--spec-embed|--spec-head SPEC]\n"
     "                 [--save-base FILE | --base FILE] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
     "                 [--kv FORMAT]\n"
-    "                 [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--json] [--quiet]\n\n"
+    "                 [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--force] [--json] [--quiet]\n\n"
     "KL divergence KL(base || quant) of the next-token distributions, per scored\n"
     "token of lowbit ppl's windows: mean +- standard error, median, p99, max; the\n"
     "top-1 agreement (how often both models' most likely token is the same); both\n"
@@ -18,11 +19,13 @@ static const char usage[] =
     "quantized under --spec (and the options below). --save-base stores the base model's\n"
     "distributions (16 bits per log-probability) so later runs can skip the base\n"
     "model with --base FILE (then BASE only provides the tokenizer, and QUANT or\n"
-    "--spec the model to measure). The base always runs as stored, fp32 KV cache.\n" CLI_EVAL_RUNNER_HELP;
+    "--spec the model to measure). The base always runs as stored, fp32 KV cache.\n"
+    "--save-base never writes over an input (the models, their tokenizers, the\n"
+    "--text and --calib files). " CLI_FORCE_HELP CLI_EVAL_RUNNER_HELP;
 
 static int run(int argc, char **argv)
 {
-    int json = 0;
+    int json = 0, force = 0;
     const char *paths[2] = {NULL, NULL}, *text = NULL, *save = NULL, *load = NULL;
     int n_paths = 0;
     cli_eval_args ea = {0};
@@ -33,6 +36,7 @@ static int run(int argc, char **argv)
         if ((r = cli_eval_option("kld", json, argc, argv, &i, &ea)) || (r = cli_parse_window("kld", json, argc, argv, &i, &ctx, &chunks))) {
             if (r < 0) return EXIT_USAGE;
         } else if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (strcmp(argv[i], "--force") == 0) force = 1;
         else if (strcmp(argv[i], "--text") == 0 && i + 1 < argc) text = argv[++i];
         else if (strcmp(argv[i], "--save-base") == 0 && i + 1 < argc) save = argv[++i];
         else if (strcmp(argv[i], "--base") == 0 && i + 1 < argc) load = argv[++i];
@@ -45,14 +49,26 @@ static int run(int argc, char **argv)
     if (!paths[1] && !ea.spec && !ea.spec_attn && !ea.spec_mlp && !ea.spec_embed && !ea.spec_head && !ea.kv && !ea.act)
         return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "nothing to compare: give QUANT, --spec, --kv or --act");
     ea.max_ctx = ctx;
+    /* every input, before any work: --save-base must not land on one */
+    lb_output_allow_replace(force);
+    int rc = cli_protect("kld", json, paths[0], "BASE");
+    if (rc == EXIT_OK) rc = cli_protect("kld", json, paths[1], "QUANT");
+    if (rc == EXIT_OK) rc = cli_protect("kld", json, text, "the --text file");
+    if (rc == EXIT_OK) rc = cli_protect("kld", json, ea.tokenizer, "the --tokenizer file");
+    if (rc == EXIT_OK) rc = cli_protect("kld", json, ea.calib, "the --calib file");
+    if (rc == EXIT_OK) rc = cli_protect("kld", json, load, "the --base file");
+    if (rc == EXIT_OK && save) rc = cli_output_check("kld", json, save);
+    if (rc != EXIT_OK) return rc;
+    if (save) cli_note_leftovers("kld", save);
     /* the base: the model as stored, unless its distributions come from a file */
     cli_eval_args base_args = ea;
     base_args.spec = base_args.spec_attn = base_args.spec_mlp = base_args.spec_embed = base_args.spec_head = NULL;
     base_args.kv = base_args.act = base_args.calib = NULL;
     base_args.fake = 0;
     cli_eval_model base, quant = {0};
-    int rc = cli_eval_open("kld", json, paths[0], &base_args, 0, &base);
+    rc = cli_eval_open("kld", json, paths[0], &base_args, 0, &base);
     if (rc != EXIT_OK) return rc;
+    cli_test_pause_after_open();
     int32_t *ids = NULL;
     size_t n = 0;
     rc = cli_eval_tokens("kld", json, base.tok, text, &ids, &n);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_output.h"
 
 static const cli_command *const commands[] = {&cmd_formats, &cmd_cast, &cmd_grid, &cmd_quant, &cmd_inspect, &cmd_error, &cmd_convert, &cmd_plan, &cmd_ppl, &cmd_kld, &cmd_generate, &cmd_compare, &cmd_bench};
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
@@ -65,5 +66,6 @@ int main(int argc, char **argv)
             return EXIT_OK;
         }
     }
+    cli_install_signal_handlers(c->name);
     return c->run(argc - 1, argv + 1);
 }

@@ -469,8 +469,9 @@ LB_API int lb_tensor_is_weight(const lb_tensor *t);
  * half-split; GGUF llama/mistral: adjacent). GGUF metadata of a GGUF
  * source (the tokenizer too) is carried over as it is. A Hugging Face
  * directory is written for llama, mistral, qwen2 and qwen3 only. Refuses
- * to overwrite a file the model is read from. Written to temporary names
- * and renamed into place: on failure nothing is left behind. A NaN or
+ * to overwrite a file the model is read from; the destination follows the
+ * rule of "Outputs" below. Written to temporary names and renamed into
+ * place: on failure nothing is left behind. A NaN or
  * infinite value in any floating-point tensor is LB_ERR_NAN naming the
  * tensor and the first such element (lb_model_save_opts can copy them). */
 LB_API lb_status lb_model_save(const lb_model *m, const char *path, lb_dtype dtype);
@@ -482,6 +483,42 @@ typedef struct lb_save_options {
     void *progress_ctx;
 } lb_save_options;
 LB_API lb_status lb_model_save_opts(const lb_model *m, const char *path, const lb_save_options *o);
+
+/* ===== Outputs =====
+ *
+ * Every file or directory the library writes (lb_model_save, lb_kld's
+ * save_base) goes through one routine and one rule, for the whole process:
+ * - a destination that is an input is refused: a file registered with
+ *   lb_output_protect, or one the library has mapped now (an open model's
+ *   files); the same file however it is spelled ("./x", a symbolic link);
+ * - an existing destination is refused unless lb_output_allow_replace(1)
+ *   (the CLI's --force); an empty directory counts as free, and a
+ *   directory is replaced only when it holds nothing but what lowbit
+ *   writes there;
+ * - when replacing, a destination that is a symbolic link, has other hard
+ *   links or belongs to another user is refused (replacing would break or
+ *   take it over); a replaced file or directory keeps its permission bits.
+ * These refusals are LB_ERR_ARG, with a message naming the clash. The bytes
+ * go to a temporary "DEST.lowbit-tmp.PID.N" beside the destination,
+ * renamed into place when complete; lb_output_remove_temps removes those in
+ * progress (a SIGKILL can still leave one: it is safe to delete). */
+
+/* Registers an input of the command: `what` names it in messages ("the
+ * model", "the --text file"). A path that does not exist is ignored. */
+LB_API lb_status lb_output_protect(const char *path, const char *what);
+/* Whether an existing destination may be replaced (default 0). */
+LB_API void lb_output_allow_replace(int allow);
+/* Forgets the registered inputs; replacing is refused again. */
+LB_API void lb_output_reset(void);
+/* The rule for a destination file, before any work is done (the writers
+ * check again when they open it). */
+LB_API lb_status lb_output_check(const char *path);
+/* Removes every temporary output in progress. Async-signal-safe: for a
+ * SIGINT/SIGTERM/SIGBUS handler (the library installs none itself). */
+LB_API void lb_output_remove_temps(void);
+/* The name of the mapped input file that holds addr (a SIGBUS si_addr:
+ * the file shrank under the mapping), or NULL. Async-signal-safe. */
+LB_API const char *lb_mapped_file_at(const void *addr);
 
 /* Canonical (Hugging Face) name of a GGUF tensor name, into buf; returns 0
  * if the name has no mapping (buf then holds the name unchanged). And the
@@ -503,9 +540,12 @@ LB_API lb_status lb_tokenizer_from_model(const lb_model *m, const char *model_pa
  * needs the vocabulary size: the file does not say it). */
 LB_API lb_status lb_tokenizer_from_file(const char *path, uint32_t vocab_size, lb_tokenizer **out);
 LB_API void lb_tokenizer_free(lb_tokenizer *t);
+/* The file the tokenizer was read from (NULL when it came from a GGUF
+ * model's metadata): an input to protect (lb_output_protect). */
+LB_API const char *lb_tokenizer_source(const lb_tokenizer *t);
 LB_API uint32_t lb_tokenizer_vocab_size(const lb_tokenizer *t);
-LB_API int32_t lb_tokenizer_bos(const lb_tokenizer *t); /* -1 if none */
-LB_API int32_t lb_tokenizer_eos(const lb_tokenizer *t);
+int32_t lb_tokenizer_bos(const lb_tokenizer *t); /* -1 if none */
+int32_t lb_tokenizer_eos(const lb_tokenizer *t);
 /* Whether texts start with BOS for this model (GGUF's
  * tokenizer.ggml.add_bos_token; SentencePiece and llama2.c: yes; byte-level
  * BPE without the key: no), as llama.cpp decides it. */

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -360,54 +359,23 @@ static lb_status write_config(const lb_model *m, const char *path, const save_jo
     return lb__out_commit(&o);
 }
 
-static void remove_tree(const char *dir)
-{
-    static const char *const files[] = {"config.json", "model.safetensors"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char *p = lb__path_join(dir, files[i]);
-        if (p) unlink(p);
-        free(p);
-    }
-    rmdir(dir);
-}
-
-/* A Hugging Face directory is written only where nothing would be lost:
- * a new path or an empty directory. Checked before any work. */
-static lb_status check_target_dir(const char *path)
-{
-    struct stat sb;
-    if (stat(path, &sb) != 0) return LB_OK;
-    if (!S_ISDIR(sb.st_mode)) return lb__fail(LB_ERR_IO, "'%s' exists and is not a directory", path);
-    DIR *d = opendir(path);
-    if (!d) return lb__fail(LB_ERR_IO, "cannot read directory '%s': %s", path, strerror(errno));
-    struct dirent *e;
-    int empty = 1;
-    while (empty && (e = readdir(d)))
-        empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
-    closedir(d);
-    return empty ? LB_OK : lb__fail(LB_ERR_IO, "'%s' is a directory that is not empty: not overwriting it", path);
-}
+/* What a Hugging Face directory written here holds. */
+static const char *const hf_files[] = {"config.json", "model.safetensors"};
 
 /* Everything goes into a fresh directory beside the target, which is
- * renamed onto it at the end (rename replaces an empty directory). */
+ * renamed onto it at the end (util/file.h: lb__outdir). */
 static lb_status save_hf_dir(const lb_model *m, save_job *j, const char *path)
 {
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
-        return lb__fail(LB_ERR_IO, "'%s' exists and is not a directory", path);
-    char *tmp;
-    lb_status st0 = lb__make_temp_dir(path, &tmp);
-    if (st0 != LB_OK) return st0;
-    char *cfg = lb__path_join(tmp, "config.json"), *st_path = lb__path_join(tmp, "model.safetensors");
-    lb_status st = cfg && st_path ? LB_OK : lb__fail(LB_ERR_NOMEM, "out of memory");
+    lb__outdir d;
+    lb_status st = lb__outdir_open(path, hf_files, 2, &d);
+    if (st != LB_OK) return st;
+    char *cfg = lb__path_join(d.tmp_path, "config.json"), *st_path = lb__path_join(d.tmp_path, "model.safetensors");
+    if (!cfg || !st_path) st = lb__fail(LB_ERR_NOMEM, "out of memory");
     if (st == LB_OK) st = save_safetensors(j, st_path);
     if (st == LB_OK) st = write_config(m, cfg, j);
-    if (st == LB_OK) {
-        if (rename(tmp, path) != 0)
-            st = lb__fail(LB_ERR_IO, "cannot move the new model into '%s': %s", path, strerror(errno));
-    }
-    if (st != LB_OK) remove_tree(tmp);
-    free(cfg), free(st_path), free(tmp);
+    free(cfg), free(st_path);
+    if (st == LB_OK) return lb__outdir_commit(&d);
+    lb__outdir_abort(&d);
     return st;
 }
 
@@ -442,6 +410,10 @@ static lb_status save(const lb_model *m, const char *path, const lb_save_options
                             to == TO_GGUF ? " in GGUF" : "", to == TO_GGUF ? ", q8_0, q4_0, mxfp4" : "; block types need a .gguf output");
     }
     if (!path[0]) return lb__fail(LB_ERR_ARG, "the output path is empty");
+    /* the destination rule before any work (the writers check it again) */
+    lb__dest dest;
+    lb_status st0 = to == TO_HF_DIR ? lb__dest_check_dir(path, hf_files, 2, &dest) : lb__dest_check_file(path, &dest);
+    if (st0 != LB_OK) return st0;
     if (lb__model_reads(m, path))
         return lb__fail(LB_ERR_ARG, "'%s' is one of the files the model is read from; write elsewhere", path);
     if (to == TO_HF_DIR && !hf_arch(m->arch.name))
@@ -450,10 +422,6 @@ static lb_status save(const lb_model *m, const char *path, const lb_save_options
     if (to == TO_HF_DIR && (!m->arch.n_heads || !m->arch.head_dim || !m->arch.n_layers || !m->arch.dim))
         return lb__fail(LB_ERR_PARSE, "the model does not say its shape fully (heads %u, head_dim %u): cannot write "
                                       "config.json", m->arch.n_heads, m->arch.head_dim);
-    if (to == TO_HF_DIR) {
-        lb_status st = check_target_dir(path);
-        if (st != LB_OK) return st;
-    }
     lb_progress_fn progress = o->progress;
     void *ctx = o->progress_ctx;
     save_job j = {.allow_nonfinite = o->allow_nonfinite, .progress = progress, .progress_ctx = ctx};

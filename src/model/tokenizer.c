@@ -153,7 +153,7 @@ void lb__tok_specials_done(lb_tokenizer *t)
 void lb__tok_destroy(lb_tokenizer *t)
 {
     free(t->arena), free(t->str_off), free(t->str_len), free(t->text_off), free(t->text_len);
-    free(t->scores), free(t->vocab.slots), free(t->merges.slots), free(t->special);
+    free(t->scores), free(t->vocab.slots), free(t->merges.slots), free(t->special), free(t->source);
     memset(t, 0, sizeof *t);
 }
 
@@ -376,6 +376,7 @@ lb_status lb_tokenizer_from_file(const char *path, uint32_t vocab_size, lb_token
         st = load_l2c(m.data, m.size, vocab_size, path, t);
     }
     lb__unmap_file(&m);
+    if (st == LB_OK && !(t->source = strdup(path))) st = lb__fail(LB_ERR_NOMEM, "out of memory");
     return finish_new(t, st, out);
 }
 
@@ -450,6 +451,7 @@ void lb_tokenizer_free(lb_tokenizer *t)
 }
 
 uint32_t lb_tokenizer_vocab_size(const lb_tokenizer *t) { return t ? t->n : 0; }
+const char *lb_tokenizer_source(const lb_tokenizer *t) { return t ? t->source : NULL; }
 int32_t lb_tokenizer_bos(const lb_tokenizer *t) { return t ? t->bos : -1; }
 int32_t lb_tokenizer_eos(const lb_tokenizer *t) { return t ? t->eos : -1; }
 int lb_tokenizer_add_bos(const lb_tokenizer *t) { return t && t->add_bos && t->bos >= 0; }

@@ -67,6 +67,7 @@ typedef struct lb__special {
 
 struct lb_tokenizer {
     lb__tok_kind kind;
+    char *source;            /* the file it was read from (lb_tokenizer_source); NULL from GGUF metadata */
     uint32_t n;              /* vocabulary size (ids 0..n-1) */
     char *arena;             /* every string below, NUL-terminated */
     size_t arena_len, arena_cap;

@@ -1,7 +1,10 @@
 /* Files in and out. Inputs are mapped read-only and never opened for
  * writing; outputs go to a temporary file beside the destination and are
  * renamed into place only when complete, so a failure (bad input, full
- * disk, a crash) never leaves a half-written file under the final name. */
+ * disk, a crash) never leaves a half-written file under the final name.
+ * Every output passes the destination rule of util/output.h first, and its
+ * temporary is registered (util/sigsafe.h) so a signal handler can remove
+ * it: "DEST.lowbit-tmp.PID.N". */
 #ifndef LB_UTIL_FILE_H
 #define LB_UTIL_FILE_H
 
@@ -10,6 +13,7 @@
 #include <stdio.h>
 
 #include "lowbit.h"
+#include "util/output.h"
 
 typedef struct lb__mapped {
     const uint8_t *data; /* NULL for an empty file */
@@ -17,7 +21,9 @@ typedef struct lb__mapped {
 } lb__mapped;
 
 /* Maps path read-only (LB_ERR_IO naming the path and errno on failure;
- * a directory is an error). */
+ * a directory is an error). The mapping is registered (sigsafe.h) until
+ * lb__unmap_file: a SIGBUS inside it names the file, and no output may
+ * replace the file meanwhile. */
 lb_status lb__map_file(const char *path, lb__mapped *out);
 void lb__unmap_file(lb__mapped *m);
 
@@ -32,13 +38,33 @@ typedef struct lb__outfile {
     char *path;     /* the final name */
     char *tmp_path; /* where the bytes go until commit */
     int failed;     /* a write failed: commit refuses */
+    int replace;    /* a file is at path and may be replaced (else commit never replaces one) */
+    int slot;       /* tmp_path's entry in the signal-cleanup table */
 } lb__outfile;
 
-/* Creates a fresh directory beside path (for outputs made of several
- * files, renamed onto path when complete); *out is malloc'd. */
-lb_status lb__make_temp_dir(const char *path, char **out);
+/* An output made of several files: a fresh directory beside path that
+ * receives names[] and is renamed onto path when complete (replacing an
+ * empty directory, or with replacing allowed, swapped with an old one that
+ * holds only those names). */
+typedef struct lb__outdir {
+    char *path, *tmp_path;
+    const char *const *names;
+    size_t n;
+    int slots[1 + LB_OUTDIR_MAX_NAMES]; /* the directory and its files (signal cleanup) */
+    int exists, empty_dir;
+    unsigned mode, child_mode[LB_OUTDIR_MAX_NAMES];
+    int child_exists[LB_OUTDIR_MAX_NAMES];
+} lb__outdir;
 
-/* Creates a temporary file in path's directory. */
+/* Checks path under the destination rule and creates the directory. */
+lb_status lb__outdir_open(const char *path, const char *const *names, size_t n, lb__outdir *d);
+/* Puts it in place (keeping the old directory's and files' modes); frees d. */
+lb_status lb__outdir_commit(lb__outdir *d);
+/* Removes the temporary directory and what it holds; safe on a zeroed d. */
+void lb__outdir_abort(lb__outdir *d);
+
+/* Checks path under the destination rule and creates a temporary file
+ * in its directory (with the mode of the file it will replace). */
 lb_status lb__out_open(const char *path, lb__outfile *o);
 /* Appends n bytes (LB_ERR_IO, e.g. disk full, is sticky). */
 lb_status lb__out_write(lb__outfile *o, const void *p, size_t n);

@@ -194,7 +194,7 @@ def test_failures_leave_nothing_behind(tmp_path):
     busy.mkdir()
     (busy / "keep.txt").write_text("mine")
     code, _, err = ml.run("convert", ml.STORIES, busy, check=False)
-    assert code == 1 and "not empty" in err
+    assert code == 2 and "not empty" in err and "--force" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["busy"]
     assert [p.name for p in busy.iterdir()] == ["keep.txt"]
     code, _, err = ml.run("convert", tmp_path / "missing.gguf", tmp_path / "out.gguf", check=False)

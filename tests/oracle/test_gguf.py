@@ -401,9 +401,16 @@ def test_failed_fill_leaves_no_file(tmp_path):
     st, _ = write_sample(path, fail_at=2)
     assert st == LB_ERR_IO and "filling tensor 2 ('blk.0.q8'" in last_error()
     assert list(tmp_path.iterdir()) == []
-    # Over an existing file: it stays as it was.
+    # Over an existing file: refused unless replacing is allowed (--force);
+    # when it is, a failed fill leaves the file as it was.
     path.write_bytes(b"old")
     st, _ = write_sample(path, fail_at=0)
+    assert st == LB_ERR_ARG and "already exists" in last_error() and path.read_bytes() == b"old"
+    lib.lb_output_allow_replace(1)
+    try:
+        st, _ = write_sample(path, fail_at=0)
+    finally:
+        lib.lb_output_allow_replace(0)
     assert st == LB_ERR_IO and path.read_bytes() == b"old" and len(list(tmp_path.iterdir())) == 1
 
 

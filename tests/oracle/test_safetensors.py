@@ -434,6 +434,17 @@ def test_failed_write_keeps_existing_destination(tmp_path):
     save_file({"keep": np.arange(4, dtype=np.float32)}, path)
     before = path.read_bytes()
     specs = [("a", "F32", (4,)), ("b", "U8", (3,))]
+    # Refused unless replacing is allowed (the CLI's --force).
+    assert write(path, specs, [b"\0" * 16, b"\0" * 3]) == LB_ERR_ARG and "already exists" in last_error()
+    assert path.read_bytes() == before
+    lib.lb_output_allow_replace(1)
+    try:
+        _failed_write_keeps_existing_destination(tmp_path, path, before, specs)
+    finally:
+        lib.lb_output_allow_replace(0)
+
+
+def _failed_write_keeps_existing_destination(tmp_path, path, before, specs):
     assert write(path, specs, [b"\0" * 16, b"\0" * 3], fail_at=1) == LB_ERR_IO
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]

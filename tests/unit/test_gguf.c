@@ -577,9 +577,14 @@ static void test_writer_round_trip(uint32_t alignment)
     CHECK(b1 && b2 && n1 == n2 && memcmp(b1, b2, n1) == 0, "rewrite is byte-identical (%zu vs %zu bytes)", n1, n2);
     free(b1), free(b2);
 
-    /* A failing fill leaves nothing, not even over an existing file. */
+    /* An existing file is not replaced unless that is allowed (--force). */
     fill_ctx c3 = {2, &f};
     lb_status st = lb__gguf_write(w2, path2, fill_pattern, &c3);
+    CHECK(st == LB_ERR_ARG && strstr(lb_last_error(), "already exists"), "%d %s", (int)st, lb_last_error());
+    /* A failing fill leaves nothing, not even over an existing file. */
+    lb_output_allow_replace(1);
+    st = lb__gguf_write(w2, path2, fill_pattern, &c3);
+    lb_output_allow_replace(0);
     CHECK(st == LB_ERR_IO && strstr(lb_last_error(), "filling tensor 2 ('t.q4'"), "%d %s", (int)st, lb_last_error());
     b2 = slurp(path2, &n2);
     CHECK(b2 && n2 == n1, "the earlier file is untouched");

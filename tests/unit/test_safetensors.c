@@ -498,7 +498,11 @@ static void test_write_failures(void)
     fputs("precious", fp);
     fclose(fp);
     c = (fill_ctx){2, 0, {0}};
+    CHECK(lb__st_write(p, t, 3, NULL, NULL, 0, fill_pattern, &c) == LB_ERR_ARG && c.calls == 0 &&
+          strstr(lb_last_error(), "already exists"), "refused without replacing allowed: %s", lb_last_error());
+    lb_output_allow_replace(1);
     CHECK(lb__st_write(p, t, 3, NULL, NULL, 0, fill_pattern, &c) == LB_ERR_IO, "fails");
+    lb_output_allow_replace(0);
     size_t len;
     uint8_t *b = slurp(p, &len);
     CHECK(b && len == 8 && memcmp(b, "precious", 8) == 0, "destination untouched");
