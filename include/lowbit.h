@@ -544,8 +544,8 @@ LB_API void lb_tokenizer_free(lb_tokenizer *t);
  * model's metadata): an input to protect (lb_output_protect). */
 LB_API const char *lb_tokenizer_source(const lb_tokenizer *t);
 LB_API uint32_t lb_tokenizer_vocab_size(const lb_tokenizer *t);
-int32_t lb_tokenizer_bos(const lb_tokenizer *t); /* -1 if none */
-int32_t lb_tokenizer_eos(const lb_tokenizer *t);
+LB_API int32_t lb_tokenizer_bos(const lb_tokenizer *t); /* -1 if none */
+LB_API int32_t lb_tokenizer_eos(const lb_tokenizer *t);
 /* Whether texts start with BOS for this model (GGUF's
  * tokenizer.ggml.add_bos_token; SentencePiece and llama2.c: yes; byte-level
  * BPE without the key: no), as llama.cpp decides it. */
