@@ -187,7 +187,8 @@ static int run(int argc, char **argv)
         qa.spec = names[s];
         cli_eval_model q = {.model = base.model, .tok = base.tok};
         char row[300];
-        snprintf(row, sizeof row, "spec %zu/%zu %s", s + 1, n_specs, names[s]);
+        /* a long spec name is cut in the progress note (the table has it whole) */
+        if (snprintf(row, sizeof row, "spec %zu/%zu %s", s + 1, n_specs, names[s]) < 0) row[0] = '\0';
         progress.note = row;
         cli_progress("compare", "spec", s, n_specs, NULL);
         st = weight_costs(base.model, &specs[s], embed_spec, head_spec, ea.threads, &costs[s]);
