@@ -842,6 +842,226 @@ typedef struct lb_plan {
  * fits = 0 and max_batch = 0. */
 LB_API lb_status lb_plan_compute(const lb_plan_request *r, lb_plan *out);
 
+/* ===== The quantized model =====
+ *
+ * An lb_qmodel is what `lowbit quantize` writes and what the runner, the
+ * algorithms (src/algo) and the writers (src/export) share: an overlay on
+ * an open lb_model that says, per tensor (same index as lb_model_tensor),
+ * what the output holds:
+ *   STORED     as the file stores it (norms, biases, anything not a weight)
+ *   REPLACED   fp32 values a transform folded in (e.g. SmoothQuant's scales
+ *              into a norm), written in the output's 16-bit dtype
+ *   QUANTIZED  quantized under a spec: the quantized tensor an algorithm
+ *              set (GPTQ), or one made on demand, deterministically, from
+ *              the tensor's values (stored, or the replacement)
+ *   KEPT       a weight kept in 16-bit (a `keep` rule; the output head)
+ * plus what engines need beside the weights: how each linear layer's
+ * input is quantized (lb_qact) and its calibrated range, fused groups
+ * (q/k/v, gate/up of a layer) that share one global scale, and the KV
+ * cache format with calibrated per-layer k/v ranges.
+ *
+ * Memory: nothing is quantized or copied until asked (a replacement and a
+ * set quantized tensor are held); lb_qmodel_quantized makes one tensor at
+ * a time, so a writer streams a model larger than RAM. The model must
+ * outlive the qmodel. Not thread-safe for writes; concurrent reads are
+ * fine. */
+typedef struct lb_qmodel lb_qmodel;
+
+typedef enum lb_qstate {
+    LB_QSTATE_STORED = 0,
+    LB_QSTATE_REPLACED = 1,
+    LB_QSTATE_QUANTIZED = 2,
+    LB_QSTATE_KEPT = 3
+} lb_qstate;
+
+/* How a linear layer's input activations are quantized at inference. */
+typedef enum lb_act_mode {
+    LB_ACT_NONE = 0,    /* 16-bit activations (weight-only schemes) */
+    LB_ACT_DYNAMIC = 1, /* scales computed from each input at run time (per token, or per group) */
+    LB_ACT_STATIC = 2,  /* one scale per tensor fixed from calibration (input_amax) */
+    LB_ACT_LOCAL = 3    /* block scales at run time under a calibrated static tensor scale (NVFP4 W4A4:
+                           compressed-tensors' dynamic "local") */
+} lb_act_mode;
+
+typedef struct lb_qact {
+    lb_act_mode mode;
+    lb_qspec spec;      /* element and granularity (token, tensor or group) of the activations */
+} lb_qact;
+
+typedef struct lb_qentry {
+    const lb_tensor *tensor; /* the stored tensor: canonical name, shape, stored dtype */
+    lb_qstate state;
+    lb_qspec spec;           /* QUANTIZED: the weight spec */
+    int replaced;            /* 1: the values were replaced (REPLACED, or QUANTIZED from a replacement) */
+    int has_qtensor;         /* QUANTIZED: an algorithm set the quantized tensor (else made on demand) */
+    lb_qact act;             /* input activations (linear weights of a QUANTIZED/KEPT layer); mode NONE otherwise */
+    float input_amax;        /* calibrated largest |input| of this layer; 0: not calibrated */
+    int fused_group;         /* -1, or an id shared by the layers an engine fuses (q/k/v, gate/up) */
+    float group_amax;        /* two-level specs: the largest |w| over the fused group, from which the
+                                shared tensor (global) scale is made; 0: the tensor's own */
+} lb_qentry;
+
+/* A qmodel over m with every tensor STORED, fused groups found from the
+ * canonical names, no activation quantization, no KV format. */
+LB_API lb_status lb_qmodel_new(const lb_model *m, lb_qmodel **out);
+LB_API void lb_qmodel_free(lb_qmodel *q);
+LB_API const lb_model *lb_qmodel_model(const lb_qmodel *q);
+LB_API size_t lb_qmodel_count(const lb_qmodel *q);
+/* By canonical or file name: LB_ERR_ARG if absent (index untouched). */
+LB_API lb_status lb_qmodel_find(const lb_qmodel *q, const char *name, size_t *index);
+LB_API lb_status lb_qmodel_entry(const lb_qmodel *q, size_t i, lb_qentry *out);
+
+/* Quantize tensor i under spec (a 2-D weight; the spec is validated and
+ * must fit the shape). Drops a quantized tensor set earlier. */
+LB_API lb_status lb_qmodel_set_spec(lb_qmodel *q, size_t i, const lb_qspec *spec);
+/* Keep weight i in 16-bit (undoes a spec). */
+LB_API lb_status lb_qmodel_keep(lb_qmodel *q, size_t i);
+/* Replace tensor i's values (n_elements floats, copied; finite). A
+ * QUANTIZED tensor stays quantized, now from these values. */
+LB_API lb_status lb_qmodel_replace(lb_qmodel *q, size_t i, const float *values);
+/* Set the quantized tensor of a QUANTIZED entry (its spec and shape must
+ * match); the qmodel takes ownership, also on failure. */
+LB_API lb_status lb_qmodel_set_qtensor(lb_qmodel *q, size_t i, lb_qtensor *qt);
+LB_API lb_status lb_qmodel_set_act(lb_qmodel *q, size_t i, const lb_qact *act);
+LB_API lb_status lb_qmodel_set_input_amax(lb_qmodel *q, size_t i, float amax);
+
+/* The values tensor i has before quantization: the replacement, or the
+ * stored values as fp32 (dst: n_elements floats). */
+LB_API lb_status lb_qmodel_source_f32(const lb_qmodel *q, size_t i, float *dst);
+/* The values tensor i has in the quantized model, as fp32: dequantized
+ * when QUANTIZED, rounded to 16-bit when KEPT or REPLACED (bf16 unless
+ * lb_qmodel_set_dtype), as stored otherwise. */
+LB_API lb_status lb_qmodel_values_f32(const lb_qmodel *q, size_t i, float *dst, int threads);
+/* The quantized tensor of a QUANTIZED entry: the one set (*owned = 0:
+ * borrowed) or a new one made from the source values (*owned = 1: the
+ * caller frees it). Deterministic: the same bytes every call. */
+LB_API lb_status lb_qmodel_quantized(const lb_qmodel *q, size_t i, int threads, lb_qtensor **out, int *owned);
+
+/* The 16-bit dtype of KEPT and REPLACED tensors and of 16-bit scales in
+ * the output: LB_DT_BF16 (default), LB_DT_F16 or LB_DT_F32. */
+LB_API lb_status lb_qmodel_set_dtype(lb_qmodel *q, lb_dtype dtype);
+LB_API lb_dtype lb_qmodel_dtype(const lb_qmodel *q);
+
+/* KV cache: LB_FMT_FP32 (none, default) or LB_FMT_FP8_E4M3 with one
+ * static scale per layer for k and for v (amax / 448, from calibration). */
+LB_API lb_status lb_qmodel_set_kv(lb_qmodel *q, lb_format kv);
+LB_API lb_format lb_qmodel_kv(const lb_qmodel *q);
+LB_API lb_status lb_qmodel_set_kv_amax(lb_qmodel *q, uint32_t layer, float k_amax, float v_amax);
+LB_API lb_status lb_qmodel_kv_amax(const lb_qmodel *q, uint32_t layer, float *k_amax, float *v_amax);
+
+/* A runner over the quantized model: weights as the qmodel says (packed
+ * when QUANTIZED), activations quantized as each entry's lb_qact says
+ * (calibrated scales when static), the KV cache in the qmodel's format.
+ * o's attn/mlp/embed/head/act must be unset (the qmodel says). */
+LB_API lb_status lb_runner_from_qmodel(const lb_qmodel *q, const lb_runner_options *o, lb_runner **out);
+
+/* ===== Recipes =====
+ *
+ * Ordered rules, first match wins, from canonical Hugging Face tensor
+ * names to what happens to them. A pattern is a glob (* matches any run
+ * of characters, dots included; ? one character; [...] a set) or
+ * "re:REGEX" (POSIX extended, matched against the whole name). Rules
+ * apply to weights (lb_tensor_is_weight); a tensor no rule matches stays
+ * as the defaults say (16-bit: KEPT). Applying a recipe in which a rule
+ * matches no tensor is LB_ERR_ARG naming the rule. */
+typedef struct lb_recipe lb_recipe;
+
+typedef struct lb_rule {
+    const char *pattern;
+    int keep;            /* 1: keep 16-bit; else weights quantized under spec */
+    lb_qspec spec;
+    lb_qact act;         /* input activations of the matched layers */
+} lb_rule;
+
+LB_API lb_status lb_recipe_new(lb_recipe **out);
+LB_API void lb_recipe_free(lb_recipe *r);
+/* Appends a rule (pattern and strings copied). */
+LB_API lb_status lb_recipe_add(lb_recipe *r, const lb_rule *rule);
+/* Puts a rule before all others ( --rule / --keep override a scheme). */
+LB_API lb_status lb_recipe_prepend(lb_recipe *r, const lb_rule *rule);
+LB_API size_t lb_recipe_count(const lb_recipe *r);
+LB_API const lb_rule *lb_recipe_rule(const lb_recipe *r, size_t i);
+/* "PATTERN=SPEC" (SPEC a qspec text, or "keep"): the CLI's --rule. */
+LB_API lb_status lb_rule_parse(const char *text, lb_rule *out, char *pattern_buf, size_t pattern_size);
+/* The recipe file format (README, "Recipe files"): strict JSON, unknown
+ * keys rejected, errors name the line. */
+LB_API lb_status lb_recipe_load(const char *path, lb_recipe **out);
+LB_API lb_status lb_recipe_parse(const char *json, size_t len, const char *what, lb_recipe **out);
+/* KV cache format of the recipe (LB_FMT_FP32: none). */
+LB_API lb_status lb_recipe_set_kv(lb_recipe *r, lb_format kv);
+LB_API lb_format lb_recipe_kv(const lb_recipe *r);
+/* Sets every weight of q as the recipe says (first matching rule; no
+ * match: KEPT) and the KV format. */
+LB_API lb_status lb_qmodel_apply(lb_qmodel *q, const lb_recipe *r);
+
+/* ===== Schemes =====
+ * The names users speak (llm-compressor / ModelOpt presets), each a
+ * recipe: W8A8-FP8, W8A8-FP8-STATIC, FP8-BLOCK, W8A8-INT8, W8A16, W4A16,
+ * W4A16-ASYM, NVFP4, NVFP4A16, MXFP4, MXFP4A16, MXFP8. The output head
+ * (and a tied embedding) stays 16-bit; norms are never quantized. */
+typedef struct lb_scheme {
+    const char *name;
+    const char *summary;     /* one line: weights, activations */
+    const char *weights;     /* qspec text */
+    lb_act_mode act_mode;
+    const char *act;         /* qspec text of the activations, NULL if none */
+    int needs_calibration;   /* 1: static scales (STATIC, NVFP4 W4A4) */
+} lb_scheme;
+
+LB_API size_t lb_scheme_count(void);
+LB_API const lb_scheme *lb_scheme_at(size_t i);
+/* Case-insensitive; also the llm-compressor spellings (FP8_DYNAMIC...). */
+LB_API const lb_scheme *lb_scheme_find(const char *name);
+/* The scheme's recipe: its rule for the linear layers of the decoder
+ * blocks, after the default keep rules (lm_head, embeddings). */
+LB_API lb_status lb_scheme_recipe(const lb_scheme *s, lb_recipe **out);
+
+/* ===== Calibration =====
+ * Runs the tokens through the quantized model (windows of ctx tokens,
+ * each from position 0; weights as the qmodel says, activations fp32) and
+ * records, as the running maximum over all calls, every quantized linear
+ * layer's largest input magnitude (lb_qentry.input_amax) and, when the
+ * qmodel has a KV format, each layer's k and v ranges. */
+typedef struct lb_calib_options {
+    int threads;
+    uint32_t ctx;            /* window length; 0: 512 */
+    lb_progress_fn progress; /* optional: after each window */
+    void *progress_ctx;
+} lb_calib_options;
+LB_API lb_status lb_calibrate(lb_qmodel *q, const int32_t *tokens, size_t n, const lb_calib_options *o);
+
+/* ===== Export =====
+ * Writes a quantized model as a complete Hugging Face model directory an
+ * engine loads. */
+typedef enum lb_export_format {
+    LB_EXPORT_COMPRESSED_TENSORS = 0, /* vLLM, SGLang */
+    LB_EXPORT_MODELOPT = 1            /* TensorRT-LLM, vLLM (FP8, NVFP4, MXFP8) */
+} lb_export_format;
+
+typedef struct lb_export_options {
+    lb_export_format format;
+    uint64_t max_shard_bytes;  /* 0: 5 GB (Hugging Face's default) */
+    const char *model_path;    /* where the model was opened from (tokenizer and generation files beside it) */
+    int threads;
+    int verify;                /* 1: read the output back and check every tensor against the qmodel */
+    lb_progress_fn progress;   /* optional: after each tensor (done of total) */
+    void *progress_ctx;
+} lb_export_options;
+
+typedef struct lb_export_result {
+    uint64_t tensors, quantized;   /* tensors written (scales not counted), of them quantized weights */
+    uint64_t bytes;                /* safetensors payload */
+    uint64_t weight_params;        /* elements of the weights */
+    double bits_per_weight;        /* every weight byte, scales included, over weight_params */
+    uint32_t shards;
+} lb_export_result;
+
+/* Checks that every entry is expressible in the format (before writing;
+ * LB_ERR_UNSUPPORTED naming the tensor, the format and what would work). */
+LB_API lb_status lb_export_check(const lb_qmodel *q, const lb_export_options *o);
+/* Writes dir (the rule of "Outputs": complete or absent). */
+LB_API lb_status lb_export(const lb_qmodel *q, const char *dir, const lb_export_options *o, lb_export_result *out);
+
 /* ===== Instruction sets ===== */
 
 /* Values are append-only. Only AVX2 < AVX512 is an order of capability;

@@ -1,0 +1,58 @@
+/* The writers of engine checkpoints share one driver (export.c): it makes
+ * the temporary output directory, streams tensors into size-bounded
+ * safetensors shards (+ model.safetensors.index.json), writes config.json
+ * with the format's quantization_config, copies or synthesizes the
+ * tokenizer and generation files, reads everything back to verify, and
+ * renames the directory into place (util/output.h's rule).
+ *
+ * A format is one lb__exporter: it says what it can express (check), which
+ * safetensors tensors one qmodel entry becomes (tensor), and the JSON it
+ * adds (quant_config, extra_files). The driver owns I/O; a format never
+ * touches a file. */
+#ifndef LB_EXPORT_EXPORTER_H
+#define LB_EXPORT_EXPORTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lowbit.h"
+
+/* One tensor to store: safetensors dtype string ("F8_E4M3", "U8", "I32",
+ * "I64", "BF16", "F16", "F32", "I8"), shape outermost first, bytes
+ * row-major little-endian. The driver copies data before emit returns. */
+typedef struct lb__out_tensor {
+    const char *name;
+    const char *dtype;
+    int n_dims;
+    uint64_t shape[4];
+    const void *data;
+    uint64_t bytes;
+} lb__out_tensor;
+
+typedef lb_status (*lb__emit_fn)(void *sink, const lb__out_tensor *t);
+
+/* A growing JSON text the formats append to (export_json.c). */
+typedef struct lb__jsonw lb__jsonw;
+
+typedef struct lb__exporter {
+    const char *name; /* "compressed-tensors", "modelopt" */
+    /* Every entry expressible? LB_ERR_UNSUPPORTED naming the tensor, the
+     * format and what would work. */
+    lb_status (*check)(const lb_qmodel *q);
+    /* The stored tensors of entry i: values (fp32, n_elements) for
+     * STORED/KEPT/REPLACED entries; qt for QUANTIZED ones. */
+    lb_status (*tensor)(const lb_qmodel *q, size_t i, const float *values, const lb_qtensor *qt, lb__emit_fn emit,
+                        void *sink);
+    /* Extra per-model tensors (KV scales), after all entries; may be NULL. */
+    lb_status (*extras)(const lb_qmodel *q, lb__emit_fn emit, void *sink);
+    /* The value of config.json's "quantization_config" (one JSON object). */
+    lb_status (*quant_config)(const lb_qmodel *q, lb__jsonw *w);
+    /* Other files of the format (hf_quant_config.json): name and content,
+     * called with k = 0, 1, ... until it returns 0. May be NULL. */
+    int (*extra_file)(const lb_qmodel *q, int k, const char **name, lb__jsonw *w);
+} lb__exporter;
+
+extern const lb__exporter lb__exporter_compressed_tensors;
+extern const lb__exporter lb__exporter_modelopt;
+
+#endif
