@@ -31,8 +31,24 @@ typedef struct lb__out_tensor {
 
 typedef lb_status (*lb__emit_fn)(void *sink, const lb__out_tensor *t);
 
-/* A growing JSON text the formats append to (export_json.c). */
+/* A growing JSON text the formats append to (export_json.c): commas and
+ * indentation (2 spaces) are automatic; an allocation failure is sticky
+ * and reported by lb__jsonw_status. Strings are escaped as JSON requires. */
 typedef struct lb__jsonw lb__jsonw;
+lb__jsonw *lb__jsonw_new(void);
+void lb__jsonw_free(lb__jsonw *w);
+void lb__jsonw_object(lb__jsonw *w);       /* { */
+void lb__jsonw_array(lb__jsonw *w);        /* [ */
+void lb__jsonw_end(lb__jsonw *w);          /* } or ] */
+void lb__jsonw_key(lb__jsonw *w, const char *key);
+void lb__jsonw_str(lb__jsonw *w, const char *s);
+void lb__jsonw_int(lb__jsonw *w, long long v);
+void lb__jsonw_num(lb__jsonw *w, double v); /* shortest text that reads back to v (%.17g) */
+void lb__jsonw_bool(lb__jsonw *w, int v);
+void lb__jsonw_null(lb__jsonw *w);
+void lb__jsonw_raw(lb__jsonw *w, const char *json); /* an already-formed JSON value */
+lb_status lb__jsonw_status(const lb__jsonw *w);
+const char *lb__jsonw_text(const lb__jsonw *w, size_t *len);
 
 typedef struct lb__exporter {
     const char *name; /* "compressed-tensors", "modelopt" */
