@@ -1,0 +1,38 @@
+/* The quantization choices every command that builds a quantized model
+ * shares (quantize, ppl, kld, generate, compare): --scheme S,
+ * --recipe FILE, --rule PATTERN=SPEC (repeatable), --keep PATTERN
+ * (repeatable), --kv fp8. Rules given on the command line come first
+ * (first match wins), in the order given, then the recipe file's, then the
+ * scheme's. */
+#ifndef LOWBIT_CLI_RECIPE_H
+#define LOWBIT_CLI_RECIPE_H
+
+#include "cli.h"
+
+#define CLI_RECIPE_MAX_RULES 64
+
+typedef struct cli_recipe_args {
+    const char *scheme;                      /* NULL: none */
+    const char *recipe_file;                 /* NULL: none */
+    const char *rules[CLI_RECIPE_MAX_RULES]; /* "PATTERN=SPEC" or, for --keep, "PATTERN=keep" storage below */
+    int rule_is_keep[CLI_RECIPE_MAX_RULES];
+    size_t n_rules;
+    const char *kv;                          /* "fp8" or NULL */
+} cli_recipe_args;
+
+/* Consumes argv[*i] (and its value) if it is one of the options above:
+ * returns 1 (consumed), 0 (not ours) or -1 (reported usage error). */
+int cli_recipe_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a);
+/* Whether any option was given. */
+int cli_recipe_given(const cli_recipe_args *a);
+/* The recipe the options say; EXIT_OK or a reported exit code. */
+int cli_recipe_build(const char *cmd, int json, const cli_recipe_args *a, lb_recipe **out);
+/* The help lines of the options, for usage texts. */
+#define CLI_RECIPE_HELP                                                                                 \
+    "  --scheme S          a named scheme (lowbit quantize --list): W4A16, W8A8-FP8, NVFP4, ...\n"      \
+    "  --recipe FILE       a JSON recipe file (README, \"Recipe files\")\n"                             \
+    "  --rule PATTERN=SPEC quantize the weights matching PATTERN (glob, or re:REGEX) under SPEC\n"      \
+    "  --keep PATTERN      keep the weights matching PATTERN in 16-bit\n"                              \
+    "  --kv fp8            FP8 KV cache with calibrated per-layer scales\n"
+
+#endif
