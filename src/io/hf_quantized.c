@@ -581,7 +581,7 @@ static lb_status modelopt_config(lb__hfq *q, const lb__json *qc, const char *dir
     if (!path) return lb__fail(LB_ERR_NOMEM, "out of memory");
     struct stat sb;
     lb_status st = LB_OK;
-    if (!src && stat(path, &sb) == 0) {
+    if (stat(path, &sb) == 0) { /* its "quantization" has group_size and kv_cache_quant_algo; config.json's may not */
         st = lb__json_read_file(path, 16u << 20, &file);
         if (st == LB_OK) src = lb__json_get(file, "quantization");
         if (st == LB_OK && (!src || src->type != LB_JSON_OBJECT))
