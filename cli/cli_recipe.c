@@ -51,9 +51,7 @@ static int append_all(const char *cmd, int json, lb_recipe *dst, const lb_recipe
 int cli_recipe_build(const char *cmd, int json, const cli_recipe_args *a, lb_recipe **out)
 {
     *out = NULL;
-    if (!a->scheme && !a->recipe_file && !a->n_rules)
-        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--kv fp8 needs a recipe: --scheme S, --recipe FILE "
-                        "or --rule PATTERN=SPEC");
+    /* no rule at all (only --kv fp8, or nothing) is a recipe too: every weight 16-bit */
     lb_recipe *r = NULL, *file = NULL, *scheme = NULL;
     lb_status st = lb_recipe_new(&r);
     if (st != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);

@@ -11,6 +11,10 @@
 
 #define CLI_RECIPE_MAX_RULES 64
 
+/* A macro's value as a string literal, for help texts. */
+#define CLI_STR_(x) #x
+#define CLI_STR(x) CLI_STR_(x)
+
 typedef struct cli_recipe_args {
     const char *scheme;                      /* NULL: none */
     const char *recipe_file;                 /* NULL: none */
@@ -25,7 +29,8 @@ typedef struct cli_recipe_args {
 int cli_recipe_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a);
 /* Whether any option was given. */
 int cli_recipe_given(const cli_recipe_args *a);
-/* The recipe the options say; EXIT_OK or a reported exit code. */
+/* The recipe the options say (none: an empty recipe, every weight 16-bit,
+ * with --kv fp8 the KV cache alone); EXIT_OK or a reported exit code. */
 int cli_recipe_build(const char *cmd, int json, const cli_recipe_args *a, lb_recipe **out);
 /* A qmodel over m with the recipe applied (lb_qmodel_new +
  * lb_qmodel_apply); EXIT_OK or a reported exit code (a rule that matches
