@@ -2,8 +2,10 @@
  * scheme.c): glob and regex matching, first match wins, rule parsing,
  * the recipe file's strictness (each unknown key, wrong types, bad
  * version, each named with its line), and the scheme table (every spec
- * validates; bits per weight against a hand computation). Applying a
- * recipe to a model is tested in tests/cli (it needs a model). */
+ * validates; bits per weight against a hand computation), and
+ * lb_qmodel_apply on stories260K: first match per weight, unmatched weights
+ * KEPT, norms untouched, the KV format, and a rule that matches nothing
+ * refused (naming it) without changing the qmodel. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -313,6 +315,77 @@ static void test_schemes(void)
           "unknown names the schemes: %s", lb_last_error());
 }
 
+static lb_qentry entry(const lb_qmodel *q, const char *name)
+{
+    size_t i = 0;
+    lb_qentry e;
+    memset(&e, 0, sizeof e);
+    CHECK(lb_qmodel_find(q, name, &i) == LB_OK, "find %s", name);
+    CHECK(lb_qmodel_entry(q, i, &e) == LB_OK, "entry %s", name);
+    return e;
+}
+
+static void test_apply(void)
+{
+    lb_model *m;
+    if (lb_model_open("models/stories260K.bin", &m) != LB_OK) {
+        CHECK(0, "stories260K: %s", lb_last_error());
+        return;
+    }
+    lb_qmodel *q;
+    CHECK(lb_qmodel_new(m, &q) == LB_OK, "qmodel: %s", lb_last_error());
+    lb_recipe *r;
+    CHECK(lb_recipe_new(&r) == LB_OK, "recipe");
+    lb_rule keep = keep_rule("*.mlp.down_proj.weight"), w = spec_rule("model.layers.*", "int4:g32"),
+            norms = spec_rule("re:.*norm.*", "int8:channel");
+    w.act.mode = LB_ACT_DYNAMIC;
+    CHECK(lb_qspec_parse("fp8_e4m3:token", &w.act.spec) == LB_OK, "act");
+    CHECK(lb_recipe_add(r, &keep) == LB_OK && lb_recipe_add(r, &w) == LB_OK, "rules");
+    CHECK(lb_recipe_set_kv(r, LB_FMT_FP8_E4M3) == LB_OK, "kv");
+    CHECK(lb_qmodel_apply(q, r) == LB_OK, "apply: %s", lb_last_error());
+    lb_qentry e = entry(q, "model.layers.0.mlp.down_proj.weight");
+    CHECK(e.state == LB_QSTATE_KEPT && e.act.mode == LB_ACT_NONE, "first match wins: down_proj kept (%d)", e.state);
+    e = entry(q, "model.layers.1.self_attn.q_proj.weight");
+    CHECK(e.state == LB_QSTATE_QUANTIZED && e.spec.group == 32 && e.spec.element == LB_FMT_INT4, "q_proj quantized");
+    CHECK(e.act.mode == LB_ACT_DYNAMIC && e.act.spec.element == LB_FMT_FP8_E4M3, "q_proj activations");
+    e = entry(q, "model.embed_tokens.weight");
+    CHECK(e.state == LB_QSTATE_KEPT, "unmatched weight kept (%d)", e.state);
+    e = entry(q, "model.layers.0.input_layernorm.weight");
+    CHECK(e.state == LB_QSTATE_STORED, "norm as stored (%d)", e.state);
+    CHECK(lb_qmodel_kv(q) == LB_FMT_FP8_E4M3, "kv set");
+
+    /* a rule that matches only norms: refused, naming it, the qmodel unchanged */
+    lb_recipe *bad;
+    CHECK(lb_recipe_new(&bad) == LB_OK && lb_recipe_add(bad, &norms) == LB_OK, "bad recipe");
+    CHECK(lb_qmodel_apply(q, bad) == LB_ERR_ARG, "norms only");
+    CHECK(strstr(lb_last_error(), "re:.*norm.*") && strstr(lb_last_error(), "never"), "%s", lb_last_error());
+    e = entry(q, "model.layers.1.self_attn.q_proj.weight");
+    CHECK(e.state == LB_QSTATE_QUANTIZED && e.spec.group == 32, "unchanged after a refused recipe");
+    lb_recipe_free(bad);
+    /* a rule shadowed by an earlier one matches nothing */
+    lb_rule late = spec_rule("*.q_proj.weight", "int8:channel");
+    CHECK(lb_recipe_add(r, &late) == LB_OK, "late rule");
+    CHECK(lb_qmodel_apply(q, r) == LB_ERR_ARG && strstr(lb_last_error(), "rule 3") &&
+              strstr(lb_last_error(), "model.embed_tokens.weight"), "shadowed: %s", lb_last_error());
+    /* activations on the embedding (a lookup) */
+    lb_recipe *emb;
+    lb_rule ew = w;
+    ew.pattern = "model.embed_tokens.weight";
+    CHECK(lb_recipe_new(&emb) == LB_OK && lb_recipe_add(emb, &ew) == LB_OK, "emb recipe");
+    CHECK(lb_qmodel_apply(q, emb) == LB_ERR_ARG && strstr(lb_last_error(), "embedding"), "%s", lb_last_error());
+    lb_recipe_free(emb);
+    /* an empty recipe keeps every weight 16-bit */
+    lb_recipe *none;
+    CHECK(lb_recipe_new(&none) == LB_OK && lb_qmodel_apply(q, none) == LB_OK, "empty recipe");
+    e = entry(q, "model.layers.1.self_attn.q_proj.weight");
+    CHECK(e.state == LB_QSTATE_KEPT && e.act.mode == LB_ACT_NONE, "empty recipe: kept");
+    CHECK(lb_qmodel_kv(q) == LB_FMT_FP32, "empty recipe: no KV format");
+    lb_recipe_free(none);
+    lb_recipe_free(r);
+    lb_qmodel_free(q);
+    lb_model_close(m);
+}
+
 int main(void)
 {
     test_glob();
@@ -320,5 +393,6 @@ int main(void)
     test_rule_parse();
     test_json();
     test_schemes();
+    test_apply();
     return check_summary();
 }
