@@ -91,8 +91,8 @@ static lb_status check(const lb_qmodel *q, const lb_recipe *r, long *first)
                                      "quantized (norms, biases); weights are named %s", k + 1, rule->pattern, other,
                          names);
         else
-            s = lb__fail(LB_ERR_ARG, "recipe rule %zu '%s' matches no weight (an earlier rule may take them all); "
-                                     "the weights are named %s", k + 1, rule->pattern, names);
+            s = lb__fail(LB_ERR_ARG, "recipe rule %zu '%s' matches no weight%s; the weights are named %s", k + 1,
+                         rule->pattern, k ? " (or an earlier rule takes them all)" : "", names);
     }
     free(hits);
     return s;
