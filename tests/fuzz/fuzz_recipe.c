@@ -76,12 +76,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #ifndef LB_LIBFUZZER
 static const char *const seeds[] = {
-    "{\"lowbit_recipe\": 1, \"kv_cache\": \"fp8\", \"rules\": [{\"match\": \"re:.*mlp.down_proj.weight\", \"keep\": "
-    "true}, {\"match\": \"*.self_attn.*\", \"weights\": \"int4:g64\", \"input_activations\": {\"spec\": "
-    "\"fp8_e4m3:token\", \"mode\": \"dynamic\"}}]}",
+    ("{\"lowbit_recipe\": 1, \"kv_cache\": \"fp8\", \"rules\": [{\"match\": \"re:.*mlp.down_proj.weight\", \"keep\": "
+     "true}, {\"match\": \"*.self_attn.*\", \"weights\": \"int4:g64\", \"input_activations\": {\"spec\": "
+     "\"fp8_e4m3:token\", \"mode\": \"dynamic\"}}]}"),
     "{\"lowbit_recipe\": 1, \"scheme\": \"W4A16:g64\"}",
-    "{\"lowbit_recipe\": 1, \"scheme\": \"NVFP4\", \"rules\": [{\"match\": [\"lm_head.weight\", \"model.[ab]*\"], "
-    "\"keep\": true}]}",
+    ("{\"lowbit_recipe\": 1, \"scheme\": \"NVFP4\", \"rules\": [{\"match\": [\"lm_head.weight\", \"model.[ab]*\"], "
+     "\"keep\": true}]}"),
     "{\"lowbit_recipe\": 1, \"rules\": [{\"match\": \"model.norm.weight\", \"weights\": \"mxfp4:round=even\"}]}",
     "*.q_proj.weight=int8:channel:scale=bf16",
     "re:model\\.layers\\.[0-9]+\\..*=nvfp4",
