@@ -28,4 +28,10 @@ lb_status lb__hf_write_file(const char *dir, const char *name, const char *text,
  * input; *written counts the files. */
 lb_status lb__hf_tokenizer_from_gguf(const lb__gguf_file *f, const char *what, const char *dir, int *written);
 
+/* Adds tokenizer.ggml.* keys (and tokenizer.chat_template) from the
+ * tokenizer.json / tokenizer_config.json in src_dir, when lowbit's GGUF
+ * tokenizer can say that tokenizer exactly (hf_tokenizer_to_gguf.c);
+ * LB_OK adding nothing otherwise, or when there is no tokenizer.json. */
+lb_status lb__hf_tokenizer_to_gguf(const char *src_dir, lb__gguf_writer *w);
+
 #endif

@@ -240,6 +240,19 @@ static lb_status gguf_metadata(const lb_model *m, lb__gguf_writer *w)
             if (strcmp(kv->key, "general.alignment") != 0 && strcmp(kv->key, "general.file_type") != 0)
                 st = lb__gguf_copy_kv(w, kv);
         }
+    if (st == LB_OK && !from_gguf && (m->kind == LB_MODEL_HF_DIR || m->kind == LB_MODEL_SAFETENSORS) && m->path) {
+        /* a Hugging Face input keeps its tokenizer (export/hf_tokenizer_to_gguf.c) */
+        char *dir = NULL;
+        if (m->kind == LB_MODEL_HF_DIR) dir = strdup(m->path);
+        else if ((dir = strdup(m->path)) != NULL) {
+            char *slash = strrchr(dir, '/');
+            if (!slash) strcpy(dir, ".");
+            else if (slash == dir) dir[1] = '\0';
+            else *slash = '\0';
+        }
+        st = dir ? lb__hf_tokenizer_to_gguf(dir, w) : lb__fail(LB_ERR_NOMEM, "out of memory");
+        free(dir);
+    }
     if (st != LB_OK || !a->name[0]) return st; /* no architecture: tensors only */
     if (!from_gguf || !lb__gguf_find(&m->gguf, "general.architecture"))
         st = lb__gguf_set_str(w, "general.architecture", a->name, strlen(a->name));

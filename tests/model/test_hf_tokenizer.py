@@ -151,3 +151,32 @@ def test_llama2c_input_writes_no_tokenizer(tmp_path):
     out = tmp_path / "stories"
     run("convert", STORIES, out, "--quiet")
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+
+
+# ===== Hugging Face -> GGUF: the tokenizer kept as tokenizer.ggml.* =====
+
+def test_hf_to_gguf_keeps_tokenizer(smol_dir, lb, meta, tmp_path):
+    out = tmp_path / "back.gguf"
+    run("convert", smol_dir, out, "--quiet")
+    r = gguf.GGUFReader(str(out))
+    f = r.fields
+    assert f["tokenizer.ggml.model"].contents() == "gpt2"
+    assert f["tokenizer.ggml.pre"].contents() == "smollm"
+    for key in ["tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
+                "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.chat_template"]:
+        assert f[key].contents() == meta(key), key
+    assert bool(f["tokenizer.ggml.add_bos_token"].contents()) == bool(meta("tokenizer.ggml.add_bos_token"))
+    # lowbit reads it back and gives the ids it gave before the round trip
+    t = Tok.from_file(out)
+    text = WIKI.read_text(encoding="utf-8")
+    assert t.encode(text) == lb.encode(text)
+    assert (t.bos, t.eos) == (lb.bos, lb.eos)
+
+
+def test_hf_to_gguf_without_tokenizer(tmp_path):
+    # an HF directory with no tokenizer.json: a GGUF without tokenizer keys, as before
+    d = tmp_path / "stories"
+    run("convert", STORIES, d, "--quiet")
+    out = tmp_path / "s.gguf"
+    run("convert", d, out, "--quiet")
+    assert not any(k.startswith("tokenizer.") for k in gguf.GGUFReader(str(out)).fields)
