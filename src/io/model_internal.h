@@ -26,6 +26,7 @@ struct lb_model {
     size_t n_sources;            /* the files read: lb_model_save refuses to overwrite them */
     struct lb__file_id { unsigned long long dev, ino; } *sources;
     lb__hfq *hfq;                /* a quantized HF checkpoint's logical tensors (hf_quantized.c), or NULL */
+    char *path;                  /* what lb_model_open was given (finds the files beside it: the tokenizer) */
 };
 
 /* Whether path is one of the files the model was read from. */

@@ -294,6 +294,11 @@ static lb_status load_gguf(const lb__gguf_file *f, const char *what, lb_tokenize
     return lb__spm_build_merges(t);
 }
 
+lb_status lb__tok_load_gguf(const lb__gguf_file *f, const char *what, lb_tokenizer *t)
+{
+    return load_gguf(f, what, t);
+}
+
 /* ===== llama2.c ===== */
 
 static lb_status load_l2c(const uint8_t *buf, size_t len, uint32_t vocab_size, const char *what, lb_tokenizer *t)

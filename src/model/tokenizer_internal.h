@@ -123,6 +123,10 @@ lb_status lb__pairmap_put(lb__pairmap *m, int32_t a, int32_t b, int32_t id, doub
 /* tokenizer.json (the path of the file; bos/eos from tokenizer_config.json
  * or config.json beside it). */
 lb_status lb__tok_load_json(const char *path, lb_tokenizer *t);
+/* GGUF tokenizer.ggml.* metadata (what names the file); t zeroed first,
+ * lb__tok_destroy after, whatever the result. */
+struct lb__gguf_file;
+lb_status lb__tok_load_gguf(const struct lb__gguf_file *f, const char *what, lb_tokenizer *t);
 
 /* ===== Byte-level BPE (tokenizer_bpe.c) ===== */
 
