@@ -24,6 +24,7 @@ struct lb_model {
     size_t *by_name, *by_file_name; /* tensor indices sorted by name and by file name (lookups) */
     size_t n_sources;            /* the files read: lb_model_save refuses to overwrite them */
     struct lb__file_id { unsigned long long dev, ino; } *sources;
+    char *path;                  /* what lb_model_open was given (finds the files beside it: the tokenizer) */
 };
 
 /* Whether path is one of the files the model was read from. */

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "export/hf_tokenizer.h"
+#include "export/hf_tokenizer_internal.h"
 #include "io/model_internal.h"
 #include "util/error.h"
 
@@ -359,20 +361,24 @@ static lb_status write_config(const lb_model *m, const char *path, const save_jo
     return lb__out_commit(&o);
 }
 
-/* What a Hugging Face directory written here holds. */
-static const char *const hf_files[] = {"config.json", "model.safetensors"};
+/* What a Hugging Face directory written here holds: the weights, their
+ * config and whichever tokenizer files the input gives
+ * (export/hf_tokenizer.c). */
+#define HF_FILES (2 + LB_HF_TOKENIZER_FILES)
+static const char *const hf_files[HF_FILES] = {"config.json", "model.safetensors", LB_HF_TOKENIZER_NAMES};
 
 /* Everything goes into a fresh directory beside the target, which is
  * renamed onto it at the end (util/file.h: lb__outdir). */
 static lb_status save_hf_dir(const lb_model *m, save_job *j, const char *path)
 {
     lb__outdir d;
-    lb_status st = lb__outdir_open(path, hf_files, 2, &d);
+    lb_status st = lb__outdir_open(path, hf_files, HF_FILES, &d);
     if (st != LB_OK) return st;
     char *cfg = lb__path_join(d.tmp_path, "config.json"), *st_path = lb__path_join(d.tmp_path, "model.safetensors");
     if (!cfg || !st_path) st = lb__fail(LB_ERR_NOMEM, "out of memory");
     if (st == LB_OK) st = save_safetensors(j, st_path);
     if (st == LB_OK) st = write_config(m, cfg, j);
+    if (st == LB_OK) st = lb__hf_tokenizer_write(m, NULL, d.tmp_path, NULL);
     free(cfg), free(st_path);
     if (st == LB_OK) return lb__outdir_commit(&d);
     lb__outdir_abort(&d);
@@ -412,7 +418,7 @@ static lb_status save(const lb_model *m, const char *path, const lb_save_options
     if (!path[0]) return lb__fail(LB_ERR_ARG, "the output path is empty");
     /* the destination rule before any work (the writers check it again) */
     lb__dest dest;
-    lb_status st0 = to == TO_HF_DIR ? lb__dest_check_dir(path, hf_files, 2, &dest) : lb__dest_check_file(path, &dest);
+    lb_status st0 = to == TO_HF_DIR ? lb__dest_check_dir(path, hf_files, HF_FILES, &dest) : lb__dest_check_file(path, &dest);
     if (st0 != LB_OK) return st0;
     if (lb__model_reads(m, path))
         return lb__fail(LB_ERR_ARG, "'%s' is one of the files the model is read from; write elsewhere", path);
