@@ -38,4 +38,9 @@ lb_status lb__arch_from_config(const lb__json *cfg, const char *what, lb_arch *a
  * tied head); fills only fields still 0. */
 void lb__arch_from_tensors(const lb_model *m, lb_arch *a);
 
+/* config.json of a Hugging Face directory (model_save.c): the
+ * architecture, torch_dtype and, when quant_json is not NULL, that JSON
+ * value as "quantization_config". */
+lb_status lb__hf_config_write(const lb_model *m, const char *path, const char *torch_dtype_name, const char *quant_json);
+
 #endif
