@@ -7,6 +7,8 @@
  * function). Add a row when a Python test needs another internal. */
 #include <string.h>
 
+#include "export/exporter.h"
+#include "export/modelopt.h"
 #include "io/gguf.h"
 #include "io/llama2c.h"
 #include "io/safetensors.h"
@@ -26,6 +28,8 @@ static const struct {
     ROW(lb__gguf_set_str),    ROW(lb__gguf_set_u32),    ROW(lb__gguf_write),       ROW(lb__gguf_writer_free),
     ROW(lb__gguf_writer_new), ROW(lb__l2c_vocab_free),  ROW(lb__l2c_vocab_parse),  ROW(lb__st_close),
     ROW(lb__st_find),         ROW(lb__st_open),         ROW(lb__st_parse),         ROW(lb__st_write),
+    ROW(lb__jsonw_new),       ROW(lb__jsonw_free),      ROW(lb__jsonw_text),       ROW(lb__mo_classify),
+    ROW(lb__mo_emit_weight),  ROW(lb__mo_exclude_json),
 };
 
 /* The internal function called `name`, or NULL. */
