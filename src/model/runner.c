@@ -24,7 +24,7 @@
 #include "kernel/w8a8.h"
 #include "model/attention.h"
 #include "model/kvcache.h"
-#include "model/matmul.h"
+#include "kernel/matmul.h"
 #include "util/error.h"
 #include "util/parallel.h"
 
