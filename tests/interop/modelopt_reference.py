@@ -48,13 +48,18 @@ def _config(algo):
                 qc["quant_cfg"].append(e)
     else:
         qc = copy.deepcopy(getattr(mtq, CONFIGS[algo]))
-    qc["quant_cfg"] = list(qc["quant_cfg"]) + copy.deepcopy(mtq.FP8_KV_CFG["quant_cfg"])
+    # FP8 KV cache, but not with MXFP8: ModelOpt 0.47's MXFP8 config leaves
+    # the k/v quantizers without a range, and its checkpoint then says
+    # kv_cache_quant_algo FP8 with no k_scale/v_scale tensors at all
+    if algo != "MXFP8":
+        qc["quant_cfg"] = list(qc["quant_cfg"]) + copy.deepcopy(mtq.FP8_KV_CFG["quant_cfg"])
     return qc
 
 
-def export(algo, out_dir, seed=0, dtype="bfloat16"):
+def export(algo, out_dir, seed=0, dtype="bfloat16", original_dir=None):
     """Writes ModelOpt's checkpoint of the tiny Llama (in dtype) under
-    `algo` to out_dir; returns (weights, input_amax, kv_amax). The bytes
+    `algo` to out_dir (and the model before quantization to
+    original_dir); returns (weights, input_amax, kv_amax). The bytes
     of quantized weights are comparable only for an fp32 model: for a bf16
     one ModelOpt divides by the FP8 scale in bf16 (the weight's dtype), a
     double rounding lowbit does not do (it divides in fp32)."""
@@ -62,6 +67,8 @@ def export(algo, out_dir, seed=0, dtype="bfloat16"):
     import modelopt.torch.quantization as mtq
     from modelopt.torch.export import export_hf_checkpoint
 
+    if original_dir is not None:  # the model before quantization (the same seed), for lowbit to quantize
+        tiny_llama(seed, dtype).save_pretrained(str(original_dir))
     m = tiny_llama(seed, dtype)
     weights = {k: v.float().numpy().copy() for k, v in m.state_dict().items()}
     gen = torch.Generator().manual_seed(seed + 1)
@@ -101,3 +108,10 @@ def as_numpy_bytes(t):
     if t.dtype == torch.float8_e4m3fn:
         t = t.view(torch.uint8)
     return np.frombuffer(t.contiguous().numpy().tobytes(), dtype=np.uint8)
+
+
+def torch_bytes(t):
+    """A torch tensor's raw bytes as a uint8 tensor (for exact comparison)."""
+    import torch
+
+    return t.contiguous().view(torch.uint8).reshape(-1) if t.dim() else t.reshape(1).view(torch.uint8)
