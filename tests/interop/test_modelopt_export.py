@@ -223,7 +223,7 @@ def both(request, tmp_path_factory, lib):
     }
     lb = bind(lib)
     t, qc, hfq, values = lowbit_export(lb, algo, base / "original", input_amax, kv_amax)
-    mine = {"tensors": t, "config": qc, "hf_quant_config": hfq, "values": values}
+    mine = {"tensors": t, "config": qc, "hf_quant_config": hfq, "values": values, "base": base}
     return algo, mine, theirs
 
 
@@ -300,3 +300,43 @@ def test_compressed_tensors_converter_accepts_nvfp4(both):
     t = dict(mine["tensors"])
     out = ModelOptNvfp4Converter(ignore=["lm_head", "re:.*embed_tokens"], targets=["Linear"], kv_cache_scheme=kv).validate(t)
     assert any(k.endswith("weight_global_scale") for k in out)
+
+
+def test_lowbit_reads_its_own_checkpoint_back(both, lib):
+    """The directory written from lowbit's tensors and JSON (as the export
+    driver lays it out) is read by lowbit's ModelOpt reader (lb_model_open):
+    every quantized weight dequantizes to the values lowbit evaluated, and
+    every other tensor is the same."""
+    from safetensors.torch import save_file
+
+    algo, mine, _ = both
+    out = mine["base"] / "lowbit"
+    out.mkdir(exist_ok=True)
+    save_file({k: v.contiguous() for k, v in mine["tensors"].items()}, str(out / "model.safetensors"))
+    cfg = json.loads((mine["base"] / "original" / "config.json").read_text())
+    cfg["quantization_config"] = mine["config"]
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    (out / "hf_quant_config.json").write_text(json.dumps(mine["hf_quant_config"], indent=2))
+
+    lb = bind(lib)
+    lb.lb_model_find.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lb.lb_model_find.restype = ctypes.c_void_p
+    lb.lb_tensor_to_f32.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    m = ctypes.c_void_p()
+    assert lb.lb_model_open(str(out).encode(), ctypes.byref(m)) == LB_OK, lb.lb_last_error()
+    try:
+        for name, vals in mine["values"].items():
+            t = lb.lb_model_find(m, name.encode())
+            assert t, f"{name} not in what lowbit reads back"
+            got = np.empty_like(vals)
+            assert lb.lb_tensor_to_f32(t, got.ctypes.data) == LB_OK, lb.lb_last_error()
+            assert np.array_equal(got, vals), f"{name}: read back differs"
+        for name in ("model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"):
+            t = lb.lb_model_find(m, name.encode())
+            assert t, name
+            ours = mine["tensors"][name].float().numpy().reshape(-1)
+            got = np.empty_like(ours)
+            assert lb.lb_tensor_to_f32(t, got.ctypes.data) == LB_OK
+            assert np.array_equal(got, ours), name
+    finally:
+        lb.lb_model_close(m)
