@@ -16,6 +16,7 @@
 
 #include "kernel/qmat.h"
 #include "quant/quant_internal.h"
+#include "util/alloc.h"
 #include "util/error.h"
 #include "weights/qmodel_internal.h"
 
@@ -214,7 +215,8 @@ lb_status lb__qmodel_group_amax(const lb_qmodel *cq, size_t i, float *amax)
     lb_status st = check_index(cq, i, "lb__qmodel_group_amax");
     if (st != LB_OK) return st;
     *amax = 0;
-    if (!two_level_entry(&cq->s[i])) return LB_OK;
+    /* alone (no group, or fusing off): 0, lb_quantize's own range, no pass over the values */
+    if (!two_level_entry(&cq->s[i]) || cq->s[i].e.fused_group < 0) return LB_OK;
     lb_qmodel *q = (lb_qmodel *)cq; /* the cache is not the qmodel's value: reads stay concurrent */
     pthread_mutex_lock(&q->lock);
     if (!q->s[i].group_known) st = compute_group(q, i);
@@ -532,4 +534,43 @@ lb_status lb_qmodel_kv_amax(const lb_qmodel *q, uint32_t layer, float *k_amax, f
     *k_amax = q->kv_amax[2 * layer];
     *v_amax = q->kv_amax[2 * layer + 1];
     return LB_OK;
+}
+
+void lb__qmodel_unfuse(lb_qmodel *q)
+{
+    if (!q) return;
+    for (size_t i = 0; i < q->n; i++) q->s[i].e.fused_group = -1, q->s[i].e.group_amax = 0, q->s[i].group_known = 0;
+}
+
+/* A deep copy of a quantized tensor (same allocators as lb_quantize's). */
+static lb_status clone_qtensor(const lb_qtensor *a, lb_qtensor **out)
+{
+    lb_qtensor *b = calloc(1, sizeof *b);
+    if (!b) return lb__fail(LB_ERR_NOMEM, "out of memory");
+    *b = *a;
+    size_t data = a->rows * a->row_bytes, scales = lb_format_bytes(a->spec.scale_format, a->scale_count);
+    size_t zps = (a->spec.granularity == LB_GRAN_TENSOR ? 1 : a->rows) * a->zp_row_bytes;
+    b->data = lb__alloc_large(data);
+    b->scales = lb__alloc_large(scales);
+    b->zero_points = a->zero_points ? lb__alloc_large(zps) : NULL;
+    if (!b->data || !b->scales || (a->zero_points && !b->zero_points)) {
+        b->zero_points = a->zero_points ? b->zero_points : NULL;
+        lb_qtensor_free(b);
+        return lb__fail(LB_ERR_NOMEM, "out of memory for a copy of a %zu x %zu quantized tensor", a->rows, a->cols);
+    }
+    memcpy(b->data, a->data, data);
+    memcpy(b->scales, a->scales, scales);
+    if (a->zero_points) memcpy(b->zero_points, a->zero_points, zps);
+    *out = b;
+    return LB_OK;
+}
+
+lb_status lb__qmodel_quantized_owned(const lb_qmodel *q, size_t i, int threads, lb_qtensor **out)
+{
+    lb_qtensor *qt = NULL;
+    int owned = 0;
+    lb_status st = lb_qmodel_quantized(q, i, threads, &qt, &owned);
+    if (st != LB_OK) return st;
+    if (owned) return *out = qt, LB_OK;
+    return clone_qtensor(qt, out);
 }

@@ -25,6 +25,14 @@ const lb_qspec *lb__qmodel_plain(const lb_qmodel *q, size_t i);
  * member changes (thread-safe). */
 lb_status lb__qmodel_group_amax(const lb_qmodel *q, size_t i, float *amax);
 
+/* Every tensor on its own: no fused groups (lb_runner_new's class specs
+ * keep lb_quantize's per-tensor two-level scales, bit for bit as before). */
+void lb__qmodel_unfuse(lb_qmodel *q);
+
+/* lb_qmodel_quantized, always a tensor the caller owns (a copy of one an
+ * algorithm set): a runner outlives nothing it borrowed. */
+lb_status lb__qmodel_quantized_owned(const lb_qmodel *q, size_t i, int threads, lb_qtensor **out);
+
 /* The fused group id of a canonical name: 2N for
  * model.layers.N.self_attn.{q,k,v}_proj.weight, 2N + 1 for
  * model.layers.N.mlp.{gate,up}_proj.weight, -1 otherwise. */
