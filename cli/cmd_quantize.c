@@ -115,7 +115,6 @@ static int run(int argc, char **argv)
     lb_output_allow_replace(force);
     int rc = cli_protect("quantize", json, model, "MODEL");
     if (rc == EXIT_OK && calib) rc = cli_protect("quantize", json, calib, "--calib");
-    if (rc == EXIT_OK) rc = cli_output_check("quantize", json, out);
     if (rc != EXIT_OK) return rc;
     cli_note_leftovers("quantize", out);
     lb_recipe *recipe = NULL;
