@@ -49,7 +49,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(FUZZ_SRC:tests/fuzz/%.
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all demo test test-unit test-python venv asan bench install uninstall clean warnings fuzz cross-aarch64 test-aarch64
+.PHONY: all demo test test-unit test-python test-interop venv asan bench install uninstall clean warnings fuzz cross-aarch64 test-aarch64
 
 all: $(BUILD)/liblowbit.a $(BUILD)/liblowbit.so $(BUILD)/lowbit
 
@@ -139,6 +139,19 @@ test-python: all $(TEST_LIB) $(VENV)/.ready $(SMOLLM2)
 	LOWBIT_BUILD=$(BUILD) $(VENV)/bin/python -m pytest -q tests
 
 test: test-unit test-python
+
+# The real readers (torch, compressed-tensors, transformers, nvidia-modelopt)
+# check lowbit's checkpoints: a large environment, so it lives outside the
+# clone, keyed by the hash of its requirements, made on first use.
+INTEROP_HASH := $(shell sha256sum tests/interop/requirements.txt 2>/dev/null | cut -c1-12)
+INTEROP_VENV ?= $(HOME)/.cache/lowbit/interop-$(INTEROP_HASH)
+$(INTEROP_VENV)/.ready: tests/interop/requirements.txt
+	$(PYTHON) -m venv $(INTEROP_VENV)
+	$(INTEROP_VENV)/bin/pip install --quiet --disable-pip-version-check -r tests/interop/requirements.txt
+	@touch $@
+
+test-interop: all $(TEST_LIB) $(INTEROP_VENV)/.ready $(SMOLLM2)
+	LOWBIT_BUILD=$(BUILD) LOWBIT_INTEROP=1 $(INTEROP_VENV)/bin/python -m pytest -q tests/interop
 
 # Sanitizer run: everything rebuilt into build-asan; Python loads the
 # instrumented shared library with the ASan runtime preloaded.

@@ -346,7 +346,10 @@ static const char *torch_dtype(const save_job *j)
     return f32 || (bf16 && f16) ? "float32" : bf16 ? "bfloat16" : f16 ? "float16" : "float32";
 }
 
-static lb_status write_config(const lb_model *m, const char *path, const save_job *j)
+/* config.json of a Hugging Face directory: the architecture lb_arch holds,
+ * torch_dtype, and (lowbit quantize) a "quantization_config" value that is
+ * already JSON (NULL: none). Shared with src/export/export.c. */
+lb_status lb__hf_config_write(const lb_model *m, const char *path, const char *torch_dtype_name, const char *quant_json)
 {
     const lb_arch *a = &m->arch;
     const char *model_type = a->name;
@@ -359,19 +362,32 @@ static lb_status write_config(const lb_model *m, const char *path, const save_jo
                      "  \"num_key_value_heads\": %u,\n  \"head_dim\": %u,\n  \"vocab_size\": %u,\n"
                      "  \"max_position_embeddings\": %u,\n  \"rope_theta\": %s,\n  \"rms_norm_eps\": %s,\n"
                      "  \"tie_word_embeddings\": %s,\n  \"attention_bias\": %s,\n  \"hidden_act\": \"silu\",\n"
-                     "  \"torch_dtype\": \"%s\"\n}\n",
+                     "  \"torch_dtype\": \"%s\"",
                      hf_class(a->name), model_type, a->dim, a->hidden_dim, a->n_layers, a->n_heads, a->n_kv_heads,
                      a->head_dim, a->vocab_size, a->max_seq_len ? a->max_seq_len : 2048, theta, eps,
-                     a->tied_embeddings ? "true" : "false", a->qkv_bias ? "true" : "false", torch_dtype(j));
+                     a->tied_embeddings ? "true" : "false", a->qkv_bias ? "true" : "false", torch_dtype_name);
+    if (n < 0 || (size_t)n >= sizeof text) return lb__fail(LB_ERR_ARG, "config.json: architecture name too long");
     lb__outfile o;
     lb_status st = lb__out_open(path, &o);
     if (st != LB_OK) return st;
     st = lb__out_write(&o, text, (size_t)n);
+    if (st == LB_OK && quant_json) {
+        /* the value's own lines, one level deeper */
+        st = lb__out_write(&o, ",\n  \"quantization_config\": ", 27);
+        for (const char *p = quant_json; *p && st == LB_OK; p++)
+            st = *p == '\n' ? lb__out_write(&o, "\n  ", 3) : lb__out_write(&o, p, 1);
+    }
+    if (st == LB_OK) st = lb__out_write(&o, "\n}\n", 3);
     if (st != LB_OK) {
         lb__out_abort(&o);
         return st;
     }
     return lb__out_commit(&o);
+}
+
+static lb_status write_config(const lb_model *m, const char *path, const save_job *j)
+{
+    return lb__hf_config_write(m, path, torch_dtype(j), NULL);
 }
 
 /* What a Hugging Face directory written here holds: the weights, their
