@@ -22,7 +22,10 @@ Then:
     bf16 model are not compared: ModelOpt divides by the FP8 scale in bf16,
     rounding twice; test_modelopt.py compares bytes on an fp32 model.)
   - NVFP4: compressed-tensors' ModelOpt converter accepts the whole state
-    dict (validate: no orphan scales, uint8 packed weights).
+    dict (validate: no orphan scales, uint8 packed weights);
+  - lowbit's own reader reads the directory back to the values it evaluated;
+  - the public lb_export (the driver, with its read-back verification)
+    writes the same checkpoint from the same quantized model.
 
 Run with the interop environment (make test-interop):
   LOWBIT_BUILD=build ~/.cache/lowbit/interop-*/bin/python -m pytest tests/interop/test_modelopt_export.py
@@ -119,46 +122,53 @@ def scheme_of(algo, module):
     return SCHEMES[algo]
 
 
+def build_qmodel(lb, algo, original, input_amax, kv_amax):
+    """The tiny model opened by lowbit, every decoder linear layer under
+    algo's lowbit scheme with ModelOpt's calibrated ranges: (qmodel, model)."""
+    m, q = ctypes.c_void_p(), ctypes.c_void_p()
+    assert lb.lb_model_open(str(original).encode(), ctypes.byref(m)) == LB_OK, lb.lb_last_error()
+    assert lb.lb_qmodel_new(m, ctypes.byref(q)) == LB_OK, lb.lb_last_error()
+    n = lb.lb_qmodel_count(q)
+    for i in range(n):
+        e = Entry()
+        assert lb.lb_qmodel_entry(q, i, ctypes.byref(e)) == LB_OK
+        name = tensor_name(e)
+        if not lb.lb_tensor_is_weight(e.tensor):
+            continue
+        if not name.startswith("model.layers."):
+            assert lb.lb_qmodel_keep(q, i) == LB_OK
+            continue
+        module = name[: -len(".weight")]
+        wtext, mode, atext = scheme_of(algo, module)
+        s = spec(lb, wtext)
+        assert lb.lb_qmodel_set_spec(q, i, ctypes.byref(s)) == LB_OK, lb.lb_last_error()
+        a = QAct()
+        a.mode = mode
+        if atext:
+            a.spec = spec(lb, atext)
+        assert lb.lb_qmodel_set_act(q, i, ctypes.byref(a)) == LB_OK, lb.lb_last_error()
+        if module in input_amax:
+            assert lb.lb_qmodel_set_input_amax(q, i, input_amax[module]) == LB_OK, lb.lb_last_error()
+    if kv_amax:
+        assert lb.lb_qmodel_set_kv(q, FMT_FP8_E4M3) == LB_OK, lb.lb_last_error()
+    for layer in range(ref.TINY["num_hidden_layers"] if kv_amax else 0):
+        assert f"model.layers.{layer}.self_attn.k" in kv_amax, sorted(kv_amax)
+        k = kv_amax[f"model.layers.{layer}.self_attn.k"]
+        v = kv_amax[f"model.layers.{layer}.self_attn.v"]
+        assert lb.lb_qmodel_set_kv_amax(q, layer, k, v) == LB_OK, lb.lb_last_error()
+    return q, m
+
+
 def lowbit_export(lb, algo, original, input_amax, kv_amax):
     """Drives lb__exporter_modelopt as the export driver does; returns
     (tensors: name -> torch, config, hf_quant_config, lowbit values of the
     quantized weights)."""
     exp = ctypes.cast(lb.lb__mo_exporter_table(), ctypes.POINTER(Exporter)).contents
     assert exp.name == b"modelopt"
-    m, q = ctypes.c_void_p(), ctypes.c_void_p()
-    assert lb.lb_model_open(str(original).encode(), ctypes.byref(m)) == LB_OK, lb.lb_last_error()
+    q, m = build_qmodel(lb, algo, original, input_amax, kv_amax)
+    n = lb.lb_qmodel_count(q)
     tensors, values = {}, {}
     try:
-        assert lb.lb_qmodel_new(m, ctypes.byref(q)) == LB_OK, lb.lb_last_error()
-        n = lb.lb_qmodel_count(q)
-        for i in range(n):
-            e = Entry()
-            assert lb.lb_qmodel_entry(q, i, ctypes.byref(e)) == LB_OK
-            name = tensor_name(e)
-            if not lb.lb_tensor_is_weight(e.tensor):
-                continue
-            if not name.startswith("model.layers."):
-                assert lb.lb_qmodel_keep(q, i) == LB_OK
-                continue
-            module = name[: -len(".weight")]
-            wtext, mode, atext = scheme_of(algo, module)
-            s = spec(lb, wtext)
-            assert lb.lb_qmodel_set_spec(q, i, ctypes.byref(s)) == LB_OK, lb.lb_last_error()
-            a = QAct()
-            a.mode = mode
-            if atext:
-                a.spec = spec(lb, atext)
-            assert lb.lb_qmodel_set_act(q, i, ctypes.byref(a)) == LB_OK, lb.lb_last_error()
-            if module in input_amax:
-                assert lb.lb_qmodel_set_input_amax(q, i, input_amax[module]) == LB_OK, lb.lb_last_error()
-        if kv_amax:
-            assert lb.lb_qmodel_set_kv(q, FMT_FP8_E4M3) == LB_OK, lb.lb_last_error()
-        for layer in range(ref.TINY["num_hidden_layers"] if kv_amax else 0):
-            assert f"model.layers.{layer}.self_attn.k" in kv_amax, sorted(kv_amax)
-            k = kv_amax[f"model.layers.{layer}.self_attn.k"]
-            v = kv_amax[f"model.layers.{layer}.self_attn.v"]
-            assert lb.lb_qmodel_set_kv_amax(q, layer, k, v) == LB_OK, lb.lb_last_error()
-
         assert exp.check(q) == LB_OK, lb.lb_last_error()
 
         def emit(_sink, t):
@@ -223,7 +233,8 @@ def both(request, tmp_path_factory, lib):
     }
     lb = bind(lib)
     t, qc, hfq, values = lowbit_export(lb, algo, base / "original", input_amax, kv_amax)
-    mine = {"tensors": t, "config": qc, "hf_quant_config": hfq, "values": values, "base": base}
+    mine = {"tensors": t, "config": qc, "hf_quant_config": hfq, "values": values, "base": base,
+            "qmodel_factory": lambda: build_qmodel(lb, algo, base / "original", input_amax, kv_amax)}
     return algo, mine, theirs
 
 
@@ -340,3 +351,56 @@ def test_lowbit_reads_its_own_checkpoint_back(both, lib):
             assert np.array_equal(got, ours), name
     finally:
         lb.lb_model_close(m)
+
+
+class ExportOptions(ctypes.Structure):
+    _fields_ = [("format", ctypes.c_int), ("max_shard_bytes", ctypes.c_uint64), ("model_path", ctypes.c_char_p),
+                ("threads", ctypes.c_int), ("verify", ctypes.c_int), ("progress", ctypes.c_void_p),
+                ("progress_ctx", ctypes.c_void_p)]
+
+
+class ExportResult(ctypes.Structure):
+    _fields_ = [("tensors", ctypes.c_uint64), ("quantized", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
+                ("weight_params", ctypes.c_uint64), ("bits_per_weight", ctypes.c_double), ("shards", ctypes.c_uint32)]
+
+
+LB_EXPORT_MODELOPT = 1
+
+
+def test_lb_export_writes_modelopts_checkpoint(both, lib):
+    """The same quantized model through the public lb_export (the driver:
+    files, config.json, read-back verification) gives the checkpoint
+    ModelOpt writes: the same file set, JSON and tensor structure."""
+    algo, mine, theirs = both
+    lb = bind(lib)
+    if not hasattr(lb, "lb_export"):
+        pytest.skip("lb_export is not in this build")
+    lb.lb_export.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ExportOptions),
+                             ctypes.POINTER(ExportResult)]
+    out = mine["base"] / "lb_export"
+    q, m = mine["qmodel_factory"]()
+    try:
+        o = ExportOptions(format=LB_EXPORT_MODELOPT, model_path=str(mine["base"] / "original").encode(), threads=1,
+                          verify=1)
+        res = ExportResult()
+        assert lb.lb_export(q, str(out).encode(), ctypes.byref(o), ctypes.byref(res)) == LB_OK, lb.lb_last_error()
+    finally:
+        lb.lb_qmodel_free(q)
+        lb.lb_model_close(m)
+    files = {p.name for p in out.iterdir()}
+    theirs_files = {p.name for p in (mine["base"] / "modelopt").iterdir()}
+    assert {"config.json", "hf_quant_config.json", "model.safetensors"} <= files
+    assert {"config.json", "hf_quant_config.json", "model.safetensors"} <= theirs_files
+    hfq = json.loads((out / "hf_quant_config.json").read_text())
+    assert hfq["quantization"] == theirs["hf_quant_config"]["quantization"]
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert qc.pop("producer")["name"] == "lowbit"
+    want = dict(theirs["config"])
+    want.pop("producer")
+    assert json.dumps(qc) == json.dumps(want)
+    t = ref.read_tensors(out / "model.safetensors")
+    assert sorted(t) == sorted(theirs["tensors"])
+    for name, v in theirs["tensors"].items():
+        assert t[name].dtype == v.dtype and tuple(t[name].shape) == tuple(v.shape), name
+        if name in mine["tensors"]:
+            assert torch.equal(ref.torch_bytes(t[name]), ref.torch_bytes(mine["tensors"][name])), name
