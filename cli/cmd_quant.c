@@ -309,6 +309,8 @@ const cli_command cmd_quant = {
     "                granularity: tensor | channel | token | gN (blocks of N)\n"
     "                options: sym | affine | scale=fp32|fp16|bf16|e8m0|ue4m3 | twolevel\n"
     "                         clip=absmax|mse | round=floor|ceil|even|rceil (e8m0 scales)\n"
+    "                         range=full|restricted (symmetric int8/int4: codes -8..7 and\n"
+    "                         -128..127, the default, or the older +-7 and +-127)\n"
     "  --raw         FILE is little-endian fp32; --skip B bytes first, then read\n"
     "                --count N values (default: all)\n"
     "  --print       print the dequantized values (one row per line)\n"

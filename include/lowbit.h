@@ -210,6 +210,24 @@ typedef enum lb_mx_rounding {
     LB_MX_RCEIL = 3  /* e = ceil(log2(amax / max_elem)) (NVIDIA cuBLAS, torchao RCEIL) */
 } lb_mx_rounding;
 
+/* Which codes a symmetric integer grid uses (int8, int4 with an fp32,
+ * fp16, bf16 or ue4m3 scale; the scale stays positive and x' = q * s).
+ * FULL, the default, uses every code, -8..7 and -128..127, as ggml's Q4_0
+ * puts a block's signed maximum on -8: over the block's most negative value
+ * min and largest value max (both taken with 0), s = -min/8 (int8: -min/128),
+ * unless max would then pass code 7, fl(7 s) < max (int8: 127), when
+ * s = max/7 (max/127): the smallest positive scale under which nothing
+ * clips. So a block whose largest magnitude is negative gets ggml's scale
+ * |x|/8 (steps an eighth finer than amax/7) unless its positive side is
+ * within 7/8 of it; one whose largest magnitude is positive keeps max/7,
+ * because with a positive scale code +8 does not exist. With clip=mse, min
+ * and max are first multiplied by the ratio tried. RESTRICTED is the older
+ * grid: s = amax/7 (amax/127), codes +-7 (+-127), never -8 (-128). */
+typedef enum lb_int_range {
+    LB_RANGE_FULL = 0,
+    LB_RANGE_RESTRICTED = 1
+} lb_int_range;
+
 /* A quantization recipe. Parse one from text with lb_qspec_parse:
  *   ELEMENT[:GRANULARITY][:OPTION]...      or a preset name
  *   ELEMENT      any format but e8m0/ue4m3 (scale formats) and fp32/bf16
@@ -219,6 +237,7 @@ typedef enum lb_mx_rounding {
  *   OPTION       sym | affine | scale=fp32|fp16|bf16|e8m0|ue4m3 (e4m3 = ue4m3)
  *                | twolevel (ue4m3 or fp16 block scales) | clip=absmax|mse
  *                | round=floor|ceil|even|rceil (e8m0 scales)
+ *                | range=full|restricted (symmetric int8/int4: lb_int_range)
  *   presets      mxfp8_e4m3 mxfp8_e5m2 mxfp6_e2m3 mxfp6_e3m2 mxfp4 mxint8 nvfp4
  *                (options may follow: mxfp4:round=rceil)
  * e.g. "int4:g128:affine", "fp8_e4m3:channel", "int8:tensor", "nvfp4".
@@ -234,6 +253,7 @@ typedef struct lb_qspec {
     lb_scale_search search;
     lb_mx_rounding mx_rounding;/* e8m0 scales only */
     int int_frac_bits;         /* MXINT8: the element's implied 2^-6 (6); else 0 */
+    lb_int_range range;        /* symmetric int8/int4 with a non-e8m0 scale only; else FULL (0) */
 } lb_qspec;
 
 LB_API lb_status lb_qspec_parse(const char *text, lb_qspec *out);

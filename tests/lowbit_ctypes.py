@@ -159,6 +159,7 @@ class QSpec(ctypes.Structure):
         ("search", ctypes.c_int),
         ("mx_rounding", ctypes.c_int),
         ("int_frac_bits", ctypes.c_int),
+        ("range", ctypes.c_int),
     ]
 
 

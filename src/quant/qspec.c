@@ -44,9 +44,10 @@ static lb_status validate(const char *text, const lb_qspec *q)
         return lb__fail(LB_ERR_FORMAT, "spec %s: format id out of range", text);
     if ((unsigned)q->granularity > LB_GRAN_GROUP || (unsigned)q->search > LB_SEARCH_MSE ||
         (unsigned)q->mx_rounding > LB_MX_RCEIL || (q->affine != 0 && q->affine != 1) ||
-        (q->two_level != 0 && q->two_level != 1) || (q->int_frac_bits != 0 && q->int_frac_bits != 6))
+        (q->two_level != 0 && q->two_level != 1) || (q->int_frac_bits != 0 && q->int_frac_bits != 6) ||
+        (unsigned)q->range > LB_RANGE_RESTRICTED)
         return lb__fail(LB_ERR_ARG, "spec %s: a field is out of range (granularity, search, mx_rounding, affine, "
-                                    "two_level or int_frac_bits)", text);
+                                    "two_level, int_frac_bits or range)", text);
     const lb_format_info *e = lb_format_get(q->element);
     if (q->element == LB_FMT_E8M0 || q->element == LB_FMT_UE4M3)
         return lb__fail(LB_ERR_ARG, "spec %s: %s is a scale format, not an element format", text, e->name);
@@ -80,6 +81,9 @@ static lb_status validate(const char *text, const lb_qspec *q)
     if (q->int_frac_bits && (q->element != LB_FMT_INT8 || q->scale_format != LB_FMT_E8M0 || q->affine))
         return lb__fail(LB_ERR_ARG, "spec %s: implied fraction bits are MXINT8's alone (int8 elements, e8m0 "
                                     "scales, symmetric)", text);
+    if (q->range != LB_RANGE_FULL && (e->kind != LB_KIND_INT || q->affine || q->scale_format == LB_FMT_E8M0))
+        return lb__fail(LB_ERR_ARG, "spec %s: range= applies to symmetric int8/int4 with an fp32, fp16, bf16 or "
+                                    "ue4m3 scale (affine grids and MXINT8 use their element's codes as defined)", text);
     if (q->scale_format == LB_FMT_E8M0 && e->kind == LB_KIND_INT && !q->int_frac_bits)
         return lb__fail(LB_ERR_ARG, "spec %s: e8m0 scales with integer elements: use the mxint8 preset", text);
     return LB_OK;
@@ -154,6 +158,10 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
             if (strcmp(eq + 1, "absmax") == 0) q.search = LB_SEARCH_ABSMAX;
             else if (strcmp(eq + 1, "mse") == 0) q.search = LB_SEARCH_MSE;
             else return lb__fail(LB_ERR_ARG, "spec '%s': unknown clipping rule in '%s' (absmax, mse)", text, tok);
+        } else if (eq && strncmp(tok, "range=", 6) == 0) {
+            if (strcmp(eq + 1, "full") == 0) q.range = LB_RANGE_FULL;
+            else if (strcmp(eq + 1, "restricted") == 0) q.range = LB_RANGE_RESTRICTED;
+            else return lb__fail(LB_ERR_ARG, "spec '%s': unknown integer range in '%s' (full, restricted)", text, tok);
         } else if (eq && strncmp(tok, "round=", 6) == 0) {
             int r = -1;
             for (int i = 0; i < 4; i++)
@@ -162,7 +170,7 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
             q.mx_rounding = (lb_mx_rounding)r;
         } else {
             return lb__fail(LB_ERR_ARG, "spec '%s': unknown part '%s' (granularity: tensor, channel, token, gN; "
-                                        "options: sym, affine, twolevel, scale=, clip=, round=)", text, tok);
+                                        "options: sym, affine, twolevel, scale=, clip=, round=, range=)", text, tok);
         }
     }
     if (q.granularity != LB_GRAN_GROUP) q.group = 0; /* "g744:tensor": the last granularity wins, whole */
@@ -189,10 +197,11 @@ int lb_qspec_format(const lb_qspec *q, char *buf, size_t size)
     if (q->int_frac_bits) /* MXINT8's implied fraction has no spelling but the preset's name */
         return snprintf(buf, size, "mxint8:%s%s%s", gran, q->mx_rounding != LB_MX_FLOOR ? ":round=" : "",
                         q->mx_rounding != LB_MX_FLOOR ? round_names[q->mx_rounding] : "");
-    return snprintf(buf, size, "%s:%s%s%s%s%s%s%s%s", lb_format_get(q->element)->name, gran,
+    return snprintf(buf, size, "%s:%s%s%s%s%s%s%s%s%s", lb_format_get(q->element)->name, gran,
                     q->affine ? ":affine" : "", q->scale_format != LB_FMT_FP32 ? ":scale=" : "",
                     q->scale_format != LB_FMT_FP32 ? lb_format_get(q->scale_format)->name : "",
                     q->two_level ? ":twolevel" : "", q->search == LB_SEARCH_MSE ? ":clip=mse" : "",
                     q->mx_rounding != LB_MX_FLOOR ? ":round=" : "",
-                    q->mx_rounding != LB_MX_FLOOR ? round_names[q->mx_rounding] : "");
+                    q->mx_rounding != LB_MX_FLOOR ? round_names[q->mx_rounding] : "",
+                    q->range == LB_RANGE_RESTRICTED ? ":range=restricted" : "");
 }

@@ -44,8 +44,10 @@ typedef struct lb__block_scale {
 /* Everything the scale rules need, derived once per call from the spec. */
 typedef struct lb__scale_rules {
     lb_qspec spec;
-    float elem_max;            /* symmetric: the largest element magnitude used; integers stay
-                                  symmetric (-128 is never produced by int8, nor -8 by int4) */
+    float elem_max;            /* symmetric: the largest element magnitude used (range=restricted
+                                  integers: -128 is never produced by int8, nor -8 by int4) */
+    int full_range;            /* symmetric integer, range=full: the scale comes from the block's
+                                  signed extremes (lo, hi), lo on code qmin (lb_int_range) */
     float qmin, qmax;          /* affine: the element's integer range */
     float clamp_lo, clamp_hi;  /* the range scaled values are clamped to */
     float scale_floor;         /* smallest positive value of the scale format */
@@ -58,12 +60,18 @@ typedef struct lb__scale_rules {
 
 void lb__scale_rules_init(const lb_qspec *q, lb__scale_rules *r);
 
-/* Two-level: the fp32 tensor scale from the tensor's largest magnitude. */
-float lb__tensor_scale(const lb__scale_rules *r, float tensor_amax);
+/* Two-level: the fp32 tensor scale from the tensor's largest magnitude
+ * (full range: from its extremes lo <= 0 <= hi). */
+float lb__tensor_scale(const lb__scale_rules *r, float tensor_amax, float tensor_lo, float tensor_hi);
+
+/* Whether the scale rules read each block's lo/hi (affine, and full-range
+ * symmetric integers) rather than its largest magnitude alone. */
+static inline int lb__rules_need_range(const lb__scale_rules *r) { return r->spec.affine || r->full_range; }
 
 /* The scales of n blocks at a clipping ratio (1 = absmax): from amax[]
- * (symmetric and MX) or lo[]/hi[] (affine; both include 0). tmp holds n
- * floats and codes 4n bytes of scratch. */
+ * (symmetric and MX) or lo[]/hi[] (affine and full-range integers; both
+ * include 0; full range also needs amax[b] = max(-lo[b], hi[b])). tmp holds
+ * n floats and codes 4n bytes of scratch. */
 void lb__scales_for_blocks(const lb__scale_rules *r, lb_isa isa, size_t n, const float *amax, const float *lo,
                            const float *hi, float ratio, lb__block_scale *out, float *tmp, uint8_t *codes);
 

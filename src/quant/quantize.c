@@ -103,6 +103,11 @@ static int row_block_stats(const qjob *j, const lb__qkernels *k, const float *x,
     const lb_qtensor *q = j->q;
     if (j->spec->granularity == LB_GRAN_TENSOR) return 0; /* pass 1 checked every row */
     if (j->spec->affine) return k->block_minmax(x, q->cols, q->block, w->lo, w->hi);
+    if (j->rules.full_range) { /* the signed extremes, and amax from them (the same value absmax gives) */
+        int bad = k->block_minmax(x, q->cols, q->block, w->lo, w->hi);
+        for (size_t b = 0, nb = blocks_per_row(q); b < nb; b++) w->amax[b] = -w->lo[b] > w->hi[b] ? -w->lo[b] : w->hi[b];
+        return bad;
+    }
     return k->block_absmax(x, q->cols, q->block, w->amax);
 }
 
@@ -261,7 +266,8 @@ static lb_status row_stats(void *ctx, size_t begin, size_t end)
         const float *x = j->x + r * cols;
         if (k->block_absmax(x, cols, cols, &j->row_stats[3 * r]))
             return nonfinite_error(j, r, k->first_nonfinite(x, cols));
-        if (j->spec->affine) k->block_minmax(x, cols, cols, &j->row_stats[3 * r + 1], &j->row_stats[3 * r + 2]);
+        if (lb__rules_need_range(&j->rules))
+            k->block_minmax(x, cols, cols, &j->row_stats[3 * r + 1], &j->row_stats[3 * r + 2]);
         else j->row_stats[3 * r + 1] = j->row_stats[3 * r + 2] = 0;
     }
     return LB_OK;
@@ -343,7 +349,7 @@ lb_status lb__quantize_ex(const lb_qspec *spec, const float *x, size_t rows, siz
             lb__fenv_begin(&g);
             /* a fused group's shared amax (>= this tensor's) sets the tensor scale only */
             float ts_amax = spec->two_level && tensor_amax > j.tensor_amax ? tensor_amax : j.tensor_amax;
-            q->tensor_scale = j.rules.tensor_scale = lb__tensor_scale(&j.rules, ts_amax);
+            q->tensor_scale = j.rules.tensor_scale = lb__tensor_scale(&j.rules, ts_amax, j.tensor_lo, j.tensor_hi);
             lb__fenv_end(&g);
         }
         free(j.row_stats);

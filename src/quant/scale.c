@@ -19,8 +19,12 @@ void lb__scale_rules_init(const lb_qspec *q, lb__scale_rules *r)
     r->spec = *q;
     r->elem_max = (float)e->max_finite;
     r->qmin = (float)e->min_finite, r->qmax = (float)e->max_finite;
-    r->clamp_hi = q->affine ? r->qmax : r->elem_max;
-    r->clamp_lo = q->affine ? r->qmin : -r->elem_max;
+    /* full range: int8/int4 symmetric under a scale that is not a power
+     * of two (MXINT8 keeps OCP's rule) */
+    r->full_range = e->kind == LB_KIND_INT && !q->affine && q->scale_format != LB_FMT_E8M0 &&
+                    q->range == LB_RANGE_FULL;
+    r->clamp_hi = q->affine || r->full_range ? r->qmax : r->elem_max;
+    r->clamp_lo = q->affine || r->full_range ? r->qmin : -r->elem_max;
     r->scale_floor = (float)sf->min_subnormal;
     r->scale_max = (float)sf->max_finite;
     /* MX: emax is the exponent of the element's largest power of two (OCP
@@ -32,9 +36,26 @@ void lb__scale_rules_init(const lb_qspec *q, lb__scale_rules *r)
     r->tensor_scale = 1.0f;
 }
 
-float lb__tensor_scale(const lb__scale_rules *r, float tensor_amax)
+/* Full range: the negative extreme on code qmin, a = fl(fl(-lo * ratio) /
+ * -qmin), unless the largest positive value would then pass code qmax
+ * (fl(a * qmax) < fl(hi * ratio)): then b = fl(fl(hi * ratio) / qmax), hi on
+ * qmax. The smallest positive scale under which neither side clips. The
+ * test is a product, not max(a, b), so that requantizing the dequantized
+ * block (its top value fl(a * qmax)) gives a again, not b = a + 1 ulp. Each
+ * denominator is times the tensor scale when two-level. */
+static float full_range_scale(float lo, float hi, float ratio, float den_lo, float den_hi)
+{
+    float a = (-lo * ratio) / den_lo, h = hi * ratio;
+    return a * den_hi >= h ? a : h / den_hi;
+}
+
+float lb__tensor_scale(const lb__scale_rules *r, float tensor_amax, float tensor_lo, float tensor_hi)
 {
     if (!r->spec.two_level) return 1.0f;
+    if (r->full_range) { /* the block scales' largest value maps the tensor's extremes onto [qmin, qmax] */
+        float ts = full_range_scale(tensor_lo, tensor_hi, 1.0f, -r->qmin * r->scale_max, r->qmax * r->scale_max);
+        return ts == 0 ? 1.0f : ts;
+    }
     /* NVFP4: amax / (6 * 448), so that the largest block scale lands on
      * E4M3's largest value (ModelOpt get_weights_scaling_factor_2). When
      * that is 0 (an all-zero tensor, or amax < ~1.9e-42 underflowing) every
@@ -119,13 +140,22 @@ static void scale_affine(const lb__scale_rules *r, float lo, float hi, float rat
 /* Symmetric scales with an fp32/fp16/bf16/ue4m3 scale, all blocks of a row
  * at once: the candidate scales go through the format layer's bulk
  * kernels, which equal the scalar reference bit for bit. */
-static void scales_symmetric(const lb__scale_rules *r, lb_isa isa, size_t n, const float *amax, float ratio,
-                             lb__block_scale *out, float *tmp, uint8_t *codes)
+static void scales_symmetric(const lb__scale_rules *r, lb_isa isa, size_t n, const float *amax, const float *lo,
+                             const float *hi, float ratio, lb__block_scale *out, float *tmp, uint8_t *codes)
 {
     const lb_format_info *sf = lb_format_get(r->spec.scale_format);
     const lb__qkernels *k = lb__qkernels_get(isa); /* the divisions, vectorized; exact either way */
     const float zero = 0.0f, neg_zero = -0.0f; /* x - 0 and x + (-0) are x */
-    if (r->spec.two_level) {
+    if (r->full_range) { /* a scalar loop: one per block, not per element */
+        float ts = r->tensor_scale; /* 1 unless two-level; x * 1 is exact */
+        float den_lo = -r->qmin * ts, den_hi = r->qmax * ts;
+        for (size_t b = 0; b < n; b++) tmp[b] = full_range_scale(lo[b], hi[b], ratio, den_lo, den_hi);
+        if (r->spec.two_level)
+            for (size_t b = 0; b < n; b++) {
+                if (tmp[b] < r->scale_floor) tmp[b] = r->scale_floor;
+                if (amax[b] == 0) tmp[b] = 1.0f;
+            }
+    } else if (r->spec.two_level) {
         /* ModelOpt nvfp4_tensor.py: amax_block / (6 * scale_2); an all-zero
          * block gets 1.0; tiny ones are floored at the scale format's
          * smallest value (2^-9 for E4M3) instead of flushing to 0 */
@@ -171,7 +201,7 @@ void lb__scales_for_blocks(const lb__scale_rules *r, lb_isa isa, size_t n, const
     } else if (r->spec.scale_format == LB_FMT_E8M0) {
         for (size_t b = 0; b < n; b++) scale_mx(r, amax[b], &out[b]);
     } else {
-        scales_symmetric(r, isa, n, amax, ratio, out, tmp, codes);
+        scales_symmetric(r, isa, n, amax, lo, hi, ratio, out, tmp, codes);
     }
 }
 

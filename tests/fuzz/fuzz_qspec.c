@@ -17,7 +17,7 @@ static int same_spec(const lb_qspec *a, const lb_qspec *b)
 {
     return a->element == b->element && a->granularity == b->granularity && a->group == b->group &&
            a->scale_format == b->scale_format && a->affine == b->affine && a->two_level == b->two_level &&
-           a->search == b->search && a->mx_rounding == b->mx_rounding && a->int_frac_bits == b->int_frac_bits;
+           a->search == b->search && a->mx_rounding == b->mx_rounding && a->int_frac_bits == b->int_frac_bits && a->range == b->range;
 }
 
 static void fail(const char *what, const char *input)
@@ -57,6 +57,7 @@ static const char *const seeds[] = {
     "mxint8", "mxfp6_e3m2:round=rceil", "fp4_e2m1:g16:scale=ue4m3:twolevel", "int8:g16:scale=fp16:clip=mse",
     "bf16:token", "fp6_e2m3:g7:scale=bf16", "int8:g0", "int8::g32", ":", "mxfp8_e5m2:round=even",
     "mxint8:b1", "int4:g744:tensor", /* found by libFuzzer: their canonical text did not parse back */
+    "int4:g32:range=restricted", "int8:channel:scale=ue4m3:twolevel:range=full", "fp8_e4m3:tensor:range=restricted",
 };
 
 int main(void)

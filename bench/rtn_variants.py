@@ -1,0 +1,93 @@
+"""Which int4:g32 round-to-nearest rule? A numpy simulation of candidate
+grids on SmolLM2-135M, each written as an f32 GGUF (the stored model's
+metadata and tokenizer, every 2-D weight replaced by its quantized values)
+and measured with `lowbit kld` against saved base distributions.
+
+usage: rtn_variants.py BUILD_DIR BASE_FILE CHUNKS [VARIANT...]
+  BASE_FILE: `lowbit kld MODEL OTHER --save-base BASE_FILE --chunks CHUNKS` output.
+
+Variants (per block of 32, lo = min(x, 0), hi = max(x, 0), amax = max(-lo, hi)):
+  ggml        d = (the signed value of largest magnitude) / -8, fp16, codes -8..7:
+              ggml's Q4_0 rule, whose d is negative when that value is positive
+  restricted  s = amax / 7, codes -7..7 (lowbit's range=restricted)
+  full        s = max(-lo / 8, hi / 7), codes -8..7 (lowbit's range=full, up to
+              the 1-ulp tie rule of lowbit.h)
+  best6       per block, of six positive scales (full's, -lo/8, hi/7, amax/7.5,
+              amax/8, hi/7.25), the one with the smallest squared error
+The GGUF keeps q/k rows in llama.cpp's order; a row permutation does not
+change per-row blocks, so the simulation equals quantizing the HF layout."""
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf.quants import dequantize
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SMOL = ROOT / ".cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+TEXT = pathlib.Path("/work/shared/data/wikitext-2-raw/wiki.test.raw")
+F32 = np.float32
+
+
+def q(x, s, lo=-8, hi=7):
+    s = s[:, None].astype(F32)
+    safe = np.where(s == 0, 1, s)
+    return (np.clip(np.rint(x / safe), lo, hi) * s).astype(F32)
+
+
+def quant(w, variant):
+    x = w.reshape(-1, 32).astype(F32)
+    lo, hi = np.minimum(x.min(1), 0), np.maximum(x.max(1), 0)
+    amax = np.maximum(-lo, hi)
+    if variant == "ggml":
+        smax = x[np.arange(len(x)), np.argmax(np.abs(x), 1)]
+        y = q(x, (smax / -8).astype(np.float16).astype(F32))
+    elif variant == "restricted":
+        y = q(x, amax / 7, -7, 7)
+    elif variant == "full":
+        y = q(x, np.maximum(-lo / 8, hi / 7))
+    elif variant == "best6":
+        cands = [np.maximum(-lo / 8, hi / 7), -lo / 8, hi / 7, amax / 7.5, amax / 8, hi / 7.25]
+        qs = np.stack([q(x, c) for c in cands])
+        y = qs[np.argmin(((qs - x[None]) ** 2).sum(2), 0), np.arange(len(x))]
+    else:
+        raise SystemExit(f"unknown variant {variant}")
+    return y.reshape(w.shape)
+
+
+def write(variant, out):
+    r = GGUFReader(str(SMOL))
+    w = GGUFWriter(str(out), r.fields["general.architecture"].contents())
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        sub = f.types[1] if f.types[0] == GGUFValueType.ARRAY and len(f.types) > 1 else None
+        w.add_key_value(name, f.contents(), f.types[0], sub_type=sub)
+    for t in r.tensors:
+        x = dequantize(t.data, t.tensor_type).astype(F32)
+        w.add_tensor(t.name, quant(x, variant) if len(t.shape) == 2 else x)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def main():
+    build, base, chunks = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    for variant in sys.argv[4:] or ["ggml", "restricted", "full", "best6"]:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = pathlib.Path(tmp) / f"smollm2-{variant}.gguf"
+            write(variant, out)
+            p = subprocess.run([str(ROOT / build / "lowbit"), "kld", str(SMOL), str(out), "--base", base, "--text",
+                                str(TEXT), "--ctx", "512", "--chunks", chunks, "--json", "--quiet"],
+                               check=True, capture_output=True, text=True)
+            d = json.loads(p.stdout)
+            print(f"{variant:12s} KLD {d['kld_mean']:.4f} +- {d['kld_err']:.4f}  top-1 {100 * d['top1_agreement']:.2f}%",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
