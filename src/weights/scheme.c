@@ -43,15 +43,15 @@ typedef struct scheme_row {
  * Writers that need the 128x128 layout refuse it until lb_qspec grows
  * 2-D blocks. */
 static const scheme_row rows[] = {
-    {{"W8A8-FP8", "FP8 E4M3 weights per channel, dynamic per-token FP8 activations", "fp8_e4m3:channel",
+    {{"W8A8-FP8", "FP8 E4M3 weights per channel, dynamic per-token FP8 activations", "fp8_e4m3:channel:scale=bf16",
       LB_ACT_DYNAMIC, "fp8_e4m3:token", 0, "FP8_DYNAMIC"},
      GROUP_FIXED},
     {{"W8A8-FP8-STATIC", "FP8 E4M3 weights per tensor, static per-tensor FP8 activations (calibrated)",
-      "fp8_e4m3:tensor", LB_ACT_STATIC, "fp8_e4m3:tensor", 1, "FP8"},
+      "fp8_e4m3:tensor:scale=bf16", LB_ACT_STATIC, "fp8_e4m3:tensor", 1, "FP8"},
      GROUP_FIXED},
     {{"FP8-BLOCK", "FP8 E4M3 weights in 1x128 blocks (not 128x128: see README), dynamic per-group-128 FP8 "
                    "activations",
-      "fp8_e4m3:g128", LB_ACT_DYNAMIC, "fp8_e4m3:g128", 0, "FP8_BLOCK"},
+      "fp8_e4m3:g128:scale=bf16", LB_ACT_DYNAMIC, "fp8_e4m3:g128", 0, "FP8_BLOCK"},
      GROUP_BOTH},
     {{"W8A8-INT8", "int8 weights per channel (bf16 scales), dynamic per-token int8 activations",
       "int8:channel:scale=bf16", LB_ACT_DYNAMIC, "int8:token", 0, "INT8 W8A8 INT8_W8A8"},
