@@ -128,8 +128,10 @@ static int run(int argc, char **argv)
     if (st != LB_OK) rc = cli_fail_lb("quantize", json, EXIT_RUNTIME, st);
     if (rc == EXIT_OK) rc = cli_recipe_qmodel("quantize", json, m, recipe, &q);
     lb_export_options o = {.format = fmt, .max_shard_bytes = shard, .model_path = model, .threads = threads, .verify = 1};
-    /* refuse what the format cannot express before any calibration or writing */
-    if (rc == EXIT_OK && (st = lb_export_check(q, &o)) != LB_OK)
+    /* refuse what the format cannot express before any writing (and, when
+     * nothing needs calibration, at once; a recipe with static scales is
+     * checked after calibration, since the check wants those scales) */
+    if (rc == EXIT_OK && !cli_recipe_needs_calib(q) && (st = lb_export_check(q, &o)) != LB_OK)
         rc = cli_fail_lb("quantize", json, st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
     if (rc == EXIT_OK && cli_recipe_needs_calib(q)) {
         if (!calib)
@@ -140,7 +142,7 @@ static int run(int argc, char **argv)
             rc = cli_fail_lb("quantize", json, EXIT_RUNTIME, st);
         else rc = cli_recipe_calibrate("quantize", json, q, tok, calib, calib_tokens, threads);
         if (rc == EXIT_OK && (st = lb_export_check(q, &o)) != LB_OK)
-            rc = cli_fail_lb("quantize", json, EXIT_RUNTIME, st);
+            rc = cli_fail_lb("quantize", json, st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
     }
     cli_progress_ctx progress = {"quantize", "tensor", NULL};
     o.progress = cli_progress_fn, o.progress_ctx = &progress;
