@@ -99,3 +99,33 @@ def test_list():
     r = run("--list", "--json")
     assert r.returncode == 0
     json.loads(r.stdout)
+
+
+CALIB = pathlib.Path("/work/shared/data/wikitext-2-raw/wiki.train.excerpt.raw")
+if not CALIB.exists():  # the copy the repository ships
+    CALIB = ROOT / "models/calib.txt"
+
+
+def test_static_scales_are_calibrated_then_written(tmp_path):
+    """NVFP4 (W4A4; the MLP kept: its 172-wide rows are no whole 16-groups) and --kv fp8 need calibrated ranges: with --calib the
+    checkpoint carries an input global scale per layer and k/v scales; the
+    same recipe without --calib is a usage error that writes nothing."""
+    text = tmp_path / "calib.txt"
+    text.write_text("Once upon a time there was a little girl who liked to play in the park. " * 40)
+    out = tmp_path / "nv"
+    r = run(STORIES, "-o", out, "--scheme", "NVFP4", "--keep", "*.mlp.*", "--kv", "fp8", "--quiet")
+    assert r.returncode == 2 and "--calib" in r.stderr and not out.exists(), r.stderr
+    r = run(STORIES, "-o", out, "--scheme", "NVFP4", "--keep", "*.mlp.*", "--kv", "fp8", "--calib", text, "--json", "--quiet")
+    assert r.returncode == 0, r.stderr
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert qc["kv_cache_scheme"]["num_bits"] == 8 and qc["kv_cache_scheme"]["type"] == "float"
+    h = header(out / "model.safetensors")
+    names = set(h)
+    assert "model.layers.0.self_attn.k_scale" in names and "model.layers.0.self_attn.v_scale" in names
+    assert h["model.layers.0.self_attn.q_proj.weight_packed"]["dtype"] == "U8"
+    g = h["model.layers.0.self_attn.o_proj.input_global_scale"]
+    assert g["dtype"] == "F32" and g["shape"] == [1]
+    raw = (out / "model.safetensors").read_bytes()
+    base = 8 + struct.unpack("<Q", raw[:8])[0]
+    (value,) = struct.unpack("<f", raw[base + g["data_offsets"][0]:base + g["data_offsets"][1]])
+    assert 0 < value < float("inf")  # 448 * 6 / calibrated amax
