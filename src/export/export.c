@@ -432,8 +432,10 @@ lb_status lb_export(const lb_qmodel *q, const char *dir, const lb_export_options
     for (int f = 0; st == LB_OK && j.x->extra_file; f++) {
         const char *fname = NULL;
         lb__jsonw *fw = lb__jsonw_new();
+        int has = fw ? j.x->extra_file(q, f, &fname, fw) : 0;
         if (!fw) st = lb__fail(LB_ERR_NOMEM, "out of memory");
-        else if (j.x->extra_file(q, f, &fname, fw)) st = write_json_file(d.tmp_path, fname, fw);
+        else if (has < 0) st = LB_ERR_UNSUPPORTED; /* the format failed and said why (lb_last_error) */
+        else if (has) st = write_json_file(d.tmp_path, fname, fw);
         else fname = NULL;
         lb__jsonw_free(fw);
         if (!fname) break;

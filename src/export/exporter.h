@@ -69,7 +69,8 @@ typedef struct lb__exporter {
     /* The value of config.json's "quantization_config" (one JSON object). */
     lb_status (*quant_config)(const lb_qmodel *q, lb__jsonw *w);
     /* Other files of the format (hf_quant_config.json): name and content,
-     * called with k = 0, 1, ... until it returns 0. May be NULL. */
+     * called with k = 0, 1, ... until it returns 0; -1: failed (lb__fail
+     * said why). May be NULL. */
     int (*extra_file)(const lb_qmodel *q, int k, const char **name, lb__jsonw *w);
 } lb__exporter;
 
