@@ -25,7 +25,7 @@ def load_model(path):
         if "quantization_config" in json.load(f):
             # Dequantize to dense weights (CPU has no compressed kernels).
             from transformers import CompressedTensorsConfig
-            kw["quantization_config"] = CompressedTensorsConfig(run_compressed=False)
+            kw["quantization_config"] = CompressedTensorsConfig(dequantize=True)
     model = AutoModelForCausalLM.from_pretrained(path, **kw)
     return model.float().eval()  # CT may decompress to bf16: compute in fp32 regardless
 

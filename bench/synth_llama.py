@@ -1,12 +1,13 @@
 """Writes a synthetic Llama-shaped Hugging Face checkpoint (bf16, sharded safetensors + index + config.json)
 for the large-model quantize benchmark: random weights, one tensor at a time (never more than one tensor in
 memory). Each weight is a random bf16 bit pattern with a random sign, mantissa and one of four exponents
-(magnitudes 2^-11 .. 2^-6, like a trained layer's): made from raw generator bytes, because drawing 2.3 G normal
+(magnitudes 2^-11 .. 2^-7, like a trained layer's): made from raw generator bytes, because drawing 2.3 G normal
 variates takes tens of minutes on a small shared machine; norms are 1.
 
-usage: python bench/synth_llama.py OUT_DIR [--layers 10] [--hidden 4096] [--inter 11008] [--vocab 32000]
+usage: python bench/synth_llama.py OUT_DIR [--layers 12] [--hidden 4096] [--inter 11008] [--vocab 32000]
        [--shard-gib 2] [--seed 0]
-Default: 10 layers -> 4.56 GB (4.25 GiB) of bf16, the largest tensor the 32000x4096 embedding / lm_head.
+Default: 12 layers -> 4.78 GB (4.45 GiB) of bf16 (GQA: k/v 1024 wide), the largest tensor the 32000x4096
+embedding / lm_head (524 MB as fp32).
 Written to a scratch directory (e.g. ~/.cache/lowbit/bench), never into the repository.
 """
 import argparse
@@ -41,7 +42,7 @@ def tensors(a):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--layers", type=int, default=10)
+    ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--inter", type=int, default=11008)
     ap.add_argument("--vocab", type=int, default=32000)
