@@ -14,7 +14,49 @@ static const char usage[] =
     "(Hugging Face) name, stored dtype, shape, bytes, absmax, standard deviation,\n"
     "kurtosis (3 for a normal distribution), the outlier ratio (largest row absmax\n"
     "over the median row's: rows are a weight's output channels) and the count of\n"
-    "values beyond 6 standard deviations from the mean.\n";
+    "values beyond 6 standard deviations from the mean.\n"
+    "A quantized checkpoint (compressed-tensors or ModelOpt directory) shows its\n"
+    "format and each config group's weights and input activations; its quantized\n"
+    "weights are listed as dtype 'quantized', their bytes counting every scale.\n";
+
+/* A quantized checkpoint's config, before the tensor table. */
+static void print_quant(const lb_model_quant *q)
+{
+    char a[256], b[256], c[256];
+    printf("quantization: %s, format %s, %zu quantized weights (%zu scale and component tensors folded in or set "
+           "aside), kv cache %s\n", q->method, cli_escape(a, sizeof a, q->format), q->quantized, q->hidden,
+           cli_escape(b, sizeof b, q->kv_cache));
+    for (size_t i = 0; i < q->n_groups; i++) {
+        const lb_quant_group *g = &q->groups[i];
+        printf("  %s: %s, %zu modules; weights %s; input %s\n", cli_escape(a, sizeof a, g->name),
+               cli_escape(b, sizeof b, g->format), g->modules, cli_escape(c, sizeof c, g->weights), g->input);
+    }
+    printf("\n");
+}
+
+static void json_quant(const lb_model_quant *q)
+{
+    printf(", \"quantization\": {\"method\": ");
+    json_string(stdout, q->method);
+    printf(", \"format\": ");
+    json_string(stdout, q->format);
+    printf(", \"kv_cache\": ");
+    json_string(stdout, q->kv_cache);
+    printf(", \"quantized\": %zu, \"hidden\": %zu, \"groups\": [", q->quantized, q->hidden);
+    for (size_t i = 0; i < q->n_groups; i++) {
+        const lb_quant_group *g = &q->groups[i];
+        printf("%s{\"name\": ", i ? ", " : "");
+        json_string(stdout, g->name);
+        printf(", \"format\": ");
+        json_string(stdout, g->format);
+        printf(", \"weights\": ");
+        json_string(stdout, g->weights);
+        printf(", \"input\": ");
+        json_string(stdout, g->input);
+        printf(", \"modules\": %zu}", g->modules);
+    }
+    printf("]}");
+}
 
 static void print_arch(const char *path, const lb_model *m, uint64_t params, uint64_t bytes)
 {
@@ -84,10 +126,13 @@ static int run(int argc, char **argv)
         json_string(stdout, path);
         printf(", \"kind\": \"%s\", \"architecture\": {", cli_model_kind_name(lb_model_get_kind(m)));
         cli_arch_json(stdout, lb_model_arch(m));
-        printf("}, \"parameters\": %llu, \"bytes\": %llu, \"tensors\": [", (unsigned long long)params,
+        printf("}");
+        if (lb_model_quantization(m)) json_quant(lb_model_quantization(m));
+        printf(", \"parameters\": %llu, \"bytes\": %llu, \"tensors\": [", (unsigned long long)params,
                (unsigned long long)bytes);
     } else {
         print_arch(path, m, params, bytes);
+        if (lb_model_quantization(m)) print_quant(lb_model_quantization(m));
         printf("%-48s %-7s %-14s %11s %9s %9s %9s %8s %7s\n", "tensor", "dtype", "shape", "bytes", "absmax", "std",
                "kurtosis", "outlier", ">6 std");
     }

@@ -347,6 +347,14 @@ typedef enum lb_dtype {
     LB_DT_Q4_0, LB_DT_Q4_1, LB_DT_Q5_0, LB_DT_Q5_1, LB_DT_Q8_0,
     LB_DT_Q2_K, LB_DT_Q3_K, LB_DT_Q4_K, LB_DT_Q5_K, LB_DT_Q6_K,
     LB_DT_MXFP4, LB_DT_NVFP4,
+    /* A weight of a quantized Hugging Face checkpoint (compressed-tensors or
+     * ModelOpt directory) that lowbit presents as one logical tensor of the
+     * original shape: its codes, scales, zero points and global scale are
+     * other tensors of the file. lb_tensor_to_f32 dequantizes it exactly as
+     * the format's own package does; lb_dtype_to_f32 cannot (the bytes of one
+     * tensor do not say it all), lb_dtype_bytes has no size for it, and its
+     * lb_tensor.data is no byte array (n_bytes counts every component). */
+    LB_DT_QUANTIZED,
     LB_DT_COUNT
 } lb_dtype;
 
@@ -456,6 +464,35 @@ LB_API void lb_tensor_release(const lb_tensor *t);
  * (2-D projections, embeddings and output head), 0 for norms, biases and
  * anything else. */
 LB_API int lb_tensor_is_weight(const lb_tensor *t);
+
+/* A quantized Hugging Face checkpoint (config.json quantization_config of
+ * compressed-tensors, or ModelOpt with hf_quant_config.json) as lowbit reads
+ * it: each quantized module's weight is one LB_DT_QUANTIZED tensor named
+ * <module>.weight; the tensors it is made of (weight_packed, weight_scale,
+ * weight_zero_point, weight_shape, weight_global_scale, weight_scale_2) and
+ * the engines' activation and KV-cache scales (input_scale,
+ * input_global_scale, k_scale, v_scale ...) are not in the tensor list:
+ * they are counted here. Everything lives as long as the model. */
+typedef struct lb_quant_group {
+    const char *name;        /* "group_0" (ModelOpt: the quant_algo, or a layer's under MIXED_PRECISION) */
+    const char *format;      /* "pack-quantized", "nvfp4-pack-quantized" ... (ModelOpt: "FP8", "NVFP4" ...) */
+    const char *weights;     /* one line: "int4 group 128 asymmetric", "fp8_e4m3 per channel" */
+    const char *input;       /* one line, or "none" (weight-only) */
+    size_t modules;          /* modules of the checkpoint it quantizes */
+} lb_quant_group;
+
+typedef struct lb_model_quant {
+    const char *method;      /* "compressed-tensors" or "modelopt" */
+    const char *format;      /* the config's format ("mixed-precision" when groups differ) or quant_algo */
+    const char *kv_cache;    /* e.g. "fp8_e4m3 per tensor", or "none" */
+    size_t n_groups;
+    const lb_quant_group *groups;
+    size_t quantized;        /* LB_DT_QUANTIZED tensors */
+    size_t hidden;           /* file tensors folded into them or set aside (not in the tensor list) */
+} lb_model_quant;
+
+/* The model's quantization, or NULL when it is not a quantized checkpoint. */
+LB_API const lb_model_quant *lb_model_quantization(const lb_model *m);
 
 /* Writes the model to path: a .gguf file, a .safetensors file, or (any
  * other name) a Hugging Face directory with config.json and

@@ -33,6 +33,8 @@ static const lb_dtype_info table[LB_DT_COUNT] = {
     {LB_DT_Q6_K, "q6_k", NULL, 14, 256, 210, 1, 0},
     {LB_DT_MXFP4, "mxfp4", NULL, 39, 32, 17, 1, 1},
     {LB_DT_NVFP4, "nvfp4", NULL, 40, 64, 36, 1, 0},
+    /* a quantized checkpoint's logical weight (hf_quantized.c): no bytes of its own, read by lb_tensor_to_f32 */
+    {LB_DT_QUANTIZED, "quantized", NULL, -1, 1, 0, 1, 0},
 };
 
 const lb_dtype_info *lb_dtype_get(lb_dtype t)
@@ -68,6 +70,8 @@ lb_status lb_dtype_bytes(lb_dtype t, uint64_t n, uint64_t *bytes)
     if (!bytes) return lb__fail(LB_ERR_ARG, "lb_dtype_bytes: NULL argument");
     const lb_dtype_info *d = lb_dtype_get(t);
     if (!d) return lb__fail(LB_ERR_ARG, "unknown dtype id %d", (int)t);
+    if (d->block_bytes == 0)
+        return lb__fail(LB_ERR_ARG, "a %s tensor has no size per element: its components are other tensors", d->name);
     if (n % d->block) return lb__fail(LB_ERR_ARG, "%llu %s values are not whole blocks of %u",
                                       (unsigned long long)n, d->name, d->block);
     uint64_t blocks = n / d->block;

@@ -94,6 +94,9 @@ lb_status lb_dtype_to_f32(lb_dtype t, const void *src, size_t n, float *dst)
     case LB_DT_Q6_K: lb__dequantize_q6_k(src, nb, dst); return LB_OK;
     case LB_DT_MXFP4: lb__dequantize_mxfp4(src, nb, dst); return LB_OK;
     case LB_DT_NVFP4: lb__dequantize_nvfp4(src, nb, dst); return LB_OK;
+    case LB_DT_QUANTIZED:
+        return lb__fail(LB_ERR_UNSUPPORTED, "lb_dtype_to_f32: a quantized checkpoint's weight is made of several "
+                                            "tensors; read it with lb_tensor_to_f32");
     case LB_DT_COUNT: break;
     }
     return lb__fail(LB_ERR_UNSUPPORTED, "lb_dtype_to_f32: %s cannot be read", info->name);
@@ -148,7 +151,7 @@ lb_status lb_dtype_from_f32(lb_dtype t, const float *src, size_t n, void *dst)
     case LB_DT_F64: case LB_DT_F8_E4M3: case LB_DT_F8_E5M2: case LB_DT_I8: case LB_DT_I16: case LB_DT_I32:
     case LB_DT_I64: case LB_DT_U8: case LB_DT_BOOL: case LB_DT_Q4_1: case LB_DT_Q5_0: case LB_DT_Q5_1:
     case LB_DT_Q2_K: case LB_DT_Q3_K: case LB_DT_Q4_K: case LB_DT_Q5_K: case LB_DT_Q6_K: case LB_DT_NVFP4:
-    case LB_DT_COUNT: break;
+    case LB_DT_QUANTIZED: case LB_DT_COUNT: break;
     }
     return lb__fail(LB_ERR_UNSUPPORTED, "lb_dtype_from_f32: %s is marked writable but has no encoder", info->name);
 }

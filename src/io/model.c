@@ -147,12 +147,16 @@ static lb_status open_sharded(lb_model *m, const char *dir, const char *index_pa
     return st;
 }
 
-static lb_status read_config(lb_model *m, const char *config_path)
+/* config.json: the architecture, and a quantized checkpoint's
+ * quantization_config (hf_quantized.c turns its modules into logical
+ * weights; dir is where hf_quant_config.json would be). */
+static lb_status read_config(lb_model *m, const char *config_path, const char *dir)
 {
     lb__json *cfg;
     lb_status st = lb__json_read_file(config_path, 16u << 20, &cfg);
     if (st == LB_OK) st = lb__arch_from_config(cfg, config_path, &m->arch);
     if (st == LB_OK) lb__arch_notes_from_config(cfg, &m->notes);
+    if (st == LB_OK) st = lb__hfq_apply(m, cfg, dir, config_path);
     lb__json_free(cfg);
     return st;
 }
@@ -168,7 +172,7 @@ static lb_status open_hf_dir(lb_model *m, const char *dir)
     else if (file_exists(index)) st = open_sharded(m, dir, index);
     else if (file_exists(single)) st = open_shard(m, single);
     else st = lb__fail(LB_ERR_IO, "%s: neither model.safetensors nor model.safetensors.index.json is there", dir);
-    if (st == LB_OK) st = read_config(m, config);
+    if (st == LB_OK) st = read_config(m, config, dir);
     free(config), free(index), free(single);
     return st;
 }
@@ -197,7 +201,7 @@ static lb_status open_safetensors(lb_model *m, const char *path)
     const char *slash = strrchr(path, '/');
     char *dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
     char *config = dir ? lb__path_join(dir, "config.json") : NULL;
-    if (st == LB_OK && config && file_exists(config)) st = read_config(m, config);
+    if (st == LB_OK && config && file_exists(config)) st = read_config(m, config, dir);
     free(dir), free(config);
     return st;
 }
@@ -222,6 +226,7 @@ static void reset(lb_model *m)
     free(m->owned_names), free(m->tensors);
     if (m->by_file_name != m->by_name) free(m->by_file_name);
     free(m->by_name), free(m->sources);
+    lb__hfq_free(m->hfq);
     if (m->kind == LB_MODEL_GGUF) lb__gguf_close(&m->gguf);
     for (size_t i = 0; i < m->n_shards; i++) lb__st_close(&m->shards[i]);
     free(m->shards);
@@ -396,6 +401,7 @@ const lb_tensor *lb_model_find(const lb_model *m, const char *name)
 lb_status lb_tensor_to_f32(const lb_tensor *t, float *dst)
 {
     if (!t || !dst) return lb__fail(LB_ERR_ARG, "lb_tensor_to_f32: NULL argument");
+    if (t->dtype == LB_DT_QUANTIZED) return lb__hfq_to_f32(t, dst);
     return lb_dtype_to_f32(t->dtype, t->data, (size_t)t->n_elements, dst);
 }
 
@@ -409,6 +415,10 @@ int lb_tensor_is_weight(const lb_tensor *t)
 void lb_tensor_release(const lb_tensor *t)
 {
     if (!t || !t->data || t->n_bytes == 0) return;
+    if (t->dtype == LB_DT_QUANTIZED) { /* its data is the plan, not file bytes: release the components */
+        lb__hfq_release(t);
+        return;
+    }
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t a = (uintptr_t)t->data, b = a + (uintptr_t)t->n_bytes, ps = page > 0 ? (uintptr_t)page : 4096;
     a = (a + ps - 1) / ps * ps; /* whole pages inside the tensor only: the neighbours keep theirs */

@@ -4,6 +4,7 @@
 
 #include "io/arch_support.h"
 #include "io/gguf.h"
+#include "io/hf_quantized.h"
 #include "io/json.h"
 #include "io/llama2c.h"
 #include "io/safetensors.h"
@@ -24,6 +25,7 @@ struct lb_model {
     size_t *by_name, *by_file_name; /* tensor indices sorted by name and by file name (lookups) */
     size_t n_sources;            /* the files read: lb_model_save refuses to overwrite them */
     struct lb__file_id { unsigned long long dev, ino; } *sources;
+    lb__hfq *hfq;                /* a quantized HF checkpoint's logical tensors (hf_quantized.c), or NULL */
 };
 
 /* Whether path is one of the files the model was read from. */

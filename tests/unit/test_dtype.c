@@ -49,6 +49,12 @@ static void test_table(void)
         CHECK(d && d->id == (lb_dtype)i, "row %d has id %d", i, d ? (int)d->id : -1);
         if (!d) continue;
         for (const char *c = d->name; *c; c++) CHECK(*c < 'A' || *c > 'Z', "%s: lowbit names are lower case", d->name);
+        if (i == LB_DT_QUANTIZED) { /* a logical tensor of several file tensors: no bytes of its own, no file name */
+            uint64_t b = 7;
+            CHECK(d->block_bytes == 0 && !d->st_name && d->ggml_type < 0 && d->can_read && !d->can_write, "quantized row");
+            CHECK(lb_dtype_bytes(LB_DT_QUANTIZED, 1, &b) == LB_ERR_ARG && b == 7, "quantized has no byte size");
+            continue;
+        }
         CHECK(d->block >= 1 && d->block_bytes >= 1, "%s geometry", d->name);
         CHECK((d->block > 1) == (d->st_name == NULL), "%s: safetensors has exactly the plain types", d->name);
         if (d->block > 1) {

@@ -1,0 +1,803 @@
+/* Planning the logical tensors of a quantized Hugging Face checkpoint: which
+ * modules are quantized, under which config group and format, which file
+ * tensors make each one, and whether all of them agree (dtypes, shapes,
+ * group sizes) before a byte is read. The arithmetic is in
+ * hf_quantized_decode.c; the rules are in hf_quantized.h.
+ *
+ * compressed-tensors: config.json "quantization_config" with quant_method
+ * "compressed-tensors" (config_groups of targets + weights args, a format
+ * per group or one for all, ignore). A module <m> is quantized when the
+ * file holds <m>.weight_scale. Its group is the first whose targets match
+ * (a class name such as "Linear" matches every linear layer, "re:X" is
+ * Python's re.match, anything else the exact module name), as the
+ * package's match_name does.
+ *
+ * ModelOpt: quant_method "modelopt" in config.json, or hf_quant_config.json
+ * beside it (older exports). Its tensors say the format (fp8 codes with a
+ * float scale: FP8; fp8 codes with U8 scales: MXFP8; U8 codes with fp8
+ * scales and weight_scale_2: NVFP4); the config gives the group size. */
+#define _DEFAULT_SOURCE /* strdup */
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io/hf_quantized.h"
+#include "io/model_internal.h"
+#include "util/error.h"
+#include "util/file.h"
+
+struct lb__hfq {
+    lb_model_quant info;
+    lb_quant_group *groups;
+    lb__hfq_tensor *tensors;     /* one per quantized module */
+    size_t n_tensors;
+    char **strings;              /* every string this owns */
+    size_t n_strings, cap_strings;
+};
+
+void lb__hfq_free(lb__hfq *q)
+{
+    if (!q) return;
+    for (size_t i = 0; i < q->n_strings; i++) free(q->strings[i]);
+    free(q->strings), free(q->groups), free(q->tensors), free(q);
+}
+
+static const char *keep_str(lb__hfq *q, const char *s)
+{
+    if (q->n_strings == q->cap_strings) {
+        size_t cap = q->cap_strings ? 2 * q->cap_strings : 32;
+        char **g = realloc(q->strings, cap * sizeof *g);
+        if (!g) return NULL;
+        q->strings = g, q->cap_strings = cap;
+    }
+    char *d = strdup(s);
+    if (d) q->strings[q->n_strings++] = d;
+    return d;
+}
+
+/* ===== The quantization args of one config group ===== */
+
+typedef enum strat { S_TENSOR, S_CHANNEL, S_GROUP, S_TENSOR_GROUP, S_BLOCK, S_TOKEN } strat; /* S_TOKEN: activations only */
+
+typedef struct qargs {
+    int bits;
+    int is_float;            /* type "float" (else "int") */
+    int symmetric;
+    strat strategy;
+    uint64_t group;          /* S_GROUP / S_TENSOR_GROUP */
+    uint64_t bh, bw;         /* S_BLOCK */
+} qargs;
+
+typedef struct group {
+    const char *name, *format;
+    const lb__json *targets; /* array of strings */
+    qargs w;
+    int has_w;
+} group;
+
+static const char *strat_name(strat s)
+{
+    switch (s) {
+    case S_TENSOR: return "per tensor";
+    case S_CHANNEL: return "per channel";
+    case S_GROUP: return "group";
+    case S_TENSOR_GROUP: return "group";
+    case S_BLOCK: return "block";
+    case S_TOKEN: return "per token";
+    }
+    return "?";
+}
+
+static lb_status parse_args(const lb__json *a, const char *what, qargs *out)
+{
+    memset(out, 0, sizeof *out);
+    out->symmetric = 1;
+    if (!a || a->type != LB_JSON_OBJECT) return lb__fail(LB_ERR_PARSE, "%s: not an object", what);
+    int64_t v;
+    const lb__json *nb = lb__json_get(a, "num_bits");
+    if (!nb || !lb__json_i64(nb, &v) || v < 1 || v > 8)
+        return lb__fail(LB_ERR_PARSE, "%s: \"num_bits\" must be an integer 1..8", what);
+    out->bits = (int)v;
+    const char *type = lb__json_str(a, "type");
+    if (!type || (strcmp(type, "int") && strcmp(type, "float")))
+        return lb__fail(LB_ERR_PARSE, "%s: \"type\" must be \"int\" or \"float\"", what);
+    out->is_float = strcmp(type, "float") == 0;
+    const lb__json *sym = lb__json_get(a, "symmetric");
+    if (sym && sym->type != LB_JSON_NULL) {
+        if (sym->type != LB_JSON_TRUE && sym->type != LB_JSON_FALSE)
+            return lb__fail(LB_ERR_PARSE, "%s: \"symmetric\" must be true or false", what);
+        out->symmetric = sym->type == LB_JSON_TRUE;
+    }
+    const lb__json *gs = lb__json_get(a, "group_size"), *bs = lb__json_get(a, "block_structure");
+    int64_t g = 0;
+    if (gs && gs->type != LB_JSON_NULL && (!lb__json_i64(gs, &g) || g == 0 || g < -1 || g > (1 << 24)))
+        return lb__fail(LB_ERR_PARSE, "%s: \"group_size\" must be -1 or a positive integer", what);
+    if (bs && bs->type != LB_JSON_NULL) {
+        uint64_t h, w;
+        if (bs->type != LB_JSON_ARRAY || bs->len != 2 || !lb__json_u64(&bs->items[0], &h) ||
+            !lb__json_u64(&bs->items[1], &w) || h == 0 || w == 0 || h > (1u << 24) || w > (1u << 24))
+            return lb__fail(LB_ERR_PARSE, "%s: \"block_structure\" must be [rows, cols] of positive integers", what);
+        out->bh = h, out->bw = w;
+    }
+    const char *s = lb__json_str(a, "strategy");
+    if (!s) s = out->bh ? "block" : g > 0 ? "group" : g == -1 ? "channel" : "tensor"; /* the package's inference */
+    if (strcmp(s, "tensor") == 0) out->strategy = S_TENSOR;
+    else if (strcmp(s, "channel") == 0) out->strategy = S_CHANNEL;
+    else if (strcmp(s, "group") == 0) out->strategy = S_GROUP;
+    else if (strcmp(s, "tensor_group") == 0) out->strategy = S_TENSOR_GROUP;
+    else if (strcmp(s, "block") == 0) out->strategy = S_BLOCK;
+    else if (strcmp(s, "token") == 0) out->strategy = S_TOKEN;
+    else return lb__fail(LB_ERR_UNSUPPORTED, "%s: weight strategy \"%s\" is not one lowbit reads (tensor, channel, "
+                                             "group, tensor_group, block)", what, s);
+    if ((out->strategy == S_GROUP || out->strategy == S_TENSOR_GROUP) && g <= 0)
+        return lb__fail(LB_ERR_PARSE, "%s: strategy \"%s\" needs a positive \"group_size\"", what, s);
+    if (out->strategy == S_BLOCK && !out->bh)
+        return lb__fail(LB_ERR_PARSE, "%s: strategy \"block\" needs \"block_structure\"", what);
+    out->group = g > 0 ? (uint64_t)g : 0;
+    const char *ao = lb__json_str(a, "actorder");
+    if (ao && strcmp(ao, "group") == 0) /* g_idx permutes groups: removed from compressed-tensors 0.20 and vLLM */
+        return lb__fail(LB_ERR_UNSUPPORTED, "%s: actorder \"group\" (weight_g_idx) is not read: compressed-tensors 0.20 "
+                                            "and vLLM removed it", what);
+    return LB_OK;
+}
+
+/* One line for lb_quant_group.weights / .input: "int4 group 128 asymmetric". */
+static void describe(const qargs *a, int has, char *buf, size_t n)
+{
+    if (!has) {
+        snprintf(buf, n, "none");
+        return;
+    }
+    char el[16], g[48] = "";
+    if (a->is_float) snprintf(el, sizeof el, "%s", a->bits == 8 ? "fp8_e4m3" : a->bits == 4 ? "fp4_e2m1" : "float");
+    else snprintf(el, sizeof el, "int%d", a->bits);
+    if (a->strategy == S_GROUP || a->strategy == S_TENSOR_GROUP) snprintf(g, sizeof g, " %llu", (unsigned long long)a->group);
+    if (a->strategy == S_BLOCK) snprintf(g, sizeof g, " %llux%llu", (unsigned long long)a->bh, (unsigned long long)a->bw);
+    snprintf(buf, n, "%s %s%s%s%s", el, strat_name(a->strategy), g,
+             a->strategy == S_TENSOR_GROUP ? " + tensor scale" : "", a->symmetric ? "" : " asymmetric");
+}
+
+/* ===== Matching module names (compressed-tensors' match_name) ===== */
+
+static int re_match_start(const char *pattern, const char *name, const char *what, lb_status *st)
+{
+    size_t n = strlen(pattern);
+    char *anchored = malloc(n + 4);
+    if (!anchored) {
+        *st = lb__fail(LB_ERR_NOMEM, "out of memory");
+        return 0;
+    }
+    snprintf(anchored, n + 4, "^(%s)", pattern); /* re.match: anchored at the start only */
+    regex_t re;
+    int rc = regcomp(&re, anchored, REG_EXTENDED | REG_NOSUB);
+    free(anchored);
+    if (rc != 0) {
+        *st = lb__fail(LB_ERR_UNSUPPORTED, "%s: the regex \"re:%s\" does not compile as a POSIX extended regex", what,
+                       pattern);
+        return 0;
+    }
+    int hit = regexec(&re, name, 0, NULL, 0) == 0;
+    regfree(&re);
+    return hit;
+}
+
+/* A target that is a class name: Linear matches every quantized module (all
+ * of lowbit's weights with scales are linear layers); other classes
+ * (Embedding, LlamaAttention ...) match none of them. */
+static int target_matches(const char *t, const char *module, const char *what, lb_status *st)
+{
+    if (strncmp(t, "re:", 3) == 0) return re_match_start(t + 3, module, what, st);
+    if (strcmp(t, module) == 0) return 1;
+    return strcmp(t, "Linear") == 0;
+}
+
+static int list_matches(const lb__json *list, const char *module, const char *what, lb_status *st)
+{
+    for (size_t i = 0; list && i < list->len && *st == LB_OK; i++)
+        if (target_matches(list->items[i].str, module, what, st)) return 1;
+    return 0;
+}
+
+static lb_status check_string_list(const lb__json *l, const char *what)
+{
+    if (!l || l->type == LB_JSON_NULL) return LB_OK;
+    if (l->type != LB_JSON_ARRAY) return lb__fail(LB_ERR_PARSE, "%s: must be an array of strings", what);
+    if (l->len > LB__HFQ_MAX_TARGETS)
+        return lb__fail(LB_ERR_PARSE, "%s: %zu entries (at most %d)", what, l->len, LB__HFQ_MAX_TARGETS);
+    for (size_t i = 0; i < l->len; i++)
+        if (l->items[i].type != LB_JSON_STRING || l->items[i].len == 0 || strlen(l->items[i].str) != l->items[i].len)
+            return lb__fail(LB_ERR_PARSE, "%s[%zu]: must be a non-empty string", what, i);
+    return LB_OK;
+}
+
+/* ===== Finding tensors by name while the model has no index yet ===== */
+
+typedef struct finder {
+    const lb_model *m;
+    size_t *order;           /* indices sorted by name */
+    char *hidden;            /* per tensor: 1 when taken out of the list */
+    long *logical;           /* per tensor: index into hfq->tensors when it becomes the logical weight, else -1 */
+} finder;
+
+static const lb_model *sort_m;
+static int cmp_idx(const void *a, const void *b)
+{
+    return strcmp(sort_m->tensors[*(const size_t *)a].name, sort_m->tensors[*(const size_t *)b].name);
+}
+
+static long find(const finder *f, const char *module, const char *suffix)
+{
+    char name[512];
+    if ((size_t)snprintf(name, sizeof name, "%s.%s", module, suffix) >= sizeof name) return -1;
+    size_t lo = 0, hi = f->m->n_tensors;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(f->m->tensors[f->order[mid]].name, name);
+        if (c == 0) return (long)f->order[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return -1;
+}
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
+/* ===== Checking a planned tensor ===== */
+
+static const char *dt(lb_dtype d) { return lb_dtype_get(d) ? lb_dtype_get(d)->name : "?"; }
+
+static lb_status want_dtype(const lb_tensor *t, lb_dtype d, const char *why)
+{
+    if (t->dtype == d) return LB_OK;
+    return lb__fail(LB_ERR_PARSE, "tensor '%s': expected dtype %s (%s), found %s", t->name, dt(d), why, dt(t->dtype));
+}
+
+static lb_status want_shape2(const lb_tensor *t, uint64_t a, uint64_t b, const char *why)
+{
+    if (t->n_dims == 2 && t->shape[0] == a && t->shape[1] == b) return LB_OK;
+    char found[96] = "";
+    for (int d = 0, k = 0; d < t->n_dims && k < 80; d++)
+        k += snprintf(found + k, sizeof found - (size_t)k, "%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
+    return lb__fail(LB_ERR_PARSE, "tensor '%s': expected shape [%llu, %llu] (%s), found [%s]", t->name,
+                    (unsigned long long)a, (unsigned long long)b, why, found);
+}
+
+static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+lb_status lb__hfq_check(const lb__hfq_tensor *q, const char *module)
+{
+    if (q->rows == 0 || q->cols == 0 || q->rows > (1ull << 32) || q->cols > (1ull << 32))
+        return lb__fail(LB_ERR_PARSE, "module '%s': weight shape [%llu, %llu] is empty or too large", module,
+                        (unsigned long long)q->rows, (unsigned long long)q->cols);
+    if (q->brows == 0 || q->bcols == 0) return lb__fail(LB_ERR_PARSE, "module '%s': scale block of size 0", module);
+    lb_status st = LB_OK;
+    switch (q->elem) {
+    case LB__HFQ_E_FP8:
+        if ((st = want_dtype(&q->codes, LB_DT_F8_E4M3, "fp8 codes")) == LB_OK)
+            st = want_shape2(&q->codes, q->rows, q->cols, "the weight");
+        break;
+    case LB__HFQ_E_INT8:
+        if ((st = want_dtype(&q->codes, LB_DT_I8, "int8 codes")) == LB_OK)
+            st = want_shape2(&q->codes, q->rows, q->cols, "the weight");
+        break;
+    case LB__HFQ_E_PACKED:
+        if (q->bits < 1 || q->bits > 8) return lb__fail(LB_ERR_PARSE, "module '%s': %d-bit codes", module, q->bits);
+        if ((st = want_dtype(&q->codes, LB_DT_I32, "int32 words of packed codes")) == LB_OK)
+            st = want_shape2(&q->codes, q->rows, cdiv(q->cols * (uint64_t)q->bits, 32), "ceil(in * bits / 32) words per row");
+        break;
+    case LB__HFQ_E_FP4:
+        if (q->cols % 2) return lb__fail(LB_ERR_PARSE, "module '%s': fp4 rows of odd length %llu", module,
+                                         (unsigned long long)q->cols);
+        if ((st = want_dtype(&q->codes, LB_DT_U8, "two fp4 codes per byte")) == LB_OK)
+            st = want_shape2(&q->codes, q->rows, q->cols / 2, "in / 2 bytes per row");
+        break;
+    }
+    if (st != LB_OK) return st;
+    uint64_t sr = cdiv(q->rows, q->brows), sc = cdiv(q->cols, q->bcols);
+    const lb_tensor *s = &q->scale;
+    if (q->e8m0) st = want_dtype(s, LB_DT_U8, "E8M0 exponents");
+    else if (s->dtype != LB_DT_F32 && s->dtype != LB_DT_F16 && s->dtype != LB_DT_BF16 && s->dtype != LB_DT_F8_E4M3)
+        return lb__fail(LB_ERR_PARSE, "tensor '%s': scales must be f32, f16, bf16 or f8_e4m3, found %s", s->name,
+                        dt(s->dtype));
+    if (st != LB_OK) return st;
+    if (s->n_elements != sr * sc)
+        return lb__fail(LB_ERR_PARSE, "tensor '%s': %llu scales, expected %llu x %llu (one per %llu x %llu weights)",
+                        s->name, (unsigned long long)s->n_elements, (unsigned long long)sr, (unsigned long long)sc,
+                        (unsigned long long)q->brows, (unsigned long long)q->bcols);
+    if (s->n_dims == 2 && (st = want_shape2(s, sr, sc, "one scale per block of weights")) != LB_OK) return st;
+    if (q->math == LB__HFQ_M_CT && q->scale_dtype != LB_DT_F32 && q->scale_dtype != LB_DT_F16 &&
+        q->scale_dtype != LB_DT_BF16)
+        return lb__fail(LB_ERR_PARSE, "tensor '%s': compressed-tensors computes in the scale's dtype, which must be "
+                                      "f32, f16 or bf16 here (found %s)", s->name, dt(q->scale_dtype));
+    if (q->has_global) {
+        const lb_tensor *g = &q->global;
+        if (g->n_elements != 1 || (g->dtype != LB_DT_F32 && g->dtype != LB_DT_BF16 && g->dtype != LB_DT_F16))
+            return lb__fail(LB_ERR_PARSE, "tensor '%s': a global scale is one f32 value (found %llu %s)", g->name,
+                            (unsigned long long)g->n_elements, dt(g->dtype));
+    }
+    if (q->has_zp) {
+        const lb_tensor *z = &q->zero_point;
+        if (q->zp_packed) {
+            if ((st = want_dtype(z, LB_DT_I32, "zero points packed into int32 words")) == LB_OK)
+                st = want_shape2(z, cdiv(sr * (uint64_t)q->bits, 32), sc, "zero points packed along the output rows");
+            return st;
+        }
+        if (z->dtype == LB_DT_BOOL || z->dtype == LB_DT_QUANTIZED || lb_dtype_get(z->dtype)->block > 1 ||
+            z->n_elements != sr * sc)
+            return lb__fail(LB_ERR_PARSE, "tensor '%s': expected %llu zero points (one per scale), found %llu %s",
+                            z->name, (unsigned long long)(sr * sc), (unsigned long long)z->n_elements, dt(z->dtype));
+    }
+    return LB_OK;
+}
+
+/* ===== Planning one module ===== */
+
+typedef struct planner {
+    lb_model *m;
+    lb__hfq *q;
+    finder f;
+    const char *what;
+    int modelopt;
+    uint64_t mo_group;       /* ModelOpt NVFP4 group size (config), 16 by default */
+} planner;
+
+static void hide(planner *p, long i)
+{
+    if (i >= 0) p->f.hidden[i] = 1;
+}
+
+static lb_status take(planner *p, const char *module, const char *suffix, int required, lb_tensor *out, long *idx)
+{
+    long i = find(&p->f, module, suffix);
+    if (idx) *idx = i;
+    if (i < 0) {
+        if (required)
+            return lb__fail(LB_ERR_PARSE, "%s: module '%s' is quantized (it has a weight_scale) but has no %s.%s", p->what,
+                            module, module, suffix);
+        return LB_OK;
+    }
+    *out = p->m->tensors[i];
+    hide(p, i);
+    return LB_OK;
+}
+
+/* Granularity from the args and the logical shape. */
+static void set_blocks(lb__hfq_tensor *t, const qargs *a)
+{
+    switch (a->strategy) {
+    case S_TENSOR: t->brows = t->rows, t->bcols = t->cols; break;
+    case S_CHANNEL: t->brows = 1, t->bcols = t->cols; break;
+    case S_GROUP: case S_TENSOR_GROUP: t->brows = 1, t->bcols = a->group; break;
+    case S_BLOCK: t->brows = a->bh, t->bcols = a->bw; break;
+    case S_TOKEN: t->brows = t->bcols = 0; break; /* refused by plan_ct before */
+    }
+}
+
+static lb_status plan_ct(planner *p, const char *module, const group *g, lb__hfq_tensor *t, long *codes_at)
+{
+    const char *fmt = g->format;
+    const qargs *a = &g->w;
+    lb_status st;
+    long shape_at = -1;
+    t->math = LB__HFQ_M_CT;
+    t->bits = a->bits;
+    if (a->strategy == S_TOKEN)
+        return lb__fail(LB_ERR_PARSE, "%s: module '%s': weights cannot have strategy \"token\"", p->what, module);
+    if (strcmp(fmt, "pack-quantized") == 0) {
+        if (a->is_float) return lb__fail(LB_ERR_PARSE, "%s: module '%s': pack-quantized holds integer codes, but the "
+                                                       "group's weights are float", p->what, module);
+        lb_tensor shape;
+        if ((st = take(p, module, "weight_packed", 1, &t->codes, codes_at)) != LB_OK) return st;
+        if ((st = take(p, module, "weight_shape", 1, &shape, &shape_at)) != LB_OK) return st;
+        if (shape.n_elements != 2 || (shape.dtype != LB_DT_I64 && shape.dtype != LB_DT_I32))
+            return lb__fail(LB_ERR_PARSE, "tensor '%s': expected 2 integers [out, in], found %llu %s", shape.name,
+                            (unsigned long long)shape.n_elements, dt(shape.dtype));
+        float v[2];
+        if ((st = lb_dtype_to_f32(shape.dtype, shape.data, 2, v)) != LB_OK) return st;
+        if (!(v[0] >= 1 && v[1] >= 1 && v[0] <= 4294967296.0f && v[1] <= 4294967296.0f))
+            return lb__fail(LB_ERR_PARSE, "tensor '%s': weight shape [%g, %g] is not two positive sizes", shape.name,
+                            (double)v[0], (double)v[1]);
+        t->rows = (uint64_t)v[0], t->cols = (uint64_t)v[1];
+        t->elem = LB__HFQ_E_PACKED;
+        t->zp_packed = !a->symmetric && (a->strategy == S_GROUP || a->strategy == S_CHANNEL);
+    } else if (strcmp(fmt, "float-quantized") == 0 || strcmp(fmt, "naive-quantized") == 0 ||
+               strcmp(fmt, "int-quantized") == 0 || strcmp(fmt, "mxfp8-quantized") == 0) {
+        if ((st = take(p, module, "weight", 1, &t->codes, codes_at)) != LB_OK) return st;
+        if (a->bits != 8) return lb__fail(LB_ERR_UNSUPPORTED, "%s: module '%s': %s with %d-bit weights is not read "
+                                                              "(8-bit codes only)", p->what, module, fmt, a->bits);
+        t->elem = a->is_float ? LB__HFQ_E_FP8 : LB__HFQ_E_INT8;
+        t->rows = t->codes.n_dims == 2 ? t->codes.shape[0] : 0, t->cols = t->codes.n_dims == 2 ? t->codes.shape[1] : 0;
+        t->e8m0 = strcmp(fmt, "mxfp8-quantized") == 0;
+    } else if (strcmp(fmt, "nvfp4-pack-quantized") == 0 || strcmp(fmt, "mxfp4-pack-quantized") == 0) {
+        if (!a->is_float || a->bits != 4)
+            return lb__fail(LB_ERR_PARSE, "%s: module '%s': %s holds fp4 codes, but the group's weights are %s%d", p->what,
+                            module, fmt, a->is_float ? "float" : "int", a->bits);
+        if ((st = take(p, module, "weight_packed", 1, &t->codes, codes_at)) != LB_OK) return st;
+        t->elem = LB__HFQ_E_FP4;
+        t->rows = t->codes.n_dims == 2 ? t->codes.shape[0] : 0, t->cols = t->codes.n_dims == 2 ? 2 * t->codes.shape[1] : 0;
+        t->e8m0 = fmt[1] == 'x';
+        if (!t->e8m0) {
+            t->math = LB__HFQ_M_CT_FP4G;
+            if ((st = take(p, module, "weight_global_scale", a->strategy == S_TENSOR_GROUP, &t->global, NULL)) != LB_OK)
+                return st;
+            t->has_global = t->global.name != NULL;
+        }
+    } else {
+        return lb__fail(LB_ERR_UNSUPPORTED, "%s: module '%s': format \"%s\" is not one lowbit reads (float-quantized, "
+                        "int-quantized, naive-quantized, pack-quantized, nvfp4-pack-quantized, mxfp4-pack-quantized, "
+                        "mxfp8-quantized)", p->what, module, fmt);
+    }
+    if ((st = take(p, module, "weight_scale", 1, &t->scale, NULL)) != LB_OK) return st;
+    long zp_at;
+    if ((st = take(p, module, "weight_zero_point", 0, &t->zero_point, &zp_at)) != LB_OK) return st;
+    t->has_zp = zp_at >= 0;
+    if (a->symmetric && t->has_zp)
+        return lb__fail(LB_ERR_PARSE, "%s: module '%s' has a weight_zero_point but its group's weights are symmetric",
+                        p->what, module);
+    if (!a->symmetric && !t->has_zp)
+        return lb__fail(LB_ERR_PARSE, "%s: module '%s': asymmetric weights need %s.weight_zero_point", p->what, module,
+                        module);
+    if (!t->zp_packed && t->has_zp && t->elem == LB__HFQ_E_PACKED)
+        return lb__fail(LB_ERR_UNSUPPORTED, "%s: module '%s': asymmetric pack-quantized weights are read for the group "
+                                            "and channel strategies only", p->what, module);
+    if (find(&p->f, module, "weight_g_idx") >= 0)
+        return lb__fail(LB_ERR_UNSUPPORTED, "%s: module '%s' has a weight_g_idx (group act-order), which "
+                                            "compressed-tensors 0.20 and vLLM removed; lowbit does not read it", p->what, module);
+    /* the dtype the package multiplies in: the scale's, or bf16 where it converts the scale first (fp8, MX) */
+    t->scale_dtype = t->e8m0 || t->scale.dtype == LB_DT_F8_E4M3 ? LB_DT_BF16 : t->scale.dtype;
+    if (t->has_global && t->math != LB__HFQ_M_CT_FP4G)
+        return lb__fail(LB_ERR_UNSUPPORTED, "%s: module '%s': a weight_global_scale outside NVFP4", p->what, module);
+    if ((a->strategy == S_GROUP || a->strategy == S_TENSOR_GROUP) && t->cols % a->group)
+        return lb__fail(LB_ERR_PARSE, "%s: module '%s': %llu input columns are not whole groups of %llu (the package "
+                        "refuses them too)", p->what, module, (unsigned long long)t->cols, (unsigned long long)a->group);
+    set_blocks(t, a);
+    return lb__hfq_check(t, module);
+}
+
+static lb_status plan_modelopt(planner *p, const char *module, lb__hfq_tensor *t, long *codes_at)
+{
+    lb_status st;
+    t->math = LB__HFQ_M_F32;
+    if ((st = take(p, module, "weight", 1, &t->codes, codes_at)) != LB_OK) return st;
+    if ((st = take(p, module, "weight_scale", 1, &t->scale, NULL)) != LB_OK) return st;
+    long g_at;
+    if ((st = take(p, module, "weight_scale_2", 0, &t->global, &g_at)) != LB_OK) return st;
+    t->has_global = g_at >= 0;
+    if (find(&p->f, module, "pre_quant_scale") >= 0)
+        return lb__fail(LB_ERR_UNSUPPORTED, "%s: module '%s' has a pre_quant_scale (ModelOpt AWQ / SmoothQuant "
+                                            "export for TensorRT-LLM); lowbit reads ModelOpt FP8, NVFP4 and MXFP8", p->what, module);
+    const lb_tensor *c = &t->codes, *s = &t->scale;
+    if (c->n_dims != 2) return lb__fail(LB_ERR_PARSE, "tensor '%s': expected a 2-D weight", c->name);
+    t->rows = c->shape[0];
+    if (c->dtype == LB_DT_F8_E4M3 && s->dtype == LB_DT_U8) { /* MXFP8 */
+        t->elem = LB__HFQ_E_FP8, t->e8m0 = 1, t->cols = c->shape[1], t->brows = 1, t->bcols = 32;
+    } else if (c->dtype == LB_DT_F8_E4M3) { /* FP8: per tensor, per channel, or 128x128 blocks */
+        t->elem = LB__HFQ_E_FP8, t->cols = c->shape[1];
+        if (s->n_elements == 1) t->brows = t->rows, t->bcols = t->cols;
+        else if (s->n_elements == t->rows && (s->n_dims == 1 || (s->n_dims == 2 && s->shape[1] == 1)))
+            t->brows = 1, t->bcols = t->cols;
+        else t->brows = 128, t->bcols = 128;
+    } else if (c->dtype == LB_DT_U8 && s->dtype == LB_DT_F8_E4M3 && t->has_global) { /* NVFP4 */
+        t->elem = LB__HFQ_E_FP4, t->cols = 2 * c->shape[1], t->brows = 1, t->bcols = p->mo_group;
+        if (t->cols % p->mo_group)
+            return lb__fail(LB_ERR_PARSE, "%s: module '%s': %llu input columns are not whole NVFP4 groups of %llu",
+                            p->what, module, (unsigned long long)t->cols, (unsigned long long)p->mo_group);
+    } else {
+        return lb__fail(LB_ERR_UNSUPPORTED, "%s: module '%s': a ModelOpt weight of %s with %s scales%s is not a format "
+                        "lowbit reads (FP8, NVFP4, MXFP8; INT4 AWQ targets TensorRT-LLM)", p->what, module, dt(c->dtype),
+                        dt(s->dtype), t->has_global ? " and weight_scale_2" : "");
+    }
+    t->scale_dtype = LB_DT_F32;
+    return lb__hfq_check(t, module);
+}
+
+/* ===== The config ===== */
+
+static lb_status read_groups(lb__hfq *q, const lb__json *qc, const char *what, group **out, size_t *n_out)
+{
+    const lb__json *cg = lb__json_get(qc, "config_groups");
+    *out = NULL, *n_out = 0;
+    if (!cg || cg->type != LB_JSON_OBJECT || cg->len == 0)
+        return lb__fail(LB_ERR_PARSE, "%s: quantization_config has no \"config_groups\" object", what);
+    if (cg->len > LB__HFQ_MAX_GROUPS)
+        return lb__fail(LB_ERR_PARSE, "%s: %zu config groups (at most %d)", what, cg->len, LB__HFQ_MAX_GROUPS);
+    const char *top = lb__json_str(qc, "format");
+    group *g = calloc(cg->len, sizeof *g);
+    if (!g) return lb__fail(LB_ERR_NOMEM, "out of memory");
+    lb_status st = LB_OK;
+    for (size_t i = 0; i < cg->len && st == LB_OK; i++) {
+        const lb__json *v = &cg->items[i];
+        char w[256];
+        snprintf(w, sizeof w, "%s: config_groups.%.64s", what, cg->keys[i]);
+        if (v->type != LB_JSON_OBJECT) {
+            st = lb__fail(LB_ERR_PARSE, "%s: not an object", w);
+            break;
+        }
+        g[i].name = keep_str(q, cg->keys[i]);
+        const char *f = lb__json_str(v, "format");
+        if (!f || strcmp(f, "mixed-precision") == 0) f = top;
+        if (!f || strcmp(f, "mixed-precision") == 0) {
+            st = lb__fail(LB_ERR_PARSE, "%s: no \"format\" (the config's is \"%s\")", w, top ? top : "absent");
+            break;
+        }
+        g[i].format = keep_str(q, f);
+        if (!g[i].name || !g[i].format) st = lb__fail(LB_ERR_NOMEM, "out of memory");
+        g[i].targets = lb__json_get(v, "targets");
+        char tw[300];
+        snprintf(tw, sizeof tw, "%s.targets", w);
+        if (st == LB_OK) st = check_string_list(g[i].targets, tw);
+        const lb__json *wa = lb__json_get(v, "weights");
+        if (st == LB_OK && wa && wa->type != LB_JSON_NULL) {
+            snprintf(tw, sizeof tw, "%s.weights", w);
+            st = parse_args(wa, tw, &g[i].w);
+            g[i].has_w = 1;
+        }
+    }
+    if (st != LB_OK) {
+        free(g);
+        return st;
+    }
+    *out = g, *n_out = cg->len;
+    return LB_OK;
+}
+
+static lb_status summarize_ct(lb__hfq *q, const lb__json *qc, const group *g, size_t n)
+{
+    q->groups = calloc(n, sizeof *q->groups);
+    if (!q->groups) return lb__fail(LB_ERR_NOMEM, "out of memory");
+    const lb__json *cg = lb__json_get(qc, "config_groups");
+    for (size_t i = 0; i < n; i++) {
+        char w[160], in[160];
+        describe(&g[i].w, g[i].has_w, w, sizeof w);
+        qargs ia;
+        const lb__json *ij = lb__json_get(&cg->items[i], "input_activations");
+        int has_in = ij && ij->type == LB_JSON_OBJECT && parse_args(ij, "input_activations", &ia) == LB_OK;
+        const lb__json *dyn = ij ? lb__json_get(ij, "dynamic") : NULL;
+        describe(&ia, has_in, in, sizeof in);
+        if (has_in)
+            strncat(in, dyn && dyn->type == LB_JSON_TRUE ? " dynamic" : dyn && dyn->type == LB_JSON_STRING ? " dynamic local"
+                                                                                                   : " static",
+                    sizeof in - strlen(in) - 1);
+        q->groups[i].name = g[i].name, q->groups[i].format = g[i].format;
+        q->groups[i].weights = keep_str(q, w), q->groups[i].input = keep_str(q, in);
+    }
+    q->info.groups = q->groups, q->info.n_groups = n;
+    return LB_OK;
+}
+
+/* ModelOpt's config: quant_algo and group size, from config.json's
+ * quantization_config or hf_quant_config.json's "quantization". */
+static lb_status modelopt_config(lb__hfq *q, const lb__json *qc, const char *dir, planner *p)
+{
+    lb__json *file = NULL;
+    const lb__json *src = qc;
+    char *path = lb__path_join(dir, "hf_quant_config.json");
+    if (!path) return lb__fail(LB_ERR_NOMEM, "out of memory");
+    struct stat sb;
+    lb_status st = LB_OK;
+    if (stat(path, &sb) == 0) { /* its "quantization" has group_size and kv_cache_quant_algo; config.json's may not */
+        st = lb__json_read_file(path, 16u << 20, &file);
+        if (st == LB_OK) src = lb__json_get(file, "quantization");
+        if (st == LB_OK && (!src || src->type != LB_JSON_OBJECT))
+            st = lb__fail(LB_ERR_PARSE, "%s: no \"quantization\" object", path);
+    }
+    free(path);
+    const char *algo = src ? lb__json_str(src, "quant_algo") : NULL;
+    if (st == LB_OK && !algo) st = lb__fail(LB_ERR_PARSE, "%s: ModelOpt config without \"quant_algo\"", p->what);
+    uint64_t gs = 16;
+    const lb__json *g = src ? lb__json_get(src, "group_size") : NULL;
+    if (st == LB_OK && g && g->type != LB_JSON_NULL && (!lb__json_u64(g, &gs) || gs == 0 || gs > 4096))
+        st = lb__fail(LB_ERR_PARSE, "%s: ModelOpt \"group_size\" must be a positive integer", p->what);
+    if (st == LB_OK && (strcmp(algo, "W4A16_AWQ") == 0 || strcmp(algo, "INT4_AWQ") == 0 ||
+                        strcmp(algo, "W4A8_AWQ") == 0 || strcmp(algo, "W8A8_SQ_PER_CHANNEL") == 0))
+        st = lb__fail(LB_ERR_UNSUPPORTED, "%s: ModelOpt quant_algo %s (a TensorRT-LLM export) is not read; lowbit reads "
+                                          "FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4, W4A16_NVFP4, MXFP8 and "
+                                          "MIXED_PRECISION of those", p->what, algo);
+    if (st == LB_OK) {
+        p->mo_group = gs;
+        q->info.format = keep_str(q, algo);
+        const char *kv = lb__json_str(src, "kv_cache_quant_algo");
+        char kvd[64];
+        snprintf(kvd, sizeof kvd, "%s", kv ? kv : "none");
+        q->info.kv_cache = keep_str(q, kvd);
+        q->groups = calloc(1, sizeof *q->groups);
+        if (!q->groups || !q->info.format || !q->info.kv_cache) st = lb__fail(LB_ERR_NOMEM, "out of memory");
+    }
+    if (st == LB_OK) {
+        int nv = strstr(algo, "NVFP4") != NULL, mx = strcmp(algo, "MXFP8") == 0;
+        char w[96];
+        snprintf(w, sizeof w, nv ? "fp4_e2m1 group %llu + tensor scale" : mx ? "fp8_e4m3 group 32 (E8M0 scales)"
+                                                                             : "fp8_e4m3", (unsigned long long)gs);
+        q->groups[0].name = q->info.format, q->groups[0].format = q->info.format;
+        q->groups[0].weights = keep_str(q, w);
+        q->groups[0].input = keep_str(q, strncmp(algo, "W4A16", 5) == 0 ? "none" : nv ? "fp4_e2m1 (static tensor scale)"
+                                                                               : "fp8_e4m3");
+        q->info.groups = q->groups, q->info.n_groups = 1;
+    }
+    lb__json_free(file);
+    return st;
+}
+
+/* Tensors the engines read beside the weights: hidden, counted. */
+static int engine_scale(const char *name)
+{
+    static const char *const tails[] = {".input_scale", ".input_global_scale", ".input_zero_point", ".output_scale",
+                                        ".k_scale", ".v_scale", ".q_scale", ".prob_scale", ".weight_global_scale",
+                                        ".weight_scale_2", ".weight_shape"};
+    for (size_t i = 0; i < sizeof tails / sizeof *tails; i++)
+        if (ends_with(name, tails[i])) return 1;
+    return 0;
+}
+
+static lb_status plan_all(planner *p, const lb__json *qc, const group *g, size_t ng)
+{
+    lb_model *m = p->m;
+    lb__hfq *q = p->q;
+    size_t n_mod = 0;
+    for (size_t i = 0; i < m->n_tensors; i++) n_mod += ends_with(m->tensors[i].name, ".weight_scale");
+    q->tensors = calloc(n_mod ? n_mod : 1, sizeof *q->tensors);
+    if (!q->tensors) return lb__fail(LB_ERR_NOMEM, "out of memory");
+    const lb__json *ignore = qc ? lb__json_get(qc, "ignore") : NULL;
+    char iw[300];
+    snprintf(iw, sizeof iw, "%s: quantization_config.ignore", p->what);
+    lb_status st = p->modelopt ? LB_OK : check_string_list(ignore, iw);
+    size_t *per_group = calloc(ng ? ng : 1, sizeof *per_group);
+    if (!per_group) return lb__fail(LB_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < m->n_tensors && st == LB_OK; i++) {
+        const char *name = m->tensors[i].name;
+        if (!ends_with(name, ".weight_scale")) continue;
+        char module[480];
+        size_t len = strlen(name) - strlen(".weight_scale");
+        if (len == 0 || len >= sizeof module) {
+            st = lb__fail(LB_ERR_PARSE, "%s: tensor name '%.80s' is not <module>.weight_scale", p->what, name);
+            break;
+        }
+        memcpy(module, name, len), module[len] = 0;
+        lb__hfq_tensor *t = &q->tensors[q->n_tensors];
+        long codes_at = -1;
+        if (p->modelopt) {
+            st = plan_modelopt(p, module, t, &codes_at);
+        } else {
+            int ignored = list_matches(ignore, module, iw, &st);
+            if (st != LB_OK) break;
+            if (ignored) {
+                st = lb__fail(LB_ERR_PARSE, "%s: module '%s' is in \"ignore\" but has quantized tensors", p->what,
+                              module);
+                break;
+            }
+            size_t k = 0;
+            for (; k < ng && st == LB_OK; k++)
+                if (g[k].has_w && list_matches(g[k].targets, module, p->what, &st)) break;
+            if (st != LB_OK) break;
+            if (k == ng) {
+                st = lb__fail(LB_ERR_PARSE, "%s: module '%s' has quantized tensors but no config group with weights "
+                                            "targets it", p->what, module);
+                break;
+            }
+            per_group[k]++;
+            st = plan_ct(p, module, &g[k], t, &codes_at);
+        }
+        if (st != LB_OK) break;
+        p->f.hidden[codes_at] = 0; /* the codes' slot becomes the logical weight */
+        p->f.logical[codes_at] = (long)q->n_tensors;
+        q->n_tensors++;
+    }
+    for (size_t k = 0; st == LB_OK && k < ng && q->groups; k++) q->groups[k].modules = per_group[k];
+    if (st == LB_OK && p->modelopt && q->groups) q->groups[0].modules = q->n_tensors;
+    free(per_group);
+    for (size_t i = 0; st == LB_OK && i < m->n_tensors; i++)
+        if (p->f.logical[i] < 0 && engine_scale(m->tensors[i].name)) p->f.hidden[i] = 1;
+    return st;
+}
+
+/* Rewrites m->tensors: logical weights in their codes' place, components out. */
+static lb_status rewrite(planner *p)
+{
+    lb_model *m = p->m;
+    lb__hfq *q = p->q;
+    size_t w = 0, hidden = 0;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        if (p->f.hidden[i]) {
+            hidden++;
+            continue;
+        }
+        lb_tensor t = m->tensors[i];
+        long k = p->f.logical[i];
+        if (k >= 0) {
+            lb__hfq_tensor *h = &q->tensors[k];
+            size_t n = strlen(t.name);
+            const char *name = t.name;
+            if (ends_with(t.name, "_packed")) {
+                char buf[512];
+                snprintf(buf, sizeof buf, "%.*s", (int)(n - strlen("_packed")), t.name);
+                if (!(name = keep_str(q, buf))) return lb__fail(LB_ERR_NOMEM, "out of memory");
+            }
+            uint64_t bytes = h->codes.n_bytes + h->scale.n_bytes + (h->has_zp ? h->zero_point.n_bytes : 0) +
+                             (h->has_global ? h->global.n_bytes : 0);
+            memset(&t, 0, sizeof t);
+            t.name = t.file_name = name;
+            t.dtype = LB_DT_QUANTIZED;
+            t.n_dims = 2, t.shape[0] = h->rows, t.shape[1] = h->cols;
+            t.n_elements = h->rows * h->cols, t.n_bytes = bytes;
+            t.data = h;
+        }
+        m->tensors[w++] = t;
+    }
+    m->n_tensors = w;
+    q->info.quantized = q->n_tensors, q->info.hidden = hidden;
+    return LB_OK;
+}
+
+lb_status lb__hfq_apply(lb_model *m, const lb__json *cfg, const char *dir, const char *what)
+{
+    const lb__json *qc = lb__json_get(cfg, "quantization_config");
+    const char *method = qc ? lb__json_str(qc, "quant_method") : NULL;
+    char *hfq_path = dir ? lb__path_join(dir, "hf_quant_config.json") : NULL;
+    struct stat sb;
+    int has_hfq_file = hfq_path && stat(hfq_path, &sb) == 0;
+    free(hfq_path);
+    if (qc && qc->type != LB_JSON_OBJECT) return lb__fail(LB_ERR_PARSE, "%s: \"quantization_config\" is not an object", what);
+    if (!qc && !has_hfq_file) return LB_OK;
+    if (qc && !method) return lb__fail(LB_ERR_PARSE, "%s: quantization_config has no \"quant_method\"", what);
+    int modelopt = method ? strcmp(method, "modelopt") == 0 : 1;
+    if (method && !modelopt && strcmp(method, "compressed-tensors") != 0)
+        return lb__fail(LB_ERR_UNSUPPORTED, "%s: quant_method \"%s\" is not one lowbit reads (compressed-tensors, "
+                                            "modelopt)", what, method);
+    if (!modelopt) {
+        const lb__json *sp = lb__json_get(qc, "sparsity_config"), *tr = lb__json_get(qc, "transform_config");
+        if ((sp && sp->type == LB_JSON_OBJECT && sp->len) || (tr && tr->type == LB_JSON_OBJECT && tr->len))
+            return lb__fail(LB_ERR_UNSUPPORTED, "%s: a %s is not read (lowbit reads quantization only)", what,
+                            sp && sp->len ? "sparsity_config" : "transform_config");
+    }
+    lb__hfq *q = calloc(1, sizeof *q);
+    if (!q) return lb__fail(LB_ERR_NOMEM, "out of memory");
+    planner p = {.m = m, .q = q, .what = what, .modelopt = modelopt, .mo_group = 16};
+    size_t n = m->n_tensors;
+    p.f.m = m;
+    p.f.order = malloc((n + 1) * sizeof *p.f.order);
+    p.f.hidden = calloc(n + 1, 1);
+    p.f.logical = malloc((n + 1) * sizeof *p.f.logical);
+    group *g = NULL;
+    size_t ng = 0;
+    lb_status st = p.f.order && p.f.hidden && p.f.logical ? LB_OK : lb__fail(LB_ERR_NOMEM, "out of memory");
+    if (st == LB_OK) {
+        for (size_t i = 0; i < n; i++) p.f.order[i] = i, p.f.logical[i] = -1;
+        sort_m = m;
+        qsort(p.f.order, n, sizeof *p.f.order, cmp_idx);
+        sort_m = NULL;
+        q->info.method = modelopt ? "modelopt" : "compressed-tensors";
+    }
+    if (st == LB_OK && modelopt) st = modelopt_config(q, qc, dir ? dir : ".", &p);
+    if (st == LB_OK && !modelopt) {
+        st = read_groups(q, qc, what, &g, &ng);
+        const char *fmt = lb__json_str(qc, "format");
+        if (st == LB_OK) q->info.format = keep_str(q, fmt ? fmt : ng ? g[0].format : "?");
+        const lb__json *kv = lb__json_get(qc, "kv_cache_scheme");
+        char kvd[160] = "none";
+        qargs ka;
+        if (st == LB_OK && kv && kv->type == LB_JSON_OBJECT && parse_args(kv, "kv_cache_scheme", &ka) == LB_OK)
+            describe(&ka, 1, kvd, sizeof kvd);
+        if (st == LB_OK) q->info.kv_cache = keep_str(q, kvd);
+        if (st == LB_OK) st = summarize_ct(q, qc, g, ng);
+    }
+    if (st == LB_OK) st = plan_all(&p, qc, g, ng);
+    if (st == LB_OK) st = rewrite(&p);
+    free(g), free(p.f.order), free(p.f.hidden), free(p.f.logical);
+    if (st != LB_OK) {
+        lb__hfq_free(q);
+        return st;
+    }
+    m->hfq = q;
+    return LB_OK;
+}
+
+const lb_model_quant *lb_model_quantization(const lb_model *m)
+{
+    return m && m->hfq ? &m->hfq->info : NULL;
+}

@@ -1,0 +1,80 @@
+/* Reading quantized Hugging Face checkpoints: compressed-tensors
+ * (llm-compressor, vLLM's format) and NVIDIA ModelOpt directories.
+ *
+ * A quantized module <m> is stored as several tensors (codes in
+ * <m>.weight or <m>.weight_packed, <m>.weight_scale, maybe a zero point,
+ * a global scale, <m>.weight_shape). The model view shows ONE tensor,
+ * <m>.weight, of the original [out, in] shape and dtype LB_DT_QUANTIZED,
+ * whose lb_tensor_to_f32 dequantizes it as the format's own package does,
+ * bit for bit:
+ *   compressed-tensors  (q - zp) * s computed in the scale's dtype and
+ *                       returned in it (bf16 scales give bf16 values); NVFP4
+ *                       x * fp32(s / global) rounded to bf16 (its unpacking
+ *                       dtype); MX scales 2^(e-127) in bf16. The global scale
+ *                       is a divisor.
+ *   ModelOpt            fp32: x * s, NVFP4 x * fp32(s * weight_scale_2) (a
+ *                       multiplier), MXFP8 x * 2^(e-127).
+ * The component tensors and the engines' activation and KV scales are
+ * taken out of the tensor list (a writer must not copy them beside the
+ * weight it writes anew); lb_model_quantization counts and describes them.
+ * Every shape, dtype and group size is checked against the config before
+ * anything is read: LB_ERR_PARSE naming the tensor, what was expected and
+ * what was found. */
+#ifndef LB_IO_HF_QUANTIZED_H
+#define LB_IO_HF_QUANTIZED_H
+
+#include "io/json.h"
+#include "lowbit.h"
+
+/* Bounds on what a config may ask for (a hostile config.json must not make
+ * lowbit loop or allocate without end). */
+#define LB__HFQ_MAX_GROUPS 256      /* config_groups entries */
+#define LB__HFQ_MAX_TARGETS 256     /* targets or ignore entries of one list */
+
+typedef struct lb__hfq lb__hfq;
+
+/* If config.json (cfg, read from dir) declares a quantization_config, or dir
+ * holds hf_quant_config.json, replaces m's quantized modules by logical
+ * tensors and removes the components from m->tensors. Leaves m untouched
+ * for a plain checkpoint. `what` names the config in messages. */
+lb_status lb__hfq_apply(lb_model *m, const lb__json *cfg, const char *dir, const char *what);
+void lb__hfq_free(lb__hfq *q);
+
+/* lb_tensor_to_f32 and lb_tensor_release of an LB_DT_QUANTIZED tensor. */
+lb_status lb__hfq_to_f32(const lb_tensor *t, float *dst);
+void lb__hfq_release(const lb_tensor *t);
+
+/* ----- shared by hf_quantized.c (planning) and hf_quantized_decode.c ----- */
+
+typedef enum lb__hfq_elem {
+    LB__HFQ_E_FP8,     /* F8_E4M3 codes [rows, cols] */
+    LB__HFQ_E_INT8,    /* I8 codes [rows, cols] */
+    LB__HFQ_E_PACKED,  /* I32 words [rows, ceil(cols*bits/32)]: dense little-endian bit stream per row, code + 2^(bits-1) */
+    LB__HFQ_E_FP4      /* U8 [rows, cols/2]: E2M1 nibbles, the even element in the low nibble */
+} lb__hfq_elem;
+
+typedef enum lb__hfq_math {
+    LB__HFQ_M_CT,       /* compressed-tensors: arithmetic and result in the scale's dtype */
+    LB__HFQ_M_CT_FP4G,  /* compressed-tensors NVFP4: bf16(x * fp32(s / global)) */
+    LB__HFQ_M_F32       /* ModelOpt: fp32, s * global when there is one */
+} lb__hfq_math;
+
+typedef struct lb__hfq_tensor {
+    lb__hfq_elem elem;
+    lb__hfq_math math;
+    int bits;                /* code width (PACKED: 1..8) */
+    uint64_t rows, cols;     /* the logical [out, in] shape */
+    uint64_t brows, bcols;   /* elements sharing one scale: tensor rows x cols, channel 1 x cols, group 1 x g, block */
+    int e8m0;                /* the scale is U8 biased exponents (MX) */
+    lb_dtype scale_dtype;    /* M_CT: the dtype the package computes in (bf16 for MX) */
+    /* copies of the file's tensors (the model's table no longer lists them) */
+    lb_tensor codes, scale, zero_point, global;
+    int has_zp, has_global;
+    int zp_packed;           /* the zero point is a PACKED bit stream along the output rows */
+} lb__hfq_tensor;
+
+/* Checks a planned tensor's components against its shape (all of them:
+ * dtypes, shapes, sizes); LB_ERR_PARSE naming the module. */
+lb_status lb__hfq_check(const lb__hfq_tensor *q, const char *module);
+
+#endif
