@@ -10,7 +10,7 @@
 
 #include "bench_util.h"
 #include "lowbit.h"
-#include "model/matmul.h"
+#include "kernel/matmul.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

@@ -17,7 +17,7 @@
 #include "bench_util.h"
 #include "kernel/w8a8.h"
 #include "lowbit.h"
-#include "model/matmul.h"
+#include "kernel/matmul.h"
 #include "util/parallel.h"
 
 static uint64_t rng = 88172645463325252ull;

@@ -27,7 +27,8 @@ int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cl
     if (!slot) slot = strcmp(o, "--kv") == 0 ? &a->kv : strcmp(o, "--act") == 0 ? &a->act
                       : strcmp(o, "--calib") == 0 ? &a->calib : NULL;
     int threads = strcmp(o, "--threads") == 0, calib_tokens = strcmp(o, "--calib-tokens") == 0;
-    if (!slot && !threads && !calib_tokens) return 0;
+    if (!slot && !threads && !calib_tokens) /* --kv is ours (a slot above): the recipe's fp8 is one of its values */
+        return cli_recipe_option(cmd, json, argc, argv, i, &a->recipe);
     if (!v) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s needs a value", o), -1;
     if (calib_tokens) {
         char *end;
@@ -120,8 +121,58 @@ static int calibrate(const char *cmd, int json, const cli_eval_args *a, cli_eval
     return st == LB_OK ? EXIT_OK : cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
 }
 
+/* The KV format the last recipe runner got (a recipe file's kv_cache
+ * counts, not only --kv), for cli_eval_print_setup: one command runs per
+ * process. */
+static lb_format recipe_kv = LB_FMT_FP32;
+
+/* The recipe options: the qmodel `lowbit quantize` builds from them
+ * (same recipe, same calibration), and a runner over it. */
+static int recipe_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
+{
+    if (a->spec || a->spec_attn || a->spec_mlp || a->spec_embed || a->spec_head || a->act)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--scheme, --recipe, --rule and --keep say how every "
+                        "weight and activation is quantized: they do not combine with --spec* or --act");
+    cli_recipe_args ra = a->recipe;
+    ra.kv = NULL;
+    if (a->kv && strcmp(a->kv, "fp32") != 0) {
+        if (strcmp(a->kv, "fp8") != 0 && strcmp(a->kv, "fp8_e4m3") != 0)
+            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "with a recipe, --kv takes fp8 (FP8 E4M3 with "
+                            "calibrated per-layer scales, what quantize writes), not '%s'", a->kv);
+        ra.kv = "fp8";
+    }
+    if (a->calib_tokens && !a->calib)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--calib-tokens needs --calib FILE");
+    lb_recipe *r;
+    int rc = cli_recipe_build(cmd, json, &ra, &r);
+    if (rc != EXIT_OK) return rc;
+    lb_status st = lb_runner_supports(e->model, a->max_ctx);
+    if (st != LB_OK) rc = cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+    if (rc == EXIT_OK) rc = cli_recipe_qmodel(cmd, json, e->model, r, &e->qmodel);
+    lb_recipe_free(r);
+    if (rc != EXIT_OK) return rc;
+    recipe_kv = lb_qmodel_kv(e->qmodel);
+    int needs = cli_recipe_needs_calib(e->qmodel);
+    if (needs && !a->calib)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "the recipe has static scales (static or NVFP4 "
+                        "activations, or --kv fp8): give --calib FILE, text like the one measured (never the "
+                        "evaluation text itself)");
+    if (!needs && a->calib) /* a loop over schemes passes --calib to all: a note, no error */
+        fprintf(stderr, "lowbit %s: note: --calib %s is unused: the recipe has no static scales to calibrate (its "
+                "activations are dynamic or 16-bit, no --kv fp8)\n", cmd, a->calib);
+    if (needs && (rc = cli_recipe_calibrate(cmd, json, e->qmodel, e->tok, a->calib, a->calib_tokens, a->threads)) != EXIT_OK)
+        return rc;
+    cli_progress_ctx loading = {cmd, "loading layer", NULL};
+    lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .fake = a->fake,
+                           .progress = cli_progress_fn, .progress_ctx = &loading};
+    st = lb_runner_from_qmodel(e->qmodel, &o, &e->runner);
+    if (st != LB_OK) return cli_fail_lb(cmd, json, st == LB_ERR_ARG || st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
+    return EXIT_OK;
+}
+
 int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
 {
+    if (cli_recipe_given(&a->recipe)) return recipe_runner(cmd, json, a, e);
     lb_qspec attn, mlp, embed, head;
     cli_progress_ctx loading = {cmd, "loading layer", NULL};
     lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .fake = a->fake,
@@ -140,8 +191,49 @@ int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_
     return a->calib ? calibrate(cmd, json, a, e) : EXIT_OK;
 }
 
+/* The recipe options as given: JSON fields, or " (scheme S; recipe F;
+ * rules A=B, C=keep; kv fp8, calibrated on F)". */
+static void print_recipe(FILE *out, const cli_eval_args *a, int json)
+{
+    const cli_recipe_args *r = &a->recipe;
+    if (json) {
+        fprintf(out, ", \"scheme\": ");
+        if (r->scheme) json_string(out, r->scheme);
+        else fprintf(out, "null");
+        fprintf(out, ", \"recipe\": ");
+        if (r->recipe_file) json_string(out, r->recipe_file);
+        else fprintf(out, "null");
+        fprintf(out, ", \"rules\": [");
+        for (size_t k = 0; k < r->n_rules; k++) {
+            char rule[1200];
+            snprintf(rule, sizeof rule, "%s%s", r->rules[k], r->rule_is_keep[k] ? "=keep" : "");
+            if (k) fprintf(out, ", ");
+            json_string(out, rule);
+        }
+        fprintf(out, "], \"fake\": %s, \"kv\": ", a->fake ? "true" : "false");
+        json_string(out, recipe_kv == LB_FMT_FP8_E4M3 ? "fp8" : "fp32");
+        fprintf(out, ", \"calib\": ");
+        json_string(out, a->calib ? a->calib : "");
+        return;
+    }
+    const char *sep = " (";
+    if (r->scheme) fprintf(out, "%sscheme %s", sep, r->scheme), sep = "; ";
+    if (r->recipe_file) fprintf(out, "%srecipe %s", sep, r->recipe_file), sep = "; ";
+    for (size_t k = 0; k < r->n_rules; k++)
+        fprintf(out, "%s%s%s%s", k ? ", " : sep, k ? "" : "rules ", r->rules[k], r->rule_is_keep[k] ? "=keep" : ""),
+            sep = "; ";
+    if (a->fake) fprintf(out, "%sfake", sep), sep = "; ";
+    if (recipe_kv == LB_FMT_FP8_E4M3) fprintf(out, "%skv fp8", sep), sep = "; ";
+    if (a->calib) fprintf(out, "%scalibrated on %s", sep, a->calib);
+    fputc(')', out);
+}
+
 void cli_eval_print_setup(FILE *out, const cli_eval_args *a, int json)
 {
+    if (cli_recipe_given(&a->recipe)) {
+        print_recipe(out, a, json);
+        return;
+    }
     if (json) {
         fprintf(out, ", \"fake\": %s, \"act\": ", a->fake ? "true" : "false");
         json_string(out, a->act ? a->act : "fp32");
@@ -234,6 +326,12 @@ int cli_eval_open(const char *cmd, int json, const char *path, const cli_eval_ar
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_mlp, &probe, &slot);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_embed, &probe, &slot);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_head, &probe, &slot);
+    if (rc == EXIT_OK && cli_recipe_given(&a->recipe)) { /* a bad rule or recipe file, before any work */
+        cli_recipe_args ra = a->recipe;
+        ra.kv = NULL;
+        lb_recipe *r;
+        if ((rc = cli_recipe_build(cmd, json, &ra, &r)) == EXIT_OK) lb_recipe_free(r);
+    }
     if (rc != EXIT_OK) return rc;
     lb_status st = lb_model_open(path, &out->model);
     if (st == LB_OK)
@@ -275,6 +373,7 @@ int cli_eval_check_windows(const char *cmd, int json, const lb_model *m, size_t 
 void cli_eval_close(cli_eval_model *e)
 {
     lb_runner_free(e->runner);
+    lb_qmodel_free(e->qmodel);
     lb_tokenizer_free(e->tok);
     lb_model_close(e->model);
     memset(e, 0, sizeof *e);

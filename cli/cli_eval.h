@@ -4,6 +4,7 @@
 #define LOWBIT_CLI_EVAL_H
 
 #include "cli.h"
+#include "cli_recipe.h"
 
 typedef struct cli_eval_args {
     const char *spec;       /* --spec: the attention and MLP projections */
@@ -18,18 +19,23 @@ typedef struct cli_eval_args {
     const char *kv;         /* --kv FORMAT: the KV cache's element format */
     const char *act;        /* --act int8|fp8_e4m3: W8A8 activations */
     const char *calib;      /* --calib FILE: static activation scales from this text */
-    size_t calib_tokens;    /* --calib-tokens N (default: up to 512, within the context) */
+    size_t calib_tokens;    /* --calib-tokens N (default: up to 512, within the context; with a recipe
+                               CLI_CALIB_DEFAULT_TOKENS, as quantize) */
+    cli_recipe_args recipe; /* --scheme, --recipe, --rule, --keep: the model `lowbit quantize` would write
+                               (instead of the --spec options; --kv fp8 then gives its calibrated KV cache) */
 } cli_eval_args;
 
 typedef struct cli_eval_model {
     lb_model *model;
     lb_tokenizer *tok;
     lb_runner *runner;
+    lb_qmodel *qmodel;      /* with a recipe: what the runner was built from */
 } cli_eval_model;
 
 /* Takes the shared options (--spec, --spec-attn, --spec-mlp,
  * --spec-embed, --spec-head, --tokenizer, --threads, --fake, --kv, --act,
- * --calib, --calib-tokens, --quiet) at argv[*i]; 1 if it did (and moved *i), 0 if
+ * --calib, --calib-tokens, --quiet, and the recipe options of
+ * cli_recipe.h: --scheme, --recipe, --rule, --keep) at argv[*i]; 1 if it did (and moved *i), 0 if
  * argv[*i] is not one of them, -1 (reported) on a bad value. */
 int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cli_eval_args *a);
 
@@ -64,6 +70,13 @@ int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, u
     "(the last four with a scale per token and head). --threads N: N threads (0, the\n"            \
     "default: one per CPU; at most 64). Progress goes to stderr (a line every few seconds\n"    \
     "when it is not a terminal); --quiet or LOWBIT_QUIET=1 turns it off.\n"
+
+/* The recipe options' paragraph (ppl, kld, generate). */
+#define CLI_EVAL_RECIPE_HELP                                                                             \
+    "--scheme S, --recipe FILE, --rule PATTERN=SPEC and --keep PATTERN (instead of --spec)\n"   \
+    "evaluate exactly the model `lowbit quantize` writes with the same options; schemes\n"    \
+    "with static scales (W8A8-FP8-STATIC, NVFP4) and --kv fp8 then need --calib FILE\n"       \
+    "(calibrated as quantize does: the first " CLI_STR(CLI_CALIB_DEFAULT_TOKENS) " tokens, windows of " CLI_STR(CLI_CALIB_CTX) ").\n"
 
 /* How the runner was asked to run, beyond --spec: JSON fields (leading
  * comma: "fake", "act", "kv", "calib") with json, else a short text such as

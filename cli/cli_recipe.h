@@ -11,6 +11,10 @@
 
 #define CLI_RECIPE_MAX_RULES 64
 
+/* A macro's value as a string literal, for help texts. */
+#define CLI_STR_(x) #x
+#define CLI_STR(x) CLI_STR_(x)
+
 typedef struct cli_recipe_args {
     const char *scheme;                      /* NULL: none */
     const char *recipe_file;                 /* NULL: none */
@@ -25,11 +29,35 @@ typedef struct cli_recipe_args {
 int cli_recipe_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a);
 /* Whether any option was given. */
 int cli_recipe_given(const cli_recipe_args *a);
-/* The recipe the options say; EXIT_OK or a reported exit code. */
+/* The recipe the options say (none: an empty recipe, every weight 16-bit,
+ * with --kv fp8 the KV cache alone); EXIT_OK or a reported exit code. */
 int cli_recipe_build(const char *cmd, int json, const cli_recipe_args *a, lb_recipe **out);
+/* A qmodel over m with the recipe applied (lb_qmodel_new +
+ * lb_qmodel_apply); EXIT_OK or a reported exit code (a rule that matches
+ * nothing is a usage error). */
+int cli_recipe_qmodel(const char *cmd, int json, const lb_model *m, const lb_recipe *r, lb_qmodel **out);
+/* Whether the qmodel has static scales to calibrate (static or local
+ * activations, an FP8 KV cache). */
+int cli_recipe_needs_calib(const lb_qmodel *q);
+/* lb_calibrate on the first max_tokens (0: CLI_CALIB_DEFAULT_TOKENS)
+ * tokens of the text file at path, windows of CLI_CALIB_CTX: quantize and
+ * the evaluation commands call this one function, so they calibrate the
+ * same way and evaluate what quantize writes. */
+#define CLI_CALIB_DEFAULT_TOKENS 4096
+#define CLI_CALIB_CTX 512
+int cli_recipe_calibrate(const char *cmd, int json, lb_qmodel *q, const lb_tokenizer *tok, const char *path,
+                         size_t max_tokens, int threads);
+
+/* `lowbit quantize --list`: every scheme with its weights, activations and
+ * bits per weight (of a CLI_SCHEME_BPW_SIZE square matrix, every scale
+ * counted), as a table or JSON on stdout. Returns EXIT_OK. */
+#define CLI_SCHEME_BPW_SIZE 4096
+int cli_scheme_list(int json);
+
 /* The help lines of the options, for usage texts. */
 #define CLI_RECIPE_HELP                                                                                 \
-    "  --scheme S          a named scheme (lowbit quantize --list): W4A16, W8A8-FP8, NVFP4, ...\n"      \
+    "  --scheme S[:gN]     a named scheme (lowbit quantize --list): W4A16, W8A8-FP8, NVFP4, ...;\n"    \
+    "                      :gN sets the group size of W4A16, W4A16-ASYM, W8A16, W8A8-INT8, FP8-BLOCK\n" \
     "  --recipe FILE       a JSON recipe file (README, \"Recipe files\")\n"                             \
     "  --rule PATTERN=SPEC quantize the weights matching PATTERN (glob, or re:REGEX) under SPEC\n"      \
     "  --keep PATTERN      keep the weights matching PATTERN in 16-bit\n"                              \

@@ -1043,15 +1043,24 @@ typedef struct lb_scheme {
     lb_act_mode act_mode;
     const char *act;         /* qspec text of the activations, NULL if none */
     int needs_calibration;   /* 1: static scales (STATIC, NVFP4 W4A4) */
+    const char *aliases;     /* other spellings, space-separated ("FP8_DYNAMIC"); "" if none */
 } lb_scheme;
 
 LB_API size_t lb_scheme_count(void);
 LB_API const lb_scheme *lb_scheme_at(size_t i);
 /* Case-insensitive; also the llm-compressor spellings (FP8_DYNAMIC...). */
 LB_API const lb_scheme *lb_scheme_find(const char *name);
-/* The scheme's recipe: its rule for the linear layers of the decoder
- * blocks, after the default keep rules (lm_head, embeddings). */
+/* The scheme's recipe: one rule, "model.layers.*", for the linear layers
+ * of the decoder blocks. The output head and the embeddings match no rule
+ * and so stay 16-bit (KEPT), which is why a scheme needs no keep rules
+ * (a keep rule for lm_head would match nothing in a tied model). */
 LB_API lb_status lb_scheme_recipe(const lb_scheme *s, lb_recipe **out);
+/* "NAME" or "NAME:gN": the scheme's recipe with its group size set to N
+ * (W4A16:g64 for 576-wide layers, which 128 does not divide). Integer
+ * schemes take it (a channel scheme becomes groups of N), FP8-BLOCK too
+ * (weights and activations); MX, NVFP4 and per-tensor/channel FP8 fix
+ * their blocks and refuse it. LB_ERR_ARG naming the schemes otherwise. */
+LB_API lb_status lb_scheme_recipe_named(const char *text, lb_recipe **out);
 
 /* ===== Calibration =====
  * Runs the tokens through the quantized model (windows of ctx tokens,

@@ -272,3 +272,193 @@ def quantize(spec_text, x, threads=1):
         return LB_OK, Quantized(view, deq, stats)
     finally:
         lib.lb_qtensor_free(h)
+
+
+# ---- the quantized model (lowbit.h, "The quantized model") and runners over it ----
+
+QSTATE_STORED, QSTATE_REPLACED, QSTATE_QUANTIZED, QSTATE_KEPT = 0, 1, 2, 3
+ACT_NONE, ACT_DYNAMIC, ACT_STATIC, ACT_LOCAL = 0, 1, 2, 3
+MAX_DIMS = 8
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("file_name", ctypes.c_char_p), ("dtype", ctypes.c_int),
+                ("n_dims", ctypes.c_int), ("shape", ctypes.c_uint64 * MAX_DIMS), ("n_elements", ctypes.c_uint64),
+                ("n_bytes", ctypes.c_uint64), ("data", ctypes.c_void_p)]
+
+
+class QAct(ctypes.Structure):
+    _fields_ = [("mode", ctypes.c_int), ("spec", QSpec)]
+
+
+class QEntry(ctypes.Structure):
+    _fields_ = [("tensor", ctypes.POINTER(Tensor)), ("state", ctypes.c_int), ("spec", QSpec),
+                ("replaced", ctypes.c_int), ("has_qtensor", ctypes.c_int), ("act", QAct),
+                ("input_amax", ctypes.c_float), ("fused_group", ctypes.c_int), ("group_amax", ctypes.c_float)]
+
+
+class RunnerOptions(ctypes.Structure):
+    _fields_ = [("threads", ctypes.c_int), ("attn", ctypes.c_void_p), ("mlp", ctypes.c_void_p),
+                ("embed", ctypes.c_void_p), ("head", ctypes.c_void_p), ("max_ctx", ctypes.c_uint32),
+                ("fake", ctypes.c_int), ("act", ctypes.c_int), ("kv", ctypes.c_int), ("progress", ctypes.c_void_p),
+                ("progress_ctx", ctypes.c_void_p)]
+
+
+class CalibOptions(ctypes.Structure):
+    _fields_ = [("threads", ctypes.c_int), ("ctx", ctypes.c_uint32), ("progress", ctypes.c_void_p),
+                ("progress_ctx", ctypes.c_void_p)]
+
+
+_P = ctypes.c_void_p
+_PP = ctypes.POINTER(ctypes.c_void_p)
+for _name, _args, _res in [
+    ("lb_model_open", [ctypes.c_char_p, _PP], ctypes.c_int), ("lb_model_close", [_P], None),
+    ("lb_qmodel_new", [_P, _PP], ctypes.c_int), ("lb_qmodel_free", [_P], None),
+    ("lb_qmodel_count", [_P], ctypes.c_size_t),
+    ("lb_qmodel_find", [_P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
+    ("lb_qmodel_entry", [_P, ctypes.c_size_t, ctypes.POINTER(QEntry)], ctypes.c_int),
+    ("lb_qmodel_set_spec", [_P, ctypes.c_size_t, ctypes.POINTER(QSpec)], ctypes.c_int),
+    ("lb_qmodel_keep", [_P, ctypes.c_size_t], ctypes.c_int),
+    ("lb_qmodel_replace", [_P, ctypes.c_size_t, _P], ctypes.c_int),
+    ("lb_qmodel_set_act", [_P, ctypes.c_size_t, ctypes.POINTER(QAct)], ctypes.c_int),
+    ("lb_qmodel_set_input_amax", [_P, ctypes.c_size_t, ctypes.c_float], ctypes.c_int),
+    ("lb_qmodel_source_f32", [_P, ctypes.c_size_t, _P], ctypes.c_int),
+    ("lb_qmodel_values_f32", [_P, ctypes.c_size_t, _P, ctypes.c_int], ctypes.c_int),
+    ("lb_qmodel_quantized", [_P, ctypes.c_size_t, ctypes.c_int, _PP, ctypes.POINTER(ctypes.c_int)], ctypes.c_int),
+    ("lb_qmodel_set_dtype", [_P, ctypes.c_int], ctypes.c_int),
+    ("lb_qmodel_set_kv", [_P, ctypes.c_int], ctypes.c_int),
+    ("lb_qmodel_set_kv_amax", [_P, ctypes.c_uint32, ctypes.c_float, ctypes.c_float], ctypes.c_int),
+    ("lb_qmodel_kv_amax", [_P, ctypes.c_uint32, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_float)],
+     ctypes.c_int),
+    ("lb_runner_from_qmodel", [_P, ctypes.POINTER(RunnerOptions), _PP], ctypes.c_int),
+    ("lb_runner_new", [_P, ctypes.POINTER(RunnerOptions), _PP], ctypes.c_int),
+    ("lb_runner_free", [_P], None), ("lb_runner_reset", [_P], None),
+    ("lb_runner_forward", [_P, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, _P, ctypes.c_int], ctypes.c_int),
+    ("lb_runner_vocab_size", [_P], ctypes.c_uint32),
+    ("lb_calibrate", [_P, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(CalibOptions)],
+     ctypes.c_int),
+]:
+    if hasattr(lib, _name):
+        getattr(lib, _name).argtypes = _args
+        getattr(lib, _name).restype = _res
+
+
+def check(st, what=""):
+    assert st == LB_OK, f"{what}: {lib.lb_last_error().decode()}"
+
+
+class QModel:
+    """lb_model_open + lb_qmodel_new; closes both."""
+
+    def __init__(self, path):
+        self.model = ctypes.c_void_p()
+        check(lib.lb_model_open(str(path).encode(), ctypes.byref(self.model)), f"open {path}")
+        self.h = ctypes.c_void_p()
+        check(lib.lb_qmodel_new(self.model, ctypes.byref(self.h)), "lb_qmodel_new")
+
+    def close(self):
+        lib.lb_qmodel_free(self.h)
+        lib.lb_model_close(self.model)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __len__(self):
+        return lib.lb_qmodel_count(self.h)
+
+    def index(self, name):
+        i = ctypes.c_size_t()
+        check(lib.lb_qmodel_find(self.h, name.encode(), ctypes.byref(i)), name)
+        return i.value
+
+    def entry(self, i):
+        e = QEntry()
+        check(lib.lb_qmodel_entry(self.h, i, ctypes.byref(e)), "entry")
+        return e
+
+    def name(self, i):
+        return self.entry(i).tensor.contents.name.decode()
+
+    def shape(self, i):
+        t = self.entry(i).tensor.contents
+        return tuple(t.shape[d] for d in range(t.n_dims))
+
+    def set_spec(self, i, text):
+        st, spec = parse_spec(text)
+        check(st, text)
+        return lib.lb_qmodel_set_spec(self.h, i, ctypes.byref(spec))
+
+    def set_act(self, i, mode, text):
+        a = QAct(mode=mode)
+        if text:
+            st, a.spec = parse_spec(text)
+            check(st, text)
+        return lib.lb_qmodel_set_act(self.h, i, ctypes.byref(a))
+
+    def source(self, i):
+        out = np.empty(self.shape(i), dtype=np.float32)
+        check(lib.lb_qmodel_source_f32(self.h, i, out.ctypes.data), "source")
+        return out
+
+    def values(self, i, threads=1):
+        out = np.empty(self.shape(i), dtype=np.float32)
+        check(lib.lb_qmodel_values_f32(self.h, i, out.ctypes.data, threads), "values")
+        return out
+
+    def tensor_scale(self, i):
+        h, owned = ctypes.c_void_p(), ctypes.c_int()
+        check(lib.lb_qmodel_quantized(self.h, i, 1, ctypes.byref(h), ctypes.byref(owned)), "quantized")
+        v = QView()
+        lib.lb_qtensor_view_get(h, ctypes.byref(v))
+        ts = np.float32(v.tensor_scale)
+        if owned.value:
+            lib.lb_qtensor_free(h)
+        return ts
+
+    def calibrate(self, tokens, ctx=0, threads=2):
+        toks = np.ascontiguousarray(tokens, dtype=np.int32)
+        o = CalibOptions(threads=threads, ctx=ctx)
+        return lib.lb_calibrate(self.h, toks.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), toks.size,
+                                ctypes.byref(o))
+
+    def runner(self, threads=2, max_ctx=0, kv=0):
+        o = RunnerOptions(threads=threads, max_ctx=max_ctx, kv=kv)
+        h = ctypes.c_void_p()
+        st = lib.lb_runner_from_qmodel(self.h, ctypes.byref(o), ctypes.byref(h))
+        return st, (Runner(h) if st == LB_OK else None)
+
+
+class Runner:
+    """An lb_runner handle: logits of a token sequence from position 0."""
+
+    def __init__(self, h):
+        self.h = h
+        self.vocab = lib.lb_runner_vocab_size(h)
+
+    def close(self):
+        lib.lb_runner_free(self.h)
+
+    def logits(self, tokens):
+        lib.lb_runner_reset(self.h)
+        toks = np.ascontiguousarray(tokens, dtype=np.int32)
+        out = np.empty((toks.size, self.vocab), dtype=np.float32)
+        check(lib.lb_runner_forward(self.h, toks.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), toks.size,
+                                    out.ctypes.data, 0), "forward")
+        return out
+
+
+def class_runner(model, attn=None, mlp=None, embed=None, head=None, act=0, kv=0, threads=2, max_ctx=0):
+    """lb_runner_new with class specs (qspec texts) on an open lb_model handle."""
+    keep = {}
+    o = RunnerOptions(threads=threads, max_ctx=max_ctx, act=act, kv=kv)
+    for field, text in (("attn", attn), ("mlp", mlp), ("embed", embed), ("head", head)):
+        if text:
+            st, keep[field] = parse_spec(text)
+            check(st, text)
+            setattr(o, field, ctypes.cast(ctypes.byref(keep[field]), ctypes.c_void_p))
+    h = ctypes.c_void_p()
+    check(lib.lb_runner_new(model, ctypes.byref(o), ctypes.byref(h)), "lb_runner_new")
+    return Runner(h)

@@ -7,7 +7,7 @@
 
 #include "format/convert.h"
 #include "kernel/qdot.h"
-#include "model/matmul.h"
+#include "kernel/matmul.h"
 #include "quant/qkernels.h"
 #include "quant/quant_internal.h"
 #include "util/cpu.h"

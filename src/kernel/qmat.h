@@ -69,7 +69,7 @@ lb_status lb__qmat_row_f32(const lb__qmat *m, size_t r, float *dst);
  *     depend on n.
  *   n >= LB__QMAT_PANEL_MIN_N: each panel of LB__MM_NR rows is
  *     dequantized (lb__qmat_row_f32) into a per-thread buffer and run
- *     through the fp32 matmul kernels (model/matmul.h): bit-identical to
+ *     through the fp32 matmul kernels (kernel/matmul.h): bit-identical to
  *     lb__matmul on the dequantized weights, so prefill on packed weights
  *     equals the fake-quantized path exactly.
  * Threads split the rows; results are identical for any thread count. */

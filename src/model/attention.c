@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/matmul.h"
+#include "kernel/matmul.h"
 #include "util/error.h"
 #include "util/parallel.h"
 

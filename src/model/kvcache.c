@@ -78,8 +78,24 @@ nomem:
                     lb_format_get(f)->name, layers, ctx, kv_heads, head_dim);
 }
 
+lb_status lb__kv_set_static(lb__kvcache *c, size_t layer, float k_scale, float v_scale)
+{
+    if (!c->scales[0]) return lb__fail(LB_ERR_ARG, "KV cache: static scales need a scaled format");
+    if (layer >= c->layers) return lb__fail(LB_ERR_ARG, "KV cache: layer %zu of %zu", layer, c->layers);
+    if (!(k_scale > 0) || !(v_scale > 0) || isinf(k_scale) || isinf(v_scale))
+        return lb__fail(LB_ERR_ARG, "KV cache: layer %zu static scales k %g, v %g are not positive and finite", layer,
+                        (double)k_scale, (double)v_scale);
+    if (!c->fixed && !(c->fixed = calloc(2 * c->layers, sizeof *c->fixed)))
+        return lb__fail(LB_ERR_NOMEM, "cannot allocate static KV scales of %zu layers", c->layers);
+    c->fixed[2 * layer] = k_scale;
+    c->fixed[2 * layer + 1] = v_scale;
+    return LB_OK;
+}
+
 void lb__kv_free(lb__kvcache *c)
 {
+    free(c->fixed);
+    c->fixed = NULL;
     for (int w = 0; w < 2; w++) {
         free(c->codes[w]);
         free(c->scales[w]);
@@ -118,7 +134,7 @@ static void store_plain(lb__kvcache *c, lb__encode_fn enc, const float *x, uint8
 
 /* Scaled formats: absmax / M, then x / scale encoded saturating, PIECE
  * values at a time. */
-static void store_scaled(lb__kvcache *c, lb__encode_fn enc, const float *x, uint8_t *dst, float *scale)
+static void store_scaled(lb__kvcache *c, lb__encode_fn enc, const float *x, uint8_t *dst, float *scale, float fixed)
 {
     const lb_format_info *f = lb_format_get(c->format);
     float amax = 0.0f;
@@ -133,7 +149,7 @@ static void store_scaled(lb__kvcache *c, lb__encode_fn enc, const float *x, uint
         memset(dst, 0, c->row_bytes);
         return;
     }
-    float s = amax / c->max, tmp[PIECE];
+    float s = fixed > 0 ? fixed : amax / c->max, tmp[PIECE];
     if (s == 0.0f) s = 1.0f; /* zero vector, or underflow: every value rounds to 0 */
     *scale = s;
     for (size_t d0 = 0; d0 < c->head_dim; d0 += PIECE) {
@@ -165,7 +181,8 @@ void lb__kv_store(lb__kvcache *c, size_t layer, size_t pos, size_t n, const floa
             for (int w = 0; w < 2; w++) {
                 const float *x = src[w] + t * kv_dim + h * hd;
                 uint8_t *dst = c->codes[w] + r * c->row_bytes;
-                if (c->scales[w]) store_scaled(c, enc, x, dst, &c->scales[w][r]);
+                float fixed = c->fixed ? c->fixed[2 * layer + w] : 0.0f;
+                if (c->scales[w]) store_scaled(c, enc, x, dst, &c->scales[w][r], fixed);
                 else store_plain(c, enc, x, dst);
             }
         }

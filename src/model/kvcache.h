@@ -53,7 +53,16 @@ typedef struct lb__kvcache {
     float lut[256];       /* 8- and 4-bit formats: the exact value of each code */
     float sat_limit;      /* magnitudes from here on saturate (see above); +inf for fp32 */
     uint64_t saturated, values; /* since lb__kv_init: values clamped, of values stored (not fp32) */
+    float *fixed;         /* [layer][K, V] static scales (lb__kv_set_static), 0: per (position, head); or NULL */
 } lb__kvcache;
+
+/* Static per-tensor scales for one layer (vLLM's k_scale / v_scale =
+ * calibrated amax / 448): every (position, head) row of that layer is then
+ * stored as x / scale instead of under its own absmax scale, so values
+ * beyond the calibrated range saturate (and are counted). The per-row
+ * scale array still holds the scale, so reading is unchanged. Scaled
+ * formats only; scales positive and finite. */
+lb_status lb__kv_set_static(lb__kvcache *c, size_t layer, float k_scale, float v_scale);
 
 /* LB_OK for the formats above; LB_ERR_FORMAT naming the allowed ones
  * otherwise. */

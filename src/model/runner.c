@@ -20,13 +20,16 @@
 #include <string.h>
 
 #include "io/arch_support.h"
+#include "kernel/matmul.h"
 #include "kernel/qmat.h"
 #include "kernel/w8a8.h"
+#include "model/act_sim.h"
 #include "model/attention.h"
 #include "model/kvcache.h"
-#include "model/matmul.h"
+#include "model/runner_internal.h"
 #include "util/error.h"
 #include "util/parallel.h"
+#include "weights/qmodel_internal.h"
 
 enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_COUNT };
 static const char *const weight_suffix[W_COUNT] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
@@ -41,7 +44,10 @@ typedef struct linear {
     lb__packed f;
     lb__qmat q;
     int has_a8;          /* W8A8 on q */
+    lb_format a8_fmt;    /* its activation element: int8 or fp8_e4m3 */
     lb__w8a8 a8;
+    lb_qact sim;         /* simulated activation quantization (act_sim.h); mode NONE: none */
+    float sim_amax;      /* its calibrated input range (STATIC, LOCAL) */
     float act_absmax;    /* calibration: largest input magnitude seen (finished calls) */
     float calib_absmax;  /* the same within the current lb_runner_calibrate call; -1: a non-finite input */
     float act_scale;     /* static activation scale; 0: per token */
@@ -71,6 +77,8 @@ struct lb_runner {
     float *scratch;    /* attention scores: n_heads * max_ctx */
     lb_activation_hook hook;
     void *hook_ctx;
+    lb__kv_hook kv_hook;
+    void *kv_hook_ctx;
     lb_format act;          /* W8A8 activations, or LB_FMT_FP32 */
     int calibrating;        /* lb_runner_calibrate: fp32 activations, maxima recorded */
     lb_runner_memory mem;
@@ -81,8 +89,11 @@ struct lb_runner {
 
 typedef struct loader {
     const lb_model *m;
+    const lb_qmodel *q;       /* what each tensor holds */
     const lb_runner_options *o;
     int threads;
+    lb_format legacy_act;     /* lb_runner_new's W8A8 format for the projections, or LB_FMT_FP32 */
+    int calibration;          /* fp32 activations and KV cache whatever the qmodel says */
 } loader;
 
 static const lb_tensor *find(const loader *l, const char *name, int required, lb_status *st)
@@ -121,8 +132,9 @@ static lb_status load_f32(const loader *l, const char *name, size_t rows, size_t
     size_t count = rows * (cols ? cols : 1);
     float *f = malloc((count + 1) * sizeof *f); /* + 1: never a zero-byte malloc */
     if (!f) return lb__fail(LB_ERR_NOMEM, "cannot allocate fp32 copy of %s", name);
-    st = lb_tensor_to_f32(t, f);
-    lb_tensor_release(t);
+    size_t i;
+    st = lb_qmodel_find(l->q, t->name, &i);
+    if (st == LB_OK) st = lb_qmodel_values_f32(l->q, i, f, l->threads); /* a replacement (a folded norm) too */
     if (st != LB_OK) {
         free(f);
         return st;
@@ -164,31 +176,85 @@ static void count_matrix(lb_runner_memory *mem, const linear *lin)
     else mem->weights += (uint64_t)lin->out * lin->in * sizeof(float), mem->fp32_matrices++;
 }
 
-/* A weight matrix: packed when it has a spec (unless fake), else fp32
- * panels; W8A8 on top when the runner quantizes activations (a8). */
-static lb_status load_matrix(const loader *l, const char *name, size_t out, size_t in, const lb_qspec *spec, int a8,
-                             linear *lin, lb_runner_memory *mem)
+/* How a linear layer's input is quantized, as its qmodel entry says: on
+ * the W8A8 kernels when they compute that pair (int8 or fp8_e4m3
+ * activations per token or with a static per-tensor scale, over int8/fp8
+ * packed weights per channel or tensor), else simulated (act_sim.h). */
+static lb_status setup_act(const loader *l, const lb_qentry *e, const char *name, linear *lin)
 {
-    float *w;
-    lb_status st = load_f32(l, name, out, in, &w);
-    if (st != LB_OK) return st;
+    const lb_qact *a = &e->act;
+    if (a->mode == LB_ACT_NONE || l->calibration) return LB_OK;
+    if ((a->mode == LB_ACT_STATIC || a->mode == LB_ACT_LOCAL) && !(e->input_amax > 0))
+        return lb__fail(LB_ERR_ARG, "%s: its static input scale is not calibrated (run lb_calibrate first)", name);
+    lb_format el = a->spec.element;
+    int a8_pair = (el == LB_FMT_INT8 || el == LB_FMT_FP8_E4M3) && !a->spec.affine && !a->spec.two_level &&
+                  (a->mode == LB_ACT_STATIC ? a->spec.granularity == LB_GRAN_TENSOR
+                                            : a->mode == LB_ACT_DYNAMIC && (a->spec.granularity == LB_GRAN_TOKEN ||
+                                                                            a->spec.granularity == LB_GRAN_CHANNEL));
+    if (a8_pair && lin->packed && lb__w8a8_init(&lin->q, el, &lin->a8) == LB_OK) {
+        lin->has_a8 = 1;
+        lin->a8_fmt = el;
+        if (a->mode == LB_ACT_STATIC) {
+            float scale = e->input_amax / (el == LB_FMT_INT8 ? 127.0f : 448.0f);
+            lin->act_scale = scale > 0 ? scale : 0.0f;
+        }
+        return LB_OK;
+    }
+    lin->sim = *a;
+    lin->sim_amax = e->input_amax;
+    return LB_OK;
+}
+
+/* A weight matrix as the qmodel says: QUANTIZED packed (dequantized fp32
+ * panels when fake), KEPT/REPLACED as their 16-bit-rounded values in fp32
+ * panels, STORED as stored; lb_runner_new's plain class specs as 16-bit
+ * codes (or rounded fp32 panels when fake). a8: one of the projections
+ * lb_runner_new's W8A8 option applies to. */
+static lb_status load_matrix(const loader *l, const char *name, size_t out, size_t in, int a8, linear *lin,
+                             lb_runner_memory *mem)
+{
+    lb_status st = LB_OK;
+    size_t i;
+    lb_qentry e;
+    if (!find_shaped(l, name, out, in, &st)) return st;
+    if ((st = lb_qmodel_find(l->q, name, &i)) != LB_OK) return st;
+    if ((st = lb_qmodel_entry(l->q, i, &e)) != LB_OK) return st;
+    const lb_qspec *plain = lb__qmodel_plain(l->q, i);
     lin->out = out;
     lin->in = in;
-    if (spec && !l->o->fake) {
-        st = lb__qmat_from_f32(w, out, in, spec, l->threads, &lin->q);
-        if (st != LB_OK) st = lb__fail(st, "quantizing %s: %s", name, lb_last_error());
-        lin->packed = st == LB_OK;
+    if (e.state == LB_QSTATE_QUANTIZED && !l->o->fake) {
+        lb_qtensor *qt = NULL;
+        st = lb__qmodel_quantized_owned(l->q, i, l->threads, &qt);
+        if (st != LB_OK) return lb__fail(st, "quantizing %s: %s", name, lb_last_error());
+        lb__qmat_from_qtensor(qt, 1, &lin->q);
+        lin->packed = 1;
     } else {
-        st = fake_quantize(spec, w, out, in, l->threads, name);
-        if (st == LB_OK) st = lb__pack_weight(w, out, in, &lin->f);
+        float *w = malloc((out * in + 1) * sizeof *w);
+        if (!w) return lb__fail(LB_ERR_NOMEM, "cannot allocate fp32 copy of %s", name);
+        /* plain: the source rounded here (as the runner always did); else what the output holds */
+        st = plain ? lb_qmodel_source_f32(l->q, i, w) : lb_qmodel_values_f32(l->q, i, w, l->threads);
+        if (st == LB_OK && plain && !l->o->fake) {
+            st = lb__qmat_from_f32(w, out, in, plain, l->threads, &lin->q);
+            if (st != LB_OK) st = lb__fail(st, "quantizing %s: %s", name, lb_last_error());
+            lin->packed = st == LB_OK;
+        } else if (st == LB_OK) {
+            if (plain) st = fake_quantize(plain, w, out, in, l->threads, name);
+            if (st == LB_OK) st = lb__pack_weight(w, out, in, &lin->f);
+        }
+        free(w);
     }
-    free(w);
-    if (st == LB_OK && a8 && l->o->act != LB_FMT_FP32) {
-        if (!lin->packed)
-            return lb__fail(LB_ERR_ARG, "%s: 8-bit activations need the weight stored packed (a spec, no fake)", name);
-        st = lb__w8a8_init(&lin->q, l->o->act, &lin->a8);
-        if (st != LB_OK) return lb__fail(st, "%s: %s", name, lb_last_error());
-        lin->has_a8 = 1;
+    if (st == LB_OK && l->legacy_act != LB_FMT_FP32) {
+        if (a8) {
+            if (!lin->packed)
+                return lb__fail(LB_ERR_ARG, "%s: 8-bit activations need the weight stored packed (a spec, no fake)",
+                                name);
+            st = lb__w8a8_init(&lin->q, l->legacy_act, &lin->a8);
+            if (st != LB_OK) return lb__fail(st, "%s: %s", name, lb_last_error());
+            lin->has_a8 = 1;
+            lin->a8_fmt = l->legacy_act;
+        }
+    } else if (st == LB_OK) {
+        st = setup_act(l, &e, name, lin);
     }
     if (st == LB_OK) count_matrix(mem, lin);
     return st;
@@ -285,8 +351,7 @@ static lb_status load_layer(const loader *l, lb_runner *r, size_t i, layer *ly)
     lb_status st = LB_OK;
     for (int w = 0; w < W_COUNT && st == LB_OK; w++) {
         snprintf(ly->name[w], sizeof ly->name[w], "model.layers.%zu.%s.weight", i, weight_suffix[w]);
-        st = load_matrix(l, ly->name[w], shape[w][0], shape[w][1], w <= W_O ? l->o->attn : l->o->mlp, 1, &ly->w[w],
-                         &r->mem);
+        st = load_matrix(l, ly->name[w], shape[w][0], shape[w][1], 1, &ly->w[w], &r->mem);
     }
 #define VEC(field, fmt, n, required)                                                   \
     if (st == LB_OK) {                                                                 \
@@ -311,23 +376,38 @@ static lb_status load_embeddings(const loader *l, lb_runner *r)
     const char *ename = "model.embed_tokens.weight";
     if (head && !r->a.tied_embeddings) {
         snprintf(r->head_name, sizeof r->head_name, "lm_head.weight");
-        st = load_f32(l, ename, r->vocab, r->dim, &r->embed);
-        if (st == LB_OK && l->o->embed && !l->o->fake) { /* packed: only the rows a token looks up are decoded */
-            st = lb__qmat_from_f32(r->embed, r->vocab, r->dim, l->o->embed, l->threads, &r->embed_q);
-            if (st != LB_OK) st = lb__fail(st, "quantizing %s: %s", ename, lb_last_error());
-            free(r->embed);
-            r->embed = NULL;
+        size_t i;
+        lb_qentry e;
+        if (!find_shaped(l, ename, r->vocab, r->dim, &st)) return st;
+        if ((st = lb_qmodel_find(l->q, ename, &i)) != LB_OK || (st = lb_qmodel_entry(l->q, i, &e)) != LB_OK) return st;
+        const lb_qspec *plain = lb__qmodel_plain(l->q, i);
+        if (e.state == LB_QSTATE_QUANTIZED && !l->o->fake) { /* packed: only the rows a token looks up are decoded */
+            lb_qtensor *qt = NULL;
+            st = lb__qmodel_quantized_owned(l->q, i, l->threads, &qt);
+            if (st != LB_OK) return lb__fail(st, "quantizing %s: %s", ename, lb_last_error());
+            lb__qmat_from_qtensor(qt, 1, &r->embed_q);
             r->mem.other += r->embed_q.bytes;
         } else {
-            if (st == LB_OK) st = fake_quantize(l->o->embed, r->embed, r->vocab, r->dim, l->threads, ename);
-            r->mem.other += (uint64_t)r->vocab * r->dim * sizeof(float);
+            r->embed = malloc(((size_t)r->vocab * r->dim + 1) * sizeof *r->embed);
+            if (!r->embed) return lb__fail(LB_ERR_NOMEM, "cannot allocate fp32 copy of %s", ename);
+            st = plain ? lb_qmodel_source_f32(l->q, i, r->embed) : lb_qmodel_values_f32(l->q, i, r->embed, l->threads);
+            if (st == LB_OK && plain && !l->o->fake) {
+                st = lb__qmat_from_f32(r->embed, r->vocab, r->dim, plain, l->threads, &r->embed_q);
+                if (st != LB_OK) st = lb__fail(st, "quantizing %s: %s", ename, lb_last_error());
+                free(r->embed);
+                r->embed = NULL;
+                r->mem.other += r->embed_q.bytes;
+            } else {
+                if (st == LB_OK && plain) st = fake_quantize(plain, r->embed, r->vocab, r->dim, l->threads, ename);
+                r->mem.other += (uint64_t)r->vocab * r->dim * sizeof(float);
+            }
         }
-        if (st == LB_OK) st = load_matrix(l, "lm_head.weight", r->vocab, r->dim, l->o->head, 0, &r->head, &r->mem);
+        if (st == LB_OK) st = load_matrix(l, "lm_head.weight", r->vocab, r->dim, 0, &r->head, &r->mem);
         return st;
     }
     /* tied: one matrix serves both; the embedding's spec applies to it */
     snprintf(r->head_name, sizeof r->head_name, "%s", ename);
-    return load_matrix(l, ename, r->vocab, r->dim, l->o->embed, 0, &r->head, &r->mem);
+    return load_matrix(l, ename, r->vocab, r->dim, 0, &r->head, &r->mem);
 }
 
 static lb_status load_rope(const loader *l, lb_runner *r)
@@ -352,35 +432,46 @@ lb_status lb_runner_supports(const lb_model *m, uint32_t max_ctx)
     return lb__model_runnable(m, max_ctx ? max_ctx : default_ctx(lb_model_arch(m)));
 }
 
-lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner **out)
+/* The KV cache as the qmodel says (fp8_e4m3 with static per-layer scales
+ * amax / 448) or, when it says none, as the options do. */
+static lb_status init_kv(const loader *l, lb_runner *r)
 {
-    if (!out) return lb__fail(LB_ERR_ARG, "lb_runner_new: out is NULL");
-    *out = NULL;
-    if (!m) return lb__fail(LB_ERR_ARG, "lb_runner_new: model is NULL");
-    lb_runner_options defaults = {0};
-    if (!o) o = &defaults;
-    const lb_qspec *specs[4] = {o->attn, o->mlp, o->embed, o->head};
-    for (int i = 0; i < 4; i++)
-        if (specs[i] && !lb__qspec_is_plain(specs[i]) && lb_qspec_validate(specs[i]) != LB_OK)
-            return lb_qspec_validate(specs[i]);
-    if (o->act != LB_FMT_FP32 && o->act != LB_FMT_INT8 && o->act != LB_FMT_FP8_E4M3)
-        return lb__fail(LB_ERR_ARG, "activation format %d: W8A8 takes int8 or fp8_e4m3", (int)o->act);
-    if (lb__kv_format_check(o->kv) != LB_OK) return LB_ERR_FORMAT;
-    if (o->act != LB_FMT_FP32 && o->fake)
-        return lb__fail(LB_ERR_ARG, "8-bit activations run on packed weights: they do not combine with fake quantization");
+    lb_format qkv = lb_qmodel_kv(l->q), kv = l->o->kv;
+    if (qkv != LB_FMT_FP32 && kv != LB_FMT_FP32 && kv != qkv)
+        return lb__fail(LB_ERR_ARG, "the quantized model's KV cache is %s; the options ask for %s",
+                        lb_format_get(qkv)->name, lb_format_get(kv) ? lb_format_get(kv)->name : "another format");
+    if (qkv != LB_FMT_FP32) kv = l->calibration ? LB_FMT_FP32 : qkv;
+    lb_status st = lb__kv_init(&r->kv, kv, r->n_layers, r->max_ctx, r->n_kv_heads, r->head_dim);
+    if (st != LB_OK || qkv == LB_FMT_FP32 || l->calibration) return st;
+    float qmax = (float)lb_format_get(qkv)->max_finite;
+    for (size_t i = 0; i < r->n_layers && st == LB_OK; i++) {
+        float ka, va;
+        st = lb_qmodel_kv_amax(l->q, (uint32_t)i, &ka, &va);
+        if (st == LB_OK && !(ka > 0 && va > 0))
+            return lb__fail(LB_ERR_ARG, "layer %zu: the KV cache's static scales are not calibrated (k amax %g, v amax "
+                            "%g; run lb_calibrate first)", i, (double)ka, (double)va);
+        if (st == LB_OK) st = lb__kv_set_static(&r->kv, i, ka / qmax, va / qmax);
+    }
+    return st;
+}
+
+static lb_status build(const lb_qmodel *q, const lb_runner_options *o, lb_format legacy_act, int calibration,
+                       lb_runner **out)
+{
+    const lb_model *m = lb_qmodel_model(q);
     lb_runner *r = calloc(1, sizeof *r);
     if (!r) return lb__fail(LB_ERR_NOMEM, "cannot allocate a runner");
     r->a = *lb_model_arch(m);
     r->threads = lb__thread_count(o->threads);
-    r->act = o->act;
+    r->act = legacy_act;
     r->max_ctx = o->max_ctx ? o->max_ctx : default_ctx(&r->a);
-    loader l = {m, o, r->threads};
+    loader l = {m, q, o, r->threads, legacy_act, calibration};
     lb_status st = lb__model_runnable(m, r->max_ctx);
     if (st == LB_OK) st = check_arch(r, m);
     if (st == LB_OK) st = check_tensors(&l, r);
     if (st == LB_OK) {
         r->layers = calloc(r->n_layers, sizeof *r->layers);
-        st = lb__kv_init(&r->kv, o->kv, r->n_layers, r->max_ctx, r->n_kv_heads, r->head_dim);
+        st = init_kv(&l, r);
         if (st == LB_OK) {
             r->scratch = malloc(r->n_heads * r->max_ctx * sizeof(float));
             r->mem.kv_cache = lb__kv_bytes(&r->kv);
@@ -408,6 +499,85 @@ lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner
     *out = r;
     return LB_OK;
 }
+
+/* lb_runner_new's class of a weight (its spec among attn, mlp, embed,
+ * head), by canonical name: NULL for anything else. */
+static const lb_qspec *class_spec(const lb_runner_options *o, const char *name)
+{
+    if (strcmp(name, "model.embed_tokens.weight") == 0) return o->embed;
+    if (strcmp(name, "lm_head.weight") == 0) return o->head;
+    if (strncmp(name, "model.layers.", 13) != 0) return NULL;
+    const char *p = name + 13;
+    while (*p >= '0' && *p <= '9') p++;
+    if (p == name + 13) return NULL;
+    for (int w = 0; w < W_COUNT; w++) {
+        size_t n = strlen(weight_suffix[w]);
+        if (p[0] == '.' && strncmp(p + 1, weight_suffix[w], n) == 0 && strcmp(p + 1 + n, ".weight") == 0)
+            return w <= W_O ? o->attn : o->mlp;
+    }
+    return NULL;
+}
+
+lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner **out)
+{
+    if (!out) return lb__fail(LB_ERR_ARG, "lb_runner_new: out is NULL");
+    *out = NULL;
+    if (!m) return lb__fail(LB_ERR_ARG, "lb_runner_new: model is NULL");
+    lb_runner_options defaults = {0};
+    if (!o) o = &defaults;
+    const lb_qspec *specs[4] = {o->attn, o->mlp, o->embed, o->head};
+    for (int i = 0; i < 4; i++)
+        if (specs[i] && !lb__qspec_is_plain(specs[i]) && lb_qspec_validate(specs[i]) != LB_OK)
+            return lb_qspec_validate(specs[i]);
+    if (o->act != LB_FMT_FP32 && o->act != LB_FMT_INT8 && o->act != LB_FMT_FP8_E4M3)
+        return lb__fail(LB_ERR_ARG, "activation format %d: W8A8 takes int8 or fp8_e4m3", (int)o->act);
+    if (lb__kv_format_check(o->kv) != LB_OK) return LB_ERR_FORMAT;
+    if (o->act != LB_FMT_FP32 && o->fake)
+        return lb__fail(LB_ERR_ARG, "8-bit activations run on packed weights: they do not combine with fake quantization");
+    /* a private qmodel with the class specs, each tensor on its own (no
+     * fused groups): the bytes lb_runner_new always ran on */
+    lb_qmodel *q = NULL;
+    lb_status st = lb_qmodel_new(m, &q);
+    if (st != LB_OK) return st;
+    lb__qmodel_unfuse(q);
+    for (size_t i = 0, n = lb_qmodel_count(q); i < n && st == LB_OK; i++) {
+        const lb_tensor *t = lb_model_tensor(m, i);
+        const lb_qspec *spec = class_spec(o, t->name);
+        if (!spec || t->n_dims != 2 || !t->shape[0] || !t->shape[1]) continue; /* shapes are checked when loading */
+        st = lb__qspec_is_plain(spec) ? lb__qmodel_keep_plain(q, i, spec) : lb_qmodel_set_spec(q, i, spec);
+    }
+    if (st == LB_OK) st = build(q, o, o->act, 0, out);
+    lb_qmodel_free(q);
+    return st;
+}
+
+lb_status lb__runner_build(const lb_qmodel *q, const lb_runner_options *o, int calibration, lb_runner **out)
+{
+    if (!out) return lb__fail(LB_ERR_ARG, "lb_runner_from_qmodel: out is NULL");
+    *out = NULL;
+    if (!q) return lb__fail(LB_ERR_ARG, "lb_runner_from_qmodel: qmodel is NULL");
+    lb_runner_options defaults = {0};
+    if (!o) o = &defaults;
+    if (o->attn || o->mlp || o->embed || o->head || o->act != LB_FMT_FP32)
+        return lb__fail(LB_ERR_ARG, "lb_runner_from_qmodel: the quantized model says how each weight and activation "
+                        "is held; the options' attn, mlp, embed, head and act must be unset");
+    if (lb__kv_format_check(o->kv) != LB_OK) return LB_ERR_FORMAT;
+    return build(q, o, LB_FMT_FP32, calibration, out);
+}
+
+lb_status lb_runner_from_qmodel(const lb_qmodel *q, const lb_runner_options *o, lb_runner **out)
+{
+    return lb__runner_build(q, o, 0, out);
+}
+
+void lb__runner_set_kv_hook(lb_runner *r, lb__kv_hook hook, void *ctx)
+{
+    if (!r) return;
+    r->kv_hook = hook;
+    r->kv_hook_ctx = ctx;
+}
+
+size_t lb__runner_max_ctx(const lb_runner *r) { return r ? r->max_ctx : 0; }
 
 void lb_runner_free(lb_runner *r)
 {
@@ -538,10 +708,19 @@ static lb_status linear_matmul(lb_runner *r, linear *lin, const float *x, size_t
          * to the largest code; per-token absmax scales never clip */
         r->act_values += (uint64_t)n * lin->in;
         if (lin->act_scale > 0) {
-            float s = lin->act_scale, limit = r->act == LB_FMT_INT8 ? 127.5f : 464.0f;
+            float s = lin->act_scale, limit = lin->a8_fmt == LB_FMT_INT8 ? 127.5f : 464.0f;
             for (size_t i = 0; i < n * lin->in; i++) r->act_saturated += fabsf(x[i]) / s >= limit && isfinite(x[i]);
         }
         return lb__w8a8_matmul(&lin->a8, x, n, lin->act_scale, y, r->threads);
+    }
+    if (lin->sim.mode != LB_ACT_NONE && !r->calibrating) {
+        float *xq = malloc((n * lin->in + 1) * sizeof *xq);
+        if (!xq) return lb__fail(LB_ERR_NOMEM, "cannot allocate quantized activations of %zu x %zu", n, lin->in);
+        lb_status st = lb__act_simulate(&lin->sim, lin->sim_amax, x, n, lin->in, r->threads, xq);
+        if (st == LB_OK) st = lin->packed ? lb__qmat_matmul(&lin->q, xq, n, y, r->threads)
+                                          : lb__matmul(xq, n, &lin->f, y, r->threads);
+        free(xq);
+        return st;
     }
     if (lin->packed) return lb__qmat_matmul(&lin->q, x, n, y, r->threads);
     return lb__matmul(x, n, &lin->f, y, r->threads);
@@ -582,6 +761,7 @@ static lb_status attention_block(lb_runner *r, size_t li, acts *b, size_t n)
         lb__rope_apply(&r->rope, q, r->n_heads, r->pos + t);
         lb__rope_apply(&r->rope, k, r->n_kv_heads, r->pos + t);
     }
+    if (r->kv_hook) r->kv_hook(r->kv_hook_ctx, li, b->k, b->v, n, r->kv_dim);
     lb__kv_store(&r->kv, li, r->pos, n, b->k, b->v);
     lb__attn_job j = {.q = b->q, .kv = &r->kv, .layer = li, .pos0 = r->pos, .n = n, .n_heads = r->n_heads,
                       .n_kv_heads = r->n_kv_heads, .head_dim = r->head_dim, .out = b->att, .scratch = r->scratch};

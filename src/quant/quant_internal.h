@@ -25,6 +25,13 @@ struct lb_qtensor {
     float tensor_scale;    /* two-level: fp32 multiplier over block scales; else 1 */
 };
 
+/* lb_quantize with, for a two-level spec, the tensor (global) scale made
+ * from tensor_amax when that exceeds the tensor's own largest magnitude
+ * (a fused group's shared amax: vLLM wants one global scale for q/k/v and
+ * for gate/up); 0, or any spec that is not two-level: lb_quantize's bytes. */
+lb_status lb__quantize_ex(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads,
+                          float tensor_amax, lb_qtensor **out);
+
 /* One block's scale as stored and as used. */
 typedef struct lb__block_scale {
     uint32_t code;   /* in the spec's scale format */

@@ -308,7 +308,15 @@ static lb_status alloc_qtensor(const lb_qspec *spec, size_t rows, size_t cols, l
 
 lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads, lb_qtensor **out)
 {
+    return lb__quantize_ex(spec, x, rows, cols, threads, 0.0f, out);
+}
+
+lb_status lb__quantize_ex(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads,
+                          float tensor_amax, lb_qtensor **out)
+{
     if (!spec || !x || !out) return lb__fail(LB_ERR_ARG, "lb_quantize: NULL argument");
+    if (!(tensor_amax >= 0) || isinf(tensor_amax))
+        return lb__fail(LB_ERR_ARG, "lb_quantize: tensor amax %g is not a finite magnitude", (double)tensor_amax);
     *out = NULL;
     if (rows == 0 || cols == 0) return lb__fail(LB_ERR_ARG, "cannot quantize an empty tensor (%zu x %zu)", rows, cols);
     if (rows > SIZE_MAX / 4 / cols) return lb__fail(LB_ERR_ARG, "%zu x %zu values overflow the address space", rows, cols);
@@ -333,7 +341,9 @@ lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t 
             }
             lb__fenv_guard g;
             lb__fenv_begin(&g);
-            q->tensor_scale = j.rules.tensor_scale = lb__tensor_scale(&j.rules, j.tensor_amax);
+            /* a fused group's shared amax (>= this tensor's) sets the tensor scale only */
+            float ts_amax = spec->two_level && tensor_amax > j.tensor_amax ? tensor_amax : j.tensor_amax;
+            q->tensor_scale = j.rules.tensor_scale = lb__tensor_scale(&j.rules, ts_amax);
             lb__fenv_end(&g);
         }
         free(j.row_stats);

@@ -8,7 +8,7 @@
 
 #include "check.h"
 #include "lowbit.h"
-#include "model/matmul.h"
+#include "kernel/matmul.h"
 #include "util/cpu.h"
 
 static unsigned seed = 12345;

@@ -12,7 +12,7 @@
 #include "kernel/qdot.h"
 #include "kernel/qmat.h"
 #include "lowbit.h"
-#include "model/matmul.h"
+#include "kernel/matmul.h"
 #include "util/cpu.h"
 
 static unsigned seed = 777;

@@ -3,7 +3,7 @@
  * and multiplies them by each row's X[r][k] (a broadcast folded into the
  * FMA), so the inner loop is FMAs and loads only. Each accumulator lane
  * is one output element summed over k in order (see matmul.h). */
-#include "model/matmul.h"
+#include "kernel/matmul.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__)
 #include <immintrin.h>

@@ -1,6 +1,6 @@
 /* Matrix products: weight packing, the scalar reference, and the split
  * over threads shared by every instruction set (see matmul.h). */
-#include "model/matmul.h"
+#include "kernel/matmul.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* AVX2 matmul kernel: the 32-wide weight panel in two halves of 16
  * columns, each half with MR rows of X in 2*MR ymm accumulators (12 of
  * the 16 registers). Same per-element order as every path (matmul.h). */
-#include "model/matmul.h"
+#include "kernel/matmul.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>

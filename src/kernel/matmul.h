@@ -13,8 +13,8 @@
  * any number of rows n (a decode step gives the same bits as the same
  * token inside a prefill). The vector and scalar paths differ only by
  * fusing: at most in * 2^-24 * sum |x*w| apart, in practice far less. */
-#ifndef LB_MODEL_MATMUL_H
-#define LB_MODEL_MATMUL_H
+#ifndef LB_KERNEL_MATMUL_H
+#define LB_KERNEL_MATMUL_H
 
 #include <stddef.h>
 
