@@ -7,7 +7,7 @@
 # environment:
 #   LOWBIT_BENCH_DIR     scratch directory (default ~/.cache/lowbit/bench): inputs, outputs, logs; not the repo
 #   LOWBIT_BENCH_CHUNKS  windows of 512 of wiki.test.raw for PPL/KLD (default 40)
-#   LOWBIT_BENCH_PARTS   which parts to run (default "smol llmc eval synth")
+#   LOWBIT_BENCH_PARTS   which parts to run (default "smol llmc eval scheme synth")
 #   LOWBIT_BENCH_REUSE=1 keep outputs and measurements already in the scratch directory (resume a run)
 # Needs: /usr/bin/time (Debian package `time`), the interop environment (make test-interop's) for
 # transformers, and creates the llm-compressor one (bench/llmc_env.sh, several GB, cached).
@@ -17,7 +17,7 @@ lowbit=$(cd "$build" && pwd)/lowbit
 top=$(pwd)
 B=${LOWBIT_BENCH_DIR:-$HOME/.cache/lowbit/bench}
 N=${LOWBIT_BENCH_CHUNKS:-40}
-PARTS=${LOWBIT_BENCH_PARTS:-smol llmc eval synth}
+PARTS=${LOWBIT_BENCH_PARTS:-smol llmc eval scheme synth}
 GGUF=$top/.cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 TEST=$top/data/wikitext-2-raw/wiki.test.raw
 CALIB=${LOWBIT_BENCH_CALIB:-/work/shared/data/wikitext-2-raw/wiki.train.excerpt.raw}
@@ -94,6 +94,23 @@ if has eval; then
                     2> "$R/$who-$t.hfppl.err" || log "hf_ppl on $d failed (see $R/$who-$t.hfppl.err)"
             fi
         done
+    done
+fi
+if has scheme; then
+    # The same schemes evaluated in memory (`lowbit kld --scheme`, weights only as a checkpoint read is), without
+    # writing: a check that what quantize writes is what lowbit evaluates, and the numbers when quantize is absent.
+    for row in $SCHEMES; do
+        s=${row%%|*}; t=$(tag "$s"); c=${row##*|}
+        fresh "$R/lbs-$t.kld.json" || continue
+        case $s in
+            W8A8-FP8) q="--rule model.layers.*=fp8_e4m3:channel" ;;
+            W8A8-INT8) q="--rule model.layers.*=int8:channel:scale=bf16" ;;
+            NVFP4|MXFP4) continue ;;  # their activations are part of the scheme: no weight-only twin here
+            *) q="--scheme $s" ;;
+        esac
+        log "lowbit kld --scheme $s in memory ($N windows)"
+        "$lowbit" kld "$GGUF" "$SMOL" --text "$TEST" --chunks "$N" --base "$B/base.kldb" --json --quiet $q \
+            > "$R/lbs-$t.kld.json" 2> "$R/lbs-$t.kld.err" || log "kld --scheme $s failed (see $R/lbs-$t.kld.err)"
     done
 fi
 if has synth; then

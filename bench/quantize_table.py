@@ -131,9 +131,13 @@ def main():
         t = tag(s)
         lt = gnu_time(os.path.join(r, f"lb-{t}.time"))
         ct = gnu_time(os.path.join(r, f"llmc-{t}.time"))
-        for who, name, tm in (("lb", f"lowbit {s}", lt), ("llmc", f"llm-compressor {p}", ct)):
+        rows = (("lb", f"lowbit {s}", lt), ("lbs", f"lowbit {s}, in memory (kld --scheme, not written)", None),
+                ("llmc", f"llm-compressor {p}", ct))
+        for who, name, tm in rows:
             d = os.path.join(o, f"{who}-{t}")
-            if tm is None and not os.path.isdir(d):
+            if who == "lbs" and not os.path.exists(os.path.join(r, f"lbs-{t}.kld.json")):
+                continue
+            if who != "lbs" and tm is None and not os.path.isdir(d):
                 continue
             bpw, size = bits_per_weight(d)
             k = load_json(os.path.join(r, f"{who}-{t}.kld.json"))
