@@ -7,12 +7,19 @@
  * function). Add a row when a Python test needs another internal. */
 #include <string.h>
 
+#include "export/exporter.h"
+#include "export/modelopt.h"
 #include "io/gguf.h"
 #include "io/llama2c.h"
 #include "io/safetensors.h"
 #include "lowbit.h"
 
 typedef void (*any_fn)(void);
+
+/* The ModelOpt exporter's table, for the tests that drive it directly
+ * (tests/interop/test_modelopt_export.py). */
+static const lb__exporter *lb__mo_exporter_table(void);
+static const lb__exporter *lb__mo_exporter_table(void) { return &lb__exporter_modelopt; }
 
 #define ROW(f) {#f, (any_fn)f}
 static const struct {
@@ -26,6 +33,8 @@ static const struct {
     ROW(lb__gguf_set_str),    ROW(lb__gguf_set_u32),    ROW(lb__gguf_write),       ROW(lb__gguf_writer_free),
     ROW(lb__gguf_writer_new), ROW(lb__l2c_vocab_free),  ROW(lb__l2c_vocab_parse),  ROW(lb__st_close),
     ROW(lb__st_find),         ROW(lb__st_open),         ROW(lb__st_parse),         ROW(lb__st_write),
+    ROW(lb__jsonw_new),       ROW(lb__jsonw_free),      ROW(lb__jsonw_text),       ROW(lb__mo_classify),
+    ROW(lb__mo_emit_weight),  ROW(lb__mo_exclude_json),   ROW(lb__mo_exporter_table),    ROW(lb__jsonw_status),
 };
 
 /* The internal function called `name`, or NULL. */

@@ -56,9 +56,14 @@ typedef struct lb__exporter {
      * format and what would work. */
     lb_status (*check)(const lb_qmodel *q);
     /* The stored tensors of entry i: values (fp32, n_elements) for
-     * STORED/KEPT/REPLACED entries; qt for QUANTIZED ones. */
-    lb_status (*tensor)(const lb_qmodel *q, size_t i, const float *values, const lb_qtensor *qt, lb__emit_fn emit,
-                        void *sink);
+     * STORED/KEPT/REPLACED entries; qv for QUANTIZED ones (lb_qtensor_view
+     * layout). Both are in Hugging Face row order: the driver has already
+     * moved q/k rows of a model read in the adjacent rotary layout (GGUF,
+     * llama2.c) into the half-split one Hugging Face uses, codes, scales and
+     * zero points alike (every lowbit granularity is row-wise, so moving
+     * quantized rows is exactly quantizing moved rows). */
+    lb_status (*tensor)(const lb_qmodel *q, size_t i, const float *values, const lb_qtensor_view *qv,
+                        lb__emit_fn emit, void *sink);
     /* Extra per-model tensors (KV scales), after all entries; may be NULL. */
     lb_status (*extras)(const lb_qmodel *q, lb__emit_fn emit, void *sink);
     /* The value of config.json's "quantization_config" (one JSON object). */

@@ -8,7 +8,8 @@
 #include "lowbit.h"
 
 /* Writes the files into dir (an existing directory being built: the
- * caller renames it into place). model_path: where m was opened from.
+ * caller renames it into place). model_path: where m was opened from
+ * (NULL: the path lb_model_open was given).
  * LB_OK also when the input carries no tokenizer (nothing to write);
  * *written (may be NULL) counts the files written. */
 lb_status lb__hf_tokenizer_write(const lb_model *m, const char *model_path, const char *dir, int *written);

@@ -348,6 +348,7 @@ lb_status lb_model_open(const char *path, lb_model **out)
     for (size_t k = 0; st == LB_OK && k < m->n_shards; k++) lb__st_drop_table(&m->shards[k]);
     if (st == LB_OK) st = build_index(m, path);
     if (st == LB_OK) lb__arch_from_tensors(m, &m->arch);
+    if (st == LB_OK && !(m->path = strdup(path))) st = lb__fail(LB_ERR_NOMEM, "out of memory");
     if (st != LB_OK) {
         lb_model_close(m);
         return st;
@@ -359,6 +360,7 @@ lb_status lb_model_open(const char *path, lb_model **out)
 void lb_model_close(lb_model *m)
 {
     if (!m) return;
+    free(m->path); /* set only once open succeeded: reset() between attempts never sees it */
     reset(m);
     free(m);
 }

@@ -25,6 +25,7 @@ struct lb_model {
     size_t *by_name, *by_file_name; /* tensor indices sorted by name and by file name (lookups) */
     size_t n_sources;            /* the files read: lb_model_save refuses to overwrite them */
     struct lb__file_id { unsigned long long dev, ino; } *sources;
+    char *path;                  /* what lb_model_open was given (finds the files beside it: the tokenizer) */
     lb__hfq *hfq;                /* a quantized HF checkpoint's logical tensors (hf_quantized.c), or NULL */
 };
 
@@ -38,5 +39,10 @@ lb_status lb__arch_from_config(const lb__json *cfg, const char *what, lb_arch *a
 /* What the tensors themselves say (layers, dim, vocab, biases, q/k norms,
  * tied head); fills only fields still 0. */
 void lb__arch_from_tensors(const lb_model *m, lb_arch *a);
+
+/* config.json of a Hugging Face directory (model_save.c): the
+ * architecture, torch_dtype and, when quant_json is not NULL, that JSON
+ * value as "quantization_config". */
+lb_status lb__hf_config_write(const lb_model *m, const char *path, const char *torch_dtype_name, const char *quant_json);
 
 #endif

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "export/hf_tokenizer.h"
+#include "export/hf_tokenizer_internal.h"
 #include "io/model_internal.h"
 #include "util/error.h"
 
@@ -331,7 +333,10 @@ static const char *torch_dtype(const save_job *j)
     return f32 || (bf16 && f16) ? "float32" : bf16 ? "bfloat16" : f16 ? "float16" : "float32";
 }
 
-static lb_status write_config(const lb_model *m, const char *path, const save_job *j)
+/* config.json of a Hugging Face directory: the architecture lb_arch holds,
+ * torch_dtype, and (lowbit quantize) a "quantization_config" value that is
+ * already JSON (NULL: none). Shared with src/export/export.c. */
+lb_status lb__hf_config_write(const lb_model *m, const char *path, const char *torch_dtype_name, const char *quant_json)
 {
     const lb_arch *a = &m->arch;
     const char *model_type = a->name;
@@ -344,14 +349,22 @@ static lb_status write_config(const lb_model *m, const char *path, const save_jo
                      "  \"num_key_value_heads\": %u,\n  \"head_dim\": %u,\n  \"vocab_size\": %u,\n"
                      "  \"max_position_embeddings\": %u,\n  \"rope_theta\": %s,\n  \"rms_norm_eps\": %s,\n"
                      "  \"tie_word_embeddings\": %s,\n  \"attention_bias\": %s,\n  \"hidden_act\": \"silu\",\n"
-                     "  \"torch_dtype\": \"%s\"\n}\n",
+                     "  \"torch_dtype\": \"%s\"",
                      hf_class(a->name), model_type, a->dim, a->hidden_dim, a->n_layers, a->n_heads, a->n_kv_heads,
                      a->head_dim, a->vocab_size, a->max_seq_len ? a->max_seq_len : 2048, theta, eps,
-                     a->tied_embeddings ? "true" : "false", a->qkv_bias ? "true" : "false", torch_dtype(j));
+                     a->tied_embeddings ? "true" : "false", a->qkv_bias ? "true" : "false", torch_dtype_name);
+    if (n < 0 || (size_t)n >= sizeof text) return lb__fail(LB_ERR_ARG, "config.json: architecture name too long");
     lb__outfile o;
     lb_status st = lb__out_open(path, &o);
     if (st != LB_OK) return st;
     st = lb__out_write(&o, text, (size_t)n);
+    if (st == LB_OK && quant_json) {
+        /* the value's own lines, one level deeper */
+        st = lb__out_write(&o, ",\n  \"quantization_config\": ", 27);
+        for (const char *p = quant_json; *p && st == LB_OK; p++)
+            st = *p == '\n' ? lb__out_write(&o, "\n  ", 3) : lb__out_write(&o, p, 1);
+    }
+    if (st == LB_OK) st = lb__out_write(&o, "\n}\n", 3);
     if (st != LB_OK) {
         lb__out_abort(&o);
         return st;
@@ -359,20 +372,29 @@ static lb_status write_config(const lb_model *m, const char *path, const save_jo
     return lb__out_commit(&o);
 }
 
-/* What a Hugging Face directory written here holds. */
-static const char *const hf_files[] = {"config.json", "model.safetensors"};
+static lb_status write_config(const lb_model *m, const char *path, const save_job *j)
+{
+    return lb__hf_config_write(m, path, torch_dtype(j), NULL);
+}
+
+/* What a Hugging Face directory written here holds: the weights, their
+ * config and whichever tokenizer files the input gives
+ * (export/hf_tokenizer.c). */
+#define HF_FILES (2 + LB_HF_TOKENIZER_FILES)
+static const char *const hf_files[HF_FILES] = {"config.json", "model.safetensors", LB_HF_TOKENIZER_NAMES};
 
 /* Everything goes into a fresh directory beside the target, which is
  * renamed onto it at the end (util/file.h: lb__outdir). */
 static lb_status save_hf_dir(const lb_model *m, save_job *j, const char *path)
 {
     lb__outdir d;
-    lb_status st = lb__outdir_open(path, hf_files, 2, &d);
+    lb_status st = lb__outdir_open(path, hf_files, HF_FILES, &d);
     if (st != LB_OK) return st;
     char *cfg = lb__path_join(d.tmp_path, "config.json"), *st_path = lb__path_join(d.tmp_path, "model.safetensors");
     if (!cfg || !st_path) st = lb__fail(LB_ERR_NOMEM, "out of memory");
     if (st == LB_OK) st = save_safetensors(j, st_path);
     if (st == LB_OK) st = write_config(m, cfg, j);
+    if (st == LB_OK) st = lb__hf_tokenizer_write(m, NULL, d.tmp_path, NULL);
     free(cfg), free(st_path);
     if (st == LB_OK) return lb__outdir_commit(&d);
     lb__outdir_abort(&d);
@@ -412,7 +434,7 @@ static lb_status save(const lb_model *m, const char *path, const lb_save_options
     if (!path[0]) return lb__fail(LB_ERR_ARG, "the output path is empty");
     /* the destination rule before any work (the writers check it again) */
     lb__dest dest;
-    lb_status st0 = to == TO_HF_DIR ? lb__dest_check_dir(path, hf_files, 2, &dest) : lb__dest_check_file(path, &dest);
+    lb_status st0 = to == TO_HF_DIR ? lb__dest_check_dir(path, hf_files, HF_FILES, &dest) : lb__dest_check_file(path, &dest);
     if (st0 != LB_OK) return st0;
     if (lb__model_reads(m, path))
         return lb__fail(LB_ERR_ARG, "'%s' is one of the files the model is read from; write elsewhere", path);

@@ -3,6 +3,14 @@
  * panels for the matmul kernels, a KV cache (fp32 or quantized,
  * kvcache.h), and the layer loop. See lowbit.h, "Evaluation".
  *
+ * Every runner is built from a quantized model (lb_runner_from_qmodel;
+ * lb_runner_new wraps a private one, runner_legacy.c): each tensor is read
+ * through it (a replaced norm included), QUANTIZED weights are held packed,
+ * KEPT/REPLACED ones as their 16-bit-rounded values, activations as each
+ * entry's lb_qact says (W8A8 kernels, or simulated: act_sim.h), and an fp8
+ * KV cache of the qmodel with its static per-layer scales. The runner keeps
+ * copies of all it needs: the qmodel may go once it is built.
+ *
  * Numerics: everything fp32 except the RMSNorm mean of squares, summed in
  * double (then x * (1/sqrt(mean + eps)) in fp32 times the weight), and the
  * rotary angles (cos/sin computed in double, stored fp32).
@@ -455,8 +463,8 @@ static lb_status init_kv(const loader *l, lb_runner *r)
     return st;
 }
 
-static lb_status build(const lb_qmodel *q, const lb_runner_options *o, lb_format legacy_act, int calibration,
-                       lb_runner **out)
+lb_status lb__runner_build_ex(const lb_qmodel *q, const lb_runner_options *o, lb_format legacy_act, int calibration,
+                              lb_runner **out)
 {
     const lb_model *m = lb_qmodel_model(q);
     lb_runner *r = calloc(1, sizeof *r);
@@ -500,57 +508,6 @@ static lb_status build(const lb_qmodel *q, const lb_runner_options *o, lb_format
     return LB_OK;
 }
 
-/* lb_runner_new's class of a weight (its spec among attn, mlp, embed,
- * head), by canonical name: NULL for anything else. */
-static const lb_qspec *class_spec(const lb_runner_options *o, const char *name)
-{
-    if (strcmp(name, "model.embed_tokens.weight") == 0) return o->embed;
-    if (strcmp(name, "lm_head.weight") == 0) return o->head;
-    if (strncmp(name, "model.layers.", 13) != 0) return NULL;
-    const char *p = name + 13;
-    while (*p >= '0' && *p <= '9') p++;
-    if (p == name + 13) return NULL;
-    for (int w = 0; w < W_COUNT; w++) {
-        size_t n = strlen(weight_suffix[w]);
-        if (p[0] == '.' && strncmp(p + 1, weight_suffix[w], n) == 0 && strcmp(p + 1 + n, ".weight") == 0)
-            return w <= W_O ? o->attn : o->mlp;
-    }
-    return NULL;
-}
-
-lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner **out)
-{
-    if (!out) return lb__fail(LB_ERR_ARG, "lb_runner_new: out is NULL");
-    *out = NULL;
-    if (!m) return lb__fail(LB_ERR_ARG, "lb_runner_new: model is NULL");
-    lb_runner_options defaults = {0};
-    if (!o) o = &defaults;
-    const lb_qspec *specs[4] = {o->attn, o->mlp, o->embed, o->head};
-    for (int i = 0; i < 4; i++)
-        if (specs[i] && !lb__qspec_is_plain(specs[i]) && lb_qspec_validate(specs[i]) != LB_OK)
-            return lb_qspec_validate(specs[i]);
-    if (o->act != LB_FMT_FP32 && o->act != LB_FMT_INT8 && o->act != LB_FMT_FP8_E4M3)
-        return lb__fail(LB_ERR_ARG, "activation format %d: W8A8 takes int8 or fp8_e4m3", (int)o->act);
-    if (lb__kv_format_check(o->kv) != LB_OK) return LB_ERR_FORMAT;
-    if (o->act != LB_FMT_FP32 && o->fake)
-        return lb__fail(LB_ERR_ARG, "8-bit activations run on packed weights: they do not combine with fake quantization");
-    /* a private qmodel with the class specs, each tensor on its own (no
-     * fused groups): the bytes lb_runner_new always ran on */
-    lb_qmodel *q = NULL;
-    lb_status st = lb_qmodel_new(m, &q);
-    if (st != LB_OK) return st;
-    lb__qmodel_unfuse(q);
-    for (size_t i = 0, n = lb_qmodel_count(q); i < n && st == LB_OK; i++) {
-        const lb_tensor *t = lb_model_tensor(m, i);
-        const lb_qspec *spec = class_spec(o, t->name);
-        if (!spec || t->n_dims != 2 || !t->shape[0] || !t->shape[1]) continue; /* shapes are checked when loading */
-        st = lb__qspec_is_plain(spec) ? lb__qmodel_keep_plain(q, i, spec) : lb_qmodel_set_spec(q, i, spec);
-    }
-    if (st == LB_OK) st = build(q, o, o->act, 0, out);
-    lb_qmodel_free(q);
-    return st;
-}
-
 lb_status lb__runner_build(const lb_qmodel *q, const lb_runner_options *o, int calibration, lb_runner **out)
 {
     if (!out) return lb__fail(LB_ERR_ARG, "lb_runner_from_qmodel: out is NULL");
@@ -562,7 +519,7 @@ lb_status lb__runner_build(const lb_qmodel *q, const lb_runner_options *o, int c
         return lb__fail(LB_ERR_ARG, "lb_runner_from_qmodel: the quantized model says how each weight and activation "
                         "is held; the options' attn, mlp, embed, head and act must be unset");
     if (lb__kv_format_check(o->kv) != LB_OK) return LB_ERR_FORMAT;
-    return build(q, o, LB_FMT_FP32, calibration, out);
+    return lb__runner_build_ex(q, o, LB_FMT_FP32, calibration, out);
 }
 
 lb_status lb_runner_from_qmodel(const lb_qmodel *q, const lb_runner_options *o, lb_runner **out)

@@ -17,6 +17,11 @@ void lb__runner_set_kv_hook(lb_runner *r, lb__kv_hook hook, void *ctx);
  * cache fp32 whatever the qmodel says (what lb_calibrate measures on). */
 lb_status lb__runner_build(const lb_qmodel *q, const lb_runner_options *o, int calibration, lb_runner **out);
 
+/* The one builder: legacy_act is lb_runner_new's W8A8 format for the
+ * seven projections (LB_FMT_FP32: the qmodel's lb_qact instead). */
+lb_status lb__runner_build_ex(const lb_qmodel *q, const lb_runner_options *o, lb_format legacy_act, int calibration,
+                              lb_runner **out);
+
 /* The runner's context length (calibration windows are at most this). */
 size_t lb__runner_max_ctx(const lb_runner *r);
 

@@ -10,8 +10,10 @@
 
 #include "lowbit.h"
 
-/* The most files one output directory holds (a Hugging Face directory: two). */
-#define LB_OUTDIR_MAX_NAMES 4
+/* The most files one output directory holds (a Hugging Face directory:
+ * config.json, the weights and up to eight tokenizer and generation files;
+ * lowbit quantize's: also the shard index and up to 36 shards). */
+#define LB_OUTDIR_MAX_NAMES 48
 
 typedef struct lb__dest {
     int exists;        /* something is there and will be replaced (an empty directory too) */

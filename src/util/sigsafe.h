@@ -15,8 +15,8 @@
 
 /* Temporary outputs alive at once: a Hugging Face directory takes four
  * (the directory, its two files, one file's temporary), a command writes
- * one output at a time. */
-#define LB_MAX_TEMPS 32
+ * one output at a time; a sharded quantize output up to 48 files. */
+#define LB_MAX_TEMPS 64
 /* Longest temporary path (bytes, NUL included); a longer one is refused
  * before anything is created. */
 #define LB_TEMP_PATH_MAX 4096

@@ -117,7 +117,7 @@ def calibrate_weights(model):
             m.input_global_scale.data.fill_(448.0 * 6.0 / 4.0)
 
 
-def write(case, out_dir, seed=0):
+def write(case, out_dir, seed=0, max_shard_size=None):
     """Writes the case's checkpoint; returns the dense model (before quantization)."""
     _, dtype = CASES[case]
     model = tiny_llama(dtype, seed)
@@ -127,7 +127,10 @@ def write(case, out_dir, seed=0):
     calibrate_weights(model)
     compressor = ModelCompressor.from_pretrained_model(model)
     compressor.compress_model(model)
-    model.save_pretrained(out_dir)
+    if max_shard_size:
+        model.save_pretrained(out_dir, max_shard_size=max_shard_size)
+    else:
+        model.save_pretrained(out_dir)
     compressor.update_config(out_dir)
     return dense
 
@@ -137,7 +140,10 @@ def decompressed(out_dir):
     with open(os.path.join(out_dir, "config.json")) as f:
         qc = json.load(f)["quantization_config"]
     config = QuantizationConfig.model_validate(qc)
-    sd = load_file(os.path.join(out_dir, "model.safetensors"))
+    sd = {}
+    for f in sorted(os.listdir(out_dir)):
+        if f.endswith(".safetensors"):
+            sd.update(load_file(os.path.join(out_dir, f)))
     modules = sorted({k.rsplit(".", 1)[0] for k in sd if k.endswith(("weight_scale", "weight_packed"))})
     out = {}
     for mod in modules:

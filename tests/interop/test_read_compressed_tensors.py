@@ -99,6 +99,17 @@ def test_weights_equal_the_packages_decompression(written, case):
     assert not np.array_equal(got[some][2], dense[some].float().numpy())
 
 
+def test_sharded_checkpoint(tmp_path):
+    """save_pretrained in shards: a module's components may sit in different files"""
+    ct.write("w4a16-asym-g32", str(tmp_path), max_shard_size="300KB")
+    assert (tmp_path / "model.safetensors.index.json").exists()
+    assert len(list(tmp_path.glob("model-*.safetensors"))) > 1
+    ref = ct.decompressed(str(tmp_path))
+    got = lowbit_weights(tmp_path)
+    for name, w in ref.items():
+        assert np.array_equal(got[name][2], w.numpy()), name
+
+
 def test_inspect_shows_the_quantization(written):
     d, _ = written("w4a16-asym-g32")
     out = subprocess.run([ml.LOWBIT, "inspect", "--json", str(d)], capture_output=True, text=True, check=True)

@@ -257,3 +257,16 @@ def test_lb_dtype_to_f32_refuses_quantized():
     out = (ctypes.c_float * 1)()
     assert ml.lib.lb_dtype_to_f32(ml.DTYPES.index("quantized"), buf, 1, out) == 7  # LB_ERR_UNSUPPORTED
     assert b"lb_tensor_to_f32" in ml.lib.lb_last_error()
+
+
+def test_inspect_json(tmp_path):
+    t, w, _ = packed_case(np.random.default_rng(9), bits=4, group=32, sym=False)
+    d = write_model(tmp_path, ct_config("pack-quantized", w), t)
+    out = ml.run_json("inspect", "--json", "--quiet", d)
+    q = out["quantization"]
+    assert (q["method"], q["format"], q["quantized"], q["hidden"]) == ("compressed-tensors", "pack-quantized", 1, 3)
+    assert q["groups"] == [{"name": "group_0", "format": "pack-quantized", "weights": "int4 group 32 asymmetric",
+                            "input": "none", "modules": 1}]
+    row = next(r for r in out["tensors"] if r["name"] == f"{MOD}.weight")
+    # every component's bytes: packed codes, scales, zero points
+    assert row["dtype"] == "quantized" and row["bytes"] == ROWS * COLS // 2 + ROWS * 2 * 4 + 2 * 4

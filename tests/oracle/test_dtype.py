@@ -53,7 +53,10 @@ lib.lb_encode_f32.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctype
 NAMES = ["f32", "f16", "bf16", "f64", "f8_e4m3", "f8_e5m2", "i8", "i16", "i32", "i64", "u8", "bool",
          "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "mxfp4", "nvfp4"]
 DT = {n: i for i, n in enumerate(NAMES)}
-COUNT = len(NAMES)
+# then LB_DT_QUANTIZED: a quantized checkpoint's logical weight (several file
+# tensors), which has no bytes of its own; tests/model/test_hf_quantized.py reads it
+QUANTIZED = len(NAMES)
+COUNT = QUANTIZED + 1
 SAFETENSORS = {"f64": "F64", "f32": "F32", "f16": "F16", "bf16": "BF16", "f8_e4m3": "F8_E4M3",
                "f8_e5m2": "F8_E5M2", "i64": "I64", "i32": "I32", "i16": "I16", "i8": "I8", "u8": "U8",
                "bool": "BOOL"}
@@ -126,6 +129,14 @@ def test_table_rows():
             assert (i.block, i.block_bytes) == GGML_QUANT_SIZES[g], name
         assert i.can_read == 1, name
         assert i.can_write == (name in WRITES), name
+
+
+def test_quantized_row():
+    i = lib.lb_dtype_get(QUANTIZED).contents
+    assert i.id == QUANTIZED and i.name.decode() == "quantized" and not i.st_name and i.ggml_type == -1
+    assert (i.block, i.block_bytes, i.can_read, i.can_write) == (1, 0, 1, 0)
+    out = ctypes.c_uint64(7)
+    assert lib.lb_dtype_bytes(QUANTIZED, 1, ctypes.byref(out)) == LB_ERR_ARG and out.value == 7
 
 
 def test_by_name():
