@@ -1,0 +1,180 @@
+/* lowbit quantize: a model in, a checkpoint an engine loads out. The
+ * quantization choices are cli_recipe's (the same ones ppl, kld and
+ * generate take, so they evaluate exactly what this writes); calibration
+ * (static activation scales, --kv fp8) is cli_recipe_calibrate's; writing
+ * is lb_export's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "cli.h"
+#include "cli_output.h"
+#include "cli_recipe.h"
+
+static const char usage[] =
+    "usage: lowbit quantize MODEL -o OUT [--scheme S] [--recipe FILE] [--rule P=SPEC]... [--keep P]...\n"
+    "                       [--kv fp8] [--format compressed-tensors|modelopt|gguf] [--calib FILE]\n"
+    "                       [--calib-tokens N] [--max-shard-size SIZE] [--threads N] [--force] [--json] [--quiet]\n"
+    "       lowbit quantize --list [--json]\n\n"
+    "Writes MODEL (GGUF, safetensors, a Hugging Face directory or llama2.c) quantized as a Hugging Face\n"
+    "directory an engine loads: compressed-tensors (vLLM, SGLang; the default) or modelopt (TensorRT-LLM).\n"
+    "The directory appears only when complete, and every tensor is read back and checked.\n\n" CLI_RECIPE_HELP
+    "  -o, --output OUT    the output directory (must not exist, or be empty; --force replaces one lowbit wrote)\n"
+    "  --format F          compressed-tensors (default) or modelopt; gguf is not written yet (issue 14)\n"
+    "  --calib FILE        text to calibrate static scales on (NVFP4 activations, W8A8-FP8-STATIC, --kv fp8);\n"
+    "                      never the text you evaluate on\n"
+    "  --calib-tokens N    tokens of it to run (default 4096: 8 windows of 512)\n"
+    "  --max-shard-size S  largest safetensors shard: bytes, or with KB/MB/GB (default 5GB, as Hugging Face)\n"
+    "  --threads N         worker threads (0: one per CPU)\n"
+    "  --list              every scheme with its bits per weight\n";
+
+/* "5GB", "500MB", "123" (decimal units, as Hugging Face's max_shard_size). */
+static int parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || s[0] == '-') return 0;
+    uint64_t mul = 1;
+    if (!*end || strcasecmp(end, "B") == 0) mul = 1;
+    else if (strcasecmp(end, "KB") == 0) mul = 1000;
+    else if (strcasecmp(end, "MB") == 0) mul = 1000000;
+    else if (strcasecmp(end, "GB") == 0) mul = 1000000000;
+    else return 0;
+    if (v == 0 || v > UINT64_MAX / mul) return 0;
+    *out = v * mul;
+    return 1;
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int run(int argc, char **argv)
+{
+    const char *model = NULL, *out = NULL, *format = "compressed-tensors", *calib = NULL;
+    int json = 0, force = 0, list = 0, threads = 0;
+    uint64_t shard = 0;
+    size_t calib_tokens = 0;
+    cli_recipe_args ra;
+    memset(&ra, 0, sizeof ra);
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--json") == 0) json = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_recipe_option("quantize", json, argc, argv, &i, &ra);
+        if (r < 0) return EXIT_USAGE;
+        if (r > 0) continue;
+        int has = i + 1 < argc;
+        if (strcmp(a, "--json") == 0) continue;
+        else if (strcmp(a, "--quiet") == 0) cli_progress_set_quiet(1);
+        else if (strcmp(a, "--force") == 0) force = 1;
+        else if (strcmp(a, "--list") == 0) list = 1;
+        else if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) && has) out = argv[++i];
+        else if (strcmp(a, "--format") == 0 && has) format = argv[++i];
+        else if (strcmp(a, "--calib") == 0 && has) calib = argv[++i];
+        else if (strcmp(a, "--calib-tokens") == 0 && has) {
+            char *end;
+            long long v = strtoll(argv[++i], &end, 10);
+            if (*end || v <= 0 || v > 100000000)
+                return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--calib-tokens takes 1..100000000, not '%s'",
+                                argv[i]);
+            calib_tokens = (size_t)v;
+        } else if (strcmp(a, "--max-shard-size") == 0 && has) {
+            if (!parse_size(argv[++i], &shard))
+                return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
+                                "--max-shard-size takes a size such as 5GB, 500MB or 1000000, not '%s'", argv[i]);
+        } else if (strcmp(a, "--threads") == 0 && has) {
+            int rc = cli_parse_threads("quantize", json, argv[++i], &threads);
+            if (rc != EXIT_OK) return rc;
+        } else if (a[0] == '-' && a[1])
+            return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "unknown option or missing value: '%s'", a);
+        else if (model)
+            return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "more than one MODEL ('%s')", a);
+        else model = a;
+    }
+    if (list) return cli_scheme_list(json);
+    if (!model || !out) return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "need MODEL and -o OUT\n%s", usage);
+    lb_export_format fmt;
+    if (strcmp(format, "compressed-tensors") == 0) fmt = LB_EXPORT_COMPRESSED_TENSORS;
+    else if (strcmp(format, "modelopt") == 0) fmt = LB_EXPORT_MODELOPT;
+    else if (strcmp(format, "gguf") == 0)
+        return cli_fail("quantize", json, EXIT_USAGE, "unsupported",
+                        "--format gguf is not written yet (issue 14 builds it); use compressed-tensors or modelopt, or "
+                        "lowbit convert --dtype q4_0|q8_0|mxfp4 for a GGUF");
+    else
+        return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
+                        "unknown --format '%s' (compressed-tensors, modelopt)", format);
+    if (!cli_recipe_given(&ra))
+        return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
+                        "say what to quantize: --scheme S (lowbit quantize --list), --recipe FILE or --rule P=SPEC");
+    lb_output_allow_replace(force);
+    int rc = cli_protect("quantize", json, model, "MODEL");
+    if (rc == EXIT_OK && calib) rc = cli_protect("quantize", json, calib, "--calib");
+    if (rc == EXIT_OK) rc = cli_output_check("quantize", json, out);
+    if (rc != EXIT_OK) return rc;
+    cli_note_leftovers("quantize", out);
+    lb_recipe *recipe = NULL;
+    rc = cli_recipe_build("quantize", json, &ra, &recipe);
+    if (rc != EXIT_OK) return rc;
+    double t0 = now();
+    lb_model *m = NULL;
+    lb_qmodel *q = NULL;
+    lb_tokenizer *tok = NULL;
+    lb_status st = lb_model_open(model, &m);
+    if (st != LB_OK) rc = cli_fail_lb("quantize", json, EXIT_RUNTIME, st);
+    if (rc == EXIT_OK) rc = cli_recipe_qmodel("quantize", json, m, recipe, &q);
+    lb_export_options o = {.format = fmt, .max_shard_bytes = shard, .model_path = model, .threads = threads, .verify = 1};
+    /* refuse what the format cannot express before any calibration or writing */
+    if (rc == EXIT_OK && (st = lb_export_check(q, &o)) != LB_OK)
+        rc = cli_fail_lb("quantize", json, st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
+    if (rc == EXIT_OK && cli_recipe_needs_calib(q)) {
+        if (!calib)
+            rc = cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
+                          "this recipe has static scales (static or NVFP4 activations, --kv fp8): give --calib TEXT "
+                          "(e.g. a training excerpt; never the evaluation text)");
+        else if ((st = lb_tokenizer_from_model(m, model, &tok)) != LB_OK)
+            rc = cli_fail_lb("quantize", json, EXIT_RUNTIME, st);
+        else rc = cli_recipe_calibrate("quantize", json, q, tok, calib, calib_tokens, threads);
+        if (rc == EXIT_OK && (st = lb_export_check(q, &o)) != LB_OK)
+            rc = cli_fail_lb("quantize", json, EXIT_RUNTIME, st);
+    }
+    cli_progress_ctx progress = {"quantize", "tensor", NULL};
+    o.progress = cli_progress_fn, o.progress_ctx = &progress;
+    lb_export_result r;
+    memset(&r, 0, sizeof r);
+    if (rc == EXIT_OK && (st = lb_export(q, out, &o, &r)) != LB_OK)
+        rc = cli_fail_lb("quantize", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
+    double secs = now() - t0;
+    if (rc == EXIT_OK) {
+        if (json) {
+            printf("{\"output\": ");
+            json_string(stdout, out);
+            printf(", \"format\": ");
+            json_string(stdout, format);
+            printf(", \"tensors\": %llu, \"quantized\": %llu, \"bytes\": %llu, \"shards\": %u, \"weight_params\": %llu",
+                   (unsigned long long)r.tensors, (unsigned long long)r.quantized, (unsigned long long)r.bytes, r.shards,
+                   (unsigned long long)r.weight_params);
+            json_field(stdout, "bits_per_weight", r.bits_per_weight);
+            json_field(stdout, "seconds", secs);
+            printf("}\n");
+        } else {
+            printf("wrote %s (%s): %llu tensors, %llu quantized, %.3f bits per weight (scales included), "
+                   "%.1f MB in %u shard%s, %.1f s; every tensor read back and checked\n",
+                   out, format, (unsigned long long)r.tensors, (unsigned long long)r.quantized, r.bits_per_weight,
+                   (double)r.bytes / 1e6, r.shards, r.shards == 1 ? "" : "s", secs);
+        }
+    }
+    lb_tokenizer_free(tok);
+    lb_qmodel_free(q);
+    lb_model_close(m);
+    lb_recipe_free(recipe);
+    return rc;
+}
+
+const cli_command cmd_quantize = {"quantize", "write a quantized checkpoint vLLM, SGLang or TensorRT-LLM load",
+                                  usage, run};
