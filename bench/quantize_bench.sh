@@ -8,6 +8,7 @@
 #   LOWBIT_BENCH_DIR     scratch directory (default ~/.cache/lowbit/bench): inputs, outputs, logs; not the repo
 #   LOWBIT_BENCH_CHUNKS  windows of 512 of wiki.test.raw for PPL/KLD (default 40)
 #   LOWBIT_BENCH_PARTS   which parts to run (default "smol llmc eval scheme synth")
+#   LOWBIT_BENCH_SYNTH_SCHEMES  schemes quantized on the synthetic checkpoint (default: the RTN ones)
 #   LOWBIT_BENCH_REUSE=1 keep outputs and measurements already in the scratch directory (resume a run)
 # Needs: /usr/bin/time (Debian package `time`), the interop environment (make test-interop's) for
 # transformers, and creates the llm-compressor one (bench/llmc_env.sh, several GB, cached).
@@ -32,7 +33,7 @@ fresh() { [ "${LOWBIT_BENCH_REUSE:-0}" != 1 ] || [ ! -s "$1" ]; }
 # lowbit scheme | llm-compressor preset | its group | calibration
 SCHEMES="W4A16:g32|W4A16|32|no W4A16-ASYM:g32|W4A16_ASYM|32|no W8A8-FP8|FP8_DYNAMIC|0|no W8A8-INT8|W8A8|0|no
 NVFP4A16|NVFP4A16|0|no NVFP4|NVFP4|0|yes MXFP4A16|MXFP4A16|0|no MXFP4|MXFP4|0|no"
-RTN="W4A16:g32 W8A8-FP8 W8A8-INT8 NVFP4A16 MXFP4A16"
+RTN=${LOWBIT_BENCH_SYNTH_SCHEMES:-W4A16:g32 W8A8-FP8 W8A8-INT8 NVFP4A16 MXFP4A16}
 tag() { echo "$1" | tr ':' '_'; }
 log() { echo "quantize_bench: $*" >&2; }
 
