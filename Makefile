@@ -6,6 +6,7 @@
 #   make test       every test (sets up a Python venv with the oracle packages)
 #   make asan       the tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench      benchmarks (see BENCHMARKS.md)
+#   make bench-quantize  lowbit quantize vs llm-compressor and a copy (BENCHMARKS.md)
 #   make install PREFIX=/usr/local
 
 CC      ?= cc
@@ -49,7 +50,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(FUZZ_SRC:tests/fuzz/%.
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all demo test test-unit test-python test-interop venv asan bench install uninstall clean warnings fuzz cross-aarch64 test-aarch64
+.PHONY: all demo test test-unit test-python test-interop venv asan bench bench-quantize install uninstall clean warnings fuzz cross-aarch64 test-aarch64
 
 all: $(BUILD)/liblowbit.a $(BUILD)/liblowbit.so $(BUILD)/lowbit
 
@@ -190,6 +191,13 @@ test-aarch64: cross-aarch64
 bench:
 	@$(MAKE) -s all $(BENCH_BIN) $(VENV)/.ready $(SMOLLM2) >&2
 	@sh bench/run.sh $(BUILD) $(VENV)/bin/python
+
+# lowbit quantize vs llm-compressor's oneshot and a plain copy (BENCHMARKS.md, "Quantize: schemes, speed,
+# memory"). Not part of `make test`: it creates the llm-compressor venv (several GB, cached under
+# ~/.cache/lowbit), writes a 4.6 GB synthetic checkpoint there and takes an hour or more on 2 cores.
+bench-quantize:
+	@$(MAKE) -s all $(SMOLLM2) >&2
+	@sh bench/quantize_bench.sh $(BUILD)
 
 # The library goes to PREFIX/lib, which the dynamic loader may not search
 # (see README, "Installing"): use -Wl,-rpath,PREFIX/lib or LD_LIBRARY_PATH.
