@@ -13,7 +13,18 @@ echo
 echo "\$ lowbit inspect $model | head -12"
 "$lowbit" inspect "$model" | head -12
 echo
-echo "== The main job: the model under each spec, measured on text it was not trained on"
+echo "== The main job: a checkpoint vLLM serves (compressed-tensors, W8A8-INT8), and what it cost"
+echo
+out=$(mktemp -d)/stories260K-W8A8-INT8
+trap 'rm -rf "$(dirname "$out")"' EXIT
+run quantize "$model" -o "$out" --scheme W8A8-INT8 --quiet
+echo "\$ ls $out"
+ls "$out"
+echo
+run ppl "$model" --text models/tinystories-valid-excerpt.txt --ctx 256 --quiet
+# what the engine computes on that checkpoint: int8 weights and per-token int8 activations
+run ppl "$model" --scheme W8A8-INT8 --text models/tinystories-valid-excerpt.txt --ctx 256 --quiet
+echo "== The model under each spec, measured on text it was not trained on"
 echo
 run compare "$model" --text models/tinystories-valid-excerpt.txt --ctx 256 \
     --spec bf16,int8:channel,fp8_e4m3:channel,int4:g32,int4:g128:affine,mxfp8_e4m3,mxfp4,nvfp4
