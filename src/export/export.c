@@ -254,6 +254,24 @@ static lb_status write_shard(job *j, const char *dir, uint32_t s, uint32_t n_sha
     return st;
 }
 
+/* dir/name holds the JSON text and a newline (complete or absent) */
+static lb_status write_json_file(const char *dir, const char *name, lb__jsonw *w)
+{
+    lb_status st = lb__jsonw_status(w);
+    char *path = lb__path_join(dir, name);
+    if (st == LB_OK && !path) st = lb__fail(LB_ERR_NOMEM, "out of memory");
+    lb__outfile o;
+    if (st == LB_OK && (st = lb__out_open(path, &o)) == LB_OK) {
+        size_t len;
+        const char *text = lb__jsonw_text(w, &len);
+        st = lb__out_write(&o, text, len);
+        if (st == LB_OK) st = lb__out_write(&o, "\n", 1);
+        st = st == LB_OK ? lb__out_commit(&o) : (lb__out_abort(&o), st);
+    }
+    free(path);
+    return st;
+}
+
 static lb_status write_index(job *j, const char *dir, uint32_t n_shards)
 {
     lb__jsonw *w = lb__jsonw_new();
@@ -270,36 +288,8 @@ static lb_status write_index(job *j, const char *dir, uint32_t n_shards)
     }
     lb__jsonw_end(w);
     lb__jsonw_end(w);
-    lb_status st = lb__jsonw_status(w);
-    char *path = lb__path_join(dir, "model.safetensors.index.json");
-    if (st == LB_OK && !path) st = lb__fail(LB_ERR_NOMEM, "out of memory");
-    lb__outfile o;
-    if (st == LB_OK && (st = lb__out_open(path, &o)) == LB_OK) {
-        size_t len;
-        const char *text = lb__jsonw_text(w, &len);
-        st = lb__out_write(&o, text, len);
-        if (st == LB_OK) st = lb__out_write(&o, "\n", 1);
-        st = st == LB_OK ? lb__out_commit(&o) : (lb__out_abort(&o), st);
-    }
-    free(path);
+    lb_status st = write_json_file(dir, "model.safetensors.index.json", w);
     lb__jsonw_free(w);
-    return st;
-}
-
-static lb_status write_json_file(const char *dir, const char *name, lb__jsonw *w)
-{
-    lb_status st = lb__jsonw_status(w);
-    char *path = lb__path_join(dir, name);
-    if (st == LB_OK && !path) st = lb__fail(LB_ERR_NOMEM, "out of memory");
-    lb__outfile o;
-    if (st == LB_OK && (st = lb__out_open(path, &o)) == LB_OK) {
-        size_t len;
-        const char *text = lb__jsonw_text(w, &len);
-        st = lb__out_write(&o, text, len);
-        if (st == LB_OK) st = lb__out_write(&o, "\n", 1);
-        st = st == LB_OK ? lb__out_commit(&o) : (lb__out_abort(&o), st);
-    }
-    free(path);
     return st;
 }
 
