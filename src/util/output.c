@@ -101,16 +101,30 @@ static lb_status replaceable(const char *path, const struct stat *ls)
     return LB_OK;
 }
 
+/* What both destination checks do first: an absent path is free (*exists
+ * 0); one that exists must not be an input nor a symbolic link (kind:
+ * "file" or "directory", for the message). */
+static lb_status dest_lstat(const char *path, const char *kind, struct stat *ls, int *exists)
+{
+    *exists = 0;
+    if (lstat(path, ls) != 0)
+        return errno == ENOENT ? LB_OK : lb__fail(LB_ERR_IO, "cannot check '%s': %s", path, strerror(errno));
+    *exists = 1;
+    lb_status st = not_an_input(path, path);
+    if (st != LB_OK) return st;
+    if (S_ISLNK(ls->st_mode))
+        return lb__fail(LB_ERR_ARG, "'%s' is a symbolic link: write to the %s it points to, or remove the link", path,
+                        kind);
+    return LB_OK;
+}
+
 lb_status lb__dest_check_file(const char *path, lb__dest *d)
 {
     memset(d, 0, sizeof *d);
     struct stat ls;
-    if (lstat(path, &ls) != 0)
-        return errno == ENOENT ? LB_OK : lb__fail(LB_ERR_IO, "cannot check '%s': %s", path, strerror(errno));
-    lb_status st = not_an_input(path, path);
-    if (st != LB_OK) return st;
-    if (S_ISLNK(ls.st_mode))
-        return lb__fail(LB_ERR_ARG, "'%s' is a symbolic link: write to the file it points to, or remove the link", path);
+    int exists;
+    lb_status st = dest_lstat(path, "file", &ls, &exists);
+    if (st != LB_OK || !exists) return st;
     if (S_ISDIR(ls.st_mode)) return lb__fail(LB_ERR_ARG, "'%s' is a directory, not a file", path);
     if (!S_ISREG(ls.st_mode)) return lb__fail(LB_ERR_ARG, "'%s' exists and is not a regular file", path);
     if (!may_replace()) return lb__fail(LB_ERR_ARG, "'%s' already exists: not replacing it (--force does)", path);
@@ -138,12 +152,9 @@ lb_status lb__dest_check_dir(const char *path, const char *const *names, size_t 
     memset(d, 0, sizeof *d);
     if (n > LB_OUTDIR_MAX_NAMES) return lb__fail(LB_ERR_ARG, "an output directory of more than %d files", LB_OUTDIR_MAX_NAMES);
     struct stat ls;
-    if (lstat(path, &ls) != 0)
-        return errno == ENOENT ? LB_OK : lb__fail(LB_ERR_IO, "cannot check '%s': %s", path, strerror(errno));
-    lb_status st = not_an_input(path, path);
-    if (st != LB_OK) return st;
-    if (S_ISLNK(ls.st_mode))
-        return lb__fail(LB_ERR_ARG, "'%s' is a symbolic link: write to the directory it points to, or remove the link", path);
+    int exists;
+    lb_status st = dest_lstat(path, "directory", &ls, &exists);
+    if (st != LB_OK || !exists) return st;
     if (!S_ISDIR(ls.st_mode)) return lb__fail(LB_ERR_ARG, "'%s' exists and is not a directory", path);
     DIR *dir = opendir(path);
     if (!dir) return lb__fail(LB_ERR_IO, "cannot read directory '%s': %s", path, strerror(errno));
