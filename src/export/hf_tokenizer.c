@@ -30,17 +30,6 @@ static int is_dir(const char *path)
     return stat(path, &s) == 0 && S_ISDIR(s.st_mode);
 }
 
-/* The directory part of path ("." for a bare name); malloc'd. */
-static char *dir_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash) return strdup(".");
-    size_t n = slash == path ? 1 : (size_t)(slash - path);
-    char *d = malloc(n + 1);
-    if (d) memcpy(d, path, n), d[n] = '\0';
-    return d;
-}
-
 lb_status lb__hf_write_file(const char *dir, const char *name, const char *text, size_t len)
 {
     char *path = lb__path_join(dir, name);
@@ -92,7 +81,7 @@ lb_status lb__hf_tokenizer_write(const lb_model *m, const char *model_path, cons
     case LB_MODEL_SAFETENSORS: {
         if (!model_path) return lb__fail(LB_ERR_ARG, "lb__hf_tokenizer_write: the model's path is needed to find "
                                                      "its tokenizer files");
-        char *src = is_dir(model_path) ? strdup(model_path) : dir_of(model_path);
+        char *src = is_dir(model_path) ? strdup(model_path) : lb__path_dir(model_path);
         if (!src) return lb__fail(LB_ERR_NOMEM, "out of memory");
         st = copy_from(src, dir, &count);
         free(src);

@@ -385,17 +385,6 @@ lb_status lb_tokenizer_from_file(const char *path, uint32_t vocab_size, lb_token
     return finish_new(t, st, out);
 }
 
-/* The directory part of path ("." for a bare name); malloc'd. */
-static char *dir_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash) return strdup(".");
-    size_t n = slash == path ? 1 : (size_t)(slash - path);
-    char *d = malloc(n + 1);
-    if (d) memcpy(d, path, n), d[n] = '\0';
-    return d;
-}
-
 static int readable(const char *path)
 {
     struct stat s;
@@ -404,7 +393,7 @@ static int readable(const char *path)
 
 static lb_status beside(const char *model_path, const char *name, uint32_t vocab, lb_tokenizer **out)
 {
-    char *dir = dir_of(model_path), *p = dir ? lb__path_join(dir, name) : NULL;
+    char *dir = lb__path_dir(model_path), *p = dir ? lb__path_join(dir, name) : NULL;
     free(dir);
     if (!p) return lb__fail(LB_ERR_NOMEM, "out of memory");
     lb_status st = lb_tokenizer_from_file(p, vocab, out);
@@ -436,7 +425,7 @@ lb_status lb_tokenizer_from_model(const lb_model *m, const char *model_path, lb_
     if (kind == LB_MODEL_SAFETENSORS) return beside(model_path, "tokenizer.json", 0, out);
     /* llama2.c: tokenizer.bin, else tok<vocab>.bin */
     uint32_t vocab = lb_model_arch(m)->vocab_size;
-    char *dir = dir_of(model_path), name[32];
+    char *dir = lb__path_dir(model_path), name[32];
     snprintf(name, sizeof name, "tok%u.bin", vocab);
     char *a = dir ? lb__path_join(dir, "tokenizer.bin") : NULL, *b = dir ? lb__path_join(dir, name) : NULL;
     lb_status st;

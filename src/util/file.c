@@ -77,6 +77,16 @@ lb_status lb__read_file(const char *path, size_t max_bytes, char **out, size_t *
     return LB_OK;
 }
 
+char *lb__path_dir(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) return strdup(".");
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    char *d = malloc(n + 1);
+    if (d) memcpy(d, path, n), d[n] = '\0';
+    return d;
+}
+
 char *lb__path_join(const char *dir, const char *name)
 {
     size_t n = strlen(dir) + strlen(name) + 2;

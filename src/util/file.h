@@ -32,6 +32,8 @@ lb_status lb__read_file(const char *path, size_t max_bytes, char **out, size_t *
 
 /* "dir/name" in a malloc'd string (NULL when out of memory). */
 char *lb__path_join(const char *dir, const char *name);
+/* The directory part of path ("." for a bare name, "/" for one at the root); malloc'd, NULL when out of memory. */
+char *lb__path_dir(const char *path);
 
 typedef struct lb__outfile {
     FILE *f;
