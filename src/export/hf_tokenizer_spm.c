@@ -13,8 +13,9 @@
  * without all 256 <0xNN> byte tokens (HF writes one <unk> for a character
  * whose bytes are not all tokens, lowbit one id per byte), two different
  * merged tokens with the same score (HF's ranks then decide between them
- * where sentencepiece takes the leftmost), and names that would map a string
- * to another id than lowbit's lookup does. */
+ * where sentencepiece takes the leftmost), an empty <unk>, BOS or EOS (it
+ * cannot be named), and names that would map a string to another id than
+ * lowbit's lookup does. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +110,11 @@ lb_status lb__hf_spm_prepare(const lb_tokenizer *t, const char *what, lb__hf_spm
             return lb__fail(LB_ERR_UNSUPPORTED, "%s: the vocabulary has no byte token <0x%02X>: HF's byte fallback "
                             "would write one <unk> for a character holding that byte where this tokenizer writes one "
                             "id per byte; no tokenizer.json written", what, b);
+    int32_t named[] = {t->unk, t->bos, t->eos};
+    for (int k = 0; k < 3; k++)
+        if (named[k] >= 0 && (t->str_off[named[k]] == SIZE_MAX || t->str_len[named[k]] == 0))
+            return lb__fail(LB_ERR_UNSUPPORTED, "%s: the %s token (id %d) is empty: tokenizer.json cannot name it", what,
+                            k == 0 ? "unknown" : k == 1 ? "BOS" : "EOS", named[k]);
     if (!(h->names = calloc(t->n, sizeof *h->names))) return lb__fail(LB_ERR_NOMEM, "out of memory");
     lb_status st = LB_OK;
     for (uint32_t i = 0; st == LB_OK && i < t->n; i++)

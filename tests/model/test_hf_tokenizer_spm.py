@@ -300,6 +300,13 @@ def test_gguf_without_all_byte_tokens_refused(sp, plain_gguf, tmp_path):
     refused(g, tmp_path / "out", "<0x41>", "byte")
 
 
+def test_gguf_empty_bos_refused(sp, plain_gguf, tmp_path):
+    tokens = [sp.id_to_piece(i) for i in range(sp.vocab_size())]
+    tokens[1] = ""
+    g = gguf_with_tokenizer(sp, plain_gguf, tmp_path / "nobos.gguf", tokens=tokens)
+    refused(g, tmp_path / "out", "BOS token (id 1) is empty")
+
+
 def test_gguf_equal_scores_refused(sp, plain_gguf, tmp_path):
     scores = [sp.get_score(i) for i in range(sp.vocab_size())]
     scores[260] = scores[259]  # 'he' and '▁t': two merged pieces, one score
