@@ -2,8 +2,10 @@
  * writes. From a Hugging Face input (a directory, or a .safetensors file
  * with the files beside it) they are copied byte for byte; from a GGUF
  * they are synthesized from its tokenizer.ggml.* metadata
- * (hf_tokenizer_gguf.c). A llama2.c input carries no Hugging Face
- * tokenizer: nothing is written for it. */
+ * (hf_tokenizer_gguf.c); from a llama2.c checkpoint, from the llama2.c
+ * tokenizer found beside it (tokenizer.bin, else tok<vocab>.bin, as
+ * lb_tokenizer_from_model looks), when there is one. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -11,6 +13,7 @@
 #include "export/hf_tokenizer.h"
 #include "export/hf_tokenizer_internal.h"
 #include "io/model_internal.h"
+#include "model/tokenizer_internal.h"
 #include "util/error.h"
 
 /* What a Hugging Face model directory holds beside the weights that makes
@@ -44,6 +47,24 @@ lb_status lb__hf_write_file(const char *dir, const char *name, const char *text,
         return st;
     }
     return lb__out_commit(&o);
+}
+
+/* A llama2.c checkpoint's tokenizer, when one lies beside it. */
+static lb_status from_llama2c(const lb_model *m, const char *model_path, const char *dir, int *written)
+{
+    if (!model_path) return LB_OK; /* nowhere to look */
+    char name[32], *parent = lb__path_dir(model_path);
+    snprintf(name, sizeof name, "tok%u.bin", lb_model_arch(m)->vocab_size);
+    char *a = parent ? lb__path_join(parent, "tokenizer.bin") : NULL, *b = parent ? lb__path_join(parent, name) : NULL;
+    lb_status st = a && b ? LB_OK : lb__fail(LB_ERR_NOMEM, "out of memory");
+    if (st == LB_OK && (regular_file(a) || regular_file(b))) {
+        lb_tokenizer *t = NULL;
+        st = lb_tokenizer_from_model(m, model_path, &t);
+        if (st == LB_OK) st = lb__hf_tokenizer_from_tok(t, NULL, lb_tokenizer_source(t), dir, written);
+        lb_tokenizer_free(t);
+    }
+    free(parent), free(a), free(b);
+    return st;
 }
 
 /* Copies every tokenizer file found in src_dir. */
@@ -88,7 +109,8 @@ lb_status lb__hf_tokenizer_write(const lb_model *m, const char *model_path, cons
         break;
     }
     case LB_MODEL_LLAMA2C:
-        break; /* tokenizer.bin is not a Hugging Face tokenizer */
+        st = from_llama2c(m, model_path, dir, &count);
+        break;
     }
     if (written) *written = count;
     return st;

@@ -1,12 +1,16 @@
-/* The tokenizer files' insides: the copy (hf_tokenizer.c) and the
- * synthesis from GGUF metadata (hf_tokenizer_gguf.c). */
+/* The tokenizer files' insides: the copy (hf_tokenizer.c), the synthesis
+ * from a GGUF's metadata or a llama2.c tokenizer file (hf_tokenizer_gguf.c,
+ * with hf_tokenizer_spm.c for SentencePiece-style vocabularies) and the
+ * other direction (hf_tokenizer_to_gguf.c). */
 #ifndef LB_EXPORT_HF_TOKENIZER_INTERNAL_H
 #define LB_EXPORT_HF_TOKENIZER_INTERNAL_H
 
 #include <stddef.h>
 
+#include "export/exporter.h"
 #include "io/gguf.h"
 #include "lowbit.h"
+#include "model/tokenizer_internal.h"
 
 /* The files a Hugging Face directory may carry for its tokenizer and
  * generation settings (an output directory lists them as its names). */
@@ -27,6 +31,27 @@ lb_status lb__hf_write_file(const char *dir, const char *name, const char *text,
  * LB_OK writing nothing when the file has no tokenizer. what names the
  * input; *written counts the files. */
 lb_status lb__hf_tokenizer_from_gguf(const lb__gguf_file *f, const char *what, const char *dir, int *written);
+
+/* Synthesizes the same four files from a loaded tokenizer: a llama2.c
+ * tokenizer file's (f NULL) or a GGUF's (f: the file, for its chat template
+ * and context length). */
+lb_status lb__hf_tokenizer_from_tok(const lb_tokenizer *t, const lb__gguf_file *f, const char *what, const char *dir,
+                                    int *written);
+
+/* A SentencePiece-style vocabulary as tokenizer.json says it
+ * (hf_tokenizer_spm.c): each token's name (U+2581 for spaces) and the
+ * merges in HF's rank order. lb__hf_spm_prepare refuses (LB_ERR_UNSUPPORTED,
+ * naming why) what HF would tokenize differently. */
+typedef struct lb__hf_spm {
+    char **names;            /* by id; NULL: an id without a token */
+    const lb__pair **merges; /* into t->merges, by rank */
+    size_t n_merges;
+} lb__hf_spm;
+lb_status lb__hf_spm_prepare(const lb_tokenizer *t, const char *what, lb__hf_spm *h);
+void lb__hf_spm_free(lb__hf_spm *h, uint32_t n);
+/* The legacy Llama normalizer and decoder (prefix: the dummy prefix). */
+void lb__hf_spm_normalizer(lb__jsonw *w, int prefix);
+void lb__hf_spm_decoder(lb__jsonw *w, int prefix);
 
 /* Adds tokenizer.ggml.* keys (and tokenizer.chat_template) from the
  * tokenizer.json / tokenizer_config.json in src_dir, when lowbit's GGUF

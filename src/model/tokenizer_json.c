@@ -1,7 +1,17 @@
-/* tokenizer.json (Hugging Face tokenizers): a BPE model with a ByteLevel
- * pre-tokenizer (alone, or after Digits as SmolLM2's Sequence has it),
- * no normalizer, and added_tokens. Anything else is LB_ERR_UNSUPPORTED
- * naming what the file asks for, never a silently different tokenizer.
+/* tokenizer.json (Hugging Face tokenizers): a BPE model, in one of two
+ * styles; anything else is LB_ERR_UNSUPPORTED naming what the file asks
+ * for, never a silently different tokenizer.
+ *
+ *   - byte-level: a ByteLevel pre-tokenizer (alone, or after Digits as
+ *     SmolLM2's Sequence has it), no normalizer;
+ *   - SentencePiece (what transformers' Llama converter writes in its
+ *     "legacy" form): normalizer Prepend("\u2581") then Replace(" " ->
+ *     "\u2581") (or the Replace alone: no dummy prefix), no pre-tokenizer,
+ *     byte_fallback with all 256 <0xNN> tokens. That is lowbit's SPM
+ *     algorithm (tokenizer_spm.c) with the merges' ranks as costs: the
+ *     lowest rank merges first, the leftmost among equals, as HF's BPE
+ *     does. The non-legacy Metaspace pre-tokenizer is refused (it drops the
+ *     dummy prefix before a leading space, which lowbit does not model).
  *
  * BOS and EOS are not in tokenizer.json: they come from
  * tokenizer_config.json beside it (bos_token / eos_token, a string or an
@@ -55,6 +65,44 @@ static lb_status pre_tokenizer(const lb__json *p, const char *what, lb_tokenizer
     }
     return lb__fail(LB_ERR_UNSUPPORTED, "%s: pre_tokenizer %s is not supported (ByteLevel, or Digits then ByteLevel)",
                     what, type);
+}
+
+#define U2581 "\xE2\x96\x81"
+
+static int is_str(const lb__json *v, const char *s)
+{
+    return v && v->type == LB_JSON_STRING && v->len == strlen(s) && memcmp(v->str, s, v->len) == 0;
+}
+
+/* Replace(" " -> U+2581): {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"} */
+static int is_space_replace(const lb__json *n)
+{
+    const char *type = lb__json_str(n, "type");
+    const lb__json *pat = lb__json_get(n, "pattern");
+    return type && strcmp(type, "Replace") == 0 && pat && pat->type == LB_JSON_OBJECT &&
+           is_str(lb__json_get(pat, "String"), " ") && is_str(lb__json_get(n, "content"), U2581);
+}
+
+static int is_prepend(const lb__json *n)
+{
+    const char *type = lb__json_str(n, "type");
+    return type && strcmp(type, "Prepend") == 0 && is_str(lb__json_get(n, "prepend"), U2581);
+}
+
+/* The SentencePiece normalizer (see the top): 1 when norm is one, with
+ * *prefix saying whether the dummy prefix is prepended. */
+static int spm_normalizer(const lb__json *norm, int *prefix)
+{
+    const char *type = lb__json_str(norm, "type");
+    if (type && strcmp(type, "Sequence") == 0) {
+        const lb__json *seq = lb__json_get(norm, "normalizers");
+        if (!seq || seq->type != LB_JSON_ARRAY) return 0;
+        if (seq->len == 2 && is_prepend(&seq->items[0]) && is_space_replace(&seq->items[1])) return *prefix = 1;
+        if (seq->len == 1 && is_space_replace(&seq->items[0])) return (*prefix = 0), 1;
+        return 0;
+    }
+    if (is_space_replace(norm)) return (*prefix = 0), 1;
+    return 0;
 }
 
 static lb_status id_of(const lb__json *v, const char *what, const char *where, uint32_t *out)
@@ -137,10 +185,18 @@ static lb_status load(const lb__json *root, const char *what, lb_tokenizer *t)
     const char *type = lb__json_str(model, "type");
     if (type && strcmp(type, "BPE") != 0)
         return lb__fail(LB_ERR_UNSUPPORTED, "%s: model type %s is not supported (BPE)", what, type);
-    const lb__json *norm = lb__json_get(root, "normalizer");
-    if (!is_null(norm))
-        return lb__fail(LB_ERR_UNSUPPORTED, "%s: normalizer %s is not supported (none)", what,
+    const lb__json *norm = lb__json_get(root, "normalizer"), *pre = lb__json_get(root, "pre_tokenizer");
+    int spm = !is_null(norm) && spm_normalizer(norm, &t->add_space_prefix);
+    if (!is_null(norm) && !spm)
+        return lb__fail(LB_ERR_UNSUPPORTED, "%s: normalizer %s is not supported (none, or SentencePiece's "
+                        "Prepend(\u2581) + Replace(' ' -> \u2581))", what,
                         lb__json_str(norm, "type") ? lb__json_str(norm, "type") : "?");
+    if (spm && !is_null(pre))
+        return lb__fail(LB_ERR_UNSUPPORTED, "%s: a SentencePiece normalizer with pre_tokenizer %s is not supported "
+                        "(none)", what, lb__json_str(pre, "type") ? lb__json_str(pre, "type") : "?");
+    if (spm && !flag(model, "byte_fallback", 0))
+        return lb__fail(LB_ERR_UNSUPPORTED, "%s: a SentencePiece-style BPE without byte_fallback is not supported "
+                        "(an unknown character would be one <unk>)", what);
     const lb__json *drop = lb__json_get(model, "dropout");
     if (!is_null(drop) && !(drop->type == LB_JSON_NUMBER && drop->number == 0))
         return lb__fail(LB_ERR_UNSUPPORTED, "%s: BPE dropout (random merges) is not supported", what);
@@ -149,10 +205,21 @@ static lb_status load(const lb__json *root, const char *what, lb_tokenizer *t)
         const char *s = lb__json_str(model, keys[k]);
         if (s && s[0]) return lb__fail(LB_ERR_UNSUPPORTED, "%s: model.%s '%s' is not supported", what, keys[k], s);
     }
-    t->kind = LB__TOK_BPE;
-    lb_status st = pre_tokenizer(lb__json_get(root, "pre_tokenizer"), what, t);
-    if (st != LB_OK) return st;
+    lb_status st = LB_OK;
     t->ignore_merges = flag(model, "ignore_merges", 0);
+    if (spm) {
+        t->kind = LB__TOK_SPM;
+        t->space_is_u2581 = 1;
+        if (t->ignore_merges)
+            return lb__fail(LB_ERR_UNSUPPORTED, "%s: ignore_merges with a SentencePiece normalizer", what);
+    } else {
+        t->kind = LB__TOK_BPE;
+        const char *pre_type = lb__json_str(pre, "type");
+        if (pre_type && strcmp(pre_type, "Metaspace") == 0)
+            return lb__fail(LB_ERR_UNSUPPORTED, "%s: pre_tokenizer Metaspace (SentencePiece, non-legacy) is not "
+                            "supported (the legacy normalizer Prepend + Replace is)", what);
+        if ((st = pre_tokenizer(pre, what, t)) != LB_OK) return st;
+    }
     const lb__json *vocab = lb__json_get(model, "vocab"), *added = lb__json_get(root, "added_tokens");
     if (!vocab || vocab->type != LB_JSON_OBJECT) return lb__fail(LB_ERR_PARSE, "%s: model.vocab is not an object", what);
     if (!is_null(added) && added->type != LB_JSON_ARRAY)
@@ -194,6 +261,10 @@ static lb_status load(const lb__json *root, const char *what, lb_tokenizer *t)
     if ((st = lb__tok_finish(t, what)) != LB_OK) return st;
     lb__tok_specials_done(t);
     if (unk) t->unk = lb__strmap_get(t, unk, strlen(unk));
+    for (int b = 0; spm && b < 256; b++)
+        if (t->byte_id[b] < 0)
+            return lb__fail(LB_ERR_UNSUPPORTED, "%s: byte_fallback without the token <0x%02X> (HF would write one "
+                            "<unk> for the character)", what, b);
     return merges(lb__json_get(model, "merges"), what, t);
 }
 

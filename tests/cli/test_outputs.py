@@ -145,7 +145,9 @@ def test_a_model_directory_is_one_rule_too(work):
     assert r.returncode == 2 and "is a directory that is not empty" in r.stderr and "--force" in r.stderr
     r = run("convert", "stories260K.bin", "hf", "--dtype", "bf16", "--force", cwd=work)
     assert r.returncode == 0, r.stderr
-    assert sorted(p.name for p in hf.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in hf.iterdir()) == ["config.json", "generation_config.json", "model.safetensors",
+                                                    "special_tokens_map.json", "tokenizer.json",
+                                                    "tokenizer_config.json"]  # tokenizer files: from tok512.bin
     assert digest(hf / "config.json") != before  # torch_dtype changed
     assert (hf.stat().st_mode & 0o777) == 0o700 and ((hf / "config.json").stat().st_mode & 0o777) == 0o600
     (hf / "notes.txt").write_text("mine")

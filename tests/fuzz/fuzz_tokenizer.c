@@ -7,10 +7,13 @@
  *       together give back the text: for llama2.c with the one leading
  *       space of the dummy prefix, for SmolLM2 without the 21 bytes its
  *       vocabulary lacks (a byte with no token is dropped, as HF does);
- *   (b) as a tokenizer file (tokenizer.json, GGUF or a llama2.c tokenizer
- *       of a few vocabulary sizes): it is refused with a message, or it
+ *   (b) as a tokenizer file (tokenizer.json, byte-level or in the legacy
+ *       SentencePiece form, GGUF or a llama2.c tokenizer of a few
+ *       vocabulary sizes): it is refused with a message, or it
  *       loads and then tokenizes a fixed text into ids that lie in the
- *       vocabulary and have bytes.
+ *       vocabulary and have bytes; a SentencePiece-style one is then
+ *       written as Hugging Face files (export/hf_tokenizer_gguf.c): that
+ *       is refused with a message, or its tokenizer.json loads back.
  *
  * With -DLB_LIBFUZZER (`make fuzz`) it is a libFuzzer target (run it from
  * the repository root, where models/ is); otherwise its main() mutates
@@ -19,9 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "lowbit.h"
+#include "export/hf_tokenizer_internal.h"
 #include "model/tokenizer_internal.h"
 #include "util/error.h"
 
@@ -42,10 +47,22 @@ static void fail(const char *what, const uint8_t *data, size_t size)
 
 static lb_tokenizer *l2c_tok, *smol_tok;
 static int loaded;
-static char tmp_dir[64], tmp_json[96], tmp_config[112];
+static char tmp_dir[64], tmp_json[96], tmp_config[112], out_dir[96];
+static const char *const out_files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                        "generation_config.json"};
+
+static void remove_out(void)
+{
+    for (size_t i = 0; i < sizeof out_files / sizeof *out_files; i++) {
+        char p[160];
+        snprintf(p, sizeof p, "%s/%s", out_dir, out_files[i]);
+        unlink(p);
+    }
+}
 
 static void remove_tmp(void)
 {
+    remove_out(), rmdir(out_dir);
     unlink(tmp_json), unlink(tmp_config), rmdir(tmp_dir);
 }
 
@@ -81,6 +98,11 @@ static void load_once(void)
     atexit(remove_tmp);
     snprintf(tmp_json, sizeof tmp_json, "%s/tokenizer.json", tmp_dir);
     snprintf(tmp_config, sizeof tmp_config, "%s/tokenizer_config.json", tmp_dir);
+    snprintf(out_dir, sizeof out_dir, "%s/out", tmp_dir);
+    if (mkdir(out_dir, 0700) != 0) {
+        perror("fuzz_tokenizer: mkdir");
+        abort();
+    }
 }
 
 /* Tokenizes text; every id in range; returns the ids' bytes put together (malloc'd). */
@@ -161,6 +183,30 @@ static void check_loaded(const lb_tokenizer *t, const uint8_t *data, size_t size
     }
 }
 
+static long hf_written; /* tokenizers written as Hugging Face files (the seeds must reach there) */
+
+/* A SentencePiece-style tokenizer as Hugging Face files: refused with a
+ * message, or written so that lowbit reads the tokenizer.json back. */
+static void check_hf_files(const lb_tokenizer *t, const uint8_t *data, size_t size)
+{
+    int written = 0;
+    lb__fail(LB_OK, "%s", "");
+    if (lb__hf_tokenizer_from_tok(t, NULL, "fuzz input", out_dir, &written) != LB_OK) {
+        if (lb_last_error()[0] == '\0') fail("Hugging Face files refused without a message", data, size);
+    } else {
+        char p[160];
+        snprintf(p, sizeof p, "%s/tokenizer.json", out_dir);
+        lb_tokenizer *back = NULL;
+        if (written != 4 || lb_tokenizer_from_file(p, 0, &back) != LB_OK)
+            fail("a written tokenizer.json does not load back", data, size);
+        if (lb_tokenizer_vocab_size(back) != lb_tokenizer_vocab_size(t))
+            fail("a written tokenizer.json has another vocabulary size", data, size);
+        lb_tokenizer_free(back);
+        hf_written++;
+    }
+    remove_out();
+}
+
 static void check_file(const uint8_t *data, size_t size)
 {
     FILE *f = fopen(tmp_json, "wb");
@@ -180,13 +226,14 @@ static void check_file(const uint8_t *data, size_t size)
     size_t i = 0;
     while (i < size && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r')) i++;
     int self_sized = (size >= 4 && memcmp(data, "GGUF", 4) == 0) || (i < size && data[i] == '{');
-    static const uint32_t vocabs[] = {1, 3, 16, 300};
+    static const uint32_t vocabs[] = {1, 3, 16, 271, 300}; /* 271: the llama2.c seed's own */
     for (size_t v = 0; v < (self_sized ? 1 : sizeof vocabs / sizeof vocabs[0]); v++) {
         lb_tokenizer *t = NULL;
         lb__fail(LB_OK, "%s", "");
         if (lb_tokenizer_from_file(tmp_json, vocabs[v], &t) == LB_OK) {
             if (!t) fail("a tokenizer loaded as NULL", data, size);
             check_loaded(t, data, size);
+            if (t->kind == LB__TOK_SPM) check_hf_files(t, data, size);
             lb_tokenizer_free(t);
         } else {
             if (t) fail("a refused tokenizer was handed out", data, size);
@@ -231,6 +278,33 @@ static uint8_t *make_l2c(size_t *len)
     return b;
 }
 
+/* A tokenizer.json in transformers' legacy Llama form: <unk>, <s>, </s>,
+ * the 256 byte tokens, then a few pieces and their merges. */
+static char *make_spm_json(size_t *len)
+{
+    static const char *const extra[] = {"\u2581", "a", "b", "ab", "\u2581a", "\u2581ab", "\u00e9", "ba"};
+    static const char *const merges[] = {"\"a b\"", "[\"\u2581\", \"a\"]", "\"\u2581a b\"", "\"b a\""};
+    size_t cap = 16384, at = 0;
+    char *b = malloc(cap);
+    at += (size_t)snprintf(b + at, cap - at, "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": 0, \"content\": "
+                           "\"<unk>\", \"special\": true}, {\"id\": 1, \"content\": \"<s>\", \"special\": true}, "
+                           "{\"id\": 2, \"content\": \"</s>\", \"special\": true}], \"normalizer\": {\"type\": "
+                           "\"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\\u2581\"}, "
+                           "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\\u2581\"}]}, "
+                           "\"pre_tokenizer\": null, \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", "
+                           "\"fuse_unk\": true, \"byte_fallback\": true, \"vocab\": {\"<unk>\": 0, \"<s>\": 1, "
+                           "\"</s>\": 2");
+    for (int i = 0; i < 256; i++) at += (size_t)snprintf(b + at, cap - at, ", \"<0x%02X>\": %d", i, 3 + i);
+    for (int i = 0; i < (int)(sizeof extra / sizeof *extra); i++)
+        at += (size_t)snprintf(b + at, cap - at, ", \"%s\": %d", extra[i], 259 + i);
+    at += (size_t)snprintf(b + at, cap - at, "}, \"merges\": [");
+    for (int i = 0; i < (int)(sizeof merges / sizeof *merges); i++)
+        at += (size_t)snprintf(b + at, cap - at, "%s%s", i ? ", " : "", merges[i]);
+    at += (size_t)snprintf(b + at, cap - at, "]}}");
+    *len = at;
+    return b;
+}
+
 static const char json_seed[] =
     "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": 7, \"content\": \"<|endoftext|>\", \"special\": true, "
     "\"lstrip\": false, \"rstrip\": true}], \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Sequence\", "
@@ -251,10 +325,12 @@ int main(void)
 {
     uint64_t s = 0x9E3779B97F4A7C15ull;
     long runs = 0;
-    enum { CAP = 8192 };
-    size_t lens[7];
-    const uint8_t *seeds[7];
+    enum { CAP = 16384, SEEDS = 8 };
+    size_t lens[SEEDS];
+    const uint8_t *seeds[SEEDS];
     uint8_t *l2c = make_l2c(&lens[0]);
+    char *spm_json = make_spm_json(&lens[7]);
+    seeds[7] = (const uint8_t *)spm_json;
     seeds[0] = l2c;
     seeds[1] = (const uint8_t *)json_seed, lens[1] = sizeof json_seed - 1;
     for (int k = 0; k < 3; k++) seeds[2 + k] = (const uint8_t *)text_seeds[k], lens[2 + k] = strlen(text_seeds[k]);
@@ -277,20 +353,27 @@ int main(void)
         return 1;
     }
     lb_tokenizer_free(t);
+    f = fopen(tmp_json, "wb");
+    fwrite(spm_json, 1, lens[7], f), fclose(f);
+    if (lb_tokenizer_from_file(tmp_json, 0, &t) != LB_OK) {
+        fprintf(stderr, "fuzz_tokenizer: the SentencePiece tokenizer.json seed must load: %s\n", lb_last_error());
+        return 1;
+    }
+    lb_tokenizer_free(t);
     uint8_t *buf = malloc(CAP);
     static const uint8_t interesting[] = {' ', '\n', '{', '}', '"', ',', ':', '[', ']', '\\', '0', '1', 'a', 'b',
                                           '<', '>', '|', 0x00, 0x80, 0xC3, 0xE2, 0xF0, 0xFF, 0x96, 0x81};
     for (int it = 0; it < 24000; it++, runs++) {
-        size_t k = (size_t)it % 7, len = lens[k];
+        size_t k = (size_t)it % SEEDS, len = lens[k];
         memcpy(buf, seeds[k], len);
-        for (int mu = 0; mu < 1 + it % 4; mu++) {
+        for (int mu = 0; mu < 1 + (it / SEEDS) % 4; mu++) {
             s ^= s << 13, s ^= s >> 7, s ^= s << 17;
             size_t pos = len ? (size_t)(s >> 8) % len : 0;
             uint8_t byte = (s >> 40) & 1 ? interesting[(s >> 48) % sizeof interesting] : (uint8_t)(s >> 56);
             switch ((s >> 32) % 5) {
             case 0: if (len) buf[pos] ^= (uint8_t)(1u << ((s >> 50) % 8)); break;
             case 1: if (len) buf[pos] = byte; break;
-            case 2: if (k < 2 && len) len = pos; /* truncate (a tokenizer file) */
+            case 2: if ((k < 2 || k == 7) && len) len = pos; /* truncate (a tokenizer file) */
                     else if (len) len -= (s >> 50) % (len + 1 < 8 ? len + 1 : 8);
                     break;
             case 3: /* insert */
@@ -309,9 +392,14 @@ int main(void)
         }
         LLVMFuzzerTestOneInput(buf, len);
     }
-    free(buf), free(l2c);
+    free(buf), free(l2c), free(spm_json);
     lb_tokenizer_free(l2c_tok), lb_tokenizer_free(smol_tok);
-    printf("fuzz_tokenizer: %ld inputs\n%ld passed, 0 failed\n", runs, runs);
+    if (hf_written < 100) {
+        fprintf(stderr, "fuzz_tokenizer: only %ld inputs were written as Hugging Face files\n", hf_written);
+        return 1;
+    }
+    printf("fuzz_tokenizer: %ld inputs (%ld written as Hugging Face files)\n%ld passed, 0 failed\n", runs, hf_written,
+           runs);
     return 0;
 }
 #endif

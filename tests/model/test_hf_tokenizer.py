@@ -9,7 +9,8 @@
   tokenizer_config.json, special_tokens_map.json and generation_config.json
   carry the fields transformers reads, with the GGUF's values.
 - From a Hugging Face input: the files beside it are copied byte for byte.
-- llama2.c inputs carry no Hugging Face tokenizer: nothing is written."""
+- llama2.c inputs: the tokenizer beside the model is synthesized (SentencePiece;
+  test_hf_tokenizer_spm.py); without one, nothing is written."""
 import json
 import shutil
 
@@ -147,9 +148,11 @@ def test_copied_from_hf_input(smol_dir, tmp_path):
     run("convert", src, out, "--quiet", "--force")
 
 
-def test_llama2c_input_writes_no_tokenizer(tmp_path):
+def test_llama2c_input_without_tokenizer_writes_none(tmp_path):
+    (tmp_path / "m").mkdir()
+    shutil.copy(STORIES, tmp_path / "m/stories.bin")  # no tokenizer.bin / tok512.bin beside it
     out = tmp_path / "stories"
-    run("convert", STORIES, out, "--quiet")
+    run("convert", tmp_path / "m/stories.bin", out, "--quiet")
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
 
 
@@ -175,8 +178,10 @@ def test_hf_to_gguf_keeps_tokenizer(smol_dir, lb, meta, tmp_path):
 
 def test_hf_to_gguf_without_tokenizer(tmp_path):
     # an HF directory with no tokenizer.json: a GGUF without tokenizer keys, as before
+    (tmp_path / "m").mkdir()
+    shutil.copy(STORIES, tmp_path / "m/stories.bin")
     d = tmp_path / "stories"
-    run("convert", STORIES, d, "--quiet")
+    run("convert", tmp_path / "m/stories.bin", d, "--quiet")
     out = tmp_path / "s.gguf"
     run("convert", d, out, "--quiet")
     assert not any(k.startswith("tokenizer.") for k in gguf.GGUFReader(str(out)).fields)
