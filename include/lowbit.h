@@ -1086,7 +1086,7 @@ LB_API lb_status lb_scheme_recipe(const lb_scheme *s, lb_recipe **out);
 /* "NAME" or "NAME:gN": the scheme's recipe with its group size set to N
  * (W4A16:g64 for 576-wide layers, which 128 does not divide). Integer
  * schemes take it (a channel scheme becomes groups of N), FP8-BLOCK too
- * (weights and activations); MX, NVFP4 and per-tensor/channel FP8 fix
+ * (N x N weight blocks, activation groups of N); MX, NVFP4 and per-tensor/channel FP8 fix
  * their blocks and refuse it. LB_ERR_ARG naming the schemes otherwise. */
 LB_API lb_status lb_scheme_recipe_named(const char *text, lb_recipe **out);
 

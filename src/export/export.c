@@ -184,9 +184,16 @@ static lb_status emit_entry(job *j, size_t i)
         d = malloc(v.data_bytes + 1), s = malloc(v.scale_bytes + 1), z = malloc(v.zero_point_bytes + 1);
         if (!d || !s || !z) st = lb__fail(LB_ERR_NOMEM, "out of memory");
         if (st == LB_OK) st = permute(v.data, d, v.rows, v.row_bytes, heads);
-        if (st == LB_OK && v.spec.granularity != LB_GRAN_TENSOR)
+        uint64_t hd = v.rows / heads, br = v.spec.group_rows;
+        if (st == LB_OK && v.spec.granularity != LB_GRAN_TENSOR && br > 1 && (!hd || br % hd))
+            /* 2-D blocks: the reorder stays inside a head, so inside a block only when blocks hold whole heads */
+            st = lb__fail(LB_ERR_UNSUPPORTED, "tensor '%s': blocks of %llu rows split its heads of %llu rows, and the "
+                          "rotary reorder to Hugging Face's layout would move rows between blocks: use block rows "
+                          "that are a multiple of %llu", t->name, (unsigned long long)br, (unsigned long long)hd,
+                          (unsigned long long)hd);
+        else if (st == LB_OK && v.spec.granularity != LB_GRAN_TENSOR && br <= 1)
             st = permute(v.scales, s, v.rows, v.scale_bytes / v.rows, heads);
-        else if (st == LB_OK) memcpy(s, v.scales, v.scale_bytes);
+        else if (st == LB_OK) memcpy(s, v.scales, v.scale_bytes); /* one scale, or whole heads per block row */
         if (st == LB_OK && v.zero_points) st = permute(v.zero_points, z, v.rows, v.zero_point_row_bytes, heads);
         if (st == LB_OK) {
             v.data = d, v.scales = s;
