@@ -224,6 +224,9 @@ static void test_json(void)
     refused("{\"lowbit_recipe\": 1, \"rules\": [{\"match\": \"*\", \"keep\": true, "
             "\"input_activations\": {\"spec\": \"int8:token\", \"mode\": \"dynamic\"}}]}", LB_ERR_PARSE, "16-bit", NULL,
             __LINE__);
+    refused("{\"lowbit_recipe\": 1, \"rules\": [{\"match\": \"*\", \"weights\": \"fp8_e4m3:b128x128\", "
+            "\"input_activations\": {\"spec\": \"fp8_e4m3:b2x128\", \"mode\": \"dynamic\"}}]}", LB_ERR_PARSE,
+            "not 2-D bRxC blocks", NULL, __LINE__);
     refused("{\"lowbit_recipe\": 1, \"rules\": [{\"match\": \"re:(\", \"keep\": true}]}", LB_ERR_PARSE, "regex", NULL,
             __LINE__);
     refused("{\"lowbit_recipe\": 1, \"scheme\": \"W5A16\"}", LB_ERR_PARSE, "W5A16", NULL, __LINE__);
