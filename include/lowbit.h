@@ -233,7 +233,10 @@ typedef enum lb_int_range {
  *   ELEMENT      any format but e8m0/ue4m3 (scale formats) and fp32/bf16
  *                (they keep fp32's exponent range: a scale would be subnormal)
  *   GRANULARITY  tensor | channel | token | gN (blocks of N along a row;
- *                bN says the same; 1 <= N <= 2^30)
+ *                bN says the same; 1 <= N <= 2^30) | bRxC (2-D blocks of
+ *                R rows by C columns, e.g. b128x128; gRxC and blockRxC say
+ *                the same; R >= 2: b1xC is gC. Symmetric, single level,
+ *                clip=absmax only)
  *   OPTION       sym | affine | scale=fp32|fp16|bf16|e8m0|ue4m3 (e4m3 = ue4m3)
  *                | twolevel (ue4m3 or fp16 block scales) | clip=absmax|mse
  *                | round=floor|ceil|even|rceil (e8m0 scales)
@@ -254,6 +257,8 @@ typedef struct lb_qspec {
     lb_mx_rounding mx_rounding;/* e8m0 scales only */
     int int_frac_bits;         /* MXINT8: the element's implied 2^-6 (6); else 0 */
     lb_int_range range;        /* symmetric int8/int4 with a non-e8m0 scale only; else FULL (0) */
+    size_t group_rows;         /* LB_GRAN_GROUP: rows a block spans; 0 or 1: one row (gN), R >= 2: 2-D
+                                  R x group blocks (bRxC); 0 for the other granularities */
 } lb_qspec;
 
 LB_API lb_status lb_qspec_parse(const char *text, lb_qspec *out);
@@ -276,8 +281,10 @@ typedef struct lb_qtensor lb_qtensor;
  *          little-endian bit stream, element i in bits [6i, 6i+6), so
  *          four values fill three bytes; 8-bit: one byte; 16-bit (fp16):
  *          two bytes, little-endian.
- * scales   rows x scales_per_row codes of scale_format (one for a tensor
- *          scale), in lb_format_bytes layout, row-major.
+ * scales   scale_rows x scales_per_row codes of scale_format (one for a
+ *          tensor scale), in lb_format_bytes layout, row-major; scale_rows
+ *          is rows, or ceil(rows / group_rows) for 2-D blocks (scale row i
+ *          serves rows [i R, i R + R)), or 1 for a tensor scale.
  * zero_points  affine only: one per scale, as a code of the element format
  *          (two's complement for int8/int4), rows of zero_point_row_bytes
  *          in the bulk layout (int4/uint4: two per byte, low nibble first).
@@ -296,6 +303,7 @@ typedef struct lb_qtensor_view {
     size_t zero_point_row_bytes;
     size_t zero_point_bytes;
     float tensor_scale;        /* 1 unless two-level */
+    size_t scale_rows;         /* rows of scales: rows; ceil(rows / group_rows) for 2-D blocks; 1 for tensor */
 } lb_qtensor_view;
 
 /* Quantizes x [rows, cols] (row-major, rows * cols floats). NaN or
@@ -1078,7 +1086,7 @@ LB_API lb_status lb_scheme_recipe(const lb_scheme *s, lb_recipe **out);
 /* "NAME" or "NAME:gN": the scheme's recipe with its group size set to N
  * (W4A16:g64 for 576-wide layers, which 128 does not divide). Integer
  * schemes take it (a channel scheme becomes groups of N), FP8-BLOCK too
- * (weights and activations); MX, NVFP4 and per-tensor/channel FP8 fix
+ * (N x N weight blocks, activation groups of N); MX, NVFP4 and per-tensor/channel FP8 fix
  * their blocks and refuse it. LB_ERR_ARG naming the schemes otherwise. */
 LB_API lb_status lb_scheme_recipe_named(const char *text, lb_recipe **out);
 

@@ -160,6 +160,7 @@ class QSpec(ctypes.Structure):
         ("mx_rounding", ctypes.c_int),
         ("int_frac_bits", ctypes.c_int),
         ("range", ctypes.c_int),
+        ("group_rows", ctypes.c_size_t),
     ]
 
 
@@ -179,6 +180,7 @@ class QView(ctypes.Structure):
         ("zero_point_row_bytes", ctypes.c_size_t),
         ("zero_point_bytes", ctypes.c_size_t),
         ("tensor_scale", ctypes.c_float),
+        ("scale_rows", ctypes.c_size_t),
     ]
 
 
@@ -234,6 +236,7 @@ class Quantized:
         self.data = np.ctypeslib.as_array(view.data, (view.data_bytes,)).copy().reshape(view.rows, view.row_bytes)
         self.scales = np.ctypeslib.as_array(view.scales, (view.scale_bytes,)).copy()
         self.scales_per_row, self.scale_count = view.scales_per_row, view.scale_count
+        self.scale_rows = view.scale_rows
         self.zero_point_bytes = self.zero_points = None
         if view.zero_points:
             raw = np.ctypeslib.as_array(view.zero_points, (view.zero_point_bytes,)).copy()

@@ -69,6 +69,9 @@ static const char *fmt_name(lb_format f)
     return i ? i->name : "?";
 }
 
+/* 2-D blocks (bRxC): compressed-tensors' strategy "block". */
+static int is_2d(const lb_qspec *s) { return s->granularity == LB_GRAN_GROUP && s->group_rows > 1; }
+
 static int is_int(lb_format f) { return f == LB_FMT_INT8 || f == LB_FMT_UINT8 || f == LB_FMT_INT4 || f == LB_FMT_UINT4; }
 static int int_bits(lb_format f) { return f == LB_FMT_INT8 || f == LB_FMT_UINT8 ? 8 : 4; }
 
@@ -87,6 +90,14 @@ static ct_format classify(const lb_qentry *e, const char **why)
     const lb_qspec *s = &e->spec;
     int acts = e->act.mode != LB_ACT_NONE;
     *why = NULL;
+    if (is_2d(s)) { /* strategy "block": FP8_BLOCK's layout, the one vLLM runs */
+        if (s->element == LB_FMT_FP8_E4M3 && !s->two_level &&
+            (s->scale_format == LB_FMT_FP32 || s->scale_format == LB_FMT_BF16 || s->scale_format == LB_FMT_FP16))
+            return acts ? CT_FLOAT : CT_NAIVE;
+        *why = "2-D blocks (bRxC) are written as compressed-tensors' FP8 block strategy only: fp8_e4m3 elements "
+               "with fp32/bf16/fp16 scales, e.g. fp8_e4m3:b128x128 (the FP8-BLOCK scheme)";
+        return CT_DENSE;
+    }
     if (s->element == LB_FMT_FP4_E2M1 && s->two_level && s->scale_format == LB_FMT_UE4M3 &&
         s->granularity == LB_GRAN_GROUP && s->group == 16)
         return CT_NVFP4;
@@ -171,10 +182,16 @@ static lb_status check_entry(const lb_qmodel *q, const lb_qentry *e)
     uint64_t cols = t->shape[1];
     if (s->granularity == LB_GRAN_TOKEN) return refuse(e, "weights are per tensor, per channel or per group");
     if (s->granularity == LB_GRAN_GROUP && cols % s->group) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "group %zu does not divide its %llu inputs (compressed-tensors and vLLM need "
-                                  "whole groups): use a group size that divides %llu",
-                 s->group, (unsigned long long)cols, (unsigned long long)cols);
+        char msg[240];
+        if (is_2d(s)) /* partial blocks of rows are fine: vLLM's block kernels need whole ones along the inputs */
+            snprintf(msg, sizeof msg, "blocks %zu columns wide do not divide its %llu inputs (vLLM's block FP8 "
+                                      "kernels need whole blocks along the inputs): use a width that divides %llu, "
+                                      "e.g. FP8-BLOCK:g64 for 64x64", s->group, (unsigned long long)cols,
+                     (unsigned long long)cols);
+        else
+            snprintf(msg, sizeof msg, "group %zu does not divide its %llu inputs (compressed-tensors and vLLM need "
+                                      "whole groups): use a group size that divides %llu",
+                     s->group, (unsigned long long)cols, (unsigned long long)cols);
         return refuse(e, msg);
     }
     if (f == CT_PACK && s->granularity == LB_GRAN_GROUP) {
@@ -296,7 +313,8 @@ static lb_status put_scale(emitter *o, const char *m, const lb_qtensor_view *v)
 {
     const char *dt = st_float_name(v->spec.scale_format);
     if (v->spec.granularity == LB_GRAN_TENSOR) return put(o, m, ".weight_scale", dt, 1, 1, 0, v->scales, v->scale_bytes);
-    return put(o, m, ".weight_scale", dt, 2, v->rows, v->scales_per_row, v->scales, v->scale_bytes);
+    /* [rows, groups]; 2-D blocks: [ceil(rows / R), ceil(cols / C)] */
+    return put(o, m, ".weight_scale", dt, 2, v->scale_rows, v->scales_per_row, v->scales, v->scale_bytes);
 }
 
 static lb_status put_packed(emitter *o, const char *m, const lb_qtensor_view *v)
@@ -479,17 +497,24 @@ static lb_status ct_extras(const lb_qmodel *q, lb__emit_fn emit, void *sink)
 
 /* One QuantizationArgs, with only the keys its pydantic model allows. */
 static void args_json(lb__jsonw *w, int bits, int is_float, int symmetric, const char *strategy, long long group,
-                      const char *dynamic, const char *scale_dtype)
+                      const char *dynamic, const char *scale_dtype, const lb_qspec *block)
 {
     lb__jsonw_object(w);
     lb__jsonw_key(w, "num_bits"), lb__jsonw_int(w, bits);
     lb__jsonw_key(w, "type"), lb__jsonw_str(w, is_float ? "float" : "int");
     lb__jsonw_key(w, "symmetric"), lb__jsonw_bool(w, symmetric);
     lb__jsonw_key(w, "group_size");
-    if (group) lb__jsonw_int(w, group);
+    if (group && !block) lb__jsonw_int(w, group);
     else lb__jsonw_null(w);
-    lb__jsonw_key(w, "strategy"), lb__jsonw_str(w, strategy);
-    lb__jsonw_key(w, "block_structure"), lb__jsonw_null(w);
+    lb__jsonw_key(w, "strategy"), lb__jsonw_str(w, block ? "block" : strategy);
+    lb__jsonw_key(w, "block_structure");
+    if (block) { /* [rows, cols] of one block */
+        lb__jsonw_array(w);
+        lb__jsonw_int(w, (long long)block->group_rows), lb__jsonw_int(w, (long long)block->group);
+        lb__jsonw_end(w);
+    } else {
+        lb__jsonw_null(w);
+    }
     lb__jsonw_key(w, "dynamic");
     if (strcmp(dynamic, "local") == 0) lb__jsonw_str(w, "local");
     else lb__jsonw_bool(w, strcmp(dynamic, "true") == 0);
@@ -519,13 +544,13 @@ static void weights_json(lb__jsonw *w, const lb_qentry *e, ct_format f)
     const lb_qspec *s = &e->spec;
     long long g = s->granularity == LB_GRAN_GROUP ? (long long)s->group : 0;
     switch (f) {
-    case CT_NVFP4: args_json(w, 4, 1, 1, "tensor_group", 16, "false", "torch.float8_e4m3fn"); break;
-    case CT_MXFP4: args_json(w, 4, 1, 1, "group", 32, "false", "torch.uint8"); break;
-    case CT_MXFP8: args_json(w, 8, 1, 1, "group", 32, "false", "torch.uint8"); break;
+    case CT_NVFP4: args_json(w, 4, 1, 1, "tensor_group", 16, "false", "torch.float8_e4m3fn", NULL); break;
+    case CT_MXFP4: args_json(w, 4, 1, 1, "group", 32, "false", "torch.uint8", NULL); break;
+    case CT_MXFP8: args_json(w, 8, 1, 1, "group", 32, "false", "torch.uint8", NULL); break;
     case CT_FLOAT:
-    case CT_NAIVE: args_json(w, 8, 1, 1, gran_strategy(s), g, "false", NULL); break;
+    case CT_NAIVE: args_json(w, 8, 1, 1, gran_strategy(s), g, "false", NULL, is_2d(s) ? s : NULL); break;
     case CT_INT:
-    case CT_PACK: args_json(w, int_bits(s->element), 0, !s->affine, gran_strategy(s), g, "false", NULL); break;
+    case CT_PACK: args_json(w, int_bits(s->element), 0, !s->affine, gran_strategy(s), g, "false", NULL, NULL); break;
     case CT_DENSE:
     case CT_FORMAT_COUNT: lb__jsonw_null(w); break;
     }
@@ -540,10 +565,10 @@ static void acts_json(lb__jsonw *w, const lb_qentry *e)
     switch (e->act.mode) {
     case LB_ACT_NONE: lb__jsonw_null(w); break;
     case LB_ACT_DYNAMIC:
-        args_json(w, bits, is_float, 1, s->granularity == LB_GRAN_GROUP ? "group" : "token", g, "true", scale);
+        args_json(w, bits, is_float, 1, s->granularity == LB_GRAN_GROUP ? "group" : "token", g, "true", scale, NULL);
         break;
-    case LB_ACT_STATIC: args_json(w, bits, is_float, 1, "tensor", 0, "false", NULL); break;
-    case LB_ACT_LOCAL: args_json(w, 4, 1, 1, "tensor_group", 16, "local", "torch.float8_e4m3fn"); break;
+    case LB_ACT_STATIC: args_json(w, bits, is_float, 1, "tensor", 0, "false", NULL, NULL); break;
+    case LB_ACT_LOCAL: args_json(w, 4, 1, 1, "tensor_group", 16, "local", "torch.float8_e4m3fn", NULL); break;
     }
 }
 
@@ -557,7 +582,9 @@ static int same_group(const lb_qentry *a, const lb_qentry *b)
                 (ax->element == ay->element && ax->granularity == ay->granularity &&
                  (ax->granularity != LB_GRAN_GROUP || ax->group == ay->group) && ax->scale_format == ay->scale_format));
     return acts && x->element == y->element && x->granularity == y->granularity &&
-           (x->granularity != LB_GRAN_GROUP || x->group == y->group) && x->scale_format == y->scale_format &&
+           (x->granularity != LB_GRAN_GROUP || (x->group == y->group && is_2d(x) == is_2d(y) &&
+                                                (!is_2d(x) || x->group_rows == y->group_rows))) &&
+           x->scale_format == y->scale_format &&
            x->affine == y->affine && x->two_level == y->two_level;
 }
 

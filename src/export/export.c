@@ -133,6 +133,20 @@ static uint32_t rotary_heads(const lb_model *m, const lb_tensor *t)
     return 0;
 }
 
+/* 2-D blocks (bRxC) and the rotary reorder: it moves rows within a head, so
+ * within a block only when each block holds whole heads (R a multiple of
+ * the head's rows); otherwise the written blocks would not be the ones
+ * lowbit quantized and evaluated. */
+static lb_status check_block_heads(const lb_tensor *t, const lb_qspec *s, uint32_t heads)
+{
+    uint64_t rows = t->n_dims >= 1 ? t->shape[0] : 1, hd = heads ? rows / heads : 0, br = s->group_rows;
+    if (!heads || s->granularity != LB_GRAN_GROUP || br <= 1 || (hd && br % hd == 0)) return LB_OK;
+    return lb__fail(LB_ERR_UNSUPPORTED, "tensor '%s': blocks of %llu rows split its heads of %llu rows, and the "
+                    "rotary reorder to Hugging Face's layout would move rows between blocks: use block rows that "
+                    "are a multiple of %llu", t->name, (unsigned long long)br, (unsigned long long)hd,
+                    (unsigned long long)hd);
+}
+
 /* Row r of the Hugging Face layout comes from row src_row(r) of the model's. */
 static uint64_t src_row(uint64_t r, uint64_t rows, uint32_t heads)
 {
@@ -184,9 +198,11 @@ static lb_status emit_entry(job *j, size_t i)
         d = malloc(v.data_bytes + 1), s = malloc(v.scale_bytes + 1), z = malloc(v.zero_point_bytes + 1);
         if (!d || !s || !z) st = lb__fail(LB_ERR_NOMEM, "out of memory");
         if (st == LB_OK) st = permute(v.data, d, v.rows, v.row_bytes, heads);
-        if (st == LB_OK && v.spec.granularity != LB_GRAN_TENSOR)
+        uint64_t br = v.spec.group_rows;
+        if (st == LB_OK) st = check_block_heads(t, &v.spec, heads);
+        if (st == LB_OK && v.spec.granularity != LB_GRAN_TENSOR && br <= 1)
             st = permute(v.scales, s, v.rows, v.scale_bytes / v.rows, heads);
-        else if (st == LB_OK) memcpy(s, v.scales, v.scale_bytes);
+        else if (st == LB_OK) memcpy(s, v.scales, v.scale_bytes); /* one scale, or whole heads per block row */
         if (st == LB_OK && v.zero_points) st = permute(v.zero_points, z, v.rows, v.zero_point_row_bytes, heads);
         if (st == LB_OK) {
             v.data = d, v.scales = s;
@@ -332,7 +348,13 @@ lb_status lb_export_check(const lb_qmodel *q, const lb_export_options *o)
     if (!lb__arch_hf_class(a->name))
         return lb__fail(LB_ERR_UNSUPPORTED, "lowbit writes Hugging Face directories for llama, mistral, qwen2 and "
                                             "qwen3, not for architecture '%s'", a->name);
-    return x->check(q);
+    lb_status st = x->check(q);
+    for (size_t i = 0; st == LB_OK && i < lb_qmodel_count(q); i++) {
+        lb_qentry e;
+        if ((st = lb_qmodel_entry(q, i, &e)) == LB_OK && e.state == LB_QSTATE_QUANTIZED)
+            st = check_block_heads(e.tensor, &e.spec, rotary_heads(lb_qmodel_model(q), e.tensor));
+    }
+    return st;
 }
 
 /* Assigns each entry to a shard from its upper-bound size; *n_shards. */

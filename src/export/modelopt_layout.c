@@ -79,13 +79,14 @@ static int is_fp_scale(lb_format f) { return f == LB_FMT_FP32 || f == LB_FMT_FP1
 static int is_nvfp4(const lb_qspec *s)
 {
     return s->element == LB_FMT_FP4_E2M1 && s->granularity == LB_GRAN_GROUP && s->group == MO_NVFP4_GROUP &&
-           s->scale_format == LB_FMT_UE4M3 && s->two_level && !s->affine;
+           s->scale_format == LB_FMT_UE4M3 && s->two_level && !s->affine && s->group_rows <= 1;
 }
 
 static int is_mxfp8(const lb_qspec *s)
 {
     return s->element == LB_FMT_FP8_E4M3 && s->granularity == LB_GRAN_GROUP && s->group == MO_MX_GROUP &&
-           s->scale_format == LB_FMT_E8M0 && !s->two_level && !s->affine && s->int_frac_bits == 0;
+           s->scale_format == LB_FMT_E8M0 && !s->two_level && !s->affine && s->int_frac_bits == 0 &&
+           s->group_rows <= 1;
 }
 
 lb_status lb__mo_classify(const char *name, const lb_qspec *w, const lb_qact *act, uint64_t rows, uint64_t cols,
@@ -108,6 +109,11 @@ lb_status lb__mo_classify(const char *name, const lb_qspec *w, const lb_qact *ac
         return refuse(name, w, act, "per-channel FP8 weights are ModelOpt's FP8_PER_CHANNEL_PER_TOKEN, whose inputs "
                       "are dynamic per-token FP8");
     }
+    if (fp8_plain && w->granularity == LB_GRAN_GROUP && w->group_rows > 1)
+        return refuse(name, w, act, "2-D FP8 blocks (FP8-BLOCK) have no ModelOpt checkpoint lowbit writes: ModelOpt "
+                      "0.47's block FP8 (FP8_PB_WO) is a weight-only export with 16-bit inputs, not FP8-BLOCK's "
+                      "dynamic per-group FP8 inputs; write FP8-BLOCK with --format compressed-tensors (strategy "
+                      "\"block\", which vLLM and SGLang load)");
     if (is_nvfp4(w)) {
         if (cols % MO_NVFP4_GROUP != 0) {
             char why[160];

@@ -310,7 +310,12 @@ lb_status lb__hfq_check(const lb__hfq_tensor *q, const char *module)
         return lb__fail(LB_ERR_PARSE, "tensor '%s': %llu scales, expected %llu x %llu (one per %llu x %llu weights)",
                         s->name, (unsigned long long)s->n_elements, (unsigned long long)sr, (unsigned long long)sc,
                         (unsigned long long)q->brows, (unsigned long long)q->bcols);
-    if (s->n_dims == 2 && (st = want_shape2(s, sr, sc, "one scale per block of weights")) != LB_OK) return st;
+    /* 2-D blocks (strategy "block", ModelOpt's 128x128 FP8): only [ceil(rows / R), ceil(cols / C)] says which
+     * block a scale is, so a 1-D or 3-D list of the right count is refused too */
+    int blocks2d = q->brows > 1 && sr * sc > 1;
+    if ((s->n_dims == 2 || blocks2d) && (st = want_shape2(s, sr, sc, blocks2d ? "one scale per block of rows x cols"
+                                                                                : "one scale per block of weights")) != LB_OK)
+        return st;
     if (q->math == LB__HFQ_M_CT && q->scale_dtype != LB_DT_F32 && q->scale_dtype != LB_DT_F16 &&
         q->scale_dtype != LB_DT_BF16)
         return lb__fail(LB_ERR_PARSE, "tensor '%s': compressed-tensors computes in the scale's dtype, which must be "

@@ -183,13 +183,13 @@ static size_t staged_row(const lb__qmat *m, const lb__qdot_plan *p, size_t r, si
 {
     if (*first == SIZE_MAX || r >= *first + LB__QDOT_STAGE_ROWS) {
         size_t n = r1 - r < LB__QDOT_STAGE_ROWS ? r1 - r : LB__QDOT_STAGE_ROWS;
-        if (m->plain || p->affine || m->one_scale) lb__qdot_stage_scales(m, p, LB_ISA_AVX512, r, n);
+        if (m->plain || p->affine || m->one_scale || m->block_rows > 1) lb__qdot_stage_scales(m, p, LB_ISA_AVX512, r, n);
         else scales_to_f32(m->scale_format, m->scales + lb_format_bytes(m->scale_format, r * p->blocks), n * p->blocks,
                            m->scale_mul, p->mul);
         *first = r;
         /* the next batch's scale codes: a stream of their own that the
          * hardware does not fetch ahead (loads of them stalled on memory) */
-        if (!m->plain && !m->one_scale) {
+        if (!m->plain && !m->one_scale && m->block_rows == 1) {
             const char *next = (const char *)m->scales + lb_format_bytes(m->scale_format, (r + n) * p->blocks);
             size_t bytes = lb_format_bytes(m->scale_format, LB__QDOT_STAGE_ROWS * p->blocks);
             for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);

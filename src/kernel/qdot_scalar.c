@@ -224,6 +224,10 @@ void lb__qdot_stage_scales(const lb__qmat *m, const lb__qdot_plan *p, lb_isa isa
     if (m->one_scale) {
         p->mul[0] = scale_value(m->scale_format, m->scales, 0) * sm;  /* a product by 1 is exact */
         for (size_t i = 1; i < n; i++) p->mul[i * nb] = p->mul[0];
+    } else if (m->block_rows > 1) { /* 2-D blocks: each row's scales are its band's row */
+        for (size_t i = 0; i < n; i++)
+            for (size_t b = 0; b < nb; b++)
+                p->mul[i * nb + b] = scale_value(m->scale_format, m->scales, lb__qmat_scale_row(m, r + i) * nb + b) * sm;
     } else {
         const uint8_t *codes = m->scales + lb_format_bytes(m->scale_format, r * nb);
         /* whole vectors through the format layer's decoder of isa (the same
@@ -299,7 +303,7 @@ static void row_values(const lb__qmat *m, const lb__qdot_plan *p, size_t r, floa
     if (!m->plain) {
         /* the scalar codecs, then the product by scale_mul (lb__scale_divisors) */
         for (size_t b = 0; b < nb; b++) {
-            uint32_t c = lb__load_code(sf, m->scales, m->one_scale ? 0 : r * nb + b);
+            uint32_t c = lb__load_code(sf, m->scales, m->one_scale ? 0 : lb__qmat_scale_row(m, r) * nb + b);
             p->mul[b] = decode_code(sf, c) * m->scale_mul;
             p->zp[b] = 0.0f;
         }

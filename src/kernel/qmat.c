@@ -38,6 +38,7 @@ void lb__qmat_from_qtensor(lb_qtensor *q, int take_ownership, lb__qmat *m)
     m->scale_format = v.spec.scale_format;
     m->scales = v.scales;
     m->one_scale = v.spec.granularity == LB_GRAN_TENSOR;
+    m->block_rows = lb__block_rows(&v.spec);
     m->zero_points = v.zero_points;
     m->zp_row_bytes = v.zero_point_row_bytes;
     /* lb__scale_divisors: two-level specs multiply by the tensor scale, the
@@ -80,6 +81,7 @@ lb_status lb__qmat_from_f32(const float *w, size_t rows, size_t cols, const lb_q
     m->spec = (lb_qspec){.element = f, .granularity = LB_GRAN_TENSOR, .scale_format = LB_FMT_FP32};
     m->block = cols ? cols : 1;
     m->blocks = cols ? 1 : 0;
+    m->block_rows = 1;
     m->data = buf;
     m->row_bytes = row_bytes;
     m->scale_format = LB_FMT_FP32;
@@ -107,7 +109,7 @@ static void row_f32(const lb__qmat *m, size_t r, float *dst, float *mul, float *
     if (e->bits == 6) lb__unpack6(src, m->cols, codes), src = codes;
     lb__decode_kernel(isa)(e, src, m->cols, dst);
     if (m->plain) return;
-    size_t first = m->one_scale ? 0 : r * m->blocks, nb = m->one_scale ? 1 : m->blocks;
+    size_t first = m->one_scale ? 0 : lb__qmat_scale_row(m, r) * m->blocks, nb = m->one_scale ? 1 : m->blocks;
     lb__decode_kernel(isa)(lb_format_get(m->scale_format), m->scales + lb_format_bytes(m->scale_format, first), nb,
                            mul);
     for (size_t b = 0; b < nb; b++) mul[b] *= m->scale_mul; /* a product by 1 is exact */

@@ -30,7 +30,8 @@ typedef struct lb__qmat {
     const uint8_t *data;       /* rows x row_bytes of packed element codes */
     size_t row_bytes;
     lb_format scale_format;    /* fp32, fp16, bf16, e8m0 or ue4m3 */
-    const uint8_t *scales;     /* scale codes, lb_format_bytes layout; row r's first is r * blocks */
+    const uint8_t *scales;     /* scale codes, lb_format_bytes layout; row r's first is (r / block_rows) * blocks */
+    size_t block_rows;         /* rows sharing a row of scales: R of 2-D bRxC blocks, else 1 */
     int one_scale;             /* tensor granularity: the single code scales[0] serves every row */
     const uint8_t *zero_points;/* affine: row r's at zero_points + r * zp_row_bytes, element bulk layout */
     size_t zp_row_bytes;
@@ -44,6 +45,13 @@ typedef struct lb__qmat {
     lb_qtensor *owned_q;
     void *owned_buf;
 } lb__qmat;
+
+/* The row of scales that serves row r (a matrix built by hand with
+ * block_rows 0 has one per row). */
+static inline size_t lb__qmat_scale_row(const lb__qmat *m, size_t r)
+{
+    return m->block_rows > 1 ? r / m->block_rows : r;
+}
 
 /* Stores w [rows][cols] (fp32, row-major) packed: spec NULL keeps fp32; a
  * plain bf16/fp16/fp32 spec (element bf16/fp16/fp32 at tensor granularity,

@@ -59,6 +59,12 @@ static lb_status validate(const char *text, const lb_qspec *q)
     if (q->granularity == LB_GRAN_GROUP && q->group > LB_QUANT_MAX_GROUP)
         return lb__fail(LB_ERR_ARG, "spec %s: block size %zu is above the limit %u", text, q->group,
                         (unsigned)LB_QUANT_MAX_GROUP);
+    if (q->group_rows > 1 && (q->granularity != LB_GRAN_GROUP || q->group_rows > LB_QUANT_MAX_GROUP))
+        return lb__fail(LB_ERR_ARG, "spec %s: %zu rows per block: 2-D blocks are a block granularity (bRxC) of at "
+                                    "most %u rows", text, q->group_rows, (unsigned)LB_QUANT_MAX_GROUP);
+    if (q->group_rows > 1 && (q->affine || q->two_level || q->search != LB_SEARCH_ABSMAX))
+        return lb__fail(LB_ERR_ARG, "spec %s: 2-D blocks (bRxC) are symmetric, single level and clip=absmax (one "
+                                    "scale per block from its largest magnitude); use gN blocks for the rest", text);
     if (!is_scale_format(q->scale_format))
         return lb__fail(LB_ERR_ARG, "spec %s: scale format must be fp32, fp16, bf16, e8m0 or ue4m3", text);
     if (q->affine && e->kind != LB_KIND_INT)
@@ -93,6 +99,13 @@ lb_status lb_qspec_validate(const lb_qspec *spec)
 {
     if (!spec) return lb__fail(LB_ERR_ARG, "lb_qspec_validate: NULL spec");
     return validate("(struct)", spec);
+}
+
+/* A block granularity token: g or b (or "block") then a digit. */
+static int block_token(const char *t)
+{
+    if (strncmp(t, "block", 5) == 0) return t[5] >= '0' && t[5] <= '9';
+    return (t[0] == 'g' || t[0] == 'b') && t[1] >= '0' && t[1] <= '9';
 }
 
 /* Decimal digits only, no sign, no overflow. */
@@ -140,9 +153,15 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
         if (strcmp(tok, "tensor") == 0) q.granularity = LB_GRAN_TENSOR;
         else if (strcmp(tok, "channel") == 0) q.granularity = LB_GRAN_CHANNEL;
         else if (strcmp(tok, "token") == 0) q.granularity = LB_GRAN_TOKEN;
-        else if ((tok[0] == 'g' || tok[0] == 'b') && tok[1] >= '0' && tok[1] <= '9') {
-            if (!parse_size(tok + 1, &q.group))
-                return lb__fail(LB_ERR_ARG, "spec '%s': bad block size in '%s'", text, tok);
+        else if (block_token(tok)) {
+            /* gN / bN: N along a row; bRxC (gRxC, blockRxC): R rows by C columns */
+            char *num = tok + (strncmp(tok, "block", 5) == 0 ? 5 : 1), *x = strchr(num, 'x');
+            if (x) *x = '\0';
+            q.group_rows = 0;
+            if (!parse_size(x ? x + 1 : num, &q.group) || (x && (!parse_size(num, &q.group_rows) || !q.group_rows)))
+                return lb__fail(LB_ERR_ARG, "spec '%s': bad block size in '%s%s%s' (gN, or bRxC with R, C >= 1)", text,
+                                tok, x ? "x" : "", x ? x + 1 : "");
+            if (q.group_rows == 1) q.group_rows = 0; /* b1xC is gC */
             q.granularity = LB_GRAN_GROUP;
         } else if (strcmp(tok, "sym") == 0) q.affine = 0;
         else if (strcmp(tok, "affine") == 0) q.affine = 1;
@@ -169,11 +188,11 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
             if (r < 0) return lb__fail(LB_ERR_ARG, "spec '%s': unknown rounding in '%s' (floor, ceil, even, rceil)", text, tok);
             q.mx_rounding = (lb_mx_rounding)r;
         } else {
-            return lb__fail(LB_ERR_ARG, "spec '%s': unknown part '%s' (granularity: tensor, channel, token, gN; "
+            return lb__fail(LB_ERR_ARG, "spec '%s': unknown part '%s' (granularity: tensor, channel, token, gN, bRxC; "
                                         "options: sym, affine, twolevel, scale=, clip=, round=, range=)", text, tok);
         }
     }
-    if (q.granularity != LB_GRAN_GROUP) q.group = 0; /* "g744:tensor": the last granularity wins, whole */
+    if (q.granularity != LB_GRAN_GROUP) q.group = q.group_rows = 0; /* "g744:tensor": the last granularity wins */
     lb_status s = validate(quoted, &q);
     if (s == LB_OK) *out = q;
     return s;
@@ -186,13 +205,14 @@ int lb_qspec_format(const lb_qspec *q, char *buf, size_t size)
         const lb_qspec *p = &presets[i].spec;
         if (p->element == q->element && p->granularity == q->granularity && p->group == q->group &&
             p->scale_format == q->scale_format && p->affine == q->affine && p->two_level == q->two_level &&
-            p->int_frac_bits == q->int_frac_bits && q->search == LB_SEARCH_ABSMAX) {
+            p->int_frac_bits == q->int_frac_bits && q->search == LB_SEARCH_ABSMAX && q->group_rows <= 1) {
             if (q->mx_rounding == LB_MX_FLOOR) return snprintf(buf, size, "%s", presets[i].name);
             return snprintf(buf, size, "%s:round=%s", presets[i].name, round_names[q->mx_rounding]);
         }
     }
     char gran[32];
-    if (q->granularity == LB_GRAN_GROUP) snprintf(gran, sizeof gran, "g%zu", q->group);
+    if (q->granularity == LB_GRAN_GROUP && q->group_rows > 1) snprintf(gran, sizeof gran, "b%zux%zu", q->group_rows, q->group);
+    else if (q->granularity == LB_GRAN_GROUP) snprintf(gran, sizeof gran, "g%zu", q->group);
     else snprintf(gran, sizeof gran, "%s", gran_names[q->granularity]);
     if (q->int_frac_bits) /* MXINT8's implied fraction has no spelling but the preset's name */
         return snprintf(buf, size, "mxint8:%s%s%s", gran, q->mx_rounding != LB_MX_FLOOR ? ":round=" : "",

@@ -11,12 +11,20 @@
 /* Largest block size: a row this long is ~16 GiB of fp32 already. */
 #define LB_QUANT_MAX_GROUP (1u << 30)
 
+/* Rows one block spans: the spec's group_rows for 2-D blocks (bRxC), else 1. */
+static inline size_t lb__block_rows(const lb_qspec *s)
+{
+    return s->granularity == LB_GRAN_GROUP && s->group_rows > 1 ? s->group_rows : 1;
+}
+
 struct lb_qtensor {
     lb_qspec spec;
     size_t rows, cols;
     size_t block;          /* values per scale along a row (cols for channel/token) */
     size_t scales_per_row; /* ceil(cols / block); 1 for tensor granularity */
-    size_t scale_count;    /* rows * scales_per_row, or 1 for tensor */
+    size_t block_rows;     /* rows sharing a row of scales: R of a 2-D bRxC block, else 1 */
+    size_t scale_rows;     /* ceil(rows / block_rows), or 1 for tensor */
+    size_t scale_count;    /* scale_rows * scales_per_row */
     size_t row_bytes;      /* packed bytes per row */
     uint8_t *data;         /* [rows][row_bytes] */
     uint8_t *scales;       /* scale codes, lb_format_bytes layout */

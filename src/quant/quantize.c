@@ -34,6 +34,8 @@ typedef struct qjob {
     float *out;             /* dequantization output */
     float tensor_amax, tensor_lo, tensor_hi;
     lb__block_scale fixed;  /* tensor granularity: the one scale */
+    lb__block_scale *band;  /* 2-D blocks: every block's scale, scale_rows x scales_per_row */
+    float *bstats;          /* 2-D blocks, pass 1: per row and block amax, lo, hi (3 arrays of rows x blocks) */
     int final;              /* 0 while searching (errors only), 1 to store */
 } qjob;
 
@@ -101,7 +103,7 @@ static void tensor_scale_at(const qjob *j, float ratio, lb__block_scale *s)
 static int row_block_stats(const qjob *j, const lb__qkernels *k, const float *x, scratch *w)
 {
     const lb_qtensor *q = j->q;
-    if (j->spec->granularity == LB_GRAN_TENSOR) return 0; /* pass 1 checked every row */
+    if (j->spec->granularity == LB_GRAN_TENSOR || j->band) return 0; /* pass 1 checked every row */
     if (j->spec->affine) return k->block_minmax(x, q->cols, q->block, w->lo, w->hi);
     if (j->rules.full_range) { /* the signed extremes, and amax from them (the same value absmax gives) */
         int bad = k->block_minmax(x, q->cols, q->block, w->lo, w->hi);
@@ -112,9 +114,11 @@ static int row_block_stats(const qjob *j, const lb__qkernels *k, const float *x,
 }
 
 /* Every block's scale at a clipping ratio, and what the vector loops need. */
-static void row_scales(const qjob *j, float ratio, scratch *w)
+static void row_scales(const qjob *j, size_t r, float ratio, scratch *w)
 {
     if (j->spec->granularity == LB_GRAN_TENSOR) w->chosen[0] = j->fixed;
+    else if (j->band) memcpy(w->chosen, j->band + (r / j->q->block_rows) * j->q->scales_per_row,
+                             j->q->scales_per_row * sizeof *w->chosen);
     else lb__scales_for_blocks(&j->rules, j->isa, blocks_per_row(j->q), w->amax, w->lo, w->hi, ratio, w->chosen,
                                w->stmp, w->scodes);
 }
@@ -193,7 +197,7 @@ static void store_row(const qjob *j, size_t r, scratch *w)
     lb_qtensor *q = j->q;
     const lb_format_info *e = lb_format_get(j->spec->element), *sf = lb_format_get(j->spec->scale_format);
     if (e->bits == 6) lb__pack6(w->codes, q->cols, q->data + r * q->row_bytes);
-    if (j->spec->granularity == LB_GRAN_TENSOR) return; /* the one scale is stored once */
+    if (j->spec->granularity == LB_GRAN_TENSOR || j->band) return; /* stored once, by lb__quantize_ex */
     size_t nb = blocks_per_row(q);
     if (sf->bits == 8) /* e8m0 and ue4m3: a byte per block, without the width's switch per block */
         for (size_t b = 0; b < nb; b++) q->scales[r * nb + b] = (uint8_t)w->chosen[b].code;
@@ -225,7 +229,7 @@ static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
         if (search) { /* every ratio on the whole row; each block keeps its best (ties: larger ratio) */
             int fused = lb_format_get(j->spec->element)->kind == LB_KIND_INT;
             for (int step = 0; step < LB_CLIP_STEPS; step++) {
-                row_scales(j, clip_ratio(step), &w);
+                row_scales(j, r, clip_ratio(step), &w);
                 if (fused) { /* integers: one pass, no codes */
                     load_block_arrays(j, &w);
                     k->block_trial_err_int(x, q->cols, q->block, w.div, w.add, j->rules.clamp_lo, j->rules.clamp_hi,
@@ -240,7 +244,7 @@ static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
             }
             memcpy(w.chosen, w.best, nb * sizeof *w.best);
         } else {
-            row_scales(j, 1.0f, &w);
+            row_scales(j, r, 1.0f, &w);
         }
         if (j->final) {
             encode_row(j, k, x, &w, final_codes(j, r, &w));
@@ -273,6 +277,62 @@ static lb_status row_stats(void *ctx, size_t begin, size_t end)
     return LB_OK;
 }
 
+/* 2-D blocks, pass 1: each row's per-block largest magnitude (and range,
+ * for full-range integers), reduced over each band of block_rows rows by
+ * block2d_scales. */
+static lb_status block2d_stats(void *ctx, size_t begin, size_t end)
+{
+    const qjob *j = ctx;
+    const lb__qkernels *k = lb__qkernels_get(j->isa);
+    const lb_qtensor *q = j->q;
+    size_t nb = q->scales_per_row, n = q->rows * nb;
+    for (size_t r = begin; r < end; r++) {
+        const float *x = j->x + r * q->cols;
+        float *amax = j->bstats + r * nb, *lo = amax + n, *hi = lo + n;
+        if (k->block_absmax(x, q->cols, q->block, amax))
+            return nonfinite_error(j, r, k->first_nonfinite(x, q->cols));
+        if (lb__rules_need_range(&j->rules)) k->block_minmax(x, q->cols, q->block, lo, hi);
+    }
+    return LB_OK;
+}
+
+/* 2-D blocks: the largest magnitude (and range) over all rows x cols of each
+ * block, from pass 1's rows (max and min are exact: the order of rows does
+ * not matter), then every block's scale once; the codes are stored here. */
+static lb_status block2d_scales(qjob *j, int threads)
+{
+    lb_qtensor *q = j->q;
+    size_t nb = q->scales_per_row, n = q->rows * nb, ns = q->scale_count;
+    j->bstats = malloc(3 * n * sizeof(float));
+    float *band = malloc(3 * ns * sizeof(float) + ns * sizeof(float) + 4 * ns);
+    j->band = malloc(ns * sizeof *j->band);
+    lb_status st = j->bstats && band && j->band ? LB_OK : lb__fail(LB_ERR_NOMEM, "out of memory for %zu blocks", ns);
+    if (st == LB_OK) st = lb__parallel_for(q->rows, 1, threads, block2d_stats, j);
+    if (st == LB_OK) {
+        int range = lb__rules_need_range(&j->rules);
+        float *amax = band, *lo = band + ns, *hi = lo + ns, *tmp = hi + ns;
+        for (size_t i = 0; i < 3 * ns; i++) band[i] = 0.0f; /* block_minmax's lo/hi include 0 as well */
+        for (size_t r = 0; r < q->rows; r++) {
+            const float *ra = j->bstats + r * nb, *rl = ra + n, *rh = rl + n;
+            size_t o = (r / q->block_rows) * nb;
+            for (size_t b = 0; b < nb; b++) {
+                if (ra[b] > amax[o + b]) amax[o + b] = ra[b];
+                if (range && rl[b] < lo[o + b]) lo[o + b] = rl[b];
+                if (range && rh[b] > hi[o + b]) hi[o + b] = rh[b];
+            }
+        }
+        lb__fenv_guard g;
+        lb__fenv_begin(&g);
+        lb__scales_for_blocks(&j->rules, j->isa, ns, amax, lo, hi, 1.0f, j->band, tmp, (uint8_t *)(tmp + ns));
+        lb__fenv_end(&g);
+        const lb_format_info *sf = lb_format_get(q->spec.scale_format);
+        for (size_t i = 0; i < ns; i++) lb__store_code(sf, q->scales, i, j->band[i].code);
+    }
+    free(j->bstats), free(band);
+    j->bstats = NULL;
+    return st;
+}
+
 /* Rows of zero points: one row for a tensor scale, else one per row. */
 static size_t zero_point_bytes(const lb_qtensor *q)
 {
@@ -296,7 +356,9 @@ static lb_status alloc_qtensor(const lb_qspec *spec, size_t rows, size_t cols, l
     q->rows = rows, q->cols = cols;
     q->block = spec->granularity == LB_GRAN_GROUP ? spec->group : cols;
     q->scales_per_row = spec->granularity == LB_GRAN_TENSOR ? 1 : (cols + q->block - 1) / q->block;
-    q->scale_count = spec->granularity == LB_GRAN_TENSOR ? 1 : rows * q->scales_per_row;
+    q->block_rows = lb__block_rows(spec);
+    q->scale_rows = spec->granularity == LB_GRAN_TENSOR ? 1 : (rows + q->block_rows - 1) / q->block_rows;
+    q->scale_count = q->scale_rows * q->scales_per_row;
     q->row_bytes = lb__packed_row_bytes(spec->element, cols);
     q->tensor_scale = 1.0f;
     size_t scale_bytes = lb_format_bytes(spec->scale_format, q->scale_count);
@@ -384,7 +446,9 @@ lb_status lb__quantize_ex(const lb_qspec *spec, const float *x, size_t rows, siz
         lb__store_code(lb_format_get(spec->scale_format), q->scales, 0, j.fixed.code);
         if (q->zero_points) lb__store_zero_point(q, 0, 0, j.fixed.zero_point);
     }
+    if (st == LB_OK && q->block_rows > 1) st = block2d_scales(&j, threads);
     if (st == LB_OK) st = lb__parallel_for(rows, 1, threads, quantize_rows, &j);
+    free(j.band);
     if (st != LB_OK) {
         lb_qtensor_free(q);
         return st;
@@ -446,6 +510,7 @@ lb_status lb_qtensor_view_get(const lb_qtensor *q, lb_qtensor_view *v)
     v->zero_point_row_bytes = q->zero_points ? q->zp_row_bytes : 0;
     v->zero_point_bytes = q->zero_points ? zero_point_bytes(q) : 0;
     v->tensor_scale = q->tensor_scale;
+    v->scale_rows = q->scale_rows;
     return LB_OK;
 }
 
@@ -467,7 +532,7 @@ void lb__row_scales(const lb_qtensor *q, const lb__scale_rules *rules, lb_isa is
 {
     /* tensor granularity: one block per row, the one stored scale */
     int tensor = q->spec.granularity == LB_GRAN_TENSOR;
-    size_t nb = tensor ? 1 : q->scales_per_row, first = tensor ? 0 : r * nb;
+    size_t nb = tensor ? 1 : q->scales_per_row, first = tensor ? 0 : (r / q->block_rows) * nb;
     lb__scale_divisors(rules, isa, q->scales + lb_format_bytes(q->spec.scale_format, first), nb, mul);
     for (size_t b = 0; b < nb; b++) sub[b] = q->zero_points ? (float)lb__zero_point(q, tensor ? 0 : r, b) : 0.0f;
 }

@@ -88,7 +88,8 @@ static double stored_bytes(const lb_qspec *spec, uint64_t rows, uint64_t cols)
     const lb_format_info *e = lb_format_get(spec->element), *sf = lb_format_get(spec->scale_format);
     uint64_t block = spec->granularity == LB_GRAN_GROUP ? spec->group : cols;
     uint64_t per_row = spec->granularity == LB_GRAN_TENSOR ? 1 : cols / block + (cols % block != 0);
-    double scale_rows = spec->granularity == LB_GRAN_TENSOR ? 1 : (double)rows; /* a tensor scale is one code */
+    uint64_t br = lb__block_rows(spec); /* a tensor scale is one code; 2-D blocks, a row of them per br rows */
+    double scale_rows = spec->granularity == LB_GRAN_TENSOR ? 1 : (double)(rows / br + (rows % br != 0));
     double bytes = (double)rows * packed_bytes(e->bits, cols) + scale_rows * packed_bytes(sf->bits, per_row);
     if (spec->affine) /* zero points: one code per scale, in the element's bulk layout (4-bit: two a byte) */
         bytes += scale_rows * packed_bytes(e->bits, per_row);

@@ -140,7 +140,8 @@ static int same_spec(const lb_qspec *a, const lb_qspec *b)
     return a->element == b->element && a->granularity == b->granularity &&
            (a->granularity != LB_GRAN_GROUP || a->group == b->group) && a->scale_format == b->scale_format &&
            a->affine == b->affine && a->two_level == b->two_level && a->search == b->search &&
-           a->mx_rounding == b->mx_rounding && a->int_frac_bits == b->int_frac_bits;
+           a->mx_rounding == b->mx_rounding && a->int_frac_bits == b->int_frac_bits &&
+           (a->group_rows > 1 ? a->group_rows : 1) == (b->group_rows > 1 ? b->group_rows : 1);
 }
 
 static int two_level_entry(const qslot *s) { return s->e.state == LB_QSTATE_QUANTIZED && s->e.spec.two_level; }

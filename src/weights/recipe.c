@@ -166,12 +166,13 @@ static lb_status check_act(const lb_rule *rule)
         want = "static activations take one symmetric scale per tensor (e.g. fp8_e4m3:tensor)";
         break;
     case LB_ACT_DYNAMIC:
-        ok = (a->granularity == LB_GRAN_TOKEN || a->granularity == LB_GRAN_GROUP) && !a->two_level && !a->affine;
+        ok = (a->granularity == LB_GRAN_TOKEN || a->granularity == LB_GRAN_GROUP) && !a->two_level && !a->affine &&
+             a->group_rows <= 1;
         want = "dynamic activations take per-token or per-group symmetric scales (e.g. fp8_e4m3:token, int8:token, "
-               "mxfp4)";
+               "mxfp4; groups along each token, not 2-D bRxC blocks)";
         break;
     case LB_ACT_LOCAL:
-        ok = a->granularity == LB_GRAN_GROUP && a->two_level;
+        ok = a->granularity == LB_GRAN_GROUP && a->two_level && a->group_rows <= 1;
         want = "local activations are two-level blocks under a calibrated tensor scale (nvfp4)";
         break;
     }

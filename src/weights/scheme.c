@@ -17,7 +17,7 @@
 typedef enum group_override {
     GROUP_FIXED = 0,   /* the format fixes the block (MX 32, NVFP4 16) or a per-tensor scale */
     GROUP_WEIGHTS = 1, /* integer schemes: the weights' group (a channel scheme becomes groups of N) */
-    GROUP_BOTH = 2     /* FP8-BLOCK: the weight blocks and the activation groups together */
+    GROUP_BOTH = 2     /* FP8-BLOCK: the weight blocks (NxN) and the activation groups together */
 } group_override;
 
 typedef struct scheme_row {
@@ -36,12 +36,11 @@ typedef struct scheme_row {
  * two from mantissa 1.75), MXFP8 as ModelOpt does (round=rceil: ceil of
  * log2(amax / 448), so nothing saturates).
  *
- * FP8-BLOCK: compressed-tensors' FP8_BLOCK has 128x128 weight blocks
- * (block_structure [128, 128]); lb_qspec has no 2-D block, so lowbit's
- * FP8-BLOCK uses 1x128 blocks, one fp32 scale per 128 values of a row
- * (finer, so never worse, and 0.25 bits per weight instead of 0.002).
- * Writers that need the 128x128 layout refuse it until lb_qspec grows
- * 2-D blocks. */
+ * FP8-BLOCK: compressed-tensors' FP8_BLOCK (and the DeepSeek-V3 / Qwen3
+ * FP8 checkpoints): one scale per 128x128 block of weights (b128x128,
+ * block_structure [128, 128]), dynamic FP8 activations per group of 128 of
+ * each token. Its weight scales are bf16 as the package writes them for a
+ * bf16 model (the scale takes the model's dtype). */
 static const scheme_row rows[] = {
     {{"W8A8-FP8", "FP8 E4M3 weights per channel, dynamic per-token FP8 activations", "fp8_e4m3:channel:scale=bf16",
       LB_ACT_DYNAMIC, "fp8_e4m3:token", 0, "FP8_DYNAMIC"},
@@ -49,9 +48,8 @@ static const scheme_row rows[] = {
     {{"W8A8-FP8-STATIC", "FP8 E4M3 weights per tensor, static per-tensor FP8 activations (calibrated)",
       "fp8_e4m3:tensor:scale=bf16", LB_ACT_STATIC, "fp8_e4m3:tensor", 1, "FP8"},
      GROUP_FIXED},
-    {{"FP8-BLOCK", "FP8 E4M3 weights in 1x128 blocks (not 128x128: see README), dynamic per-group-128 FP8 "
-                   "activations",
-      "fp8_e4m3:g128:scale=bf16", LB_ACT_DYNAMIC, "fp8_e4m3:g128", 0, "FP8_BLOCK"},
+    {{"FP8-BLOCK", "FP8 E4M3 weights in 128x128 blocks (bf16 scales), dynamic per-group-128 FP8 activations",
+      "fp8_e4m3:b128x128:scale=bf16", LB_ACT_DYNAMIC, "fp8_e4m3:g128", 0, "FP8_BLOCK"},
      GROUP_BOTH},
     {{"W8A8-INT8", "int8 weights per channel (bf16 scales), dynamic per-token int8 activations",
       "int8:channel:scale=bf16", LB_ACT_DYNAMIC, "int8:token", 0, "INT8 W8A8 INT8_W8A8"},
@@ -146,6 +144,7 @@ static lb_status row_recipe(const scheme_row *row, size_t group, lb_recipe **out
     if (group > 0) {
         rule.spec.granularity = LB_GRAN_GROUP;
         rule.spec.group = group;
+        if (rule.spec.group_rows > 1) rule.spec.group_rows = group; /* FP8-BLOCK:g64: 64x64 blocks */
         if (row->group == GROUP_BOTH) rule.act.spec.group = group;
     }
     lb_recipe *r;

@@ -93,9 +93,43 @@ def test_shards_and_index(tmp_path):
     assert run(STORIES, "-o", out, "--rule", FP8, "--max-shard-size", "0").returncode == 2
 
 
+def test_fp8_block_scheme(tmp_path):
+    """FP8-BLOCK: 2-D weight blocks written as compressed-tensors' strategy
+    "block". stories260K is 64 wide with 172-wide MLP inputs and heads of 8
+    rows: 128x128 is refused (128 does not divide 64), 16x16 blocks fit the
+    attention layers (the MLP kept), 4x4 blocks split the heads that the
+    rotary reorder moves rows within."""
+    out = tmp_path / "fb"
+    r = run(STORIES, "-o", out, "--scheme", "FP8-BLOCK", "--quiet")
+    assert r.returncode == 2 and "blocks 128 columns wide do not divide its 64 inputs" in r.stderr, r.stderr
+    r = run(STORIES, "-o", out, "--scheme", "FP8-BLOCK:g4", "--keep", "*.mlp.*", "--quiet")
+    assert r.returncode == 2 and "blocks of 4 rows split its heads of 8 rows" in r.stderr, r.stderr
+    assert not out.exists()
+    r = run(STORIES, "-o", out, "--scheme", "FP8-BLOCK:g16", "--keep", "*.mlp.*", "--json", "--quiet")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["quantized"] == 20  # 5 layers x q, k, v, o
+    (group,) = json.loads((out / "config.json").read_text())["quantization_config"]["config_groups"].values()
+    assert group["weights"]["strategy"] == "block" and group["weights"]["block_structure"] == [16, 16]
+    assert group["weights"]["group_size"] is None and group["weights"]["type"] == "float"
+    assert group["input_activations"]["strategy"] == "group" and group["input_activations"]["group_size"] == 16
+    assert group["input_activations"]["dynamic"] is True
+    h = header(out / "model.safetensors")
+    for name, rows in (("q_proj", 64), ("k_proj", 32)):
+        w = h[f"model.layers.0.self_attn.{name}.weight"]
+        assert w["dtype"] == "F8_E4M3" and w["shape"] == [rows, 64]
+        sc = h[f"model.layers.0.self_attn.{name}.weight_scale"]
+        assert sc["dtype"] == "BF16" and sc["shape"] == [rows // 16, 64 // 16]
+    # lowbit reads its own block checkpoint back (ppl runs on it)
+    r = subprocess.run([LOWBIT, "inspect", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "weights fp8_e4m3 block 16x16; input fp8_e4m3 group 16 dynamic" in r.stdout, r.stdout
+
+
 def test_list():
     r = run("--list")
     assert r.returncode == 0 and "W4A16" in r.stdout and "NVFP4" in r.stdout
+    fp8_block = next(line for line in r.stdout.splitlines() if line.startswith("FP8-BLOCK "))
+    assert "fp8_e4m3:b128x128:scale=bf16" in fp8_block and " 8.001 " in fp8_block  # 8 + 16 / (128 x 128)
     r = run("--list", "--json")
     assert r.returncode == 0
     json.loads(r.stdout)

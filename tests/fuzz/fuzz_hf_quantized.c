@@ -95,6 +95,31 @@ static const char *const targets[] = {"\"Linear\"", "\"re:.*down_proj\"", "\"re:
 static const char *const methods[] = {"compressed-tensors", "compressed-tensors", "modelopt", "gptq"};
 static const char *const dtypes[] = {"I32", "U8", "F8_E4M3", "F16", "F32", "I64", "BF16", "I8"};
 
+/* 2-D blocks (compressed-tensors' FP8_BLOCK): block_structure values */
+static const char *const block_structures[] = {"[4, 8]", "[4, 8]", "[8, 8]", "[3, 5]", "[1, 1]", "[0, 8]", "[8]",
+                                               "[4, 8, 2]", "\"4x8\"", "[4294967297, 8]", "[16777216, 1]", "null"};
+
+/* The block seed's config: down_proj FP8 in 4 x 8 blocks (10 x 32: a
+ * partial last row of blocks), up_proj FP8 per channel; k > 0 draws the
+ * block structure, strategy and format. */
+static size_t make_block_config(char *out, size_t cap, int k)
+{
+    return (size_t)snprintf(
+        out, cap,
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 32, "
+        "\"intermediate_size\": 32, \"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"vocab_size\": 32, "
+        "\"quantization_config\": {\"quant_method\": \"compressed-tensors\", \"format\": \"float-quantized\", "
+        "\"ignore\": [\"lm_head\"], \"config_groups\": {"
+        "\"group_0\": {\"targets\": [\"re:.*down_proj\"], \"format\": \"%s\", \"weights\": {\"num_bits\": 8, "
+        "\"type\": \"float\", \"symmetric\": true, \"group_size\": null, \"strategy\": \"%s\", "
+        "\"block_structure\": %s}},"
+        "\"group_1\": {\"targets\": [\"re:.*up_proj\"], \"format\": \"float-quantized\", \"weights\": "
+        "{\"num_bits\": 8, \"type\": \"float\", \"symmetric\": true, \"strategy\": \"%s\", "
+        "\"block_structure\": %s}}}}}",
+        k ? PICK(formats) : "float-quantized", k ? PICK(strategies) : "block", k ? PICK(block_structures) : "[4, 8]",
+        k ? PICK(strategies) : "channel", k ? PICK(block_structures) : "null");
+}
+
 /* The config, each field drawn (k = 0: the seed's values). */
 static size_t make_config(char *out, size_t cap, int k)
 {
@@ -118,9 +143,18 @@ static size_t make_config(char *out, size_t cap, int k)
 
 typedef struct spec { const char *name, *dtype; unsigned d0, d1; int dims; unsigned esize; } spec;
 
+/* The block seed's tensors: scales [ceil(10 / 4), 32 / 8] = [3, 4]. */
+static spec block_tensors[] = {
+    {"model.layers.0.mlp.down_proj.weight", "F8_E4M3", 10, 32, 2, 1},
+    {"model.layers.0.mlp.down_proj.weight_scale", "F32", 3, 4, 2, 4},
+    {"model.layers.0.mlp.up_proj.weight", "F8_E4M3", 8, 16, 2, 1},
+    {"model.layers.0.mlp.up_proj.weight_scale", "BF16", 8, 1, 2, 2},
+    {"model.norm.weight", "F32", 32, 0, 1, 4},
+};
+
 /* The safetensors file: names sorted, data contiguous; k > 0 redraws one
- * tensor's dtype or shape. */
-static size_t make_st(uint8_t *out, size_t cap, int k)
+ * tensor's dtype or shape. block: the block seed's tensors. */
+static size_t make_st(uint8_t *out, size_t cap, int k, int block)
 {
     spec t[] = {
         {"model.layers.0.mlp.down_proj.weight_packed", "I32", 8, 4, 2, 4},
@@ -134,13 +168,17 @@ static size_t make_st(uint8_t *out, size_t cap, int k)
         {"model.norm.weight", "F32", 32, 0, 1, 4},
     };
     size_t nt = sizeof t / sizeof *t;
-    static const unsigned sizes[] = {1, 2, 3, 4, 7, 8, 16, 32, 0};
+    if (block) {
+        nt = sizeof block_tensors / sizeof *block_tensors;
+        memcpy(t, block_tensors, sizeof block_tensors);
+    }
+    static const unsigned sizes[] = {1, 2, 3, 4, 7, 8, 16, 32, 0, 10, 5};
     if (k) {
         spec *x = &t[rnd() % nt];
         switch (rnd() % 4) {
         case 0: x->dtype = PICK(dtypes); break;
-        case 1: x->d0 = sizes[rnd() % 9]; break;
-        case 2: x->d1 = sizes[rnd() % 9]; break;
+        case 1: x->d0 = sizes[rnd() % 11]; break;
+        case 2: x->d1 = sizes[rnd() % 11]; break;
         default: x->dims = (int)(rnd() % 3); break;
         }
         x->esize = strcmp(x->dtype, "I32") == 0 || strcmp(x->dtype, "F32") == 0 ? 4
@@ -169,6 +207,14 @@ static size_t make_st(uint8_t *out, size_t cap, int k)
     for (size_t i = 0; i < off; i++) d[i] = (uint8_t)(rnd() >> 24);
     /* the seed's weight_shape is [8, 32] and its scales ordinary numbers */
     size_t at = 8 * 4 * 4 + 8 * 2 * 2;
+    if (block) { /* fp8 codes without NaNs, scales 1.0 (f32) and bf16 1.0 */
+        for (size_t i = 0; i < off; i++) d[i] &= 0x77;
+        if (!k) {
+            for (size_t i = 320; i < 320 + 48; i += 4) d[i] = d[i + 1] = 0, d[i + 2] = 0x80, d[i + 3] = 0x3f;
+            for (size_t i = 368 + 128; i < 368 + 128 + 16; i += 2) d[i] = 0x80, d[i + 1] = 0x3f;
+        }
+        return 8 + hl + off;
+    }
     if (!k) {
         memset(d + at, 0, 16), d[at] = 8, d[at + 8] = 32;
         for (size_t i = 128; i < 128 + 32; i += 2) d[i] = 0, d[i + 1] = 0x3c; /* f16 1.0 */
@@ -176,17 +222,40 @@ static size_t make_st(uint8_t *out, size_t cap, int k)
     return 8 + hl + off;
 }
 
+/* The block seed with its scales in a wrong shape (transposed, flat, 3-D,
+ * rows counted with floor) must be refused, naming the scale tensor. */
+static void refuse_bad_block_scales(const char *cfg, size_t n, uint8_t *buf)
+{
+    static const struct { unsigned d0, d1; int dims; } bad[] = {{4, 3, 2}, {12, 0, 1}, {2, 4, 2}, {10, 4, 2}};
+    spec keep = block_tensors[1];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        block_tensors[1].d0 = bad[i].d0, block_tensors[1].d1 = bad[i].d1, block_tensors[1].dims = bad[i].dims;
+        size_t len = 4 + n + make_st(buf + 4 + n, 65536 - 4 - n, 0, 1);
+        put(cfg_path, (const uint8_t *)cfg, n);
+        put(st_path, buf + 4 + n, len - 4 - n);
+        lb_model *m;
+        if (lb_model_open(dir, &m) == LB_OK) fail("a block checkpoint with misshapen scales opened");
+        if (!strstr(lb_last_error(), "down_proj.weight_scale")) {
+            fprintf(stderr, "%s\n", lb_last_error());
+            fail("the refusal of misshapen block scales does not name the scale tensor");
+        }
+    }
+    block_tensors[1] = keep;
+}
+
 int main(void)
 {
     static uint8_t buf[1 << 16];
     char cfg[4096];
     long runs = 0;
-    for (int it = 0; it < 3000; it++, runs++) {
-        int k = it > 0;
-        size_t n = make_config(cfg, sizeof cfg, k && it % 3 == 0);
+    for (int it = 0; it < 4000; it++, runs++) {
+        /* it >= 3000: the 2-D block seed (FP8_BLOCK), from it == 3000 unchanged */
+        int block = it >= 3000, k = it != 0 && it != 3000;
+        size_t n = block ? make_block_config(cfg, sizeof cfg, k && it % 3 == 0)
+                         : make_config(cfg, sizeof cfg, k && it % 3 == 0);
         memcpy(buf + 4, cfg, n);
         for (int b = 0; b < 4; b++) buf[b] = (uint8_t)(n >> (8 * b));
-        size_t len = 4 + n + make_st(buf + 4 + n, sizeof buf - 4 - n, k && it % 3 == 1);
+        size_t len = 4 + n + make_st(buf + 4 + n, sizeof buf - 4 - n, k && it % 3 == 1, block);
         if (k && it % 3 == 2) /* raw mutations: bytes anywhere, or a truncation */
             for (int mu = 0; mu < 1 + it % 4; mu++) {
                 size_t pos = 4 + (size_t)(rnd() % (len - 4));
@@ -204,8 +273,10 @@ int main(void)
                 fail("the seed must open");
             }
             const lb_model_quant *q = lb_model_quantization(m);
-            if (!q || q->quantized != 2 || q->hidden != 6) fail("the seed has 2 quantized modules and 6 set-aside tensors");
+            if (!q || q->quantized != 2 || q->hidden != (block ? 2 : 6))
+                fail("the seed has 2 quantized modules and 6 (block seed: 2) set-aside tensors");
             lb_model_close(m);
+            if (block) refuse_bad_block_scales(cfg, n, buf);
             continue;
         }
         LLVMFuzzerTestOneInput(buf, len);

@@ -17,7 +17,8 @@ static int same_spec(const lb_qspec *a, const lb_qspec *b)
 {
     return a->element == b->element && a->granularity == b->granularity && a->group == b->group &&
            a->scale_format == b->scale_format && a->affine == b->affine && a->two_level == b->two_level &&
-           a->search == b->search && a->mx_rounding == b->mx_rounding && a->int_frac_bits == b->int_frac_bits && a->range == b->range;
+           a->search == b->search && a->mx_rounding == b->mx_rounding && a->int_frac_bits == b->int_frac_bits && a->range == b->range &&
+           a->group_rows == b->group_rows;
 }
 
 static void fail(const char *what, const char *input)
@@ -58,6 +59,8 @@ static const char *const seeds[] = {
     "bf16:token", "fp6_e2m3:g7:scale=bf16", "int8:g0", "int8::g32", ":", "mxfp8_e5m2:round=even",
     "mxint8:b1", "int4:g744:tensor", /* found by libFuzzer: their canonical text did not parse back */
     "int4:g32:range=restricted", "int8:channel:scale=ue4m3:twolevel:range=full", "fp8_e4m3:tensor:range=restricted",
+    "fp8_e4m3:b128x128", "int8:b3x5:scale=bf16", "fp4_e2m1:b16x16:scale=e8m0", "fp8_e4m3:block4x4:g8",
+    "mxint8:b2x32", "int4:b1x32:range=restricted",
 };
 
 int main(void)

@@ -33,6 +33,7 @@ CASES = {
     "fp8-channel": ("FP8_DYNAMIC", torch.bfloat16),     # float-quantized, weight scale [out, 1]
     "fp8-tensor": ("FP8", torch.float16),               # float-quantized, per-tensor + static input scale
     "fp8-block": ("FP8_BLOCK", torch.bfloat16),         # float-quantized, 128x128 blocks
+    "fp8-block-partial": ("FP8_BLOCK", torch.float16),  # 320-wide MLP: partial blocks at the edges
     "int8": ("W8A8", torch.bfloat16),                   # int-quantized, per channel
     "w4a16-g32": ("W4A16", torch.bfloat16),             # pack-quantized sym, group 32 (group size replaced)
     "w4a16-g128": ("W4A16", torch.float32),             # pack-quantized sym, group 128
@@ -46,14 +47,17 @@ CASES = {
     "naive-fp8": ("naive", torch.bfloat16),             # FP8 weight-only: naive-quantized
 }
 
+# model shapes other than tiny_llama's defaults
+SHAPES = {"fp8-block-partial": {"intermediate_size": 320}}
+
 GROUP = {"w4a16-g32": 32, "w4a16-g128": 128, "w4a16-asym-g32": 32, "w3a16-g32": 32}
 
 
-def tiny_llama(dtype, seed=0):
+def tiny_llama(dtype, seed=0, intermediate_size=384):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=320, hidden_size=256, intermediate_size=384, num_hidden_layers=2,
+    cfg = LlamaConfig(vocab_size=320, hidden_size=256, intermediate_size=intermediate_size, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
                       rms_norm_eps=1e-5, tie_word_embeddings=False,
                       architectures=["LlamaForCausalLM"])
@@ -120,7 +124,7 @@ def calibrate_weights(model):
 def write(case, out_dir, seed=0, max_shard_size=None):
     """Writes the case's checkpoint; returns the dense model (before quantization)."""
     _, dtype = CASES[case]
-    model = tiny_llama(dtype, seed)
+    model = tiny_llama(dtype, seed, **SHAPES.get(case, {}))
     dense = {k: v.clone() for k, v in model.state_dict().items()}
     qcfg = QuantizationConfig(config_groups={"group_0": scheme_for(case)}, ignore=["lm_head"])
     apply_quantization_config(model, qcfg)

@@ -53,7 +53,12 @@ CASES = [
     ("nvfp4", "nvfp4-pack-quantized"),
     ("mxfp4:round=even", "mxfp4-pack-quantized"),
     ("mxfp8_e4m3", "mxfp8-quantized"),
+    # 2-D blocks (strategy "block"): weight-only, and the FP8-BLOCK scheme
+    # (dynamic group activations); SmolLM2's 576 inputs take 64-wide blocks
+    ("fp8_e4m3:b64x64:scale=bf16", "naive-quantized"),
+    ("FP8-BLOCK:g64", "float-quantized"),
 ]
+SCHEMES = {"FP8-BLOCK:g64": "fp8_e4m3:b64x64:scale=bf16"}
 
 
 def quantize(out, *args):
@@ -73,7 +78,11 @@ def half_split(w, heads):
 @pytest.mark.parametrize("spec,fmt", CASES)
 def test_package_decompresses_to_lowbit_values(tmp_path, spec, fmt):
     out = tmp_path / "ct"
-    r = quantize(out, "--rule", f"{RULE}={spec}")
+    if spec in SCHEMES:
+        r = quantize(out, "--scheme", spec)
+        spec = SCHEMES[spec]
+    else:
+        r = quantize(out, "--rule", f"{RULE}={spec}")
     assert r.returncode == 0, r.stderr
     cfg = json.loads((out / "config.json").read_text())
     qc = QuantizationConfig.model_validate(cfg["quantization_config"])
@@ -97,6 +106,10 @@ def test_package_decompresses_to_lowbit_values(tmp_path, spec, fmt):
             m = name[: -len(".weight")]
             sd = {k[len(m) + 1:]: v for k, v in tensors.items() if k.startswith(m + ".")}
             assert "weight" in sd or "weight_packed" in sd, sorted(sd)
+            if ":b64x64" in spec:  # one scale per 64x64 block, partial rows allowed
+                assert group.weights.strategy == "block" and group.weights.block_structure == [64, 64]
+                assert tuple(sd["weight_scale"].shape) == (-(-want.shape[0] // 64), want.shape[1] // 64)
+                assert sd["weight_scale"].dtype == torch.bfloat16
             if fmt not in ("mxfp4-pack-quantized", "mxfp8-quantized"):  # E8M0 codes stay uint8
                 sd["weight_scale"] = sd["weight_scale"].to(torch.float32)
             got = compressor.decompress(sd, group)["weight"].to(torch.float32).numpy()
@@ -127,4 +140,12 @@ def test_refused_spec_writes_nothing(tmp_path):
     assert not out.exists()
     r = quantize(out, "--rule", f"{RULE}=int4:g16:scale=bf16")
     assert r.returncode == 2 and "Marlin" in r.stderr, r.stderr
+    assert not out.exists()
+    # 128x128 blocks: 128 does not divide SmolLM2's 576 inputs (vLLM needs whole blocks along them)
+    r = quantize(out, "--scheme", "FP8-BLOCK")
+    assert r.returncode == 2 and "FP8-BLOCK:g64" in r.stderr and "576 inputs" in r.stderr, r.stderr
+    assert not out.exists()
+    # 2-D blocks of other elements have no compressed-tensors format
+    r = quantize(out, "--rule", f"{RULE}=int8:b64x64:scale=bf16")
+    assert r.returncode == 2 and "FP8 block strategy only" in r.stderr, r.stderr
     assert not out.exists()

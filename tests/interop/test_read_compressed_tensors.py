@@ -4,7 +4,8 @@ compressed-tensors: a tiny random Llama (transformers, CPU) is quantized and
 compressed by the compressed-tensors package itself (ct_checkpoints.py:
 apply_quantization_config, its calculate_qparams / generate_gparam,
 ModelCompressor.compress_model, save_pretrained) in every format it writes:
-float-quantized (FP8 per channel, per tensor, 128x128 blocks),
+float-quantized (FP8 per channel, per tensor, 128x128 blocks, whole and with
+partial blocks at the edges),
 int-quantized (INT8), pack-quantized (W4A16 symmetric and asymmetric, group
 32 and 128, 3-bit and 8-bit), naive-quantized (FP8 weight-only),
 nvfp4-pack-quantized (NVFP4, NVFP4A16), mxfp4-pack-quantized and
@@ -138,7 +139,7 @@ def dense_reference_logits(d, ref, tokens):
         return model(torch.tensor([tokens])).logits[0].double().numpy()
 
 
-@pytest.mark.parametrize("case", ["w4a16-asym-g32", "nvfp4", "fp8-block", "int8"])
+@pytest.mark.parametrize("case", ["w4a16-asym-g32", "nvfp4", "fp8-block", "fp8-block-partial", "int8"])
 def test_logits_match_transformers(written, case):
     d, _ = written(case)
     ref = ct.decompressed(str(d))

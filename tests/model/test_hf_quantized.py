@@ -174,6 +174,61 @@ def test_a_plain_checkpoint_is_untouched(tmp_path):
     assert got[f"{MOD}.weight"][0] == "f32" and f"{MOD}.weight_scale" in got
 
 
+# 2-D blocks (compressed-tensors' FP8_BLOCK: strategy "block"): 10 x 64 weights
+# in blocks of 4 x 32, so the last row of blocks is partial (2 rows); one scale
+# per block, [ceil(10 / 4), 64 / 32] = [3, 2]
+BR, BC, BROWS = 4, 32, 10
+
+
+def block_case(rng, scale_dtype=np.float32):
+    codes = rng.integers(0, 256, (BROWS, COLS)).astype(np.uint8)
+    codes[(codes & 0x7F) == 0x7F] = 0x3F  # no NaN codes
+    s = (rng.random((3, 2)) * 0.1 + 0.01).astype(np.float32)
+    if scale_dtype == "bf16":
+        s = bf16(s)
+        scale = ("BF16", s.shape, (s.view(np.uint32) >> 16).astype(np.uint16).tobytes())
+    else:
+        scale = s
+    t = {f"{MOD}.weight": ("F8_E4M3", codes.shape, codes.tobytes()), f"{MOD}.weight_scale": scale}
+    full = np.repeat(np.repeat(s, BR, axis=0)[:BROWS], BC, axis=1)  # block (r // 4, c // 32)
+    want = e4m3(codes) * full
+    if scale_dtype == "bf16":  # the package multiplies in the scale's dtype
+        want = bf16(want)
+    w = {"num_bits": 8, "type": "float", "symmetric": True, "group_size": None, "strategy": "block",
+         "block_structure": [BR, BC], "dynamic": False}
+    return t, w, want.astype(np.float32)
+
+
+@pytest.mark.parametrize("sdt", [np.float32, "bf16"])
+def test_fp8_block(tmp_path, sdt):
+    t, w, want = block_case(np.random.default_rng(12), sdt)
+    got = weights(write_model(tmp_path, ct_config("float-quantized", w), t))
+    dt, shape, v = got[f"{MOD}.weight"]
+    assert dt == "quantized" and shape == (BROWS, COLS)
+    np.testing.assert_array_equal(v, want)
+
+
+@pytest.mark.parametrize("what,scale_shape,block,expect", [
+    ("transposed", (2, 3), [BR, BC], "expected shape [3, 2]"),
+    ("floor rows", (2, 2), [BR, BC], "expected 3 x 2"),
+    ("one per row", (BROWS, 2), [BR, BC], "expected 3 x 2"),
+    ("flat", (6,), [BR, BC], "one scale per block of rows x cols"),
+    ("3-D", (3, 2, 1), [BR, BC], "one scale per block of rows x cols"),
+    ("block of 0 rows", (3, 2), [0, BC], "block_structure"),
+    ("one number", (3, 2), [BR], "block_structure"),
+    ("huge", (3, 2), [1 << 40, BC], "block_structure"),
+    ("blocks of 5 rows", (3, 2), [5, BC], "expected 2 x 2"),
+])
+def test_fp8_block_malformed_scales_refused(tmp_path, what, scale_shape, block, expect):
+    t, w, _ = block_case(np.random.default_rng(13))
+    n = int(np.prod(scale_shape))
+    t[f"{MOD}.weight_scale"] = np.full(scale_shape, 0.5, np.float32) if n else np.zeros(0, np.float32)
+    w["block_structure"] = block
+    msg = open_error(write_model(tmp_path, ct_config("float-quantized", w), t))
+    assert expect in msg, f"{what}: {msg!r}"
+    assert MOD in msg or "block_structure" in msg
+
+
 # ------------------------------------------------------------------ refusals
 
 def open_error(path):

@@ -138,6 +138,16 @@ static void test_refusals(const lb_model *m)
               strstr(lb_last_error(), "model.layers.2.self_attn.o_proj.weight") &&
               strstr(lb_last_error(), "int4") && strstr(lb_last_error(), "ModelOpt has no format"),
           "int4: %s", lb_last_error());
+    /* FP8-BLOCK's 2-D blocks: no ModelOpt checkpoint; the message says where they go */
+    set(q, "model.layers.2.self_attn.o_proj.weight", "fp8_e4m3:b32x32:scale=bf16", LB_ACT_DYNAMIC, "fp8_e4m3:g32", 0);
+    CHECK(lb__exporter_modelopt.check(q) == LB_ERR_UNSUPPORTED && strstr(lb_last_error(), "2-D FP8 blocks") &&
+              strstr(lb_last_error(), "FP8_PB_WO") && strstr(lb_last_error(), "--format compressed-tensors"),
+          "fp8 block: %s", lb_last_error());
+    /* e8m0 scales over 32x32 blocks are not MXFP8 (1x32) */
+    set(q, "model.layers.2.self_attn.o_proj.weight", "fp8_e4m3:b32x32:scale=e8m0", LB_ACT_DYNAMIC,
+        "mxfp8_e4m3", 0);
+    CHECK(lb__exporter_modelopt.check(q) == LB_ERR_UNSUPPORTED && strstr(lb_last_error(), "ModelOpt has no format"),
+          "2-D e8m0: %s", lb_last_error());
     /* per-tensor FP8 with dynamic inputs */
     set(q, "model.layers.2.self_attn.o_proj.weight", "fp8_e4m3:tensor", LB_ACT_DYNAMIC, "fp8_e4m3:token", 0);
     CHECK(lb__exporter_modelopt.check(q) == LB_ERR_UNSUPPORTED && strstr(lb_last_error(), "static per-tensor"),

@@ -32,6 +32,9 @@ static const char *specs[] = {
     /* 4-bit blocks of 16 (two per chunk: their own vector loops), then blocks
      * that split a chunk otherwise (the vector kernels hand these to the reference) */
     "int4:g16:affine", "uint4:g16:affine", "int4:g48",         "int8:g3",           "fp6_e3m2:g24",
+    /* 2-D blocks: a row's scales are its band's (rows r / R) */
+    "fp8_e4m3:b128x128", "fp8_e4m3:b3x32:scale=bf16", "int8:b5x16", "int4:b2x32:scale=bf16",
+    "fp4_e2m1:b3x16:scale=ue4m3", "fp6_e2m3:b4x32:scale=e8m0",
 };
 static const size_t col_set[] = {1, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 1000};
 
@@ -75,7 +78,7 @@ static void scramble(lb__qmat *m)
     for (size_t i = 0; i < m->rows * m->row_bytes; i++) d[i] = (uint8_t)rnd();
     m->nan_free = 0; /* the codes may now hold NaNs: the view must say so (qmat.h) */
     if (!m->plain && m->scale_format != LB_FMT_FP32) {
-        size_t n = m->one_scale ? 1 : m->rows * m->blocks;
+        size_t n = m->one_scale ? 1 : (lb__qmat_scale_row(m, m->rows - 1) + 1) * m->blocks;
         uint8_t *s = (uint8_t *)m->scales;
         for (size_t i = 0; i < lb_format_bytes(m->scale_format, n); i++) {
             uint8_t b = (uint8_t)rnd();

@@ -224,6 +224,9 @@ static void test_json(void)
     refused("{\"lowbit_recipe\": 1, \"rules\": [{\"match\": \"*\", \"keep\": true, "
             "\"input_activations\": {\"spec\": \"int8:token\", \"mode\": \"dynamic\"}}]}", LB_ERR_PARSE, "16-bit", NULL,
             __LINE__);
+    refused("{\"lowbit_recipe\": 1, \"rules\": [{\"match\": \"*\", \"weights\": \"fp8_e4m3:b128x128\", "
+            "\"input_activations\": {\"spec\": \"fp8_e4m3:b2x128\", \"mode\": \"dynamic\"}}]}", LB_ERR_PARSE,
+            "not 2-D bRxC blocks", NULL, __LINE__);
     refused("{\"lowbit_recipe\": 1, \"rules\": [{\"match\": \"re:(\", \"keep\": true}]}", LB_ERR_PARSE, "regex", NULL,
             __LINE__);
     refused("{\"lowbit_recipe\": 1, \"scheme\": \"W5A16\"}", LB_ERR_PARSE, "W5A16", NULL, __LINE__);
@@ -251,7 +254,7 @@ static void test_schemes(void)
         const char *name;
         double bpw;
     } want[] = {
-        {"W8A8-FP8", 8 + 16 / 4096.0}, {"W8A8-FP8-STATIC", 8 + 16 / (4096.0 * 4096.0)}, {"FP8-BLOCK", 8 + 16 / 128.0}, /* bf16 scales */
+        {"W8A8-FP8", 8 + 16 / 4096.0}, {"W8A8-FP8-STATIC", 8 + 16 / (4096.0 * 4096.0)}, {"FP8-BLOCK", 8 + 16 / (128.0 * 128.0)}, /* bf16 scales */
         {"W8A8-INT8", 8 + 16 / 4096.0}, {"W8A16", 8 + 16 / 128.0}, {"W4A16", 4 + 16 / 128.0},
         {"W4A16-ASYM", 4 + (16 + 4) / 128.0}, {"NVFP4", 4 + 8 / 16.0 + 32 / (4096.0 * 4096.0)},
         {"NVFP4A16", 4 + 8 / 16.0 + 32 / (4096.0 * 4096.0)}, {"MXFP4", 4 + 8 / 32.0}, {"MXFP4A16", 4 + 8 / 32.0},
@@ -303,7 +306,9 @@ static void test_schemes(void)
     }
     CHECK(lb_scheme_recipe_named("fp8_block:g64", &r) == LB_OK, "FP8-BLOCK:g64");
     if (r) {
-        CHECK(lb_recipe_rule(r, 0)->spec.group == 64 && lb_recipe_rule(r, 0)->act.spec.group == 64, "both 64");
+        CHECK(lb_recipe_rule(r, 0)->spec.group == 64 && lb_recipe_rule(r, 0)->spec.group_rows == 64 &&
+                  lb_recipe_rule(r, 0)->act.spec.group == 64 && lb_recipe_rule(r, 0)->act.spec.group_rows == 0,
+              "64x64 weight blocks, activation groups of 64");
         lb_recipe_free(r);
     }
     CHECK(lb_scheme_recipe_named("NVFP4:g32", &r) == LB_ERR_ARG && strstr(lb_last_error(), "no group size"),
