@@ -45,7 +45,7 @@ static lb_status validate(const char *text, const lb_qspec *q)
     if ((unsigned)q->granularity > LB_GRAN_GROUP || (unsigned)q->search > LB_SEARCH_MSE ||
         (unsigned)q->mx_rounding > LB_MX_RCEIL || (q->affine != 0 && q->affine != 1) ||
         (q->two_level != 0 && q->two_level != 1) || (q->int_frac_bits != 0 && q->int_frac_bits != 6) ||
-        (unsigned)q->range > LB_RANGE_RESTRICTED)
+        (unsigned)q->range > LB_RANGE_SIGNED)
         return lb__fail(LB_ERR_ARG, "spec %s: a field is out of range (granularity, search, mx_rounding, affine, "
                                     "two_level, int_frac_bits or range)", text);
     const lb_format_info *e = lb_format_get(q->element);
@@ -84,6 +84,9 @@ static lb_status validate(const char *text, const lb_qspec *q)
     if (q->range != LB_RANGE_FULL && (e->kind != LB_KIND_INT || q->affine || q->scale_format == LB_FMT_E8M0))
         return lb__fail(LB_ERR_ARG, "spec %s: range= applies to symmetric int8/int4 with an fp32, fp16, bf16 or "
                                     "ue4m3 scale (affine grids and MXINT8 use their element's codes as defined)", text);
+    if (q->range == LB_RANGE_SIGNED && (q->two_level || q->scale_format == LB_FMT_UE4M3))
+        return lb__fail(LB_ERR_ARG, "spec %s: range=signed needs a signed scale format, single level (fp32, fp16 "
+                                    "or bf16): ue4m3 and two-level scales are unsigned", text);
     if (q->scale_format == LB_FMT_E8M0 && e->kind == LB_KIND_INT && !q->int_frac_bits)
         return lb__fail(LB_ERR_ARG, "spec %s: e8m0 scales with integer elements: use the mxint8 preset", text);
     return LB_OK;
@@ -161,7 +164,8 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
         } else if (eq && strncmp(tok, "range=", 6) == 0) {
             if (strcmp(eq + 1, "full") == 0) q.range = LB_RANGE_FULL;
             else if (strcmp(eq + 1, "restricted") == 0) q.range = LB_RANGE_RESTRICTED;
-            else return lb__fail(LB_ERR_ARG, "spec '%s': unknown integer range in '%s' (full, restricted)", text, tok);
+            else if (strcmp(eq + 1, "signed") == 0) q.range = LB_RANGE_SIGNED;
+            else return lb__fail(LB_ERR_ARG, "spec '%s': unknown integer range in '%s' (full, restricted, signed)", text, tok);
         } else if (eq && strncmp(tok, "round=", 6) == 0) {
             int r = -1;
             for (int i = 0; i < 4; i++)
@@ -177,6 +181,17 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
     lb_status s = validate(quoted, &q);
     if (s == LB_OK) *out = q;
     return s;
+}
+
+/* The range option's spelling; the default (FULL) has none. */
+static const char *range_suffix(lb_int_range r)
+{
+    switch (r) {
+    case LB_RANGE_FULL: return "";
+    case LB_RANGE_RESTRICTED: return ":range=restricted";
+    case LB_RANGE_SIGNED: return ":range=signed";
+    }
+    return "";
 }
 
 int lb_qspec_format(const lb_qspec *q, char *buf, size_t size)
@@ -203,5 +218,5 @@ int lb_qspec_format(const lb_qspec *q, char *buf, size_t size)
                     q->two_level ? ":twolevel" : "", q->search == LB_SEARCH_MSE ? ":clip=mse" : "",
                     q->mx_rounding != LB_MX_FLOOR ? ":round=" : "",
                     q->mx_rounding != LB_MX_FLOOR ? round_names[q->mx_rounding] : "",
-                    q->range == LB_RANGE_RESTRICTED ? ":range=restricted" : "");
+                    range_suffix(q->range));
 }

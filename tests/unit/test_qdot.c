@@ -32,6 +32,10 @@ static const char *specs[] = {
     /* 4-bit blocks of 16 (two per chunk: their own vector loops), then blocks
      * that split a chunk otherwise (the vector kernels hand these to the reference) */
     "int4:g16:affine", "uint4:g16:affine", "int4:g48",         "int8:g3",           "fp6_e3m2:g24",
+    /* range=signed: negative scales (ggml's rule), every layout above that takes them */
+    "int4:g32:range=signed", "int4:channel:range=signed", "int4:tensor:range=signed", "int8:channel:range=signed",
+    "int8:tensor:range=signed", "int4:g16:scale=fp16:range=signed", "int4:g128:scale=bf16:range=signed",
+    "int4:g48:range=signed", "int8:g3:range=signed", "int8:g64:scale=bf16:range=signed",
 };
 static const size_t col_set[] = {1, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 1000};
 
