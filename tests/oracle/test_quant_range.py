@@ -332,5 +332,5 @@ def test_bad_range_is_refused(text, needle):
 
 def test_a_hand_filled_range_out_of_bounds_is_refused():
     st, spec = lb.parse_spec("int8:channel")
-    spec.range = 2
+    spec.range = 3  # one past LB_RANGE_SIGNED
     assert lb.lib.lb_qspec_validate(spec) != lb.LB_OK and "range" in lb.last_error()
