@@ -227,7 +227,11 @@ typedef enum lb_mx_rounding {
  * steps, +8 clamped to +7. fp32, fp16 and bf16 scales only, single level.
  * With clip=mse, min and max (FULL) or m (SIGNED) are first multiplied by
  * the ratio tried. RESTRICTED is the older grid: s = amax/7 (amax/127),
- * codes +-7 (+-127), never -8 (-128). */
+ * codes +-7 (+-127), never -8 (-128).
+ * lb_qspec_parse's default when the text names no range: SIGNED for int4
+ * under an fp32, fp16 or bf16 scale, single level (it measured best:
+ * BENCHMARKS.md, "Round-to-nearest grids"), FULL otherwise; a zeroed
+ * struct says FULL. */
 typedef enum lb_int_range {
     LB_RANGE_FULL = 0,
     LB_RANGE_RESTRICTED = 1,
@@ -259,7 +263,8 @@ typedef struct lb_qspec {
     lb_scale_search search;
     lb_mx_rounding mx_rounding;/* e8m0 scales only */
     int int_frac_bits;         /* MXINT8: the element's implied 2^-6 (6); else 0 */
-    lb_int_range range;        /* symmetric int8/int4 with a non-e8m0 scale only; else FULL (0) */
+    lb_int_range range;        /* symmetric int8/int4 with a non-e8m0 scale only (SIGNED: fp32/fp16/bf16,
+                                  single level); else FULL (0) */
 } lb_qspec;
 
 LB_API lb_status lb_qspec_parse(const char *text, lb_qspec *out);

@@ -34,6 +34,16 @@ static int is_scale_format(lb_format f)
     return f == LB_FMT_FP32 || f == LB_FMT_FP16 || f == LB_FMT_BF16 || f == LB_FMT_E8M0 || f == LB_FMT_UE4M3;
 }
 
+/* The range a spec gets when its text names none: SIGNED (ggml's rule) for
+ * symmetric int4 under an fp32, fp16 or bf16 scale, single level, where it
+ * measured best (BENCHMARKS.md, "Round-to-nearest grids"); FULL otherwise
+ * (int8 measured no different, ue4m3 and two-level scales are unsigned). */
+static lb_int_range default_range(const lb_qspec *q)
+{
+    int sf = q->scale_format == LB_FMT_FP32 || q->scale_format == LB_FMT_FP16 || q->scale_format == LB_FMT_BF16;
+    return q->element == LB_FMT_INT4 && !q->affine && !q->two_level && sf ? LB_RANGE_SIGNED : LB_RANGE_FULL;
+}
+
 /* The combinations that are defined; everything else is refused with the
  * reason, so a typo never silently becomes a different recipe. `text`
  * names the spec in messages. */
@@ -126,7 +136,7 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
     char quoted[280];
     snprintf(quoted, sizeof quoted, "'%s'", text);
     char *save = NULL, *tok = strtok_r(buf, ":", &save);
-    int found = 0;
+    int found = 0, range_given = 0;
     for (size_t i = 0; i < N_PRESETS && !found; i++)
         if (strcasecmp(tok, presets[i].name) == 0) q = presets[i].spec, found = 1;
     if (!found && lb_format_by_name(tok, &q.element) != LB_OK) {
@@ -162,6 +172,7 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
             else if (strcmp(eq + 1, "mse") == 0) q.search = LB_SEARCH_MSE;
             else return lb__fail(LB_ERR_ARG, "spec '%s': unknown clipping rule in '%s' (absmax, mse)", text, tok);
         } else if (eq && strncmp(tok, "range=", 6) == 0) {
+            range_given = 1;
             if (strcmp(eq + 1, "full") == 0) q.range = LB_RANGE_FULL;
             else if (strcmp(eq + 1, "restricted") == 0) q.range = LB_RANGE_RESTRICTED;
             else if (strcmp(eq + 1, "signed") == 0) q.range = LB_RANGE_SIGNED;
@@ -178,16 +189,19 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
         }
     }
     if (q.granularity != LB_GRAN_GROUP) q.group = 0; /* "g744:tensor": the last granularity wins, whole */
+    if (!range_given) q.range = default_range(&q);
     lb_status s = validate(quoted, &q);
     if (s == LB_OK) *out = q;
     return s;
 }
 
-/* The range option's spelling; the default (FULL) has none. */
-static const char *range_suffix(lb_int_range r)
+/* The range option's spelling; the spec's default range has none. */
+static const char *range_suffix(const lb_qspec *q)
 {
+    lb_int_range r = q->range;
+    if (r == default_range(q)) return "";
     switch (r) {
-    case LB_RANGE_FULL: return "";
+    case LB_RANGE_FULL: return ":range=full";
     case LB_RANGE_RESTRICTED: return ":range=restricted";
     case LB_RANGE_SIGNED: return ":range=signed";
     }
@@ -218,5 +232,5 @@ int lb_qspec_format(const lb_qspec *q, char *buf, size_t size)
                     q->two_level ? ":twolevel" : "", q->search == LB_SEARCH_MSE ? ":clip=mse" : "",
                     q->mx_rounding != LB_MX_FLOOR ? ":round=" : "",
                     q->mx_rounding != LB_MX_FLOOR ? round_names[q->mx_rounding] : "",
-                    range_suffix(q->range));
+                    range_suffix(q));
 }

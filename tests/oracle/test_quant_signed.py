@@ -204,14 +204,25 @@ def test_signed_refuses_unsigned_and_two_level_scales():
 
 
 @pytest.mark.parametrize("text,canonical", [
-    ("int4:g32:range=signed", "int4:g32:range=signed"),
+    ("int4:g32:range=signed", "int4:g32"),  # int4's default (fp32, fp16, bf16 scales)
+    ("int4:g128:scale=bf16", "int4:g128:scale=bf16"),
     ("int8:channel:scale=fp16:clip=mse:range=signed", "int8:channel:scale=fp16:clip=mse:range=signed"),
-    ("int4:g32:range=signed:range=full", "int4:g32"),
+    ("int4:g32:range=signed:range=full", "int4:g32:range=full"),
+    ("int4:g16:scale=ue4m3", "int4:g16:scale=ue4m3"),  # unsigned scales: full
 ])
 def test_signed_text_round_trips(text, canonical):
     st, spec = lb.parse_spec(text)
     assert st == lb.LB_OK, lb.last_error()
     assert lb.format_spec(spec) == canonical
+    st, again = lb.parse_spec(canonical)
+    assert st == lb.LB_OK and again.range == spec.range
+
+
+def test_int4s_default_is_signed_and_int8s_full():
+    for text, want in (("int4:g32", 2), ("int4:channel:scale=bf16", 2), ("int4:g16:scale=ue4m3", 0),
+                       ("int4:g16:scale=fp16:twolevel", 0), ("int8:channel", 0), ("int8:g32:scale=bf16", 0)):
+        st, spec = lb.parse_spec(text)
+        assert st == lb.LB_OK and spec.range == want, (text, spec.range)
 
 
 def test_error_stats_with_negative_scales():
