@@ -14,6 +14,13 @@ Variants (per block of 32, lo = min(x, 0), hi = max(x, 0), amax = max(-lo, hi)):
               the 1-ulp tie rule of lowbit.h)
   best6       per block, of six positive scales (full's, -lo/8, hi/7, amax/7.5,
               amax/8, hi/7.25), the one with the smallest squared error
+  signed      lowbit's range=signed with scale=fp16: the value of largest magnitude
+              m (the negative one on a tie), d = fp16(m / -8), codes rne(x / d)
+  signed-halfup   the same d, codes floor(x / d + 0.5) (ggml's half-up rounding)
+  signed-d32  codes rne(x * (1 / d32)) against the unrounded fp32 d, d stored fp16
+  q4_0        ggml's quantize_row_q4_0_ref exactly: first value of largest
+              magnitude, d32 = m / -8, codes min(15, trunc(x * (1 / d32) + 8.5)) - 8,
+              d stored fp16 (the gguf package's quantizer, byte for byte)
 The GGUF keeps q/k rows in llama.cpp's order; a row permutation does not
 change per-row blocks, so the simulation equals quantizing the HF layout."""
 import json
@@ -53,6 +60,21 @@ def quant(w, variant):
         cands = [np.maximum(-lo / 8, hi / 7), -lo / 8, hi / 7, amax / 7.5, amax / 8, hi / 7.25]
         qs = np.stack([q(x, c) for c in cands])
         y = qs[np.argmin(((qs - x[None]) ** 2).sum(2), 0), np.arange(len(x))]
+    elif variant in ("signed", "signed-halfup", "signed-d32", "q4_0"):
+        first = x[np.arange(len(x)), np.argmax(np.abs(x), 1)]
+        m = first if variant == "q4_0" else np.where(-lo >= hi, lo, hi).astype(F32)
+        d32 = (m / F32(-8)).astype(F32)
+        d16 = d32.astype(np.float16).astype(F32)
+        safe = lambda d: np.where(d == 0, 1, d)[:, None].astype(F32)  # noqa: E731
+        if variant == "signed":
+            c = np.rint(np.clip(x / safe(d16), -8, 7))
+        elif variant == "signed-halfup":
+            c = np.clip(np.floor(x / safe(d16) + F32(0.5)), -8, 7)
+        elif variant == "signed-d32":
+            c = np.clip(np.rint(x * (F32(1) / safe(d32))), -8, 7)
+        else:
+            c = np.minimum(15, np.trunc(x * (F32(1) / safe(d32)) + F32(8.5))) - 8
+        y = (c * d16[:, None]).astype(F32)
     else:
         raise SystemExit(f"unknown variant {variant}")
     return y.reshape(w.shape)

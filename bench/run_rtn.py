@@ -1,14 +1,15 @@
 """Round-to-nearest grids on SmolLM2-135M (BENCHMARKS.md, "Round-to-nearest
-grids"): weight MSE and KLD side by side for lowbit's int grids (full range,
-the default, against range=restricted, the old one), clip=mse, and
+grids"): weight MSE and KLD side by side for lowbit's symmetric int grids
+(range=restricted, full and signed; --specs chooses others, e.g. clip=mse) and
 llama.cpp's Q4_0 as lowbit's GGUF writer makes it (ggml's reference rule,
 byte-identical to the gguf package's quantizer: tests/oracle/test_gguf.py).
 
-usage: run_rtn.py BUILD_DIR [--chunks N] [--base FILE] [--jobs J] [--results DIR]
+usage: run_rtn.py BUILD_DIR [--chunks N] [--base FILE] [--jobs J] [--results DIR] [--specs S1,S2,...]
 
 --base FILE reuses base distributions saved by `lowbit kld --save-base` for
 the same model, text, ctx 512 and N windows (they depend on the model as
-stored only); without it they are computed first. --jobs J runs J kld
+stored only); without it, or when FILE does not exist yet, they are computed
+first (and saved there). --jobs J runs J kld
 commands at once, one thread each (default 1 at a time, 2 threads each):
 on a shared machine the total CPU time is the same either way. --results DIR
 keeps each kld run's JSON there and reuses what is there (only for reruns of
@@ -51,8 +52,8 @@ if not TEXT.exists():
     TEXT = ROOT / ".cache/data/wikitext-2-raw/wiki.test.raw"
 LOWBIT = str(BUILD / "lowbit")
 
-SPECS = ["int4:g32:range=restricted", "int4:g32", "int4:g32:clip=mse", "int8:channel:range=restricted",
-         "int8:channel", "int4:g128:affine", "int4:g128:affine:clip=mse"]
+SPECS = option("--specs", "int4:g32:range=restricted,int4:g32:range=full,int4:g32:range=signed,"
+               "int4:g32:scale=fp16:range=signed,int4:g128:range=full,int4:g128:range=signed").split(",")
 
 
 def run(args):
@@ -107,9 +108,12 @@ def main():
         q40 = tmp / "smollm2-q4_0.gguf"
         subprocess.run([LOWBIT, "convert", str(SMOL), str(q40), "--dtype", "q4_0", "--quiet"], check=True)
         base_file = pathlib.Path(BASE) if BASE else tmp / "base.bin"
-        if not BASE:  # the base distributions once; every run below reuses them
-            run(["kld", str(SMOL), str(q40), "--save-base", str(base_file), "--text", str(TEXT), "--ctx", "512",
-                 "--chunks", str(CHUNKS), "--json", "--quiet"])
+        if not base_file.exists():  # the base distributions once; every run below reuses them
+            out = run(["kld", str(SMOL), str(q40), "--save-base", str(base_file), "--text", str(TEXT), "--ctx", "512",
+                       "--chunks", str(CHUNKS), "--json", "--quiet"])
+            if RESULTS:  # Q4_0's result came with the base: kept, so kld() below does not redo it
+                (pathlib.Path(RESULTS) / "q4_0.json").parent.mkdir(parents=True, exist_ok=True)
+                (pathlib.Path(RESULTS) / "q4_0.json").write_text(json.dumps(out))
         with ThreadPoolExecutor(JOBS) as pool:
             runs = [pool.submit(kld, base_file, model=q40)] + [pool.submit(kld, base_file, spec=s) for s in SPECS]
             results = [r.result() for r in runs]

@@ -132,7 +132,7 @@ int cli_scheme_list(int json)
     const uint64_t n = CLI_SCHEME_BPW_SIZE;
     if (json) printf("{\"bits_per_weight_matrix\": [%llu, %llu], \"schemes\": [", (unsigned long long)n,
                      (unsigned long long)n);
-    else printf("%-16s %-29s %-32s %6s  %s\n", "scheme", "weights", "activations", "bits/w", "also");
+    else printf("%-16s %-32s %-32s %6s  %s\n", "scheme", "weights", "activations", "bits/w", "also");
     for (size_t i = 0; i < lb_scheme_count(); i++) {
         const lb_scheme *s = lb_scheme_at(i);
         lb_qspec w;
@@ -163,7 +163,7 @@ int cli_scheme_list(int json)
             act_text(s, act, sizeof act);
             snprintf(also, sizeof also, "%s%s%s", s->aliases, s->needs_calibration && *s->aliases ? "; " : "",
                      s->needs_calibration ? "needs --calib" : "");
-            printf("%-16s %-29s %-32s %6.3f%s%s\n", s->name, s->weights, act, bpw, *also ? "  " : "", also);
+            printf("%-16s %-32s %-32s %6.3f%s%s\n", s->name, s->weights, act, bpw, *also ? "  " : "", also);
         }
     }
     if (json) printf("]}\n");

@@ -211,21 +211,31 @@ typedef enum lb_mx_rounding {
 } lb_mx_rounding;
 
 /* Which codes a symmetric integer grid uses (int8, int4 with an fp32,
- * fp16, bf16 or ue4m3 scale; the scale stays positive and x' = q * s).
- * FULL, the default, uses every code, -8..7 and -128..127, as ggml's Q4_0
- * puts a block's signed maximum on -8: over the block's most negative value
- * min and largest value max (both taken with 0), s = -min/8 (int8: -min/128),
- * unless max would then pass code 7, fl(7 s) < max (int8: 127), when
- * s = max/7 (max/127): the smallest positive scale under which nothing
- * clips. So a block whose largest magnitude is negative gets ggml's scale
- * |x|/8 (steps an eighth finer than amax/7) unless its positive side is
- * within 7/8 of it; one whose largest magnitude is positive keeps max/7,
- * because with a positive scale code +8 does not exist. With clip=mse, min
- * and max are first multiplied by the ratio tried. RESTRICTED is the older
- * grid: s = amax/7 (amax/127), codes +-7 (+-127), never -8 (-128). */
+ * fp16, bf16 or ue4m3 scale; x' = q * s).
+ * FULL, the default, uses every code, -8..7 and -128..127, with a positive
+ * scale: over the block's most negative value min and largest value max
+ * (both taken with 0), s = -min/8 (int8: -min/128), unless max would then
+ * pass code 7, fl(7 s) < max (int8: 127), when s = max/7 (max/127): the
+ * smallest positive scale under which nothing clips. So a block whose
+ * largest magnitude is negative gets ggml's scale |x|/8 unless its positive
+ * side is within 7/8 of it; one whose largest magnitude is positive keeps
+ * max/7, because with a positive scale code +8 does not exist.
+ * SIGNED is ggml's Q4_0/Q8_0 rule, the scale may be negative: m = the
+ * block's value of largest magnitude with its sign (min when -min >= max,
+ * so a tie takes the positive scale), s = m/-8 (int8: m/-128), so m lands
+ * on code -8 (-128) whatever its sign and the other side gets 8 (128)
+ * steps, +8 clamped to +7. fp32, fp16 and bf16 scales only, single level.
+ * With clip=mse, min and max (FULL) or m (SIGNED) are first multiplied by
+ * the ratio tried. RESTRICTED is the older grid: s = amax/7 (amax/127),
+ * codes +-7 (+-127), never -8 (-128).
+ * lb_qspec_parse's default when the text names no range: SIGNED for int4
+ * under an fp32, fp16 or bf16 scale, single level (it measured best:
+ * BENCHMARKS.md, "Round-to-nearest grids"), FULL otherwise; a zeroed
+ * struct says FULL. */
 typedef enum lb_int_range {
     LB_RANGE_FULL = 0,
-    LB_RANGE_RESTRICTED = 1
+    LB_RANGE_RESTRICTED = 1,
+    LB_RANGE_SIGNED = 2
 } lb_int_range;
 
 /* A quantization recipe. Parse one from text with lb_qspec_parse:
@@ -240,7 +250,7 @@ typedef enum lb_int_range {
  *   OPTION       sym | affine | scale=fp32|fp16|bf16|e8m0|ue4m3 (e4m3 = ue4m3)
  *                | twolevel (ue4m3 or fp16 block scales) | clip=absmax|mse
  *                | round=floor|ceil|even|rceil (e8m0 scales)
- *                | range=full|restricted (symmetric int8/int4: lb_int_range)
+ *                | range=full|restricted|signed (symmetric int8/int4: lb_int_range)
  *   presets      mxfp8_e4m3 mxfp8_e5m2 mxfp6_e2m3 mxfp6_e3m2 mxfp4 mxint8 nvfp4
  *                (options may follow: mxfp4:round=rceil)
  * e.g. "int4:g128:affine", "fp8_e4m3:channel", "int8:tensor", "nvfp4".
@@ -256,7 +266,8 @@ typedef struct lb_qspec {
     lb_scale_search search;
     lb_mx_rounding mx_rounding;/* e8m0 scales only */
     int int_frac_bits;         /* MXINT8: the element's implied 2^-6 (6); else 0 */
-    lb_int_range range;        /* symmetric int8/int4 with a non-e8m0 scale only; else FULL (0) */
+    lb_int_range range;        /* symmetric int8/int4 with a non-e8m0 scale only (SIGNED: fp32/fp16/bf16,
+                                  single level); else FULL (0) */
     size_t group_rows;         /* LB_GRAN_GROUP: rows a block spans; 0 or 1: one row (gN), R >= 2: 2-D
                                   R x group blocks (bRxC); 0 for the other granularities */
 } lb_qspec;

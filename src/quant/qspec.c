@@ -34,6 +34,17 @@ static int is_scale_format(lb_format f)
     return f == LB_FMT_FP32 || f == LB_FMT_FP16 || f == LB_FMT_BF16 || f == LB_FMT_E8M0 || f == LB_FMT_UE4M3;
 }
 
+/* The range a spec gets when its text names none: SIGNED (ggml's rule) for
+ * symmetric int4 under an fp32, fp16 or bf16 scale, single level, where it
+ * measured best (BENCHMARKS.md, "Round-to-nearest grids"); FULL otherwise
+ * (int8: signed measured only 4% lower KLD, and int8's figures stay as they
+ * were; ue4m3 and two-level scales are unsigned). */
+static lb_int_range default_range(const lb_qspec *q)
+{
+    int sf = q->scale_format == LB_FMT_FP32 || q->scale_format == LB_FMT_FP16 || q->scale_format == LB_FMT_BF16;
+    return q->element == LB_FMT_INT4 && !q->affine && !q->two_level && sf ? LB_RANGE_SIGNED : LB_RANGE_FULL;
+}
+
 /* The combinations that are defined; everything else is refused with the
  * reason, so a typo never silently becomes a different recipe. `text`
  * names the spec in messages. */
@@ -45,7 +56,7 @@ static lb_status validate(const char *text, const lb_qspec *q)
     if ((unsigned)q->granularity > LB_GRAN_GROUP || (unsigned)q->search > LB_SEARCH_MSE ||
         (unsigned)q->mx_rounding > LB_MX_RCEIL || (q->affine != 0 && q->affine != 1) ||
         (q->two_level != 0 && q->two_level != 1) || (q->int_frac_bits != 0 && q->int_frac_bits != 6) ||
-        (unsigned)q->range > LB_RANGE_RESTRICTED)
+        (unsigned)q->range > LB_RANGE_SIGNED)
         return lb__fail(LB_ERR_ARG, "spec %s: a field is out of range (granularity, search, mx_rounding, affine, "
                                     "two_level, int_frac_bits or range)", text);
     const lb_format_info *e = lb_format_get(q->element);
@@ -90,6 +101,9 @@ static lb_status validate(const char *text, const lb_qspec *q)
     if (q->range != LB_RANGE_FULL && (e->kind != LB_KIND_INT || q->affine || q->scale_format == LB_FMT_E8M0))
         return lb__fail(LB_ERR_ARG, "spec %s: range= applies to symmetric int8/int4 with an fp32, fp16, bf16 or "
                                     "ue4m3 scale (affine grids and MXINT8 use their element's codes as defined)", text);
+    if (q->range == LB_RANGE_SIGNED && (q->two_level || q->scale_format == LB_FMT_UE4M3))
+        return lb__fail(LB_ERR_ARG, "spec %s: range=signed needs a signed scale format, single level (fp32, fp16 "
+                                    "or bf16): ue4m3 and two-level scales are unsigned", text);
     if (q->scale_format == LB_FMT_E8M0 && e->kind == LB_KIND_INT && !q->int_frac_bits)
         return lb__fail(LB_ERR_ARG, "spec %s: e8m0 scales with integer elements: use the mxint8 preset", text);
     return LB_OK;
@@ -136,7 +150,7 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
     char quoted[280];
     snprintf(quoted, sizeof quoted, "'%s'", text);
     char *save = NULL, *tok = strtok_r(buf, ":", &save);
-    int found = 0;
+    int found = 0, range_given = 0;
     for (size_t i = 0; i < N_PRESETS && !found; i++)
         if (strcasecmp(tok, presets[i].name) == 0) q = presets[i].spec, found = 1;
     if (!found && lb_format_by_name(tok, &q.element) != LB_OK) {
@@ -178,9 +192,11 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
             else if (strcmp(eq + 1, "mse") == 0) q.search = LB_SEARCH_MSE;
             else return lb__fail(LB_ERR_ARG, "spec '%s': unknown clipping rule in '%s' (absmax, mse)", text, tok);
         } else if (eq && strncmp(tok, "range=", 6) == 0) {
+            range_given = 1;
             if (strcmp(eq + 1, "full") == 0) q.range = LB_RANGE_FULL;
             else if (strcmp(eq + 1, "restricted") == 0) q.range = LB_RANGE_RESTRICTED;
-            else return lb__fail(LB_ERR_ARG, "spec '%s': unknown integer range in '%s' (full, restricted)", text, tok);
+            else if (strcmp(eq + 1, "signed") == 0) q.range = LB_RANGE_SIGNED;
+            else return lb__fail(LB_ERR_ARG, "spec '%s': unknown integer range in '%s' (full, restricted, signed)", text, tok);
         } else if (eq && strncmp(tok, "round=", 6) == 0) {
             int r = -1;
             for (int i = 0; i < 4; i++)
@@ -192,10 +208,24 @@ lb_status lb_qspec_parse(const char *text, lb_qspec *out)
                                         "options: sym, affine, twolevel, scale=, clip=, round=, range=)", text, tok);
         }
     }
-    if (q.granularity != LB_GRAN_GROUP) q.group = q.group_rows = 0; /* "g744:tensor": the last granularity wins */
+    if (q.granularity != LB_GRAN_GROUP) q.group = q.group_rows = 0; /* "g744:tensor": the last granularity wins, whole */
+    if (!range_given) q.range = default_range(&q);
     lb_status s = validate(quoted, &q);
     if (s == LB_OK) *out = q;
     return s;
+}
+
+/* The range option's spelling; the spec's default range has none. */
+static const char *range_suffix(const lb_qspec *q)
+{
+    lb_int_range r = q->range;
+    if (r == default_range(q)) return "";
+    switch (r) {
+    case LB_RANGE_FULL: return ":range=full";
+    case LB_RANGE_RESTRICTED: return ":range=restricted";
+    case LB_RANGE_SIGNED: return ":range=signed";
+    }
+    return "";
 }
 
 int lb_qspec_format(const lb_qspec *q, char *buf, size_t size)
@@ -223,5 +253,5 @@ int lb_qspec_format(const lb_qspec *q, char *buf, size_t size)
                     q->two_level ? ":twolevel" : "", q->search == LB_SEARCH_MSE ? ":clip=mse" : "",
                     q->mx_rounding != LB_MX_FLOOR ? ":round=" : "",
                     q->mx_rounding != LB_MX_FLOOR ? round_names[q->mx_rounding] : "",
-                    q->range == LB_RANGE_RESTRICTED ? ":range=restricted" : "");
+                    range_suffix(q));
 }

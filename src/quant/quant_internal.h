@@ -54,8 +54,9 @@ typedef struct lb__scale_rules {
     lb_qspec spec;
     float elem_max;            /* symmetric: the largest element magnitude used (range=restricted
                                   integers: -128 is never produced by int8, nor -8 by int4) */
-    int full_range;            /* symmetric integer, range=full: the scale comes from the block's
-                                  signed extremes (lo, hi), lo on code qmin (lb_int_range) */
+    int full_range;            /* symmetric integer, range=full or signed: the scale comes from the
+                                  block's signed extremes (lo, hi), codes qmin..qmax (lb_int_range) */
+    int signed_scale;          /* range=signed: s = (value of largest magnitude) / qmin, maybe < 0 */
     float qmin, qmax;          /* affine: the element's integer range */
     float clamp_lo, clamp_hi;  /* the range scaled values are clamped to */
     float scale_floor;         /* smallest positive value of the scale format */

@@ -22,7 +22,8 @@ void lb__scale_rules_init(const lb_qspec *q, lb__scale_rules *r)
     /* full range: int8/int4 symmetric under a scale that is not a power
      * of two (MXINT8 keeps OCP's rule) */
     r->full_range = e->kind == LB_KIND_INT && !q->affine && q->scale_format != LB_FMT_E8M0 &&
-                    q->range == LB_RANGE_FULL;
+                    (q->range == LB_RANGE_FULL || q->range == LB_RANGE_SIGNED);
+    r->signed_scale = r->full_range && q->range == LB_RANGE_SIGNED; /* validate: fp32/fp16/bf16, one level */
     r->clamp_hi = q->affine || r->full_range ? r->qmax : r->elem_max;
     r->clamp_lo = q->affine || r->full_range ? r->qmin : -r->elem_max;
     r->scale_floor = (float)sf->min_subnormal;
@@ -49,6 +50,15 @@ static float full_range_scale(float lo, float hi, float ratio, float den_lo, flo
     return a * den_hi >= h ? a : h / den_hi;
 }
 
+/* Signed (ggml's Q4_0 rule): the block's value of largest magnitude m,
+ * lo when -lo >= hi (a tie takes the positive scale), goes on code qmin:
+ * s = fl(fl(m * ratio) / qmin), negative when m > 0. */
+static float signed_scale(float lo, float hi, float ratio, float qmin)
+{
+    float m = -lo >= hi ? lo : hi;
+    return (m * ratio) / qmin;
+}
+
 float lb__tensor_scale(const lb__scale_rules *r, float tensor_amax, float tensor_lo, float tensor_hi)
 {
     if (!r->spec.two_level) return 1.0f;
@@ -65,8 +75,9 @@ float lb__tensor_scale(const lb__scale_rules *r, float tensor_amax, float tensor
 }
 
 /* A stored scale that decodes to zero would turn every element into
- * inf/NaN; the smallest positive scale saturates the block instead. */
-static void store_positive(const lb__scale_rules *r, float s, lb__block_scale *out)
+ * inf/NaN; the smallest positive scale saturates the block instead (a
+ * negative s whose magnitude is that smallest value keeps its sign). */
+static void store_nonzero(const lb__scale_rules *r, float s, lb__block_scale *out)
 {
     lb_format f = r->spec.scale_format;
     out->code = lb__encode_fast(f, s);
@@ -127,7 +138,7 @@ static void scale_affine(const lb__scale_rules *r, float lo, float hi, float rat
     }
     float steps = r->qmax - r->qmin, range = hi - lo;
     /* a range wider than FLT_MAX overflows: split the division instead */
-    store_positive(r, isinf(range) ? hi / steps - lo / steps : range / steps, s);
+    store_nonzero(r, isinf(range) ? hi / steps - lo / steps : range / steps, s);
     s->divisor = s->value;
     /* the integer that real 0 maps to, kept inside the element's range */
     float z = r->qmin - lo / s->value; /* fp32, in this order */
@@ -149,7 +160,10 @@ static void scales_symmetric(const lb__scale_rules *r, lb_isa isa, size_t n, con
     if (r->full_range) { /* a scalar loop: one per block, not per element */
         float ts = r->tensor_scale; /* 1 unless two-level; x * 1 is exact */
         float den_lo = -r->qmin * ts, den_hi = r->qmax * ts;
-        for (size_t b = 0; b < n; b++) tmp[b] = full_range_scale(lo[b], hi[b], ratio, den_lo, den_hi);
+        if (r->signed_scale)
+            for (size_t b = 0; b < n; b++) tmp[b] = signed_scale(lo[b], hi[b], ratio, r->qmin);
+        else
+            for (size_t b = 0; b < n; b++) tmp[b] = full_range_scale(lo[b], hi[b], ratio, den_lo, den_hi);
         if (r->spec.two_level)
             for (size_t b = 0; b < n; b++) {
                 if (tmp[b] < r->scale_floor) tmp[b] = r->scale_floor;
@@ -189,7 +203,11 @@ static void scales_symmetric(const lb__scale_rules *r, lb_isa isa, size_t n, con
     }
     for (size_t b = 0; zeros && b < n; b++) {
         if (amax[b] == 0) zero_block(r, &out[b]); /* nothing to scale: every element is 0 */
-        else if (out[b].value == 0) store_positive(r, 0.0f, &out[b]), out[b].divisor = out[b].value;
+        else if (out[b].value == 0) { /* underflow: the smallest scale (of the block's sign when signed) */
+            store_nonzero(r, 0.0f, &out[b]);
+            if (r->signed_scale && signbit(tmp[b])) store_nonzero(r, -out[b].value, &out[b]);
+            out[b].divisor = out[b].value;
+        }
     }
 }
 

@@ -35,6 +35,10 @@ lb_status lb_qstats_compute(const float *x, const float *xhat, const lb_qtensor 
             size_t start = b * q->block, len = q->cols - start < q->block ? q->cols - start : q->block;
             double d = mul[b], zp = sub[b];
             double lo = (rules.clamp_lo - zp - half) * d * slack, hi = (rules.clamp_hi - zp + half) * d * slack;
+            if (d < 0) { /* range=signed: a negative scale maps the low code to the top of the range */
+                double t = lo;
+                lo = hi, hi = t;
+            }
             for (size_t i = r * q->cols + start, end = i + len; i < end; i++) {
                 double v = x[i], err = fabs(v - (double)xhat[i]);
                 se += err * err;

@@ -57,8 +57,10 @@ static const scheme_row rows[] = {
     {{"W8A16", "int8 weights in groups of 128 (bf16 scales), 16-bit activations", "int8:g128:scale=bf16",
       LB_ACT_NONE, NULL, 0, ""},
      GROUP_WEIGHTS},
+    /* range=full, not int4's default range=signed: compressed-tensors checkpoints keep positive scales
+     * (README, "Quantization specs": what vLLM's kernels were read to do with negative ones) */
     {{"W4A16", "int4 symmetric weights in groups of 128 (bf16 scales), 16-bit activations",
-      "int4:g128:scale=bf16", LB_ACT_NONE, NULL, 0, ""},
+      "int4:g128:scale=bf16:range=full", LB_ACT_NONE, NULL, 0, ""},
      GROUP_WEIGHTS},
     {{"W4A16-ASYM", "int4 affine weights (zero points) in groups of 128 (bf16 scales), 16-bit activations",
       "int4:g128:affine:scale=bf16", LB_ACT_NONE, NULL, 0, ""},

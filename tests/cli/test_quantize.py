@@ -163,3 +163,21 @@ def test_static_scales_are_calibrated_then_written(tmp_path):
     base = 8 + struct.unpack("<Q", raw[:8])[0]
     (value,) = struct.unpack("<f", raw[base + g["data_offsets"][0]:base + g["data_offsets"][1]])
     assert 0 < value < float("inf")  # 448 * 6 / calibrated amax
+
+
+def test_signed_scales_are_written_and_read_back(tmp_path):
+    """range=signed (ggml's rule) stores negative scales in a pack-quantized
+    checkpoint; quantize's own read-back check (every quantized tensor read
+    with lowbit's reader and compared with what it evaluated) passes."""
+    out = tmp_path / "q"
+    r = run(STORIES, "-o", out, "--rule", r"re:.*_proj\.weight=int8:channel:scale=bf16:range=signed", "--json", "--quiet")
+    assert r.returncode == 0, r.stderr
+    h = header(out / "model.safetensors")
+    m = h["model.layers.0.mlp.down_proj.weight_scale"]
+    assert m["dtype"] == "BF16"
+    b = (out / "model.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", b[:8])
+    a, z = m["data_offsets"]
+    raw = b[8 + n + a:8 + n + z]
+    signs = [raw[i + 1] >> 7 for i in range(0, len(raw), 2)]  # bf16: the sign is bit 15
+    assert 0 < sum(signs) < len(signs)

@@ -30,11 +30,13 @@ def ppl(*args):
 
 
 def test_scheme_is_the_equivalent_spec():
-    # W4A16:g32 = int4 g32 bf16 scales on every decoder weight; the tied
-    # embedding (also the head) stays 16-bit: bf16, which --spec-embed bf16 says
+    # W4A16:g32 = int4 g32 bf16 scales on every decoder weight, positive scales
+    # (range=full, not int4's default signed); the tied embedding (also the
+    # head) stays 16-bit: bf16, which --spec-embed bf16 says
     scheme = ppl("--scheme", "W4A16:g32")
-    assert scheme == ppl("--spec", "int4:g32:scale=bf16", "--spec-embed", "bf16")
-    assert scheme == ppl("--rule", "model.layers.*=int4:g32:scale=bf16")
+    assert scheme == ppl("--spec", "int4:g32:scale=bf16:range=full", "--spec-embed", "bf16")
+    assert scheme == ppl("--rule", "model.layers.*=int4:g32:scale=bf16:range=full")
+    assert scheme != ppl("--rule", "model.layers.*=int4:g32:scale=bf16")  # range=signed
     assert scheme == ppl("--scheme", "w4a16:g32")
     assert scheme != ppl()  # it does quantize
     asym = ppl("--scheme", "W4A16-ASYM:g32")
@@ -49,9 +51,9 @@ def test_scheme_with_activations_is_the_equivalent_spec():
 def test_keep_and_rule_come_first():
     # --keep takes the MLP before the scheme's rule can: only attention is quantized
     kept = ppl("--keep", "*.mlp.*", "--scheme", "W4A16:g32")
-    assert kept == ppl("--spec-attn", "int4:g32:scale=bf16", "--spec-mlp", "bf16", "--spec-embed", "bf16")
+    assert kept == ppl("--spec-attn", "int4:g32:scale=bf16:range=full", "--spec-mlp", "bf16", "--spec-embed", "bf16")
     ruled = ppl("--rule", "re:.*\\.mlp\\..*=int8:channel:scale=bf16", "--scheme", "W4A16:g32")
-    assert ruled == ppl("--spec-attn", "int4:g32:scale=bf16", "--spec-mlp", "int8:channel:scale=bf16",
+    assert ruled == ppl("--spec-attn", "int4:g32:scale=bf16:range=full", "--spec-mlp", "int8:channel:scale=bf16",
                         "--spec-embed", "bf16")
     assert kept != ruled
 

@@ -49,6 +49,9 @@ CASES = [
     ("int4:g32:scale=bf16", "pack-quantized"),
     ("int4:g64:affine:scale=bf16", "pack-quantized"),
     ("int8:channel:scale=bf16", "pack-quantized"),
+    # range=signed: negative scales (ggml's rule), which the package multiplies like any other
+    ("int4:g32:scale=bf16:range=signed", "pack-quantized"),
+    ("int8:channel:scale=bf16:range=signed", "pack-quantized"),
     ("fp8_e4m3:channel:scale=bf16", "naive-quantized"),
     ("nvfp4", "nvfp4-pack-quantized"),
     ("mxfp4:round=even", "mxfp4-pack-quantized"),
@@ -112,6 +115,8 @@ def test_package_decompresses_to_lowbit_values(tmp_path, spec, fmt):
                 assert sd["weight_scale"].dtype == torch.bfloat16
             if fmt not in ("mxfp4-pack-quantized", "mxfp8-quantized"):  # E8M0 codes stay uint8
                 sd["weight_scale"] = sd["weight_scale"].to(torch.float32)
+            if "range=signed" in spec:  # the checkpoint does hold negative scales
+                assert (sd["weight_scale"] < 0).any() and (sd["weight_scale"] > 0).any(), name
             got = compressor.decompress(sd, group)["weight"].to(torch.float32).numpy()
             assert got.shape == want.shape
             if fmt == "nvfp4-pack-quantized":

@@ -75,10 +75,12 @@ def write_model(tmp_path, qc, tensors):
     return tmp_path
 
 
-def packed_case(rng, bits=4, group=32, sym=False, scale_dtype=np.float32):
+def packed_case(rng, bits=4, group=32, sym=False, scale_dtype=np.float32, negative=False):
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     q = rng.integers(lo, hi + 1, (ROWS, COLS)).astype(np.int8)
     s = (rng.random((ROWS, COLS // group)) * 0.1 + 0.01).astype(scale_dtype)
+    if negative:  # range=signed writes negative scales (ggml's rule); a reader multiplies them like any other
+        s = np.where(rng.random(s.shape) < 0.5, -s, s).astype(scale_dtype)
     z = None if sym else rng.integers(lo, hi + 1, (ROWS, COLS // group)).astype(np.int8)
     t = {f"{MOD}.weight_packed": pack_stream(q, bits), f"{MOD}.weight_scale": s,
          f"{MOD}.weight_shape": np.array([ROWS, COLS], np.int64)}
@@ -106,6 +108,14 @@ def test_pack_quantized(tmp_path, bits, group, sym, sdt):
     assert set(got) == {"model.norm.weight", f"{MOD}.weight"}  # the components are not listed
     dt, shape, v = got[f"{MOD}.weight"]
     assert dt == "quantized" and shape == (ROWS, COLS)
+    np.testing.assert_array_equal(v, want)
+
+
+@pytest.mark.parametrize("bits,group,sdt", [(4, 32, np.float32), (4, 16, np.float16), (8, 64, np.float16)])
+def test_pack_quantized_negative_scales(tmp_path, bits, group, sdt):
+    t, w, want = packed_case(np.random.default_rng(bits + group), bits, group, True, sdt, negative=True)
+    assert (t[f"{MOD}.weight_scale"] < 0).any() and (t[f"{MOD}.weight_scale"] > 0).any()
+    dt, shape, v = weights(write_model(tmp_path, ct_config("pack-quantized", w), t))[f"{MOD}.weight"]
     np.testing.assert_array_equal(v, want)
 
 

@@ -128,8 +128,9 @@ def make_input(kind, spec, rows, cols, seed):
     return x.astype(F32)
 
 
-SPECS = ["int4:g32", "int4:g16", "int4:channel", "int4:tensor", "int4:g32:scale=fp16", "int4:g128:scale=bf16",
-         "int8:channel", "int8:g32", "int8:tensor", "int8:channel:scale=fp16", "int4:g7", "int8:g64:scale=bf16"]
+SPECS = [s + ":range=full" for s in  # int4's default is range=signed (test_quant_signed.py)
+         ["int4:g32", "int4:g16", "int4:channel", "int4:tensor", "int4:g32:scale=fp16", "int4:g128:scale=bf16",
+          "int8:channel", "int8:g32", "int8:tensor", "int8:channel:scale=fp16", "int4:g7", "int8:g64:scale=bf16"]]
 KINDS = ["normal", "heavy", "constant", "ties", "positive_side"]
 
 
@@ -158,7 +159,7 @@ def test_full_range_uses_the_lowest_code_and_restricted_never_does():
     x = make_input("normal", "int4:g32", 16, 256, 3)
     for elem, low in (("int4", -8), ("int8", -128)):
         for gran in ("g32", "channel"):
-            full = lowbit_codes(f"{elem}:{gran}", lb.quantize(f"{elem}:{gran}", x)[1])
+            full = lowbit_codes(f"{elem}:{gran}", lb.quantize(f"{elem}:{gran}:range=full", x)[1])
             old = lowbit_codes(f"{elem}:{gran}", lb.quantize(f"{elem}:{gran}:range=restricted", x)[1])
             assert (full == low).any() and not (old == low).any(), (elem, gran)
             assert full.max() <= -low - 1 and old.min() >= low + 1
@@ -187,7 +188,7 @@ def test_blocks_with_a_negative_extreme_get_ggmls_scale_and_codes():
     to even)."""
     rng = np.random.default_rng(13)
     x = (rng.standard_normal((64, 32 * 16)) * 0.05).astype(F32)
-    st, q = lb.quantize("int4:g32", x)
+    st, q = lb.quantize("int4:g32:range=full", x)
     assert st == lb.LB_OK
     codes, scales = lowbit_codes("int4:g32", q), stored_scales("int4:g32", q)
     checked = 0
@@ -289,23 +290,32 @@ def test_restricted_gives_the_old_bytes():
         lb.set_isa(lb.isas()[-1])
 
 
-def test_full_is_the_new_default_and_differs_from_the_old_bytes():
+def test_full_differs_from_the_old_bytes_and_is_the_default_but_for_int4():
+    """range=full is the default of int8 and of int4 under ue4m3 or
+    two-level scales; int4 under fp32/fp16/bf16 scales defaults to
+    range=signed (test_quant_signed.py)."""
     inputs = golden_inputs()
     for (spec, kind), want in GOLDEN.items():
         q_default = lb.quantize(spec, inputs[kind])[1]
         q_full = lb.quantize(spec + ":range=full", inputs[kind])[1]
-        assert digest(q_default) == digest(q_full)
+        signed_default = spec.startswith("int4") and "ue4m3" not in spec and "twolevel" not in spec
+        if signed_default:
+            assert digest(q_default) == digest(lb.quantize(spec + ":range=signed", inputs[kind])[1])
+        else:
+            assert digest(q_default) == digest(q_full)
         # blocks of 16 to 128: some block has a negative extreme, so the bytes move (a tensor or a
         # few rows can have only positive extremes, and keep their bytes)
         if ":g" in spec and kind != "zeros":  # zeros: 4 rows of 96
-            assert digest(q_default) != want, (spec, kind)
+            assert digest(q_full) != want, (spec, kind)
 
 
 # ---------------------------------------------------------------- spec text
 
 @pytest.mark.parametrize("text,canonical", [
     ("int4:g32:range=restricted", "int4:g32:range=restricted"),
-    ("int4:g32:range=full", "int4:g32"),
+    ("int4:g32:range=full", "int4:g32:range=full"),
+    ("int4:g32:range=signed", "int4:g32"),
+    ("int8:channel:range=full", "int8:channel"),
     ("int8:channel:scale=fp16:clip=mse:range=restricted", "int8:channel:scale=fp16:clip=mse:range=restricted"),
     ("int4:g16:scale=ue4m3:range=restricted:range=full", "int4:g16:scale=ue4m3"),
     ("fp8_e4m3:channel:range=full", "fp8_e4m3:channel"),
@@ -332,5 +342,5 @@ def test_bad_range_is_refused(text, needle):
 
 def test_a_hand_filled_range_out_of_bounds_is_refused():
     st, spec = lb.parse_spec("int8:channel")
-    spec.range = 2
+    spec.range = 3  # one past LB_RANGE_SIGNED
     assert lb.lib.lb_qspec_validate(spec) != lb.LB_OK and "range" in lb.last_error()

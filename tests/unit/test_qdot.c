@@ -35,6 +35,10 @@ static const char *specs[] = {
     /* 2-D blocks: a row's scales are its band's (rows r / R) */
     "fp8_e4m3:b128x128", "fp8_e4m3:b3x32:scale=bf16", "int8:b5x16", "int4:b2x32:scale=bf16",
     "fp4_e2m1:b3x16:scale=ue4m3", "fp6_e2m3:b4x32:scale=e8m0",
+    /* range=signed: negative scales (ggml's rule), every layout above that takes them */
+    "int4:g32:range=signed", "int4:channel:range=signed", "int4:tensor:range=signed", "int8:channel:range=signed",
+    "int8:tensor:range=signed", "int4:g16:scale=fp16:range=signed", "int4:g128:scale=bf16:range=signed",
+    "int4:g48:range=signed", "int8:g3:range=signed", "int8:g64:scale=bf16:range=signed",
 };
 static const size_t col_set[] = {1, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 1000};
 

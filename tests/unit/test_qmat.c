@@ -26,7 +26,8 @@ static const char *const specs[] = {"fp32",      "bf16",           "fp16",      
                                     "int8:g16",  "int8:g32:affine", "int4:g32",     "int4:g64:affine",  "uint4:g32:affine",
                                     "int4:g3",   "mxfp4",          "nvfp4",         "mxfp6_e2m3",       "mxfp6_e3m2",
                                     "mxfp8_e4m3", "mxint8",        "fp8_e4m3:tensor", "int8:tensor",    "fp16:g64",
-                                    "fp8_e4m3:b128x128", "fp8_e4m3:b3x16:scale=bf16", "int4:b5x32"};
+                                    "fp8_e4m3:b128x128", "fp8_e4m3:b3x16:scale=bf16", "int4:b5x32",
+                                    "int4:g32:range=signed", "int8:g16:range=signed"};
 
 static lb_status make(const char *text, const float *w, size_t rows, size_t cols, lb__qmat *m)
 {

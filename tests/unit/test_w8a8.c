@@ -233,7 +233,8 @@ static void random_cases(void)
     static const size_t cols_list[] = {1, 3, 63, 64, 65, 255, 1000};
     static const size_t rows_list[] = {1, 3, 4, 5, 17, 40, 67};
     static const char *specs[] = {"int8:channel", "int8:tensor", "int8:channel:scale=fp16", "fp8_e4m3:channel",
-                                  "fp8_e4m3:tensor", "fp8_e4m3:channel:scale=bf16"};
+                                  "fp8_e4m3:tensor", "fp8_e4m3:channel:scale=bf16", "int8:channel:range=signed",
+                                  "int8:tensor:range=signed", "int8:channel:scale=fp16:range=signed"};
     for (size_t ci = 0; ci < sizeof cols_list / sizeof *cols_list; ci++) {
         for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
             size_t cols = cols_list[ci], rows = rows_list[(ci + si) % 7];
