@@ -24,6 +24,10 @@ int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cl
         cli_progress_set_quiet(1);
         return 1;
     }
+    if (strcmp(o, "--weights-only") == 0) {
+        a->weights_only = 1;
+        return 1;
+    }
     if (!slot) slot = strcmp(o, "--kv") == 0 ? &a->kv : strcmp(o, "--act") == 0 ? &a->act
                       : strcmp(o, "--calib") == 0 ? &a->calib : NULL;
     int threads = strcmp(o, "--threads") == 0, calib_tokens = strcmp(o, "--calib-tokens") == 0;
@@ -170,8 +174,43 @@ static int recipe_runner(const char *cmd, int json, const cli_eval_args *a, cli_
     return EXIT_OK;
 }
 
+/* How the last checkpoint runner evaluated (cli_eval_print_setup): 0 not a
+ * checkpoint, 1 as the engine computes it, 2 its weights alone. */
+static int checkpoint_mode;
+
+/* A quantized checkpoint: the qmodel it holds (weights, activations, KV
+ * cache), nothing on top. */
+static int checkpoint_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
+{
+    const char *given = cli_recipe_given(&a->recipe) ? "--scheme, --recipe, --rule or --keep"
+                        : a->spec || a->spec_attn || a->spec_mlp || a->spec_embed || a->spec_head ? "--spec"
+                        : a->act ? "--act" : a->kv ? "--kv" : a->calib ? "--calib" : a->fake ? "--fake" : NULL;
+    const lb_model_quant *mq = lb_model_quantization(e->model);
+    if (given)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "the model is a quantized checkpoint (%s, %s): it says "
+                        "how its weights, activations and KV cache are quantized, and %s would quantize its "
+                        "dequantized weights again. Evaluate it as it is (--weights-only for its weights alone), or "
+                        "give %s the 16-bit model it was made from", mq->method, mq->format, given, given);
+    lb_status st = lb_runner_supports(e->model, a->max_ctx);
+    if (st != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+    st = lb_qmodel_from_checkpoint(e->model, a->weights_only ? LB_CKPT_WEIGHTS_ONLY : 0, &e->qmodel);
+    /* what the config asks that lowbit does not simulate is said (and --weights-only offered), never guessed at */
+    if (st != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+    checkpoint_mode = a->weights_only ? 2 : 1;
+    cli_progress_ctx loading = {cmd, "loading layer", NULL};
+    lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .progress = cli_progress_fn,
+                           .progress_ctx = &loading};
+    st = lb_runner_from_qmodel(e->qmodel, &o, &e->runner);
+    return st == LB_OK ? EXIT_OK : cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+}
+
 int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
 {
+    if (lb_model_quantization(e->model)) return checkpoint_runner(cmd, json, a, e);
+    if (a->weights_only)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--weights-only evaluates a quantized checkpoint "
+                        "directory's weights without its activation and KV-cache quantization; this model is not "
+                        "one (it has no quantization_config)");
     if (cli_recipe_given(&a->recipe)) return recipe_runner(cmd, json, a, e);
     lb_qspec attn, mlp, embed, head;
     cli_progress_ctx loading = {cmd, "loading layer", NULL};
@@ -230,6 +269,12 @@ static void print_recipe(FILE *out, const cli_eval_args *a, int json)
 
 void cli_eval_print_setup(FILE *out, const cli_eval_args *a, int json)
 {
+    if (checkpoint_mode) {
+        if (json) fprintf(out, ", \"checkpoint\": \"%s\"", checkpoint_mode == 2 ? "weights-only" : "engine");
+        else fprintf(out, " (%s)", checkpoint_mode == 2 ? "checkpoint weights only" : "checkpoint as the engine "
+                     "computes it: weights, activations, KV cache");
+        return;
+    }
     if (cli_recipe_given(&a->recipe)) {
         print_recipe(out, a, json);
         return;
