@@ -271,8 +271,7 @@ void cli_eval_print_setup(FILE *out, const cli_eval_args *a, int json)
 {
     if (checkpoint_mode) {
         if (json) fprintf(out, ", \"checkpoint\": \"%s\"", checkpoint_mode == 2 ? "weights-only" : "engine");
-        else fprintf(out, " (%s)", checkpoint_mode == 2 ? "checkpoint weights only" : "checkpoint as the engine "
-                     "computes it: weights, activations, KV cache");
+        else fprintf(out, " (%s)", checkpoint_mode == 2 ? "checkpoint weights only" : "checkpoint as an engine runs it");
         return;
     }
     if (cli_recipe_given(&a->recipe)) {

@@ -1014,12 +1014,13 @@ LB_API lb_status lb_runner_from_qmodel(const lb_qmodel *q, const lb_runner_optio
 
 /* The quantized model a quantized checkpoint holds (lb_model_quantization
  * not NULL), as an engine computes it:
- *   weights      each quantized module QUANTIZED with the file's codes and
- *                scales, byte for byte, where lowbit's layout holds them
- *                (FP8 and INT8 per tensor, channel or group; int4/int8
- *                pack-quantized, with zero points too; NVFP4; MXFP4;
- *                MXFP8); else STORED, dequantized as the format's package
- *                does (FP8 128x128 blocks, other integer widths)
+ *   weights      a module whose inputs are quantized too QUANTIZED with
+ *                the file's codes and scales, byte for byte, where lowbit's
+ *                layout holds them (FP8 and INT8 per tensor, channel or
+ *                group; NVFP4; MXFP4; MXFP8): scales applied in fp32, as a
+ *                W8A8/W4A4 GEMM does; weight-only modules (and FP8 128x128
+ *                blocks) STORED, dequantized as the format's package does,
+ *                in the scale's dtype, as a weight-only kernel (Marlin) does
  *   activations  each module's input quantization from the config: dynamic
  *                per token or per group (FP8, INT8, MX), static per tensor
  *                (input_amax from input_scale: amax = scale x 448, or x 127

@@ -3,14 +3,16 @@
  * so that `lowbit ppl` on it measures the engine's model, not only its
  * weights.
  *
- * Weights: a module the reader planned (io/hf_quantized.h) whose codes and
- * scales are an lb_qtensor layout byte for byte (FP8 and INT8 per tensor,
- * channel or group with f32/f16/bf16 scales; pack-quantized int4/int8,
- * symmetric or with zero points; NVFP4; MXFP4; MXFP8) becomes QUANTIZED
- * with that tensor, so the runner computes on the packed codes exactly as
- * it does for the model `lowbit quantize` wrote them from. Anything else
- * (2-D FP8 blocks, other integer widths) stays STORED: the reader
- * dequantizes it as the format's package does.
+ * Weights: a module with quantized inputs whose codes and scales are an
+ * lb_qtensor layout byte for byte (FP8 and INT8 per tensor, channel or
+ * group with f32/f16/bf16 scales; pack-quantized int4/int8, symmetric or
+ * with zero points; NVFP4; MXFP4; MXFP8) becomes QUANTIZED with that
+ * tensor, so the runner computes on the packed codes, scales applied in
+ * fp32 as a W8A8/W4A4 GEMM does, exactly as it does for the model `lowbit
+ * quantize` wrote them from. Weight-only modules and anything else (2-D
+ * FP8 blocks, other integer widths) stay STORED: the reader dequantizes
+ * them as the format's package does, in the scale's dtype, which is what a
+ * weight-only kernel (vLLM's Marlin) multiplies by.
  *
  * Activations and KV cache: the config's input quantization per module
  * with the file's scales turned back into calibrated ranges, and an FP8 KV
@@ -190,14 +192,17 @@ static lb_status fill_qtensor(const lb__hfq_tensor *h, const lb_qspec *spec, lb_
     return LB_OK;
 }
 
-/* Weight entry i as the file stores it (QUANTIZED when lowbit's layout
- * holds it exactly; else left STORED). */
+/* Weight entry i as the file stores it: QUANTIZED when its inputs are
+ * quantized too and lowbit's layout holds it exactly (a W8A8 or W4A4 GEMM
+ * applies the scales in fp32, as lowbit's packed kernels do); else left
+ * STORED, dequantized as the package does (a weight-only kernel such as
+ * vLLM's Marlin dequantizes to 16 bits in the scale's dtype first). */
 static lb_status set_weight(lb_qmodel *q, size_t i, const lb__hfq_tensor *h, const char *name)
 {
     lb_status st = h->e8m0 || h->scale.dtype == LB_DT_F8_E4M3 ? check_byte_scales(&h->scale, h->e8m0)
                                                               : check_scales(&h->scale);
     char text[96];
-    if (st != LB_OK || !spec_text(h, text, sizeof text)) return st;
+    if (st != LB_OK || h->act.mode == LB__HFQ_A_NONE || !spec_text(h, text, sizeof text)) return st;
     lb_qspec spec;
     if ((st = lb_qspec_parse(text, &spec)) != LB_OK) return lb__fail(st, "%s: spec %s: %s", name, text, lb_last_error());
     lb_qtensor *qt = NULL;
