@@ -292,7 +292,7 @@ lb_status lb_qmodel_from_checkpoint(const lb_model *m, unsigned flags, lb_qmodel
             st = lb__fail(LB_ERR_UNSUPPORTED, "%s: %s: lowbit cannot simulate it (evaluate the weights alone with "
                           "--weights-only)", lb_model_tensor(m, i)->name, h->act.unsupported);
     }
-    if (st == LB_OK) st = lb_qmodel_set_dtype(q, LB_DT_F32); /* static scales as stored (engine_scales.h) */
+    if (st == LB_OK && lb_model_quantization(m)) st = lb_qmodel_set_dtype(q, LB_DT_F32); /* static scales as stored (engine_scales.h) */
     for (size_t i = 0; st == LB_OK && i < lb_qmodel_count(q); i++) {
         const lb_tensor *t = lb_model_tensor(m, i);
         const lb__hfq_tensor *h = lb__hfq_tensor_of(t);
