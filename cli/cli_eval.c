@@ -6,6 +6,10 @@
 #include "cli_model.h"
 #include "cli_output.h"
 
+/* How the last checkpoint runner evaluated (cli_eval_print_setup): 0 not a
+ * checkpoint, 1 as the engine computes it, 2 its weights alone. */
+static int checkpoint_mode;
+
 int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cli_eval_args *a)
 {
     const char *o = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
@@ -174,9 +178,6 @@ static int recipe_runner(const char *cmd, int json, const cli_eval_args *a, cli_
     return EXIT_OK;
 }
 
-/* How the last checkpoint runner evaluated (cli_eval_print_setup): 0 not a
- * checkpoint, 1 as the engine computes it, 2 its weights alone. */
-static int checkpoint_mode;
 
 /* A quantized checkpoint: the qmodel it holds (weights, activations, KV
  * cache), nothing on top. */
@@ -336,7 +337,8 @@ void cli_eval_print_saturation(const char *cmd, FILE *out, const lb_runner *r, c
 {
     lb_runner_saturation s;
     lb_runner_saturation_get(r, &s);
-    const char *kv = a->kv ? a->kv : "fp32", *act = a->act ? a->act : "fp32";
+    const char *kv = a->kv ? a->kv : checkpoint_mode == 1 ? "fp8_e4m3" : "fp32",
+               *act = a->act ? a->act : checkpoint_mode == 1 ? "8-bit" : "fp32";
     if (out && json) {
         fprintf(out, ", \"saturation\": {\"kv\": %llu, \"kv_values\": %llu, \"act\": %llu, \"act_values\": %llu}",
                 (unsigned long long)s.kv_saturated, (unsigned long long)s.kv_values,
@@ -349,11 +351,19 @@ void cli_eval_print_saturation(const char *cmd, FILE *out, const lb_runner *r, c
                             (unsigned long long)s.act_values, act);
         fputc('\n', out);
     }
-    if (s.kv_saturated)
+    if (s.kv_saturated && checkpoint_mode)
+        fprintf(stderr, "lowbit %s: note: %llu of %llu KV cache values were beyond the checkpoint's k/v scales and "
+                "saturated to fp8_e4m3's largest value, as an engine saturates them\n", cmd,
+                (unsigned long long)s.kv_saturated, (unsigned long long)s.kv_values);
+    else if (s.kv_saturated)
         fprintf(stderr, "lowbit %s: warning: %llu of %llu KV cache values were beyond %s's range and saturated to its "
                 "largest value: the results are distorted (a wider --kv keeps them)\n", cmd,
                 (unsigned long long)s.kv_saturated, (unsigned long long)s.kv_values, kv);
-    if (s.act_saturated)
+    if (s.act_saturated && checkpoint_mode)
+        fprintf(stderr, "lowbit %s: note: %llu of %llu activations were beyond the checkpoint's static input scales "
+                "and clipped, as an engine clips them\n", cmd, (unsigned long long)s.act_saturated,
+                (unsigned long long)s.act_values);
+    else if (s.act_saturated)
         fprintf(stderr, "lowbit %s: warning: %llu of %llu %s activations were beyond the static --calib scales and "
                 "clipped: the results are distorted (calibrate on more text, or drop --calib)\n", cmd,
                 (unsigned long long)s.act_saturated, (unsigned long long)s.act_values, act);

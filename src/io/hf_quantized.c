@@ -173,7 +173,8 @@ static void ct_act(lb__hfq *q, const lb__json *ia, const lb__json *oa, const cha
     char why[768];
     why[0] = 0;
     if (oa && oa->type != LB_JSON_NULL) snprintf(why, sizeof why, "%s: output_activations are quantized", what);
-    if (!why[0] && ia && ia->type != LB_JSON_NULL) {
+    act->quantized_inputs = ia && ia->type != LB_JSON_NULL;
+    if (!why[0] && act->quantized_inputs) {
         qargs a;
         char w[300];
         snprintf(w, sizeof w, "%s.input_activations", what);
@@ -234,6 +235,7 @@ static void modelopt_act(lb__hfq *q, const char *algo, uint64_t gsize, lb__hfq_a
         snprintf(why, sizeof why, "ModelOpt quant_algo %.40s: its input quantization is not simulated", algo);
         act->unsupported = keep_str(q, why);
     }
+    act->quantized_inputs = act->mode != LB__HFQ_A_NONE || act->unsupported;
     if (act->mode == LB__HFQ_A_LOCAL && gsize != 16) {
         char why[160];
         snprintf(why, sizeof why, "ModelOpt NVFP4 with group_size %llu: activations are simulated in groups of 16",

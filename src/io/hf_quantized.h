@@ -79,6 +79,8 @@ typedef struct lb__hfq_act {
                                or input_scale (ModelOpt, a multiplier) */
     int has_scale, scale_divisor;
     const char *unsupported;/* what lowbit cannot simulate of it (a sentence), or NULL */
+    int quantized_inputs;   /* the config quantizes the inputs (even in a way lowbit cannot simulate): the
+                               weights meet a low-precision GEMM, not a weight-only kernel */
 } lb__hfq_act;
 
 typedef struct lb__hfq_tensor {

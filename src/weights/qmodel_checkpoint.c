@@ -202,7 +202,7 @@ static lb_status set_weight(lb_qmodel *q, size_t i, const lb__hfq_tensor *h, con
     lb_status st = h->e8m0 || h->scale.dtype == LB_DT_F8_E4M3 ? check_byte_scales(&h->scale, h->e8m0)
                                                               : check_scales(&h->scale);
     char text[96];
-    if (st != LB_OK || h->act.mode == LB__HFQ_A_NONE || !spec_text(h, text, sizeof text)) return st;
+    if (st != LB_OK || !h->act.quantized_inputs || !spec_text(h, text, sizeof text)) return st;
     lb_qspec spec;
     if ((st = lb_qspec_parse(text, &spec)) != LB_OK) return lb__fail(st, "%s: spec %s: %s", name, text, lb_last_error());
     lb_qtensor *qt = NULL;
