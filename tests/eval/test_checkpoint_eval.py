@@ -73,11 +73,14 @@ def checkpoint(work, fmt, *recipe):
 
 CASES = [("compressed-tensors", ["--scheme", "W8A8-FP8-STATIC"]),
          ("compressed-tensors", ["--scheme", "W8A8-INT8"]),
+         ("compressed-tensors", ["--scheme", "MXFP4"]),
+         ("compressed-tensors", ["--scheme", "FP8-BLOCK:g64"]),
          ("modelopt", ["--scheme", "NVFP4"]),
          ("modelopt", ["--scheme", "W8A8-FP8-STATIC", "--rule", "*.mlp.down_proj.weight=nvfp4"])]
 
 
-@pytest.mark.parametrize("fmt,recipe", CASES, ids=["ct-fp8-static", "ct-int8", "modelopt-nvfp4", "modelopt-mixed"])
+@pytest.mark.parametrize("fmt,recipe", CASES, ids=["ct-fp8-static", "ct-int8", "ct-mxfp4",
+                                                  "ct-fp8-group", "modelopt-nvfp4", "modelopt-mixed"])
 def test_checkpoint_evaluates_what_the_scheme_evaluated(work, fmt, recipe):
     ck = checkpoint(work, fmt, *recipe)
     scheme = ppl(work, work / "src", *recipe, "--kv", "fp8", "--calib", work / "calib.txt", *CALIB_TOKENS)
