@@ -6,6 +6,10 @@
 #include "cli_model.h"
 #include "cli_output.h"
 
+/* How the last checkpoint runner evaluated (cli_eval_print_setup): 0 not a
+ * checkpoint, 1 as the engine computes it, 2 its weights alone. */
+static int checkpoint_mode;
+
 int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cli_eval_args *a)
 {
     const char *o = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
@@ -22,6 +26,10 @@ int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cl
     }
     if (strcmp(o, "--quiet") == 0) {
         cli_progress_set_quiet(1);
+        return 1;
+    }
+    if (strcmp(o, "--weights-only") == 0) {
+        a->weights_only = 1;
         return 1;
     }
     if (!slot) slot = strcmp(o, "--kv") == 0 ? &a->kv : strcmp(o, "--act") == 0 ? &a->act
@@ -170,8 +178,40 @@ static int recipe_runner(const char *cmd, int json, const cli_eval_args *a, cli_
     return EXIT_OK;
 }
 
+
+/* A quantized checkpoint: the qmodel it holds (weights, activations, KV
+ * cache), nothing on top. */
+static int checkpoint_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
+{
+    const char *given = cli_recipe_given(&a->recipe) ? "--scheme, --recipe, --rule or --keep"
+                        : a->spec || a->spec_attn || a->spec_mlp || a->spec_embed || a->spec_head ? "--spec"
+                        : a->act ? "--act" : a->kv ? "--kv" : a->calib ? "--calib" : a->fake ? "--fake" : NULL;
+    const lb_model_quant *mq = lb_model_quantization(e->model);
+    if (given)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "the model is a quantized checkpoint (%s, %s): it says "
+                        "how its weights, activations and KV cache are quantized, and %s would quantize its "
+                        "dequantized weights again. Evaluate it as it is (--weights-only for its weights alone), or "
+                        "give %s the 16-bit model it was made from", mq->method, mq->format, given, given);
+    lb_status st = lb_runner_supports(e->model, a->max_ctx);
+    if (st != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+    st = lb_qmodel_from_checkpoint(e->model, a->weights_only ? LB_CKPT_WEIGHTS_ONLY : 0, &e->qmodel);
+    /* what the config asks that lowbit does not simulate is said (and --weights-only offered), never guessed at */
+    if (st != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+    checkpoint_mode = a->weights_only ? 2 : 1;
+    cli_progress_ctx loading = {cmd, "loading layer", NULL};
+    lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .progress = cli_progress_fn,
+                           .progress_ctx = &loading};
+    st = lb_runner_from_qmodel(e->qmodel, &o, &e->runner);
+    return st == LB_OK ? EXIT_OK : cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+}
+
 int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
 {
+    if (lb_model_quantization(e->model)) return checkpoint_runner(cmd, json, a, e);
+    if (a->weights_only)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--weights-only evaluates a quantized checkpoint "
+                        "directory's weights without its activation and KV-cache quantization; this model is not "
+                        "one (it has no quantization_config)");
     if (cli_recipe_given(&a->recipe)) return recipe_runner(cmd, json, a, e);
     lb_qspec attn, mlp, embed, head;
     cli_progress_ctx loading = {cmd, "loading layer", NULL};
@@ -230,6 +270,11 @@ static void print_recipe(FILE *out, const cli_eval_args *a, int json)
 
 void cli_eval_print_setup(FILE *out, const cli_eval_args *a, int json)
 {
+    if (checkpoint_mode) {
+        if (json) fprintf(out, ", \"checkpoint\": \"%s\"", checkpoint_mode == 2 ? "weights-only" : "engine");
+        else fprintf(out, " (%s)", checkpoint_mode == 2 ? "checkpoint weights only" : "checkpoint as an engine runs it");
+        return;
+    }
     if (cli_recipe_given(&a->recipe)) {
         print_recipe(out, a, json);
         return;
@@ -292,7 +337,8 @@ void cli_eval_print_saturation(const char *cmd, FILE *out, const lb_runner *r, c
 {
     lb_runner_saturation s;
     lb_runner_saturation_get(r, &s);
-    const char *kv = a->kv ? a->kv : "fp32", *act = a->act ? a->act : "fp32";
+    const char *kv = a->kv ? a->kv : checkpoint_mode == 1 ? "fp8_e4m3" : "fp32",
+               *act = a->act ? a->act : checkpoint_mode == 1 ? "8-bit" : "fp32";
     if (out && json) {
         fprintf(out, ", \"saturation\": {\"kv\": %llu, \"kv_values\": %llu, \"act\": %llu, \"act_values\": %llu}",
                 (unsigned long long)s.kv_saturated, (unsigned long long)s.kv_values,
@@ -305,11 +351,19 @@ void cli_eval_print_saturation(const char *cmd, FILE *out, const lb_runner *r, c
                             (unsigned long long)s.act_values, act);
         fputc('\n', out);
     }
-    if (s.kv_saturated)
+    if (s.kv_saturated && checkpoint_mode)
+        fprintf(stderr, "lowbit %s: note: %llu of %llu KV cache values were beyond the checkpoint's k/v scales and "
+                "saturated to fp8_e4m3's largest value, as an engine saturates them\n", cmd,
+                (unsigned long long)s.kv_saturated, (unsigned long long)s.kv_values);
+    else if (s.kv_saturated)
         fprintf(stderr, "lowbit %s: warning: %llu of %llu KV cache values were beyond %s's range and saturated to its "
                 "largest value: the results are distorted (a wider --kv keeps them)\n", cmd,
                 (unsigned long long)s.kv_saturated, (unsigned long long)s.kv_values, kv);
-    if (s.act_saturated)
+    if (s.act_saturated && checkpoint_mode)
+        fprintf(stderr, "lowbit %s: note: %llu of %llu activations were beyond the checkpoint's static input scales "
+                "and clipped, as an engine clips them\n", cmd, (unsigned long long)s.act_saturated,
+                (unsigned long long)s.act_values);
+    else if (s.act_saturated)
         fprintf(stderr, "lowbit %s: warning: %llu of %llu %s activations were beyond the static --calib scales and "
                 "clipped: the results are distorted (calibrate on more text, or drop --calib)\n", cmd,
                 (unsigned long long)s.act_saturated, (unsigned long long)s.act_values, act);

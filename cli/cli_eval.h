@@ -23,6 +23,8 @@ typedef struct cli_eval_args {
                                CLI_CALIB_DEFAULT_TOKENS, as quantize) */
     cli_recipe_args recipe; /* --scheme, --recipe, --rule, --keep: the model `lowbit quantize` would write
                                (instead of the --spec options; --kv fp8 then gives its calibrated KV cache) */
+    int weights_only;       /* --weights-only: a quantized checkpoint's weights alone (no activation or KV
+                               quantization) */
 } cli_eval_args;
 
 typedef struct cli_eval_model {
@@ -70,6 +72,13 @@ int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, u
     "(the last four with a scale per token and head). --threads N: N threads (0, the\n"            \
     "default: one per CPU; at most 64). Progress goes to stderr (a line every few seconds\n"    \
     "when it is not a terminal); --quiet or LOWBIT_QUIET=1 turns it off.\n"
+
+/* A quantized checkpoint directory (compressed-tensors, ModelOpt) as MODEL. */
+#define CLI_EVAL_CHECKPOINT_HELP                                                                          \
+    "A quantized checkpoint directory (compressed-tensors, ModelOpt) runs as an engine computes\n"     \
+    "it: its weights, its activation quantization (dynamic, or static with its input scales)\n"     \
+    "and its FP8 KV cache with its k/v scales; --weights-only evaluates its weights alone.\n"        \
+    "It takes none of --spec, --scheme, --recipe, --rule, --keep, --act, --kv or --calib.\n"
 
 /* The recipe options' paragraph (ppl, kld, generate). */
 #define CLI_EVAL_RECIPE_HELP                                                                             \

@@ -110,7 +110,7 @@ static int run(int argc, char **argv)
             return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "unknown option '%s' for compare: each row's "
                             "--spec applies to the attention and the MLP projections", argv[i]);
         else if (strcmp(argv[i], "--scheme") == 0 || strcmp(argv[i], "--recipe") == 0 || strcmp(argv[i], "--rule") == 0 ||
-                 strcmp(argv[i], "--keep") == 0)
+                 strcmp(argv[i], "--keep") == 0 || strcmp(argv[i], "--weights-only") == 0)
             return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "unknown option '%s' for compare: its rows "
                             "come from --spec; measure a scheme or recipe with ppl or kld", argv[i]);
         else if ((r = cli_eval_option("compare", json, argc, argv, &i, &ea)) || (r = cli_parse_window("compare", json, argc, argv, &i, &ctx, &chunks))) {
@@ -143,6 +143,14 @@ static int run(int argc, char **argv)
     ea.max_ctx = ctx;
     cli_eval_model base;
     if ((rc = cli_eval_open("compare", json, model, &ea, 0, &base)) != EXIT_OK) return rc;
+    const lb_model_quant *mq = lb_model_quantization(base.model);
+    if (mq) { /* its rows would quantize dequantized weights again: not what a user of the checkpoint runs */
+        rc = cli_fail("compare", json, EXIT_USAGE, "bad_argument", "%s is a quantized checkpoint (%s, %s): compare's "
+                      "--spec rows would quantize its dequantized weights again. Give compare the 16-bit model it "
+                      "was made from, or measure the checkpoint with ppl or kld", model, mq->method, mq->format);
+        cli_eval_close(&base);
+        return rc;
+    }
     int32_t *ids = NULL;
     size_t n = 0;
     rc = cli_eval_tokens("compare", json, base.tok, text, &ids, &n);

@@ -11,13 +11,13 @@ static const char usage[] =
     "usage: lowbit generate MODEL -p|--prompt PROMPT [-n 128] [--temp 0] [--seed 1] [--spec SPEC]\n"
     "                      [--spec-attn SPEC] [--spec-mlp SPEC] [--spec-embed SPEC] [--spec-head SPEC]\n"
     "                      [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]] [--kv FORMAT]\n"
-    "                      [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]...\n"
+    "                      [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
     "                      [--tokenizer FILE] [--threads N] [--quiet]\n\n"
     "Prints PROMPT's continuation as it is generated: greedy at --temp 0 (the\n"
     "default), otherwise sampled from softmax(logits / temp) with a seeded\n"
     "generator, so a seed repeats its text. Stops after -n tokens or at the\n"
     "end-of-text token. On stderr: tokens/s of the prompt and of generation, and\n"
-    "the memory the model takes.\n" CLI_EVAL_RUNNER_HELP CLI_EVAL_RECIPE_HELP CLI_RECIPE_HELP;
+    "the memory the model takes.\n" CLI_EVAL_RUNNER_HELP CLI_EVAL_CHECKPOINT_HELP CLI_EVAL_RECIPE_HELP CLI_RECIPE_HELP;
 
 static uint64_t next_random(uint64_t *s)
 {

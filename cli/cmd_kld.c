@@ -9,7 +9,7 @@
 static const char usage[] =
     "usage: lowbit kld BASE [QUANT] --text FILE [--spec SPEC] [--spec-attn|--spec-mlp|--spec-embed|--spec-head SPEC]\n"
     "                 [--save-base FILE | --base FILE] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
-    "                 [--kv FORMAT] [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]...\n"
+    "                 [--kv FORMAT] [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
     "                 [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--force] [--json] [--quiet]\n\n"
     "KL divergence KL(base || quant) of the next-token distributions, per scored\n"
     "token of lowbit ppl's windows: mean +- standard error, median, p99, max; the\n"
@@ -21,7 +21,7 @@ static const char usage[] =
     "model with --base FILE (then BASE only provides the tokenizer, and QUANT or\n"
     "--spec the model to measure). The base always runs as stored, fp32 KV cache.\n"
     "--save-base never writes over an input (the models, their tokenizers, the\n"
-    "--text and --calib files). " CLI_FORCE_HELP CLI_EVAL_RUNNER_HELP CLI_EVAL_RECIPE_HELP CLI_RECIPE_HELP;
+    "--text and --calib files). " CLI_FORCE_HELP CLI_EVAL_RUNNER_HELP CLI_EVAL_CHECKPOINT_HELP CLI_EVAL_RECIPE_HELP CLI_RECIPE_HELP;
 
 static int run(int argc, char **argv)
 {
@@ -66,7 +66,7 @@ static int run(int argc, char **argv)
     cli_eval_args base_args = ea;
     base_args.spec = base_args.spec_attn = base_args.spec_mlp = base_args.spec_embed = base_args.spec_head = NULL;
     base_args.kv = base_args.act = base_args.calib = NULL;
-    base_args.fake = 0;
+    base_args.fake = base_args.weights_only = 0;
     memset(&base_args.recipe, 0, sizeof base_args.recipe);
     cli_eval_model base, quant = {0};
     rc = cli_eval_open("kld", json, paths[0], &base_args, 0, &base);

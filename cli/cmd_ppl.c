@@ -9,7 +9,7 @@ static const char usage[] =
     "usage: lowbit ppl MODEL --text FILE [--ctx 512] [--chunks N] [--spec SPEC] [--spec-attn SPEC]\n"
     "                 [--spec-mlp SPEC] [--spec-embed SPEC] [--spec-head SPEC] [--tokenizer FILE]\n"
     "                 [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]] [--kv FORMAT]\n"
-    "                 [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]...\n"
+    "                 [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
     "                 [--threads N] [--json] [--quiet]\n\n"
     "Perplexity as llama.cpp's perplexity tool measures it: the text is tokenized\n"
     "(BOS first), cut into non-overlapping windows of --ctx tokens whose first token\n"
@@ -17,7 +17,7 @@ static const char usage[] =
     "second half of each window is scored: the logits at positions ctx/2 .. ctx-2\n"
     "predict the tokens after them. Prints PPL +- its standard error, tokens/s and\n"
     "the memory the model takes. --chunks limits the windows. The progress lines on\n"
-    "stderr show the perplexity so far, as llama.cpp's do.\n" CLI_EVAL_RUNNER_HELP CLI_EVAL_RECIPE_HELP CLI_RECIPE_HELP;
+    "stderr show the perplexity so far, as llama.cpp's do.\n" CLI_EVAL_RUNNER_HELP CLI_EVAL_CHECKPOINT_HELP CLI_EVAL_RECIPE_HELP CLI_RECIPE_HELP;
 
 /* llama.cpp's running perplexity, in the progress lines */
 static void progress_ppl(void *ctx, size_t done, size_t total, double ppl, double err)

@@ -1031,6 +1031,30 @@ LB_API lb_status lb_qmodel_kv_amax(const lb_qmodel *q, uint32_t layer, float *k_
  * o's attn/mlp/embed/head/act must be unset (the qmodel says). */
 LB_API lb_status lb_runner_from_qmodel(const lb_qmodel *q, const lb_runner_options *o, lb_runner **out);
 
+/* The quantized model a quantized checkpoint holds (lb_model_quantization
+ * not NULL), as an engine computes it:
+ *   weights      a module whose inputs are quantized too QUANTIZED with
+ *                the file's codes and scales, byte for byte, where lowbit's
+ *                layout holds them (FP8 and INT8 per tensor, channel or
+ *                group; NVFP4; MXFP4; MXFP8): scales applied in fp32, as a
+ *                W8A8/W4A4 GEMM does; weight-only modules (and FP8 128x128
+ *                blocks) STORED, dequantized as the format's package does,
+ *                in the scale's dtype, as a weight-only kernel (Marlin) does
+ *   activations  each module's input quantization from the config: dynamic
+ *                per token or per group (FP8, INT8, MX), static per tensor
+ *                (input_amax from input_scale: amax = scale x 448, or x 127
+ *                for int8), NVFP4 "local" (input_amax from the global scale)
+ *   KV cache     fp8_e4m3 with per-layer k/v ranges from k_scale, v_scale
+ * (scale conventions: README, "Reading quantized checkpoints"). The qmodel's
+ * dtype is f32 (static scales used as stored). LB_CKPT_WEIGHTS_ONLY: the
+ * weights alone (16-bit activations, unquantized KV cache). A config lowbit
+ * cannot simulate (asymmetric or output activations, an NVFP4 KV cache ...)
+ * is LB_ERR_UNSUPPORTED naming the module and what, unless weights-only; a
+ * missing, NaN, negative or zero scale is LB_ERR_PARSE naming the tensor. A
+ * model that is not a quantized checkpoint gives lb_qmodel_new's qmodel. */
+#define LB_CKPT_WEIGHTS_ONLY 1u
+LB_API lb_status lb_qmodel_from_checkpoint(const lb_model *m, unsigned flags, lb_qmodel **out);
+
 /* ===== Recipes =====
  *
  * Ordered rules, first match wins, from canonical Hugging Face tensor

@@ -318,6 +318,7 @@ _PP = ctypes.POINTER(ctypes.c_void_p)
 for _name, _args, _res in [
     ("lb_model_open", [ctypes.c_char_p, _PP], ctypes.c_int), ("lb_model_close", [_P], None),
     ("lb_qmodel_new", [_P, _PP], ctypes.c_int), ("lb_qmodel_free", [_P], None),
+    ("lb_qmodel_from_checkpoint", [_P, ctypes.c_uint, _PP], ctypes.c_int),
     ("lb_qmodel_count", [_P], ctypes.c_size_t),
     ("lb_qmodel_find", [_P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
     ("lb_qmodel_entry", [_P, ctypes.c_size_t, ctypes.POINTER(QEntry)], ctypes.c_int),
@@ -352,13 +353,20 @@ def check(st, what=""):
 
 
 class QModel:
-    """lb_model_open + lb_qmodel_new; closes both."""
+    """lb_model_open + lb_qmodel_new (checkpoint_flags not None:
+    lb_qmodel_from_checkpoint with those flags); closes both."""
 
-    def __init__(self, path):
+    def __init__(self, path, checkpoint_flags=None):
         self.model = ctypes.c_void_p()
         check(lib.lb_model_open(str(path).encode(), ctypes.byref(self.model)), f"open {path}")
         self.h = ctypes.c_void_p()
-        check(lib.lb_qmodel_new(self.model, ctypes.byref(self.h)), "lb_qmodel_new")
+        if checkpoint_flags is None:
+            check(lib.lb_qmodel_new(self.model, ctypes.byref(self.h)), "lb_qmodel_new")
+        else:
+            st = lib.lb_qmodel_from_checkpoint(self.model, checkpoint_flags, ctypes.byref(self.h))
+            if st != LB_OK:
+                lib.lb_model_close(self.model)
+            check(st, "lb_qmodel_from_checkpoint")
 
     def close(self):
         lib.lb_qmodel_free(self.h)

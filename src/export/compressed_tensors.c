@@ -34,6 +34,7 @@
 
 #include "export/exporter.h"
 #include "util/error.h"
+#include "weights/engine_scales.h"
 
 /* The compressed-tensors version whose models this writer follows. */
 #define CT_VERSION "0.20.1"
@@ -393,16 +394,17 @@ static lb_status put_rows(emitter *o, const char *m, const char *suffix, const c
 static lb_status input_scales(emitter *o, const char *m, const lb_qentry *e, lb_dtype out)
 {
     if (e->act.mode == LB_ACT_STATIC) {
-        /* x_hat = q * input_scale with q at most the element's max */
-        float qmax = e->act.spec.element == LB_FMT_INT8 ? 127.0f : 448.0f, s = e->input_amax / qmax;
+        /* x_hat = q * input_scale with q at most the element's max, in the
+         * model dtype: the value the runner evaluated (engine_scales.h) */
         uint8_t b[4];
         lb_dtype d = out == LB_DT_F16 || out == LB_DT_F32 ? out : LB_DT_BF16;
+        float s = lb__static_input_scale(e->act.spec.element, e->input_amax, d);
         lb_status st = lb_dtype_from_f32(d, &s, 1, b);
         if (st != LB_OK) return st;
         return put(o, m, ".input_scale", st_float_name(dtype_format(d)), 1, 1, 0, b, d == LB_DT_F32 ? 4 : 2);
     }
-    if (e->act.mode == LB_ACT_LOCAL) { /* a divisor, as the weight's global scale */
-        float g = (448.0f * 6.0f) / e->input_amax;
+    if (e->act.mode == LB_ACT_LOCAL) { /* a divisor, as the weight's global scale: 1 / the runner's tensor scale */
+        float g = lb__ct_global_divisor(lb__nvfp4_tensor_scale(e->input_amax));
         return put(o, m, ".input_global_scale", "F32", 1, 1, 0, &g, 4);
     }
     return LB_OK;
@@ -457,7 +459,7 @@ static lb_status ct_tensor(const lb_qmodel *q, size_t i, const float *values, co
         st = put_rows(&o, m, ".weight_packed", "U8", qv);
         if (st == LB_OK) st = put(&o, m, ".weight_scale", "F8_E4M3", 2, qv->rows, qv->scales_per_row, qv->scales, qv->scale_bytes);
         /* compressed-tensors divides by its global scale; lowbit multiplies */
-        float g = 1.0f / qv->tensor_scale;
+        float g = lb__ct_global_divisor(qv->tensor_scale);
         if (st == LB_OK) st = put(&o, m, ".weight_global_scale", "F32", 1, 1, 0, &g, 4);
         break;
     }
@@ -484,7 +486,7 @@ static lb_status ct_extras(const lb_qmodel *q, lb__emit_fn emit, void *sink)
         lb_status st = lb_qmodel_kv_amax(q, l, &k, &v);
         if (st != LB_OK) return st;
         /* vLLM's semantics: x_hat = fp8 * scale, scale = amax / 448, fp32 */
-        float ks = k / 448.0f, vs = v / 448.0f;
+        float ks = lb__kv_scale(k), vs = lb__kv_scale(v);
         char m[64];
         snprintf(m, sizeof m, "model.layers.%u.self_attn", l);
         if ((st = put(&o, m, ".k_scale", "F32", 1, 1, 0, &ks, 4)) != LB_OK) return st;

@@ -19,8 +19,8 @@
 #include "export/exporter.h"
 #include "export/modelopt.h"
 #include "util/error.h"
+#include "weights/engine_scales.h"
 
-#define MO_E4M3_MAX 448.0f
 #define MO_NAME_MAX 512
 
 static const char *const producer_name = "lowbit";
@@ -160,6 +160,10 @@ static lb_status mo_tensor(const lb_qmodel *q, size_t i, const float *values, co
     if ((st = algo_of(&e, &a)) != LB_OK) return st;
     float amax = 0;
     if (lb__mo_algo_input_scale(a) && (st = group_input_amax(q, i, &e, a, &amax)) != LB_OK) return st;
+    /* FP8's input scale is the one the runner evaluated: amax / 448 rounded
+     * to the qmodel's dtype (engine_scales.h); the layout writes amax / 448 */
+    if (a == LB_MO_FP8)
+        amax = lb__amax_for_scale(lb__static_input_scale(LB_FMT_FP8_E4M3, amax, lb_qmodel_dtype(q)), LB__E4M3_MAX);
     return lb__mo_emit_weight(module, a, qv, amax, emit, sink);
 }
 
@@ -181,7 +185,7 @@ static lb_status mo_extras(const lb_qmodel *q, lb__emit_fn emit, void *sink)
             char name[96];
             snprintf(name, sizeof name, "model.layers.%u.self_attn.%c_proj.%c_scale", l, kv ? 'v' : 'k',
                      kv ? 'v' : 'k');
-            float s = amax[kv] / MO_E4M3_MAX;
+            float s = lb__kv_scale(amax[kv]);
             lb__out_tensor t = {.name = name, .dtype = "F32", .n_dims = 0, .data = &s, .bytes = sizeof s};
             if ((st = emit(sink, &t)) != LB_OK) return st;
         }

@@ -8,10 +8,8 @@
 
 #include "export/modelopt.h"
 #include "util/error.h"
+#include "weights/engine_scales.h"
 
-/* E4M3's largest value and E2M1's: ModelOpt's maxbounds. */
-#define MO_E4M3_MAX 448.0f
-#define MO_E2M1_MAX 6.0f
 #define MO_NVFP4_GROUP 16
 #define MO_MX_GROUP 32
 /* Module names longer than this are not Hugging Face names. */
@@ -191,7 +189,9 @@ lb_status lb__mo_emit_weight(const char *module, lb__mo_algo a, const lb_qtensor
                                 : emit2(emit, sink, module, "weight_scale", "F32", 1, rows, 0, s, rows * sizeof(float));
         free(s);
         /* ModelOpt's FP8 input scale: amax / maxbound, in fp32 */
-        if (st == LB_OK && a == LB_MO_FP8) st = emit_scalar(emit, sink, module, "input_scale", input_amax / MO_E4M3_MAX);
+        if (st == LB_OK && a == LB_MO_FP8)
+            st = emit_scalar(emit, sink, module, "input_scale",
+                             lb__static_input_scale(LB_FMT_FP8_E4M3, input_amax, LB_DT_F32));
         return st;
     }
     case LB_MO_NVFP4:
@@ -208,7 +208,7 @@ lb_status lb__mo_emit_weight(const char *module, lb__mo_algo a, const lb_qtensor
         if (st == LB_OK) st = emit_scalar(emit, sink, module, "weight_scale_2", qv->tensor_scale);
         /* NVFP4QTensor.get_activation_scaling_factor: amax / (6 * 448) */
         if (st == LB_OK && a == LB_MO_NVFP4)
-            st = emit_scalar(emit, sink, module, "input_scale", input_amax / (MO_E2M1_MAX * MO_E4M3_MAX));
+            st = emit_scalar(emit, sink, module, "input_scale", lb__nvfp4_tensor_scale(input_amax));
         return st;
     case LB_MO_MXFP8:
         if (cols % MO_MX_GROUP || qv->row_bytes != cols || qv->scales_per_row != cols / MO_MX_GROUP)

@@ -30,6 +30,7 @@
 
 struct lb__hfq {
     lb_model_quant info;
+    lb__hfq_kv kv;
     lb_quant_group *groups;
     lb__hfq_tensor *tensors;     /* one per quantized module */
     size_t n_tensors;
@@ -41,7 +42,7 @@ void lb__hfq_free(lb__hfq *q)
 {
     if (!q) return;
     for (size_t i = 0; i < q->n_strings; i++) free(q->strings[i]);
-    free(q->strings), free(q->groups), free(q->tensors), free(q);
+    free(q->strings), free(q->groups), free(q->tensors), free(q->kv.k), free(q->kv.v), free(q);
 }
 
 static const char *keep_str(lb__hfq *q, const char *s)
@@ -75,6 +76,7 @@ typedef struct group {
     const lb__json *targets; /* array of strings */
     qargs w;
     int has_w;
+    lb__hfq_act act;         /* its input_activations (scale tensors are per module) */
 } group;
 
 static const char *strat_name(strat s)
@@ -157,6 +159,89 @@ static void describe(const qargs *a, int has, char *buf, size_t n)
     if (a->strategy == S_BLOCK) snprintf(g, sizeof g, " %llux%llu", (unsigned long long)a->bh, (unsigned long long)a->bw);
     snprintf(buf, n, "%s %s%s%s%s", el, strat_name(a->strategy), g,
              a->strategy == S_TENSOR_GROUP ? " + tensor scale" : "", a->symmetric ? "" : " asymmetric");
+}
+
+/* ===== The engine's input quantization ===== */
+
+/* compressed-tensors input_activations (and output_activations, which no
+ * engine lowbit knows quantizes) as an lb__hfq_act; what lowbit cannot
+ * simulate is not an error here (the weights still read) but a sentence in
+ * act->unsupported, which the evaluation reports. */
+static void ct_act(lb__hfq *q, const lb__json *ia, const lb__json *oa, const char *what, lb__hfq_act *act)
+{
+    memset(act, 0, sizeof *act);
+    char why[768];
+    why[0] = 0;
+    if (oa && oa->type != LB_JSON_NULL) snprintf(why, sizeof why, "%s: output_activations are quantized", what);
+    act->quantized_inputs = ia && ia->type != LB_JSON_NULL;
+    if (!why[0] && act->quantized_inputs) {
+        qargs a;
+        char w[300];
+        snprintf(w, sizeof w, "%s.input_activations", what);
+        lb_status st = parse_args(ia, w, &a);
+        const lb__json *dyn = st == LB_OK ? lb__json_get(ia, "dynamic") : NULL;
+        const char *sd = st == LB_OK ? lb__json_str(ia, "scale_dtype") : NULL;
+        int dynamic = dyn && dyn->type == LB_JSON_TRUE, local = dyn && dyn->type == LB_JSON_STRING &&
+                      dyn->str && strcmp(dyn->str, "local") == 0;
+        act->bits = a.bits, act->is_float = a.is_float, act->group = a.group;
+        act->e8m0 = sd && strcmp(sd, "torch.uint8") == 0;
+        if (st != LB_OK) snprintf(why, sizeof why, "%s", lb_last_error());
+        else if (dyn && dyn->type != LB_JSON_TRUE && dyn->type != LB_JSON_FALSE && !local)
+            snprintf(why, sizeof why, "%s: \"dynamic\" must be true, false or \"local\"", w);
+        else if (!a.symmetric)
+            snprintf(why, sizeof why, "%s: asymmetric activations (input_zero_point) are not simulated", w);
+        else if (!(a.is_float ? a.bits == 8 || a.bits == 4 : a.bits == 8))
+            snprintf(why, sizeof why, "%s: %s%d activations are not simulated (fp8, int8, fp4)", w,
+                     a.is_float ? "float" : "int", a.bits);
+        else if (local) {
+            act->mode = LB__HFQ_A_LOCAL;
+            if (!(a.is_float && a.bits == 4 && a.strategy == S_TENSOR_GROUP && a.group == 16))
+                snprintf(why, sizeof why, "%s: \"local\" activations are simulated as NVFP4 (fp4, tensor_group 16)", w);
+        } else if (dynamic) {
+            act->mode = LB__HFQ_A_DYNAMIC;
+            act->per_token = a.strategy == S_TOKEN;
+            if (a.strategy != S_TOKEN && a.strategy != S_GROUP)
+                snprintf(why, sizeof why, "%s: dynamic activations %s are not simulated (per token or per group)", w,
+                         strat_name(a.strategy));
+            else if (a.bits == 4 && !(act->e8m0 && a.strategy == S_GROUP && a.group == 32))
+                snprintf(why, sizeof why, "%s: dynamic fp4 activations are simulated as MXFP4 (group 32, uint8 "
+                         "scales)", w);
+            else if (act->e8m0 && !(a.is_float && a.strategy == S_GROUP && a.group == 32))
+                snprintf(why, sizeof why, "%s: power-of-two activation scales are simulated for MX (float, group "
+                         "32)", w);
+        } else {
+            act->mode = LB__HFQ_A_STATIC;
+            if (a.strategy != S_TENSOR || a.bits != 8)
+                snprintf(why, sizeof why, "%s: static activations %s are not simulated (8-bit per tensor)", w,
+                         strat_name(a.strategy));
+        }
+    }
+    if (why[0]) act->unsupported = keep_str(q, why);
+}
+
+/* ModelOpt: the input quantization each quant_algo implies (vLLM's
+ * modelopt.py). */
+static void modelopt_act(lb__hfq *q, const char *algo, uint64_t gsize, lb__hfq_act *act)
+{
+    memset(act, 0, sizeof *act);
+    if (strcmp(algo, "FP8") == 0) act->mode = LB__HFQ_A_STATIC, act->bits = 8, act->is_float = 1;
+    else if (strcmp(algo, "FP8_PER_CHANNEL_PER_TOKEN") == 0)
+        act->mode = LB__HFQ_A_DYNAMIC, act->bits = 8, act->is_float = 1, act->per_token = 1;
+    else if (strcmp(algo, "NVFP4") == 0) act->mode = LB__HFQ_A_LOCAL, act->bits = 4, act->is_float = 1, act->group = gsize;
+    else if (strcmp(algo, "MXFP8") == 0)
+        act->mode = LB__HFQ_A_DYNAMIC, act->bits = 8, act->is_float = 1, act->group = 32, act->e8m0 = 1;
+    else if (strcmp(algo, "W4A16_NVFP4") != 0 && strcmp(algo, "FP8_PB_WO") != 0) {
+        char why[160];
+        snprintf(why, sizeof why, "ModelOpt quant_algo %.40s: its input quantization is not simulated", algo);
+        act->unsupported = keep_str(q, why);
+    }
+    act->quantized_inputs = act->mode != LB__HFQ_A_NONE || act->unsupported;
+    if (act->mode == LB__HFQ_A_LOCAL && gsize != 16) {
+        char why[160];
+        snprintf(why, sizeof why, "ModelOpt NVFP4 with group_size %llu: activations are simulated in groups of 16",
+                 (unsigned long long)gsize);
+        act->unsupported = keep_str(q, why);
+    }
 }
 
 /* ===== Matching module names (compressed-tensors' match_name) ===== */
@@ -350,6 +435,9 @@ typedef struct planner {
     const char *what;
     int modelopt;
     uint64_t mo_group;       /* ModelOpt NVFP4 group size (config), 16 by default */
+    const char *mo_algo;     /* ModelOpt quant_algo */
+    const lb__json *mo_layers; /* MIXED_PRECISION: quantized_layers {module: {quant_algo, group_size}} */
+    lb__json *mo_file;       /* hf_quant_config.json, owned */
 } planner;
 
 static void hide(planner *p, long i)
@@ -465,9 +553,31 @@ static lb_status plan_ct(planner *p, const char *module, const group *g, lb__hfq
     return lb__hfq_check(t, module);
 }
 
+/* A module's quant_algo and group size: its quantized_layers entry under
+ * MIXED_PRECISION, else the config's. */
+static lb_status modelopt_layer(planner *p, const char *module, const char **algo, uint64_t *gsize)
+{
+    *algo = p->mo_algo, *gsize = p->mo_group;
+    if (!p->mo_layers) return LB_OK;
+    const lb__json *l = lb__json_get(p->mo_layers, module);
+    if (!l || l->type != LB_JSON_OBJECT)
+        return lb__fail(LB_ERR_PARSE, "%s: module '%s' has quantized tensors but no quantized_layers entry (MIXED_PRECISION)",
+                        p->what, module);
+    *algo = lb__json_str(l, "quant_algo");
+    if (!*algo) return lb__fail(LB_ERR_PARSE, "%s: quantized_layers.%s has no \"quant_algo\"", p->what, module);
+    const lb__json *g = lb__json_get(l, "group_size");
+    if (g && g->type != LB_JSON_NULL && (!lb__json_u64(g, gsize) || *gsize == 0 || *gsize > 4096))
+        return lb__fail(LB_ERR_PARSE, "%s: quantized_layers.%s.group_size must be a positive integer", p->what, module);
+    if (!g || g->type == LB_JSON_NULL) *gsize = strstr(*algo, "NVFP4") ? 16 : strcmp(*algo, "MXFP8") == 0 ? 32 : 0;
+    return LB_OK;
+}
+
 static lb_status plan_modelopt(planner *p, const char *module, lb__hfq_tensor *t, long *codes_at)
 {
     lb_status st;
+    const char *algo;
+    uint64_t gsize;
+    if ((st = modelopt_layer(p, module, &algo, &gsize)) != LB_OK) return st;
     t->math = LB__HFQ_M_F32;
     if ((st = take(p, module, "weight", 1, &t->codes, codes_at)) != LB_OK) return st;
     if ((st = take(p, module, "weight_scale", 1, &t->scale, NULL)) != LB_OK) return st;
@@ -489,16 +599,18 @@ static lb_status plan_modelopt(planner *p, const char *module, lb__hfq_tensor *t
             t->brows = 1, t->bcols = t->cols;
         else t->brows = 128, t->bcols = 128;
     } else if (c->dtype == LB_DT_U8 && s->dtype == LB_DT_F8_E4M3 && t->has_global) { /* NVFP4 */
-        t->elem = LB__HFQ_E_FP4, t->cols = 2 * c->shape[1], t->brows = 1, t->bcols = p->mo_group;
-        if (t->cols % p->mo_group)
+        if (!gsize) gsize = 16;
+        t->elem = LB__HFQ_E_FP4, t->cols = 2 * c->shape[1], t->brows = 1, t->bcols = gsize;
+        if (t->cols % gsize)
             return lb__fail(LB_ERR_PARSE, "%s: module '%s': %llu input columns are not whole NVFP4 groups of %llu",
-                            p->what, module, (unsigned long long)t->cols, (unsigned long long)p->mo_group);
+                            p->what, module, (unsigned long long)t->cols, (unsigned long long)gsize);
     } else {
         return lb__fail(LB_ERR_UNSUPPORTED, "%s: module '%s': a ModelOpt weight of %s with %s scales%s is not a format "
                         "lowbit reads (FP8, NVFP4, MXFP8; INT4 AWQ targets TensorRT-LLM)", p->what, module, dt(c->dtype),
                         dt(s->dtype), t->has_global ? " and weight_scale_2" : "");
     }
     t->scale_dtype = LB_DT_F32;
+    modelopt_act(p->q, algo, gsize, &t->act);
     return lb__hfq_check(t, module);
 }
 
@@ -543,6 +655,8 @@ static lb_status read_groups(lb__hfq *q, const lb__json *qc, const char *what, g
             st = parse_args(wa, tw, &g[i].w);
             g[i].has_w = 1;
         }
+        if (st == LB_OK)
+            ct_act(q, lb__json_get(v, "input_activations"), lb__json_get(v, "output_activations"), w, &g[i].act);
     }
     if (st != LB_OK) {
         free(g);
@@ -604,13 +718,32 @@ static lb_status modelopt_config(lb__hfq *q, const lb__json *qc, const char *dir
         st = lb__fail(LB_ERR_UNSUPPORTED, "%s: ModelOpt quant_algo %s (a TensorRT-LLM export) is not read; lowbit reads "
                                           "FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4, W4A16_NVFP4, MXFP8 and "
                                           "MIXED_PRECISION of those", p->what, algo);
+    if (st == LB_OK && strcmp(algo, "MIXED_PRECISION") == 0) {
+        /* per-layer algorithms and group sizes (the config's group_size is not theirs) */
+        p->mo_layers = lb__json_get(src, "quantized_layers");
+        if (!p->mo_layers || p->mo_layers->type != LB_JSON_OBJECT)
+            st = lb__fail(LB_ERR_PARSE, "%s: ModelOpt MIXED_PRECISION without a \"quantized_layers\" object", p->what);
+    }
     if (st == LB_OK) {
         p->mo_group = gs;
+        p->mo_algo = keep_str(q, algo);
         q->info.format = keep_str(q, algo);
         const char *kv = lb__json_str(src, "kv_cache_quant_algo");
+        const lb__json *kvs = kv ? NULL : lb__json_get(src, "kv_cache_scheme"); /* newer config.json-only exports */
+        int64_t kb = 0;
+        const char *kt = kvs && kvs->type == LB_JSON_OBJECT ? lb__json_str(kvs, "type") : NULL;
+        if (kt && lb__json_get(kvs, "num_bits") && lb__json_i64(lb__json_get(kvs, "num_bits"), &kb) && kb == 8 &&
+            strcmp(kt, "float") == 0)
+            kv = "FP8";
         char kvd[64];
         snprintf(kvd, sizeof kvd, "%s", kv ? kv : "none");
         q->info.kv_cache = keep_str(q, kvd);
+        q->kv.fp8 = kv && strcmp(kv, "FP8") == 0;
+        if (kv && !q->kv.fp8 && strcmp(kv, "none") != 0) {
+            char why[128];
+            snprintf(why, sizeof why, "ModelOpt kv_cache_quant_algo %.40s is not simulated (FP8 is)", kv);
+            q->kv.unsupported = keep_str(q, why);
+        }
         q->groups = calloc(1, sizeof *q->groups);
         if (!q->groups || !q->info.format || !q->info.kv_cache) st = lb__fail(LB_ERR_NOMEM, "out of memory");
     }
@@ -625,7 +758,7 @@ static lb_status modelopt_config(lb__hfq *q, const lb__json *qc, const char *dir
                                                                                : "fp8_e4m3");
         q->info.groups = q->groups, q->info.n_groups = 1;
     }
-    lb__json_free(file);
+    p->mo_file = file; /* quantized_layers lives in it: freed after planning */
     return st;
 }
 
@@ -638,6 +771,69 @@ static int engine_scale(const char *name)
     for (size_t i = 0; i < sizeof tails / sizeof *tails; i++)
         if (ends_with(name, tails[i])) return 1;
     return 0;
+}
+
+/* A scale the engine reads as one number: one element of a float dtype
+ * (its value is checked where it is used). */
+static lb_status want_scalar(const lb_tensor *t, const char *why)
+{
+    if (t->n_elements == 1 && (t->dtype == LB_DT_F32 || t->dtype == LB_DT_BF16 || t->dtype == LB_DT_F16) &&
+        t->n_dims <= 2)
+        return LB_OK;
+    char shape[64] = "[";
+    for (int d = 0; d < t->n_dims && d < 4; d++)
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%llu", d ? ", " : "",
+                 (unsigned long long)t->shape[d]);
+    strncat(shape, "]", sizeof shape - strlen(shape) - 1);
+    return lb__fail(LB_ERR_PARSE, "tensor '%s': expected one f32, bf16 or f16 value (%s), found %s %s", t->name, why,
+                    dt(t->dtype), shape);
+}
+
+/* The input scale tensor of a module whose activations are static or
+ * local: required, one value. (Its tail is hidden by engine_scale.) */
+static lb_status plan_act(planner *p, const char *module, lb__hfq_tensor *t)
+{
+    lb__hfq_act *a = &t->act;
+    if (a->mode != LB__HFQ_A_STATIC && a->mode != LB__HFQ_A_LOCAL) return LB_OK;
+    const char *tail = a->mode == LB__HFQ_A_LOCAL && !p->modelopt ? "input_global_scale" : "input_scale";
+    long i = find(&p->f, module, tail);
+    if (i < 0) {
+        if (a->unsupported) return LB_OK; /* not simulated anyway: reported as such */
+        return lb__fail(LB_ERR_PARSE, "%s: module '%s' has %s input activations but no %s.%s", p->what, module,
+                        a->mode == LB__HFQ_A_STATIC ? "static" : "NVFP4", module, tail);
+    }
+    a->scale = p->m->tensors[i];
+    a->has_scale = 1;
+    a->scale_divisor = a->mode == LB__HFQ_A_LOCAL && !p->modelopt;
+    return want_scalar(&a->scale, a->scale_divisor ? "the activations' global scale, a divisor"
+                                                   : "the activations' static scale");
+}
+
+/* The KV cache's per-layer scales (compressed-tensors
+ * model.layers.N.self_attn.{k,v}_scale, ModelOpt ...self_attn.{k,v}_proj.{k,v}_scale). */
+static lb_status plan_kv(planner *p)
+{
+    lb__hfq_kv *kv = &p->q->kv;
+    uint32_t n = p->m->arch.n_layers;
+    if (!kv->fp8) return LB_OK;
+    if (n == 0 || n > p->m->n_tensors)
+        return lb__fail(LB_ERR_PARSE, "%s: an FP8 KV cache over %u layers and %zu tensors", p->what, n, p->m->n_tensors);
+    kv->k = calloc(n, sizeof *kv->k), kv->v = calloc(n, sizeof *kv->v);
+    if (!kv->k || !kv->v) return lb__fail(LB_ERR_NOMEM, "out of memory");
+    kv->n_layers = n;
+    for (uint32_t l = 0; l < n; l++)
+        for (int w = 0; w < 2; w++) {
+            char module[96];
+            snprintf(module, sizeof module, p->modelopt ? "model.layers.%u.self_attn.%c_proj" : "model.layers.%u.self_attn",
+                     l, w ? 'v' : 'k');
+            long i = find(&p->f, module, w ? "v_scale" : "k_scale");
+            if (i < 0) continue; /* the evaluation names a missing one */
+            lb_tensor *t = w ? &kv->v[l] : &kv->k[l];
+            *t = p->m->tensors[i];
+            lb_status st = want_scalar(t, "a KV cache scale");
+            if (st != LB_OK) return st;
+        }
+    return LB_OK;
 }
 
 static lb_status plan_all(planner *p, const lb__json *qc, const group *g, size_t ng)
@@ -687,7 +883,9 @@ static lb_status plan_all(planner *p, const lb__json *qc, const group *g, size_t
             }
             per_group[k]++;
             st = plan_ct(p, module, &g[k], t, &codes_at);
+            t->act = g[k].act;
         }
+        if (st == LB_OK) st = plan_act(p, module, t);
         if (st != LB_OK) break;
         p->f.hidden[codes_at] = 0; /* the codes' slot becomes the logical weight */
         p->f.logical[codes_at] = (long)q->n_tensors;
@@ -786,14 +984,28 @@ lb_status lb__hfq_apply(lb_model *m, const lb__json *cfg, const char *dir, const
         const lb__json *kv = lb__json_get(qc, "kv_cache_scheme");
         char kvd[160] = "none";
         qargs ka;
-        if (st == LB_OK && kv && kv->type == LB_JSON_OBJECT && parse_args(kv, "kv_cache_scheme", &ka) == LB_OK)
+        if (st == LB_OK && kv && kv->type == LB_JSON_OBJECT && parse_args(kv, "kv_cache_scheme", &ka) == LB_OK) {
             describe(&ka, 1, kvd, sizeof kvd);
+            const lb__json *dyn = lb__json_get(kv, "dynamic");
+            q->kv.fp8 = ka.is_float && ka.bits == 8 && ka.symmetric && ka.strategy == S_TENSOR &&
+                        !(dyn && dyn->type == LB_JSON_TRUE);
+            if (!q->kv.fp8) {
+                char why[256];
+                snprintf(why, sizeof why, "kv_cache_scheme %s%s is not simulated (fp8 per tensor, static scales is)",
+                         kvd, dyn && dyn->type == LB_JSON_TRUE ? " dynamic" : "");
+                q->kv.unsupported = keep_str(q, why);
+            }
+        } else if (st == LB_OK && kv && kv->type != LB_JSON_NULL) {
+            q->kv.unsupported = keep_str(q, "kv_cache_scheme is not a QuantizationArgs object lowbit reads");
+        }
         if (st == LB_OK) q->info.kv_cache = keep_str(q, kvd);
         if (st == LB_OK) st = summarize_ct(q, qc, g, ng);
     }
     if (st == LB_OK) st = plan_all(&p, qc, g, ng);
+    if (st == LB_OK) st = plan_kv(&p);
     if (st == LB_OK) st = rewrite(&p);
     free(g), free(p.f.order), free(p.f.hidden), free(p.f.logical);
+    lb__json_free(p.mo_file);
     if (st != LB_OK) {
         lb__hfq_free(q);
         return st;
@@ -805,4 +1017,14 @@ lb_status lb__hfq_apply(lb_model *m, const lb__json *cfg, const char *dir, const
 const lb_model_quant *lb_model_quantization(const lb_model *m)
 {
     return m && m->hfq ? &m->hfq->info : NULL;
+}
+
+const lb__hfq_kv *lb__hfq_kv_of(const lb_model *m)
+{
+    return m && m->hfq ? &m->hfq->kv : NULL;
+}
+
+const lb__hfq_tensor *lb__hfq_tensor_of(const lb_tensor *t)
+{
+    return t && t->dtype == LB_DT_QUANTIZED ? (const lb__hfq_tensor *)t->data : NULL;
 }

@@ -59,6 +59,30 @@ typedef enum lb__hfq_math {
     LB__HFQ_M_F32       /* ModelOpt: fp32, s * global when there is one */
 } lb__hfq_math;
 
+/* How the engine quantizes a quantized module's input, as the config and
+ * the module's tensors say (compressed-tensors input_activations, ModelOpt's
+ * quant_algo). weights/qmodel_checkpoint.c turns it into an lb_qact. */
+typedef enum lb__hfq_amode {
+    LB__HFQ_A_NONE = 0,     /* 16-bit inputs */
+    LB__HFQ_A_DYNAMIC = 1,  /* scales from each input: per token, or per group */
+    LB__HFQ_A_STATIC = 2,   /* one per-tensor scale, the file's input_scale (x_hat = q * s) */
+    LB__HFQ_A_LOCAL = 3     /* NVFP4 W4A4: block scales at run time under a static tensor scale */
+} lb__hfq_amode;
+
+typedef struct lb__hfq_act {
+    lb__hfq_amode mode;
+    int bits, is_float;
+    int per_token;          /* DYNAMIC: one scale per token (else per group of `group`) */
+    uint64_t group;         /* DYNAMIC per group, LOCAL: values per block */
+    int e8m0;               /* MX (power-of-two scales, "scale_dtype": uint8 or ModelOpt MXFP8) */
+    lb_tensor scale;        /* STATIC: input_scale; LOCAL: input_global_scale (compressed-tensors, a divisor)
+                               or input_scale (ModelOpt, a multiplier) */
+    int has_scale, scale_divisor;
+    const char *unsupported;/* what lowbit cannot simulate of it (a sentence), or NULL */
+    int quantized_inputs;   /* the config quantizes the inputs (even in a way lowbit cannot simulate): the
+                               weights meet a low-precision GEMM, not a weight-only kernel */
+} lb__hfq_act;
+
 typedef struct lb__hfq_tensor {
     lb__hfq_elem elem;
     lb__hfq_math math;
@@ -71,7 +95,24 @@ typedef struct lb__hfq_tensor {
     lb_tensor codes, scale, zero_point, global;
     int has_zp, has_global;
     int zp_packed;           /* the zero point is a PACKED bit stream along the output rows */
+    lb__hfq_act act;         /* the engine's quantization of the module's input */
 } lb__hfq_tensor;
+
+/* The KV cache: compressed-tensors kv_cache_scheme, ModelOpt
+ * kv_cache_quant_algo; per layer the file's k_scale and v_scale
+ * (model.layers.N.self_attn.k_scale, ModelOpt ...self_attn.k_proj.k_scale).
+ * Lives as long as the model. */
+typedef struct lb__hfq_kv {
+    int fp8;                 /* FP8 E4M3 with static per-layer scales */
+    const char *unsupported; /* a KV format lowbit cannot simulate (a sentence), or NULL */
+    uint32_t n_layers;
+    lb_tensor *k, *v;        /* [n_layers]; .name NULL where the file has none */
+} lb__hfq_kv;
+
+/* The KV cache of m's checkpoint (NULL: not a quantized checkpoint). */
+const lb__hfq_kv *lb__hfq_kv_of(const lb_model *m);
+/* The plan of an LB_DT_QUANTIZED tensor of a model (NULL for any other). */
+const lb__hfq_tensor *lb__hfq_tensor_of(const lb_tensor *t);
 
 /* Checks a planned tensor's components against its shape (all of them:
  * dtypes, shapes, sizes); LB_ERR_PARSE naming the module. */

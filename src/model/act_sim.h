@@ -6,8 +6,9 @@
  *            (token/channel granularity) or per group of the row (MXFP4,
  *            MXFP8, FP8 per group of 128): the same math the engine's
  *            kernel applies before its low-precision GEMM
- *   STATIC   one fixed scale amax / elem_max from calibration: x / s
- *            rounded to the element (saturating), times s
+ *   STATIC   one fixed scale s (amax / elem_max from calibration, as a
+ *            writer stores it: weights/engine_scales.h): x / s rounded to
+ *            the element (saturating), times s
  *   LOCAL    NVFP4 W4A4: per-block ue4m3 scales at run time under the
  *            tensor scale made from the calibrated amax (amax / (6 * 448));
  *            should an input exceed the calibrated range, the tensor scale
@@ -23,8 +24,8 @@
 
 #include "lowbit.h"
 
-/* y[n][in] = dequantize(quantize(x[n][in])) under act (amax: the
- * calibrated input range, STATIC and LOCAL). */
-lb_status lb__act_simulate(const lb_qact *act, float amax, const float *x, size_t n, size_t in, int threads, float *y);
+/* y[n][in] = dequantize(quantize(x[n][in])) under act (range: STATIC the
+ * static scale, LOCAL the calibrated input range; unused otherwise). */
+lb_status lb__act_simulate(const lb_qact *act, float range, const float *x, size_t n, size_t in, int threads, float *y);
 
 #endif

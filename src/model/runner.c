@@ -37,6 +37,7 @@
 #include "model/runner_internal.h"
 #include "util/error.h"
 #include "util/parallel.h"
+#include "weights/engine_scales.h"
 #include "weights/qmodel_internal.h"
 
 enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_COUNT };
@@ -55,7 +56,7 @@ typedef struct linear {
     lb_format a8_fmt;    /* its activation element: int8 or fp8_e4m3 */
     lb__w8a8 a8;
     lb_qact sim;         /* simulated activation quantization (act_sim.h); mode NONE: none */
-    float sim_amax;      /* its calibrated input range (STATIC, LOCAL) */
+    float sim_amax;      /* STATIC: its static input scale; LOCAL: its calibrated input range */
     float act_absmax;    /* calibration: largest input magnitude seen (finished calls) */
     float calib_absmax;  /* the same within the current lb_runner_calibrate call; -1: a non-finite input */
     float act_scale;     /* static activation scale; 0: per token */
@@ -203,13 +204,15 @@ static lb_status setup_act(const loader *l, const lb_qentry *e, const char *name
         lin->has_a8 = 1;
         lin->a8_fmt = el;
         if (a->mode == LB_ACT_STATIC) {
-            float scale = e->input_amax / (el == LB_FMT_INT8 ? 127.0f : 448.0f);
+            float scale = lb__static_input_scale(el, e->input_amax, lb_qmodel_dtype(l->q));
             lin->act_scale = scale > 0 ? scale : 0.0f;
         }
         return LB_OK;
     }
     lin->sim = *a;
-    lin->sim_amax = e->input_amax;
+    /* STATIC: the scale a writer stores (engine_scales.h); LOCAL: the range */
+    lin->sim_amax = a->mode == LB_ACT_STATIC ? lb__static_input_scale(el, e->input_amax, lb_qmodel_dtype(l->q))
+                                             : e->input_amax;
     return LB_OK;
 }
 
@@ -451,14 +454,13 @@ static lb_status init_kv(const loader *l, lb_runner *r)
     if (qkv != LB_FMT_FP32) kv = l->calibration ? LB_FMT_FP32 : qkv;
     lb_status st = lb__kv_init(&r->kv, kv, r->n_layers, r->max_ctx, r->n_kv_heads, r->head_dim);
     if (st != LB_OK || qkv == LB_FMT_FP32 || l->calibration) return st;
-    float qmax = (float)lb_format_get(qkv)->max_finite;
     for (size_t i = 0; i < r->n_layers && st == LB_OK; i++) {
         float ka, va;
         st = lb_qmodel_kv_amax(l->q, (uint32_t)i, &ka, &va);
         if (st == LB_OK && !(ka > 0 && va > 0))
             return lb__fail(LB_ERR_ARG, "layer %zu: the KV cache's static scales are not calibrated (k amax %g, v amax "
                             "%g; run lb_calibrate first)", i, (double)ka, (double)va);
-        if (st == LB_OK) st = lb__kv_set_static(&r->kv, i, ka / qmax, va / qmax);
+        if (st == LB_OK) st = lb__kv_set_static(&r->kv, i, lb__kv_scale(ka), lb__kv_scale(va));
     }
     return st;
 }

@@ -40,6 +40,11 @@ struct lb_qtensor {
 lb_status lb__quantize_ex(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads,
                           float tensor_amax, lb_qtensor **out);
 
+/* An lb_qtensor of the spec's layout with its buffers allocated and
+ * uninitialized (tensor_scale 1), for a reader that fills in codes and
+ * scales it already has (a quantized checkpoint's). */
+lb_status lb__qtensor_alloc(const lb_qspec *spec, size_t rows, size_t cols, lb_qtensor **out);
+
 /* One block's scale as stored and as used. */
 typedef struct lb__block_scale {
     uint32_t code;   /* in the spec's scale format */

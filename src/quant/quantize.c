@@ -374,6 +374,13 @@ static lb_status alloc_qtensor(const lb_qspec *spec, size_t rows, size_t cols, l
     return LB_OK;
 }
 
+lb_status lb__qtensor_alloc(const lb_qspec *spec, size_t rows, size_t cols, lb_qtensor **out)
+{
+    if (!spec || !out || rows == 0 || cols == 0) return lb__fail(LB_ERR_ARG, "lb__qtensor_alloc: bad argument");
+    lb_status st = lb_qspec_validate(spec);
+    return st == LB_OK ? alloc_qtensor(spec, rows, cols, out) : st;
+}
+
 lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads, lb_qtensor **out)
 {
     return lb__quantize_ex(spec, x, rows, cols, threads, 0.0f, out);

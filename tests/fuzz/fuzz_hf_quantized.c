@@ -12,8 +12,11 @@
  * With -DLB_LIBFUZZER (`make fuzz`) it is a libFuzzer target; otherwise its
  * main() mutates a built-in checkpoint (`make test`): the config's fields
  * (formats, strategies, bits, group sizes, symmetric, targets, shapes and
- * dtypes in the safetensors header) drawn from the values that matter, plus
- * random bytes and truncations. */
+ * dtypes in the safetensors header, input_activations and kv_cache_scheme)
+ * drawn from the values that matter, plus random bytes and truncations.
+ * Every model that opens is also turned into the qmodel an evaluation
+ * runs (lb_qmodel_from_checkpoint: activation and KV scales read and
+ * checked), which must be built or refused with a message. */
 #define _DEFAULT_SOURCE /* mkdtemp */
 #include <stdint.h>
 #include <stdio.h>
@@ -38,7 +41,7 @@ static void put(const char *path, const uint8_t *d, size_t n)
 }
 
 static float values[1 << 16];
-static long opened, decoded; /* how much of the reader the inputs reach */
+static long opened, decoded, built; /* how much of the reader the inputs reach */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -68,6 +71,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         decoded++;
         lb_tensor_release(t);
     }
+    /* the qmodel an evaluation builds from it (activation and KV scales
+     * read): built, or refused with a message */
+    for (unsigned flags = 0; flags <= LB_CKPT_WEIGHTS_ONLY; flags++) {
+        lb_qmodel *q = NULL;
+        if (lb_qmodel_from_checkpoint(m, flags, &q) != LB_OK) {
+            if (lb_last_error()[0] == '\0') fail("a checkpoint's qmodel refused without a message");
+        } else {
+            built++;
+        }
+        lb_qmodel_free(q);
+    }
     opened++;
     lb_model_close(m);
     return 0;
@@ -94,6 +108,19 @@ static const char *const targets[] = {"\"Linear\"", "\"re:.*down_proj\"", "\"re:
                                       "\"model.layers.0.mlp.down_proj\"", "\"Embedding\"", "3"};
 static const char *const methods[] = {"compressed-tensors", "compressed-tensors", "modelopt", "gptq"};
 static const char *const dtypes[] = {"I32", "U8", "F8_E4M3", "F16", "F32", "I64", "BF16", "I8"};
+/* input_activations of group_1 and the KV cache scheme */
+static const char *const acts[] = {
+    "{\"num_bits\": 4, \"type\": \"float\", \"symmetric\": true, \"group_size\": 16, \"strategy\": \"tensor_group\", "
+    "\"dynamic\": \"local\"}",
+    "{\"num_bits\": 8, \"type\": \"float\", \"symmetric\": true, \"strategy\": \"tensor\", \"dynamic\": false}",
+    "{\"num_bits\": 8, \"type\": \"int\", \"symmetric\": false, \"strategy\": \"token\", \"dynamic\": true}",
+    "{\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"group\", \"group_size\": 128, \"dynamic\": true}",
+    "{\"num_bits\": 4, \"type\": \"float\", \"strategy\": \"group\", \"group_size\": 32, \"dynamic\": true, "
+    "\"scale_dtype\": \"torch.uint8\"}",
+    "{\"num_bits\": 8, \"type\": \"float\", \"dynamic\": \"sometimes\"}", "null", "7"};
+static const char *const kvs[] = {
+    "null", "{\"num_bits\": 8, \"type\": \"float\", \"symmetric\": true, \"strategy\": \"tensor\", \"dynamic\": false}",
+    "{\"num_bits\": 4, \"type\": \"int\", \"strategy\": \"tensor\"}", "[]"};
 
 /* 2-D blocks (compressed-tensors' FP8_BLOCK): block_structure values */
 static const char *const block_structures[] = {"[4, 8]", "[4, 8]", "[8, 8]", "[3, 5]", "[1, 1]", "[0, 8]", "[8]",
@@ -128,17 +155,17 @@ static size_t make_config(char *out, size_t cap, int k)
         "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 32, "
         "\"intermediate_size\": 32, \"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"vocab_size\": 32, "
         "\"quantization_config\": {\"quant_method\": \"%s\", \"format\": \"mixed-precision\", \"ignore\": [\"lm_head\"], "
-        "\"config_groups\": {"
+        "\"kv_cache_scheme\": %s, \"config_groups\": {"
         "\"group_0\": {\"targets\": [%s], \"format\": \"%s\", \"weights\": {\"num_bits\": %s, \"type\": \"%s\", "
         "\"symmetric\": %s, \"group_size\": %s, \"strategy\": \"%s\"}},"
         "\"group_1\": {\"targets\": [%s], \"format\": \"%s\", \"weights\": {\"num_bits\": %s, \"type\": \"%s\", "
-        "\"symmetric\": %s, \"group_size\": %s, \"strategy\": \"%s\"}}}}}",
-        k ? PICK(methods) : "compressed-tensors", k ? PICK(targets) : "\"re:.*down_proj\"",
+        "\"symmetric\": %s, \"group_size\": %s, \"strategy\": \"%s\"}, \"input_activations\": %s}}}}",
+        k ? PICK(methods) : "compressed-tensors", k ? PICK(kvs) : kvs[0], k ? PICK(targets) : "\"re:.*down_proj\"",
         k ? PICK(formats) : "pack-quantized", k ? PICK(bits) : "4", k ? PICK(types) : "int",
         k ? PICK(bools) : "false", k ? PICK(groups) : "16", k ? PICK(strategies) : "group",
         k ? PICK(targets) : "\"re:.*up_proj\"", k ? PICK(formats) : "nvfp4-pack-quantized", k ? PICK(bits) : "4",
         k ? PICK(types) : "float", k ? PICK(bools) : "true", k ? PICK(groups) : "16",
-        k ? PICK(strategies) : "tensor_group");
+        k ? PICK(strategies) : "tensor_group", k ? PICK(acts) : acts[0]);
 }
 
 typedef struct spec { const char *name, *dtype; unsigned d0, d1; int dims; unsigned esize; } spec;
@@ -282,8 +309,8 @@ int main(void)
         LLVMFuzzerTestOneInput(buf, len);
     }
     unlink(cfg_path), unlink(st_path), rmdir(dir);
-    printf("fuzz_hf_quantized: %ld inputs (%ld opened, %ld quantized tensors decoded)\n%ld passed, 0 failed\n", runs,
-           opened, decoded, runs);
+    printf("fuzz_hf_quantized: %ld inputs (%ld opened, %ld quantized tensors decoded, %ld qmodels built)\n%ld passed, "
+           "0 failed\n", runs, opened, decoded, built, runs);
     return 0;
 }
 #endif

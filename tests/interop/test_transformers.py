@@ -116,9 +116,12 @@ def test_perplexity_matches_what_lowbit_evaluated(written):
     ppl_tf = float(np.exp(np.mean(nll)))
     # transformers' CPU path dequantizes the weights and keeps activations in
     # fp32: a weight-only scheme is what lowbit evaluated (--scheme on the
-    # GGUF); for W8A8, lowbit reads the same directory (weights only too)
-    what = ["--scheme", scheme] if scheme.split(":")[0].endswith("A16") else []
-    src = SMOLLM2 if what else out
+    # GGUF); for W8A8, lowbit reads the same directory, its weights alone
+    # (--weights-only: lowbit would otherwise quantize the activations too, as
+    # an engine does)
+    weight_only = scheme.split(":")[0].endswith("A16")
+    what = ["--scheme", scheme] if weight_only else ["--weights-only"]
+    src = SMOLLM2 if weight_only else out
     r = subprocess.run([LOWBIT, "ppl", str(src), *what, "--text", str(WIKI), "--ctx", str(CTX),
                         "--chunks", str(WINDOWS), "--json", "--quiet"], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
