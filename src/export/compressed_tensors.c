@@ -290,6 +290,24 @@ static void to_le32(uint32_t *w, size_t n)
     }
 }
 
+/* One row of 4- or 8-bit codes in compressed-tensors' packing, bytes at a
+ * time: the fast twin of the code_at/signed_code/pack_bits loop (which
+ * stays the path for other widths). Its stream puts value i at bits
+ * [i*b, i*b + b) of little-endian words, so its bytes hold the values in
+ * lowbit's order, low nibble first, exactly as lowbit's rows do; only the
+ * code changes: CT stores q + 2^(b-1), which for a signed (two's
+ * complement) code is flipping its top bit, and for an unsigned one (the
+ * affine codes, stored with the zero point) is the code itself. An odd
+ * int4 row's pad nibble, and the rest of the last word, stay zero. */
+static void pack_row(const uint8_t *row, size_t cols, int bits, int is_signed, uint8_t *dst, size_t dst_bytes)
+{
+    uint8_t flip = is_signed ? (bits == 4 ? 0x88 : 0x80) : 0;
+    size_t whole = bits == 4 ? cols / 2 : cols, k = 0;
+    for (; k < whole; k++) dst[k] = row[k] ^ flip;
+    if (bits == 4 && cols % 2) dst[k] = (uint8_t)((row[k] ^ flip) & 0x0F), k++;
+    memset(dst + k, 0, dst_bytes - k);
+}
+
 /* weight_scale of the float/int/pack formats: lowbit's scale codes are
  * already the model dtype's bytes (check() made sure). */
 static lb_status put_scale(emitter *o, const char *m, const lb_qtensor_view *v)
@@ -311,12 +329,17 @@ static lb_status put_packed(emitter *o, const char *m, const lb_qtensor_view *v)
     if (!describe && (!vals || !words)) st = lb__fail(LB_ERR_NOMEM, "out of memory packing '%s'", m);
     for (size_t r = 0; r < rows && st == LB_OK && !describe; r++) {
         const uint8_t *row = v->data + r * v->row_bytes;
+        if (bits == 4 || bits == 8) { /* the fast path: a byte at a time (pack_row's comment) */
+            pack_row(row, cols, bits, v->spec.element == LB_FMT_INT4 || v->spec.element == LB_FMT_INT8,
+                     (uint8_t *)(words + r * wpr), wpr * 4);
+            continue;
+        }
         for (size_t j = 0; j < cols; j++)
             vals[j] = (uint32_t)(signed_code(v->spec.element, code_at(row, bits, j)) + (int32_t)bias) & ((1u << bits) - 1);
         pack_bits(words + r * wpr, wpr, vals, cols, bits);
+        to_le32(words + r * wpr, wpr);
     }
     if (st == LB_OK) {
-        if (!describe) to_le32(words, rows * wpr);
         st = put(o, m, ".weight_packed", "I32", 2, rows, wpr, words, (uint64_t)rows * wpr * 4);
     }
     if (st == LB_OK) {
@@ -357,6 +380,10 @@ static lb_status put_int(emitter *o, const char *m, const lb_qtensor_view *v)
 {
     int bits = int_bits(v->spec.element);
     size_t n = v->rows * v->cols;
+    if (v->spec.element == LB_FMT_INT8 && v->row_bytes == v->cols) { /* lowbit's int8 rows are CT's tensor */
+        lb_status st = put(o, m, ".weight", "I8", 2, v->rows, v->cols, v->data, n);
+        return st == LB_OK ? put_scale(o, m, v) : st;
+    }
     int8_t *w = v->data ? malloc(n ? n : 1) : NULL; /* no data: describing (exporter.h) */
     if (v->data && !w) return lb__fail(LB_ERR_NOMEM, "out of memory writing '%s'", m);
     for (size_t r = 0; r < v->rows && w; r++)

@@ -30,8 +30,10 @@
 #include "io/model_internal.h"
 #include "io/safetensors.h"
 #include "quant/quant_internal.h"
+#include "util/alloc.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "weights/qmodel_internal.h"
 
 /* Hugging Face's default max_shard_size ("5GB"). */
 #define EXPORT_DEFAULT_SHARD_BYTES 5000000000ull
@@ -63,14 +65,18 @@ typedef struct job {
     lb__st_stream s;         /* the shard being written */
     size_t shard_first;      /* its first tensor in p (its slot 0) */
     lb__st_out_tensor *list; /* its header list */
+    float *scratch;          /* the fp32 values of the entry being written (the largest entry's size) */
+    size_t scratch_n;
     lb_export_result r;
     uint64_t weight_bytes;   /* every byte written for the weights, scales included */
 } job;
 
-/* A 64-bit checksum of n bytes: four lanes of 8-byte words, each mixed by a
- * multiply and an xor-shift, folded with the tail and the length at the end.
- * It runs near memory speed where a byte-at-a-time hash (FNV-1a) ran at a
- * byte a cycle; it only needs to catch bytes that read back different. */
+/* A 64-bit checksum of n bytes: four lanes of 8-byte words, each a running
+ * sum and a sum of running sums (Fletcher's scheme, so a word's position
+ * counts, not only its value), folded with the tail and the length by a
+ * multiply-xorshift at the end. Adds only: it runs at memory speed, where
+ * a byte-at-a-time FNV-1a, or a multiply per word, cost more than the
+ * quantizer. It only needs to catch bytes that read back different. */
 static uint64_t mix(uint64_t h, uint64_t w)
 {
     h = (h ^ w) * 0x9E3779B97F4A7C15ull;
@@ -79,21 +85,22 @@ static uint64_t mix(uint64_t h, uint64_t w)
 
 static uint64_t checksum(const uint8_t *p, uint64_t n)
 {
-    uint64_t h[4] = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull, 0xA4093822299F31D0ull, 0x082EFA98EC4E6C89ull};
-    uint64_t i = 0;
+    uint64_t a[4] = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull, 0xA4093822299F31D0ull, 0x082EFA98EC4E6C89ull};
+    uint64_t b[4] = {0, 0, 0, 0}, i = 0;
     for (; i + 32 <= n; i += 32)
         for (int k = 0; k < 4; k++) {
             uint64_t w;
             memcpy(&w, p + i + 8 * k, 8);
-            h[k] = mix(h[k], w);
+            a[k] += w, b[k] += a[k];
         }
-    uint64_t tail = 0;
+    uint64_t tail = 0, h = n;
     for (int k = 0; i < n; i++, k++) {
-        if (k == 8) h[0] = mix(h[0], tail), tail = 0, k = 0;
+        if (k == 8) h = mix(h, tail), tail = 0, k = 0;
         tail |= (uint64_t)p[i] << (8 * k);
     }
-    uint64_t r = mix(mix(h[0], h[1]), mix(h[2], h[3]));
-    return mix(mix(r, tail), n);
+    h = mix(h, tail);
+    for (int k = 0; k < 4; k++) h = mix(mix(h, a[k]), b[k]);
+    return h;
 }
 
 static const lb__exporter *exporter_of(lb_export_format f)
@@ -202,18 +209,18 @@ static lb_status emit_entry(job *j, size_t i)
     j->entry = i;
     if (e.state != LB_QSTATE_QUANTIZED) {
         size_t n = (size_t)t->n_elements;
-        float *v = malloc(n * sizeof *v + 4), *p = heads ? malloc(n * sizeof *p + 4) : NULL;
-        if (!v || (heads && !p)) st = lb__fail(LB_ERR_NOMEM, "out of memory reading '%s'", t->name);
+        float *v = j->scratch, *p = heads ? malloc(n * sizeof *p + 4) : NULL;
+        if (heads && !p) st = lb__fail(LB_ERR_NOMEM, "out of memory reading '%s'", t->name);
         if (st == LB_OK) st = lb_qmodel_values_f32(q, i, v, j->o->threads);
         lb_tensor_release(t);
         if (st == LB_OK && heads) st = permute(v, p, rows, (size_t)(n / rows) * sizeof *v, heads);
         if (st == LB_OK) st = j->x->tensor(q, i, heads ? p : v, NULL, emit, j);
-        free(v), free(p);
+        free(p);
         return st;
     }
     lb_qtensor *qt = NULL;
     int owned = 0;
-    st = lb_qmodel_quantized(q, i, j->o->threads, &qt, &owned);
+    st = lb__qmodel_quantized_scratch(q, i, j->o->threads, j->scratch, &qt, &owned);
     lb_tensor_release(t);
     if (st != LB_OK) return st;
     lb_qtensor_view v;
@@ -412,6 +419,17 @@ static lb_status plan_tensors(job *j, const uint32_t *shard, uint32_t n_shards)
     for (size_t i = 0; i < n && st == LB_OK; i++) st = describe_entry(j, i);
     if (st == LB_OK && n && j->x->extras) j->entry = SIZE_MAX, st = j->x->extras(j->q, emit, j);
     j->describing = 0;
+    /* one fp32 buffer for every entry's values, faulted in once: a fresh one
+     * a tensor cost more in page faults than the quantizer's work */
+    for (size_t i = 0; i < n && st == LB_OK; i++) {
+        lb_qentry e;
+        st = lb_qmodel_entry(j->q, i, &e);
+        if (st == LB_OK && e.tensor->n_elements > j->scratch_n) j->scratch_n = (size_t)e.tensor->n_elements;
+    }
+    if (st == LB_OK && j->scratch_n > SIZE_MAX / sizeof(float) - 1)
+        st = lb__fail(LB_ERR_NOMEM, "a tensor of %zu values is more than this machine can address", j->scratch_n);
+    if (st == LB_OK && !(j->scratch = lb__alloc_large((j->scratch_n + 1) * sizeof(float))))
+        st = lb__fail(LB_ERR_NOMEM, "out of memory for %zu fp32 values (the largest tensor)", j->scratch_n);
     for (size_t k = 0; k < j->n_p && st == LB_OK; k++) {
         planned *p = &j->p[k];
         p->shard = p->entry == SIZE_MAX ? n_shards - 1 : shard[p->entry];
@@ -500,6 +518,7 @@ lb_status lb_export(const lb_qmodel *q, const char *dir, const lb_export_options
     if (st == LB_OK) st = lb__outdir_commit(&d);
     else lb__outdir_abort(&d);
     free(shard), free(j.list);
+    lb__free_large(j.scratch, (j.scratch_n + 1) * sizeof(float));
     for (size_t i = 0; i < j.n_p; i++) free(j.p[i].name);
     free(j.p);
     if (st == LB_OK && out) {

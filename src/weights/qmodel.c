@@ -414,6 +414,12 @@ lb_status lb_qmodel_source_f32(const lb_qmodel *q, size_t i, float *dst)
 
 lb_status lb_qmodel_quantized(const lb_qmodel *q, size_t i, int threads, lb_qtensor **out, int *owned)
 {
+    return lb__qmodel_quantized_scratch(q, i, threads, NULL, out, owned);
+}
+
+lb_status lb__qmodel_quantized_scratch(const lb_qmodel *q, size_t i, int threads, float *scratch, lb_qtensor **out,
+                                       int *owned)
+{
     lb_status st = check_index(q, i, "lb_qmodel_quantized");
     if (st != LB_OK) return st;
     if (!out || !owned) return lb__fail(LB_ERR_ARG, "lb_qmodel_quantized: NULL argument");
@@ -426,14 +432,14 @@ lb_status lb_qmodel_quantized(const lb_qmodel *q, size_t i, int threads, lb_qten
     if (s->qt) return *out = s->qt, LB_OK;
     float amax = 0;
     if ((st = lb__qmodel_group_amax(q, i, &amax)) != LB_OK) return st;
-    float *x = malloc(t->n_elements * sizeof *x);
+    float *x = scratch ? scratch : malloc(t->n_elements * sizeof *x);
     if (!x) return lb__fail(LB_ERR_NOMEM, "cannot allocate an fp32 copy of %s", t->name);
     st = source_f32(q, i, x);
     if (st == LB_OK) {
         st = lb__quantize_ex(&s->e.spec, x, (size_t)t->shape[0], (size_t)t->shape[1], threads, amax, out);
         if (st != LB_OK) st = lb__fail(st, "quantizing %s: %s", t->name, lb_last_error());
     }
-    free(x);
+    if (x != scratch) free(x);
     if (st == LB_OK) *owned = 1;
     return st;
 }
