@@ -123,7 +123,7 @@ if has synth; then
     # Warm the page cache the same way for every contender: read the input once, then report residency.
     cat "$S"/*.safetensors > /dev/null
     fincore --bytes --noheadings "$S"/*.safetensors > "$R/synth-cached.txt" 2>/dev/null || true
-    du -b "$S"/*.safetensors | awk '{s += $1} END {printf "%d\n", s}' > "$R/synth-bytes.txt"
+    du -b "$S"/*.safetensors | awk '{s += $1} END {printf "%.0f\n", s}' > "$R/synth-bytes.txt"  # %.0f: mawk's %d stops at 2^31-1
     # Baseline: read + write the same bytes (cat: read(2)/write(2) through user space, no reflink or
     # copy_file_range shortcut), then sync so the writes are paid for as quantize's are below.
     rm -rf "$B/synth-copy"; mkdir "$B/synth-copy"

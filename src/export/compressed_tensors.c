@@ -308,6 +308,24 @@ static void to_le32(uint32_t *w, size_t n)
     }
 }
 
+/* One row of 4- or 8-bit codes in compressed-tensors' packing, bytes at a
+ * time: the fast twin of the code_at/signed_code/pack_bits loop (which
+ * stays the path for other widths). Its stream puts value i at bits
+ * [i*b, i*b + b) of little-endian words, so its bytes hold the values in
+ * lowbit's order, low nibble first, exactly as lowbit's rows do; only the
+ * code changes: CT stores q + 2^(b-1), which for a signed (two's
+ * complement) code is flipping its top bit, and for an unsigned one (the
+ * affine codes, stored with the zero point) is the code itself. An odd
+ * int4 row's pad nibble, and the rest of the last word, stay zero. */
+static void pack_row(const uint8_t *row, size_t cols, int bits, int is_signed, uint8_t *dst, size_t dst_bytes)
+{
+    uint8_t flip = is_signed ? (bits == 4 ? 0x88 : 0x80) : 0;
+    size_t whole = bits == 4 ? cols / 2 : cols, k = 0;
+    for (; k < whole; k++) dst[k] = row[k] ^ flip;
+    if (bits == 4 && cols % 2) dst[k] = (uint8_t)((row[k] ^ flip) & 0x0F), k++;
+    memset(dst + k, 0, dst_bytes - k);
+}
+
 /* weight_scale of the float/int/pack formats: lowbit's scale codes are
  * already the model dtype's bytes (check() made sure). */
 static lb_status put_scale(emitter *o, const char *m, const lb_qtensor_view *v)
@@ -323,18 +341,24 @@ static lb_status put_packed(emitter *o, const char *m, const lb_qtensor_view *v)
     int bits = int_bits(v->spec.element);
     uint32_t bias = 1u << (bits - 1);
     size_t rows = v->rows, cols = v->cols, wpr = (cols * (size_t)bits + 31) / 32;
-    uint32_t *vals = malloc((cols > rows ? cols : rows) * sizeof *vals);
-    uint32_t *words = malloc(rows * wpr * sizeof *words + sizeof *words);
+    int describe = !v->data; /* sizes only (exporter.h): nothing to pack */
+    uint32_t *vals = describe ? NULL : malloc((cols > rows ? cols : rows) * sizeof *vals);
+    uint32_t *words = describe ? NULL : malloc(rows * wpr * sizeof *words + sizeof *words);
     lb_status st = LB_OK;
-    if (!vals || !words) st = lb__fail(LB_ERR_NOMEM, "out of memory packing '%s'", m);
-    for (size_t r = 0; r < rows && st == LB_OK; r++) {
+    if (!describe && (!vals || !words)) st = lb__fail(LB_ERR_NOMEM, "out of memory packing '%s'", m);
+    for (size_t r = 0; r < rows && st == LB_OK && !describe; r++) {
         const uint8_t *row = v->data + r * v->row_bytes;
+        if (bits == 4 || bits == 8) { /* the fast path: a byte at a time (pack_row's comment) */
+            pack_row(row, cols, bits, v->spec.element == LB_FMT_INT4 || v->spec.element == LB_FMT_INT8,
+                     (uint8_t *)(words + r * wpr), wpr * 4);
+            continue;
+        }
         for (size_t j = 0; j < cols; j++)
             vals[j] = (uint32_t)(signed_code(v->spec.element, code_at(row, bits, j)) + (int32_t)bias) & ((1u << bits) - 1);
         pack_bits(words + r * wpr, wpr, vals, cols, bits);
+        to_le32(words + r * wpr, wpr);
     }
     if (st == LB_OK) {
-        to_le32(words, rows * wpr);
         st = put(o, m, ".weight_packed", "I32", 2, rows, wpr, words, (uint64_t)rows * wpr * 4);
     }
     if (st == LB_OK) {
@@ -348,9 +372,10 @@ static lb_status put_packed(emitter *o, const char *m, const lb_qtensor_view *v)
         /* zero points [rows, groups] packed along dim 0: column g's words
          * hold rows 0.. of that column as one bit stream */
         size_t groups = v->scales_per_row, zw = (rows * (size_t)bits + 31) / 32;
-        uint32_t *zwords = malloc(zw * groups * sizeof *zwords + sizeof *zwords), *col = malloc(zw * sizeof *col + 4);
-        if (!zwords || !col) st = lb__fail(LB_ERR_NOMEM, "out of memory packing '%s'", m);
-        for (size_t g = 0; g < groups && st == LB_OK; g++) {
+        uint32_t *zwords = describe ? NULL : malloc(zw * groups * sizeof *zwords + sizeof *zwords);
+        uint32_t *col = describe ? NULL : malloc(zw * sizeof *col + 4);
+        if (!describe && (!zwords || !col)) st = lb__fail(LB_ERR_NOMEM, "out of memory packing '%s'", m);
+        for (size_t g = 0; g < groups && st == LB_OK && !describe; g++) {
             for (size_t r = 0; r < rows; r++) {
                 const uint8_t *zrow = v->zero_points + r * v->zero_point_row_bytes;
                 vals[r] = (uint32_t)(signed_code(v->spec.element, code_at(zrow, bits, g)) + (int32_t)bias) &
@@ -360,7 +385,7 @@ static lb_status put_packed(emitter *o, const char *m, const lb_qtensor_view *v)
             for (size_t w = 0; w < zw; w++) zwords[w * groups + g] = col[w];
         }
         if (st == LB_OK) {
-            to_le32(zwords, zw * groups);
+            if (!describe) to_le32(zwords, zw * groups);
             st = put(o, m, ".weight_zero_point", "I32", 2, zw, groups, zwords, (uint64_t)zw * groups * 4);
         }
         free(zwords), free(col);
@@ -374,9 +399,13 @@ static lb_status put_int(emitter *o, const char *m, const lb_qtensor_view *v)
 {
     int bits = int_bits(v->spec.element);
     size_t n = v->rows * v->cols;
-    int8_t *w = malloc(n ? n : 1);
-    if (!w) return lb__fail(LB_ERR_NOMEM, "out of memory writing '%s'", m);
-    for (size_t r = 0; r < v->rows; r++)
+    if (v->spec.element == LB_FMT_INT8 && v->row_bytes == v->cols) { /* lowbit's int8 rows are CT's tensor */
+        lb_status st = put(o, m, ".weight", "I8", 2, v->rows, v->cols, v->data, n);
+        return st == LB_OK ? put_scale(o, m, v) : st;
+    }
+    int8_t *w = v->data ? malloc(n ? n : 1) : NULL; /* no data: describing (exporter.h) */
+    if (v->data && !w) return lb__fail(LB_ERR_NOMEM, "out of memory writing '%s'", m);
+    for (size_t r = 0; r < v->rows && w; r++)
         for (size_t j = 0; j < v->cols; j++)
             w[r * v->cols + j] = (int8_t)signed_code(v->spec.element, code_at(v->data + r * v->row_bytes, bits, j));
     lb_status st = put(o, m, ".weight", "I8", 2, v->rows, v->cols, w, n);
@@ -428,9 +457,9 @@ static lb_status ct_tensor(const lb_qmodel *q, size_t i, const float *values, co
         if (t->dtype >= LB_DT_I8 && t->dtype <= LB_DT_BOOL)
             return lb__fail(LB_ERR_UNSUPPORTED, "tensor '%s': integer tensors are not written", t->name);
         size_t n = (size_t)t->n_elements, es = d == LB_DT_F32 ? 4 : 2;
-        void *b = malloc(n * es + 1);
-        if (!b) return lb__fail(LB_ERR_NOMEM, "out of memory writing '%s'", t->name);
-        st = lb_dtype_from_f32(d, values, n, b);
+        void *b = values ? malloc(n * es + 1) : NULL; /* no values: describing (exporter.h) */
+        if (values && !b) return lb__fail(LB_ERR_NOMEM, "out of memory writing '%s'", t->name);
+        if (values) st = lb_dtype_from_f32(d, values, n, b);
         if (st == LB_OK) {
             lb__out_tensor ot = {.name = t->name, .dtype = lb_dtype_get(d)->st_name, .n_dims = t->n_dims,
                                  .data = b, .bytes = n * es};

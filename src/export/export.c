@@ -3,28 +3,37 @@
  *
  * The directory is built beside its destination and renamed into place
  * when complete (util/file.h: lb__outdir), so it is complete or absent,
- * also after SIGINT/SIGTERM. Shards: entries are assigned to
- * model-0000i-of-0000n.safetensors files before anything is written, from
- * an upper bound of each entry's bytes, so every shard stays under
- * max_shard_bytes and the file names are known up front; one shard is
- * model.safetensors (what Hugging Face writes). Each shard's tensors are
- * gathered in memory and written by lb__st_write, so the peak memory is
- * one shard (use --max-shard-size to bound it), not the model. After
- * writing, every shard is read back with lowbit's own safetensors reader
- * and each tensor compared (dtype, shape, FNV-1a of the bytes) with what
- * the exporter emitted. */
+ * also after SIGINT/SIGTERM. Streaming: every output tensor's name, dtype,
+ * shape and size follow from the plan (each entry's spec and shape), so
+ * the exporter first describes them all (no values), entries are assigned
+ * to model-0000i-of-0000n.safetensors files from an upper bound of their
+ * bytes (every shard stays under max_shard_bytes and the names are known
+ * up front; one shard is model.safetensors, what Hugging Face writes), and
+ * each shard's header is written when it is opened. Then one entry at a
+ * time is quantized (or read), emitted and written straight to its place
+ * in the shard (io/safetensors.h: lb__st_stream), so the peak memory is
+ * about one tensor and its fp32 source, not a shard. Each emitted tensor
+ * is checksummed as it is written; after writing, every shard is read back
+ * with lowbit's own safetensors reader and each tensor compared (dtype,
+ * shape, checksum of the bytes) with what the exporter emitted. */
+#define _DEFAULT_SOURCE /* madvise, MADV_DONTNEED */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "export/exporter.h"
 #include "export/hf_tokenizer.h"
 #include "export/hf_tokenizer_internal.h"
 #include "io/model_internal.h"
 #include "io/safetensors.h"
+#include "quant/quant_internal.h"
+#include "util/alloc.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "weights/qmodel_internal.h"
 
 /* Hugging Face's default max_shard_size ("5GB"). */
 #define EXPORT_DEFAULT_SHARD_BYTES 5000000000ull
@@ -33,36 +42,64 @@
 #define EXPORT_MAX_SHARDS 36
 #define EXPORT_FIXED_NAMES (3 + LB_HF_TOKENIZER_FILES)
 
-typedef struct held {
+/* One output tensor, as described, then as written. */
+typedef struct planned {
     char *name;
     lb_dtype dtype;
     int n_dims;
     uint64_t shape[4];
-    uint8_t *data;
-    uint64_t bytes, hash;
-    size_t entry;  /* SIZE_MAX: a per-model extra */
-} held;
+    uint64_t bytes, sum;  /* sum: checksum of the bytes written */
+    size_t entry;         /* SIZE_MAX: a per-model extra */
+    uint32_t shard;
+} planned;
 
 typedef struct job {
     const lb_qmodel *q;
     const lb__exporter *x;
     const lb_export_options *o;
-    held *t;
-    size_t n, cap;
+    planned *p;
+    size_t n_p, cap_p;
+    int describing;          /* emit records the plan; else it writes */
     size_t entry;            /* the entry being emitted */
+    size_t next;             /* writing: the planned tensor emit must give next */
+    lb__st_stream s;         /* the shard being written */
+    size_t shard_first;      /* its first tensor in p (its slot 0) */
+    lb__st_out_tensor *list; /* its header list */
+    float *scratch;          /* the fp32 values of the entry being written (the largest entry's size) */
+    size_t scratch_n;
     lb_export_result r;
     uint64_t weight_bytes;   /* every byte written for the weights, scales included */
-    char **names;            /* every tensor written, and its shard (for the index) */
-    uint32_t *shard_of;
-    uint64_t *hashes;
-    lb_dtype *dtypes;
-    size_t n_names, names_cap;
 } job;
 
-static uint64_t fnv1a(const uint8_t *p, uint64_t n)
+/* A 64-bit checksum of n bytes: four lanes of 8-byte words, each a running
+ * sum and a sum of running sums (Fletcher's scheme, so a word's position
+ * counts, not only its value), folded with the tail and the length by a
+ * multiply-xorshift at the end. Adds only: it runs at memory speed, where
+ * a byte-at-a-time FNV-1a, or a multiply per word, cost more than the
+ * quantizer. It only needs to catch bytes that read back different. */
+static uint64_t mix(uint64_t h, uint64_t w)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (uint64_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 31);
+}
+
+static uint64_t checksum(const uint8_t *p, uint64_t n)
+{
+    uint64_t a[4] = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull, 0xA4093822299F31D0ull, 0x082EFA98EC4E6C89ull};
+    uint64_t b[4] = {0, 0, 0, 0}, i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++) {
+            uint64_t w;
+            memcpy(&w, p + i + 8 * k, 8);
+            a[k] += w, b[k] += a[k];
+        }
+    uint64_t tail = 0, h = n;
+    for (int k = 0; i < n; i++, k++) {
+        if (k == 8) h = mix(h, tail), tail = 0, k = 0;
+        tail |= (uint64_t)p[i] << (8 * k);
+    }
+    h = mix(h, tail);
+    for (int k = 0; k < 4; k++) h = mix(mix(h, a[k]), b[k]);
     return h;
 }
 
@@ -75,6 +112,40 @@ static const lb__exporter *exporter_of(lb_export_format f)
     return NULL;
 }
 
+static lb_status describe(job *j, const lb__out_tensor *t, lb_dtype d)
+{
+    if (j->n_p == j->cap_p) {
+        size_t cap = j->cap_p ? 2 * j->cap_p : 256;
+        planned *p = realloc(j->p, cap * sizeof *p);
+        if (!p) return lb__fail(LB_ERR_NOMEM, "out of memory");
+        j->p = p, j->cap_p = cap;
+    }
+    planned *p = &j->p[j->n_p];
+    memset(p, 0, sizeof *p);
+    if (!(p->name = strdup(t->name))) return lb__fail(LB_ERR_NOMEM, "out of memory");
+    p->dtype = d, p->n_dims = t->n_dims, p->bytes = t->bytes, p->entry = j->entry;
+    for (int k = 0; k < t->n_dims; k++) p->shape[k] = t->shape[k];
+    j->n_p++;
+    return LB_OK;
+}
+
+/* Writing: the tensor must be the one described next; its bytes go to
+ * their place in the open shard. */
+static lb_status put(job *j, const lb__out_tensor *t, lb_dtype d)
+{
+    planned *p = j->next < j->n_p ? &j->p[j->next] : NULL;
+    int same = p && strcmp(p->name, t->name) == 0 && p->dtype == d && p->n_dims == t->n_dims && p->bytes == t->bytes;
+    for (int k = 0; same && k < t->n_dims; k++) same = p->shape[k] == t->shape[k];
+    if (!same)
+        return lb__fail(LB_ERR_ARG, "tensor '%s': the %s exporter emitted it differently from how it described it "
+                        "(expected '%s')", t->name, j->x->name, p ? p->name : "nothing");
+    if (t->bytes && !t->data) return lb__fail(LB_ERR_ARG, "tensor '%s': emitted without data", t->name);
+    p->sum = checksum(t->data, t->bytes);
+    lb_status st = lb__st_stream_put(&j->s, j->next - j->shard_first, t->data, t->bytes);
+    if (st == LB_OK) j->next++;
+    return st;
+}
+
 static lb_status emit(void *sink, const lb__out_tensor *t)
 {
     job *j = sink;
@@ -82,32 +153,7 @@ static lb_status emit(void *sink, const lb__out_tensor *t)
     if (!lb__st_dtype_from_name(t->dtype, &d))
         return lb__fail(LB_ERR_ARG, "tensor '%s': exporter emitted unknown dtype '%s'", t->name, t->dtype);
     if (t->n_dims < 0 || t->n_dims > 4) return lb__fail(LB_ERR_ARG, "tensor '%s': %d dims", t->name, t->n_dims);
-    if (j->n == j->cap) {
-        size_t cap = j->cap ? 2 * j->cap : 64;
-        held *h = realloc(j->t, cap * sizeof *h);
-        if (!h) return lb__fail(LB_ERR_NOMEM, "out of memory");
-        j->t = h, j->cap = cap;
-    }
-    held *h = &j->t[j->n];
-    memset(h, 0, sizeof *h);
-    h->name = strdup(t->name);
-    h->data = malloc(t->bytes ? t->bytes : 1);
-    if (!h->name || !h->data) {
-        free(h->name), free(h->data);
-        return lb__fail(LB_ERR_NOMEM, "out of memory holding '%s' (%llu bytes)", t->name, (unsigned long long)t->bytes);
-    }
-    memcpy(h->data, t->data, t->bytes);
-    h->dtype = d, h->n_dims = t->n_dims, h->bytes = t->bytes, h->entry = j->entry;
-    for (int k = 0; k < t->n_dims; k++) h->shape[k] = t->shape[k];
-    h->hash = fnv1a(h->data, h->bytes);
-    j->n++;
-    return LB_OK;
-}
-
-static void drop_held(job *j)
-{
-    for (size_t i = 0; i < j->n; i++) free(j->t[i].name), free(j->t[i].data);
-    j->n = 0;
+    return j->describing ? describe(j, t, d) : put(j, t, d);
 }
 
 /* An upper bound of what entry i becomes on disk: every element at 8 bits
@@ -177,18 +223,18 @@ static lb_status emit_entry(job *j, size_t i)
     j->entry = i;
     if (e.state != LB_QSTATE_QUANTIZED) {
         size_t n = (size_t)t->n_elements;
-        float *v = malloc(n * sizeof *v + 4), *p = heads ? malloc(n * sizeof *p + 4) : NULL;
-        if (!v || (heads && !p)) st = lb__fail(LB_ERR_NOMEM, "out of memory reading '%s'", t->name);
+        float *v = j->scratch, *p = heads ? malloc(n * sizeof *p + 4) : NULL;
+        if (heads && !p) st = lb__fail(LB_ERR_NOMEM, "out of memory reading '%s'", t->name);
         if (st == LB_OK) st = lb_qmodel_values_f32(q, i, v, j->o->threads);
         lb_tensor_release(t);
         if (st == LB_OK && heads) st = permute(v, p, rows, (size_t)(n / rows) * sizeof *v, heads);
         if (st == LB_OK) st = j->x->tensor(q, i, heads ? p : v, NULL, emit, j);
-        free(v), free(p);
+        free(p);
         return st;
     }
     lb_qtensor *qt = NULL;
     int owned = 0;
-    st = lb_qmodel_quantized(q, i, j->o->threads, &qt, &owned);
+    st = lb__qmodel_quantized_scratch(q, i, j->o->threads, j->scratch, &qt, &owned);
     lb_tensor_release(t);
     if (st != LB_OK) return st;
     lb_qtensor_view v;
@@ -215,33 +261,19 @@ static lb_status emit_entry(job *j, size_t i)
     return st;
 }
 
-static lb_status fill(void *ctx, size_t i, void *dst, uint64_t n_bytes)
+/* Describes entry i: the exporter given its sizes only (exporter.h). */
+static lb_status describe_entry(job *j, size_t i)
 {
-    job *j = ctx;
-    if (n_bytes != j->t[i].bytes) return lb__fail(LB_ERR_ARG, "size mismatch writing '%s'", j->t[i].name);
-    memcpy(dst, j->t[i].data, n_bytes);
-    return LB_OK;
-}
-
-static lb_status note_name(job *j, const held *h, uint32_t shard)
-{
-    if (j->n_names == j->names_cap) {
-        size_t cap = j->names_cap ? 2 * j->names_cap : 256;
-        char **n = realloc(j->names, cap * sizeof *n);
-        uint32_t *s = n ? realloc(j->shard_of, cap * sizeof *s) : NULL;
-        uint64_t *hs = s ? realloc(j->hashes, cap * sizeof *hs) : NULL;
-        lb_dtype *ds = hs ? realloc(j->dtypes, cap * sizeof *ds) : NULL;
-        if (n) j->names = n;
-        if (s) j->shard_of = s;
-        if (hs) j->hashes = hs;
-        if (ds) j->dtypes = ds;
-        if (!ds) return lb__fail(LB_ERR_NOMEM, "out of memory");
-        j->names_cap = cap;
-    }
-    if (!(j->names[j->n_names] = strdup(h->name))) return lb__fail(LB_ERR_NOMEM, "out of memory");
-    j->shard_of[j->n_names] = shard, j->hashes[j->n_names] = h->hash, j->dtypes[j->n_names] = h->dtype;
-    j->n_names++;
-    return LB_OK;
+    lb_qentry e;
+    lb_status st = lb_qmodel_entry(j->q, i, &e);
+    if (st != LB_OK) return st;
+    j->entry = i;
+    if (e.state != LB_QSTATE_QUANTIZED) return j->x->tensor(j->q, i, NULL, NULL, emit, j);
+    const lb_tensor *t = e.tensor;
+    if (t->n_dims != 2) return lb__fail(LB_ERR_ARG, "tensor '%s': quantized but not 2-D", t->name);
+    lb_qtensor_view v;
+    lb__qtensor_layout(&e.spec, (size_t)t->shape[0], (size_t)t->shape[1], &v);
+    return j->x->tensor(j->q, i, NULL, &v, emit, j);
 }
 
 static void shard_name(char *buf, size_t size, uint32_t s, uint32_t n)
@@ -250,23 +282,28 @@ static void shard_name(char *buf, size_t size, uint32_t s, uint32_t n)
     else snprintf(buf, size, "model-%05u-of-%05u.safetensors", s + 1, n);
 }
 
-/* Writes the tensors held to one shard file. */
-static lb_status write_shard(job *j, const char *dir, uint32_t s, uint32_t n_shards)
+/* Opens shard s (its tensors are p[first..], contiguous) and writes its header. */
+static lb_status open_shard(job *j, const char *dir, uint32_t s, uint32_t n_shards)
 {
+    size_t first = 0, n = 0;
+    while (first < j->n_p && j->p[first].shard != s) first++;
+    while (first + n < j->n_p && j->p[first + n].shard == s) n++;
     char name[64];
     shard_name(name, sizeof name, s, n_shards);
     char *path = lb__path_join(dir, name);
-    lb__st_out_tensor *t = calloc(j->n ? j->n : 1, sizeof *t);
-    lb_status st = path && t ? LB_OK : lb__fail(LB_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < j->n && st == LB_OK; i++) {
-        t[i].name = j->t[i].name, t[i].dtype = j->t[i].dtype, t[i].n_dims = j->t[i].n_dims;
-        for (int k = 0; k < j->t[i].n_dims; k++) t[i].shape[k] = j->t[i].shape[k];
-        st = note_name(j, &j->t[i], s);
-        j->r.bytes += j->t[i].bytes;
+    free(j->list);
+    j->list = calloc(n ? n : 1, sizeof *j->list);
+    lb_status st = path && j->list ? LB_OK : lb__fail(LB_ERR_NOMEM, "out of memory");
+    for (size_t k = 0; k < n && st == LB_OK; k++) {
+        const planned *p = &j->p[first + k];
+        lb__st_out_tensor *t = &j->list[k];
+        t->name = p->name, t->dtype = p->dtype, t->n_dims = p->n_dims;
+        for (int d = 0; d < p->n_dims; d++) t->shape[d] = p->shape[d];
     }
     const char *keys[] = {"format"}, *values[] = {"pt"};
-    if (st == LB_OK) st = lb__st_write(path, t, j->n, keys, values, 1, fill, j);
-    free(t), free(path);
+    if (st == LB_OK) st = lb__st_stream_open(path, j->list, n, keys, values, 1, &j->s);
+    if (st == LB_OK) j->shard_first = first, j->next = first;
+    free(path);
     return st;
 }
 
@@ -298,9 +335,9 @@ static lb_status write_index(job *j, const char *dir, uint32_t n_shards)
     lb__jsonw_key(w, "total_size"), lb__jsonw_int(w, (long long)j->r.bytes);
     lb__jsonw_end(w);
     lb__jsonw_key(w, "weight_map"), lb__jsonw_object(w);
-    for (size_t i = 0; i < j->n_names; i++) {
-        shard_name(name, sizeof name, j->shard_of[i], n_shards);
-        lb__jsonw_key(w, j->names[i]), lb__jsonw_str(w, name);
+    for (size_t i = 0; i < j->n_p; i++) {
+        shard_name(name, sizeof name, j->p[i].shard, n_shards);
+        lb__jsonw_key(w, j->p[i].name), lb__jsonw_str(w, name);
     }
     lb__jsonw_end(w);
     lb__jsonw_end(w);
@@ -309,8 +346,18 @@ static lb_status write_index(job *j, const char *dir, uint32_t n_shards)
     return st;
 }
 
+/* Drops the pages of a read-back range from memory (they are in the page
+ * cache; keeping them mapped would make the check cost the output's size
+ * in resident memory). */
+static void release(const uint8_t *p, uint64_t n)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t ps = page > 0 ? (uintptr_t)page : 4096, a = (uintptr_t)p / ps * ps, b = ((uintptr_t)p + n) / ps * ps;
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 /* Every shard read back with lowbit's reader: each tensor the exporter
- * emitted is there with its dtype and the same bytes. */
+ * emitted is there with its dtype, its shape and the same bytes. */
 static lb_status verify(job *j, const char *dir, uint32_t n_shards)
 {
     lb_status st = LB_OK;
@@ -321,12 +368,16 @@ static lb_status verify(job *j, const char *dir, uint32_t n_shards)
         lb__st_file f;
         memset(&f, 0, sizeof f);
         st = path ? lb__st_open(path, &f) : lb__fail(LB_ERR_NOMEM, "out of memory");
-        for (size_t i = 0; i < j->n_names && st == LB_OK; i++) {
-            if (j->shard_of[i] != s) continue;
-            const lb__st_tensor *t = lb__st_find(&f, j->names[i]);
-            if (!t) st = lb__fail(LB_ERR_IO, "verify: '%s' is missing from %s", j->names[i], name);
-            else if (t->dtype != j->dtypes[i] || fnv1a(t->data, t->end - t->begin) != j->hashes[i])
-                st = lb__fail(LB_ERR_IO, "verify: '%s' in %s reads back different from what was written", j->names[i], name);
+        for (size_t i = 0; i < j->n_p && st == LB_OK; i++) {
+            const planned *p = &j->p[i];
+            if (p->shard != s) continue;
+            const lb__st_tensor *t = lb__st_find(&f, p->name);
+            int same = t && t->dtype == p->dtype && t->n_dims == p->n_dims && t->end - t->begin == p->bytes;
+            for (int k = 0; same && k < p->n_dims; k++) same = t->shape[k] == p->shape[k];
+            if (!t) st = lb__fail(LB_ERR_IO, "verify: '%s' is missing from %s", p->name, name);
+            else if (!same || checksum(t->data, p->bytes) != p->sum)
+                st = lb__fail(LB_ERR_IO, "verify: '%s' in %s reads back different from what was written", p->name, name);
+            if (t) release(t->data, p->bytes);
         }
         lb__st_close(&f);
         free(path);
@@ -380,6 +431,40 @@ static lb_status plan_shards(const lb_qmodel *q, uint64_t max, uint32_t *shard, 
     return LB_OK;
 }
 
+/* The plan: every output tensor described, each assigned to its entry's
+ * shard (the per-model extras to the last). */
+static lb_status plan_tensors(job *j, const uint32_t *shard, uint32_t n_shards)
+{
+    size_t n = lb_qmodel_count(j->q);
+    lb_status st = LB_OK;
+    j->describing = 1;
+    for (size_t i = 0; i < n && st == LB_OK; i++) st = describe_entry(j, i);
+    if (st == LB_OK && n && j->x->extras) j->entry = SIZE_MAX, st = j->x->extras(j->q, emit, j);
+    j->describing = 0;
+    /* one fp32 buffer for every entry's values, faulted in once: a fresh one
+     * a tensor cost more in page faults than the quantizer's work */
+    for (size_t i = 0; i < n && st == LB_OK; i++) {
+        lb_qentry e;
+        st = lb_qmodel_entry(j->q, i, &e);
+        if (st == LB_OK && e.tensor->n_elements > j->scratch_n) j->scratch_n = (size_t)e.tensor->n_elements;
+    }
+    if (st == LB_OK && j->scratch_n > SIZE_MAX / sizeof(float) - 1)
+        st = lb__fail(LB_ERR_NOMEM, "a tensor of %zu values is more than this machine can address", j->scratch_n);
+    if (st == LB_OK && !(j->scratch = lb__alloc_large((j->scratch_n + 1) * sizeof(float))))
+        st = lb__fail(LB_ERR_NOMEM, "out of memory for %zu fp32 values (the largest tensor)", j->scratch_n);
+    for (size_t k = 0; k < j->n_p && st == LB_OK; k++) {
+        planned *p = &j->p[k];
+        p->shard = p->entry == SIZE_MAX ? n_shards - 1 : shard[p->entry];
+        j->r.bytes += p->bytes;
+        if (p->entry != SIZE_MAX) {
+            lb_qentry e;
+            st = lb_qmodel_entry(j->q, p->entry, &e);
+            if (st == LB_OK && lb_tensor_is_weight(e.tensor)) j->weight_bytes += p->bytes;
+        }
+    }
+    return st;
+}
+
 lb_status lb_export(const lb_qmodel *q, const char *dir, const lb_export_options *o, lb_export_result *out)
 {
     if (!q || !dir || !o) return lb__fail(LB_ERR_ARG, "lb_export: NULL argument");
@@ -393,6 +478,8 @@ lb_status lb_export(const lb_qmodel *q, const char *dir, const lb_export_options
     uint32_t *shard = malloc((n ? n : 1) * sizeof *shard), n_shards = 1;
     if (!shard) return lb__fail(LB_ERR_NOMEM, "out of memory");
     st = plan_shards(q, max, shard, &n_shards, &j.r);
+    /* every header is known before anything is written or quantized */
+    if (st == LB_OK) st = plan_tensors(&j, shard, n_shards);
     /* the names the directory may hold */
     const char *names[LB_OUTDIR_MAX_NAMES];
     char shard_names[EXPORT_MAX_SHARDS][64];
@@ -408,27 +495,23 @@ lb_status lb_export(const lb_qmodel *q, const char *dir, const lb_export_options
     memset(&d, 0, sizeof d);
     if (st == LB_OK) st = lb__outdir_open(dir, names, k, &d);
     if (st == LB_OK && o->progress) o->progress(o->progress_ctx, 0, n);
-    /* tensors, shard by shard; a per-model extra (KV scales) in the last */
+    /* tensors, one entry at a time, shard by shard; a per-model extra (KV scales) in the last */
     for (size_t i = 0; i < n && st == LB_OK; i++) {
-        st = emit_entry(&j, i);
+        if (i == 0 || shard[i] != shard[i - 1]) st = open_shard(&j, d.tmp_path, shard[i], n_shards);
+        if (st == LB_OK) st = emit_entry(&j, i);
         lb_qentry e;
         if (st == LB_OK) st = lb_qmodel_entry(q, i, &e);
         if (st == LB_OK) {
-            uint64_t b = 0;
-            for (size_t h = 0; h < j.n; h++) b += j.t[h].entry == i ? j.t[h].bytes : 0;
-            if (lb_tensor_is_weight(e.tensor)) {
-                j.weight_bytes += b;
-            }
             j.r.tensors++;
             j.r.quantized += e.state == LB_QSTATE_QUANTIZED;
         }
         if (st == LB_OK && i + 1 == n && j.x->extras) j.entry = SIZE_MAX, st = j.x->extras(q, emit, &j);
-        if (st == LB_OK && (i + 1 == n || shard[i + 1] != shard[i])) {
-            st = write_shard(&j, d.tmp_path, shard[i], n_shards);
-            drop_held(&j);
-        }
+        if (st == LB_OK && (i + 1 == n || shard[i + 1] != shard[i])) st = lb__st_stream_commit(&j.s);
         if (st == LB_OK && o->progress) o->progress(o->progress_ctx, i + 1, n);
     }
+    lb__st_stream_abort(&j.s); /* a shard left open by a failure: its temporary goes */
+    if (st == LB_OK && j.next != j.n_p)
+        st = lb__fail(LB_ERR_ARG, "the %s exporter described '%s' but never emitted it", j.x->name, j.p[j.next].name);
     if (st == LB_OK && n_shards > 1) st = write_index(&j, d.tmp_path, n_shards);
     lb__jsonw *w = st == LB_OK ? lb__jsonw_new() : NULL;
     if (st == LB_OK && !w) st = lb__fail(LB_ERR_NOMEM, "out of memory");
@@ -456,10 +539,10 @@ lb_status lb_export(const lb_qmodel *q, const char *dir, const lb_export_options
     if (st == LB_OK && o->verify) st = verify(&j, d.tmp_path, n_shards);
     if (st == LB_OK) st = lb__outdir_commit(&d);
     else lb__outdir_abort(&d);
-    drop_held(&j);
-    free(j.t), free(shard);
-    for (size_t i = 0; i < j.n_names; i++) free(j.names[i]);
-    free(j.names), free(j.shard_of), free(j.hashes), free(j.dtypes);
+    free(shard), free(j.list);
+    lb__free_large(j.scratch, (j.scratch_n + 1) * sizeof(float));
+    for (size_t i = 0; i < j.n_p; i++) free(j.p[i].name);
+    free(j.p);
     if (st == LB_OK && out) {
         j.r.shards = n_shards;
         j.r.bits_per_weight = j.r.weight_params ? 8.0 * (double)j.weight_bytes / (double)j.r.weight_params : 0;

@@ -1,6 +1,6 @@
 /* The writers of engine checkpoints share one driver (export.c): it makes
- * the temporary output directory, streams tensors into size-bounded
- * safetensors shards (+ model.safetensors.index.json), writes config.json
+ * the temporary output directory, streams tensors one at a time into
+ * size-bounded safetensors shards (+ model.safetensors.index.json), writes config.json
  * with the format's quantization_config, copies or synthesizes the
  * tokenizer and generation files, reads everything back to verify, and
  * renames the directory into place (util/output.h's rule).
@@ -19,7 +19,9 @@
 
 /* One tensor to store: safetensors dtype string ("F8_E4M3", "U8", "I32",
  * "I64", "BF16", "F16", "F32", "I8"), shape outermost first, bytes
- * row-major little-endian. The driver copies data before emit returns. */
+ * row-major little-endian. The driver is done with data when emit returns
+ * (it writes the bytes to their place in the file then). data is NULL when
+ * describing (below). */
 typedef struct lb__out_tensor {
     const char *name;
     const char *dtype;
@@ -61,7 +63,15 @@ typedef struct lb__exporter {
      * moved q/k rows of a model read in the adjacent rotary layout (GGUF,
      * llama2.c) into the half-split one Hugging Face uses, codes, scales and
      * zero points alike (every lowbit granularity is row-wise, so moving
-     * quantized rows is exactly quantizing moved rows). */
+     * quantized rows is exactly quantizing moved rows).
+     *
+     * Describing: the driver first calls tensor() for every entry with
+     * values NULL, or with a qv that has its sizes (lb__qtensor_layout) but
+     * NULL data, scales and zero points, to write every shard's header
+     * before any tensor is quantized. The exporter then emits the same
+     * tensors (names, dtypes, shapes, bytes) in the same order with data
+     * NULL, doing no work on values; the driver refuses a later emission
+     * that differs from what was described. */
     lb_status (*tensor)(const lb_qmodel *q, size_t i, const float *values, const lb_qtensor_view *qv,
                         lb__emit_fn emit, void *sink);
     /* Extra per-model tensors (KV scales), after all entries; may be NULL. */

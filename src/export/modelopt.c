@@ -109,10 +109,10 @@ static lb_status emit_plain(const lb_qmodel *q, const lb_tensor *t, const float 
     if (t->n_dims < 0 || t->n_dims > 4)
         return lb__fail(LB_ERR_UNSUPPORTED, "tensor '%s' has %d dimensions; the writer takes up to 4", t->name,
                         t->n_dims);
-    void *buf = malloc(bytes ? bytes : 1);
-    if (!buf) return lb__fail(LB_ERR_NOMEM, "out of memory for tensor '%s' (%llu bytes)", t->name,
-                              (unsigned long long)bytes);
-    st = lb_dtype_from_f32(dt, values, t->n_elements, buf);
+    void *buf = values ? malloc(bytes ? bytes : 1) : NULL; /* no values: describing (exporter.h) */
+    if (values && !buf) return lb__fail(LB_ERR_NOMEM, "out of memory for tensor '%s' (%llu bytes)", t->name,
+                                        (unsigned long long)bytes);
+    if (values) st = lb_dtype_from_f32(dt, values, t->n_elements, buf);
     if (st == LB_OK) {
         lb__out_tensor o = {.name = t->name, .dtype = di->st_name, .n_dims = t->n_dims, .data = buf, .bytes = bytes};
         for (int d = 0; d < t->n_dims; d++) o.shape[d] = t->shape[d];
@@ -148,10 +148,7 @@ static lb_status mo_tensor(const lb_qmodel *q, size_t i, const float *values, co
     lb_qentry e;
     lb_status st = lb_qmodel_entry(q, i, &e);
     if (st != LB_OK) return st;
-    if (e.state != LB_QSTATE_QUANTIZED) {
-        if (!values) return lb__fail(LB_ERR_ARG, "tensor '%s': no values to write", e.tensor->name);
-        return emit_plain(q, e.tensor, values, emit, sink);
-    }
+    if (e.state != LB_QSTATE_QUANTIZED) return emit_plain(q, e.tensor, values, emit, sink);
     if (!qv) return lb__fail(LB_ERR_ARG, "tensor '%s': no quantized tensor to write", e.tensor->name);
     char module[MO_NAME_MAX];
     if (!module_of(e.tensor->name, module, sizeof module))

@@ -158,6 +158,8 @@ static lb_status emit_scalar(lb__emit_fn emit, void *sink, const char *module, c
 /* fp32/fp16/bf16 scale codes as fp32 values (exact: each widens). */
 static lb_status scales_f32(const lb_qtensor_view *qv, float **out)
 {
+    *out = NULL;
+    if (!qv->scales) return LB_OK; /* describing (exporter.h): no values */
     *out = malloc(qv->scale_count * sizeof(float));
     if (!*out) return lb__fail(LB_ERR_NOMEM, "out of memory for %zu scales", qv->scale_count);
     lb_status st = lb_decode_f32(qv->spec.scale_format, qv->scales, qv->scale_count, *out, 1);
@@ -185,7 +187,7 @@ lb_status lb__mo_emit_weight(const char *module, lb__mo_algo a, const lb_qtensor
         st = emit2(emit, sink, module, "weight", "F8_E4M3", 2, rows, cols, qv->data, qv->data_bytes);
         if (st == LB_OK) st = scales_f32(qv, &s);
         if (st == LB_OK)
-            st = a == LB_MO_FP8 ? emit_scalar(emit, sink, module, "weight_scale", s[0])
+            st = a == LB_MO_FP8 ? emit_scalar(emit, sink, module, "weight_scale", s ? s[0] : 0)
                                 : emit2(emit, sink, module, "weight_scale", "F32", 1, rows, 0, s, rows * sizeof(float));
         free(s);
         /* ModelOpt's FP8 input scale: amax / maxbound, in fp32 */

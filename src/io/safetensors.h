@@ -98,6 +98,33 @@ typedef struct lb__st_out_tensor {
 lb_status lb__st_write(const char *path, const lb__st_out_tensor *t, size_t n, const char *const *meta_keys,
                        const char *const *meta_values, size_t n_meta, lb__tensor_fill_fn fill, void *ctx);
 
+/* The same file written as a stream: the header is made (and everything
+ * lb__st_write refuses, refused) from the list alone, before any data
+ * exists; then each tensor's bytes are put once, in any order, straight to
+ * their place in the file, so a caller holds one tensor at a time. Commit
+ * refuses a tensor never put; abort (or any failure) leaves nothing. The
+ * bytes are those lb__st_write gives for the same list and data (it is
+ * this stream, fed in header order). t (names included) must outlive the
+ * stream. */
+typedef struct lb__st_stream {
+    lb__outfile o;
+    const lb__st_out_tensor *t;
+    size_t n;
+    struct out_entry *te;      /* the header's order */
+    uint64_t *offset;          /* t[i]'s bytes start here in the file */
+    uint8_t *done;
+    uint64_t at;               /* the file position */
+} lb__st_stream;
+
+lb_status lb__st_stream_open(const char *path, const lb__st_out_tensor *t, size_t n, const char *const *meta_keys,
+                             const char *const *meta_values, size_t n_meta, lb__st_stream *s);
+/* t[i]'s bytes (exactly the size its dtype and shape give). */
+lb_status lb__st_stream_put(lb__st_stream *s, size_t i, const void *data, uint64_t bytes);
+/* Every tensor put: flush, sync, rename into place; frees s either way. */
+lb_status lb__st_stream_commit(lb__st_stream *s);
+/* Removes the temporary file; safe on a zeroed, committed or failed stream. */
+void lb__st_stream_abort(lb__st_stream *s);
+
 /* The dtype whose safetensors name is exactly `name` (case-sensitive, as
  * the format is); 0 if none. */
 int lb__st_dtype_from_name(const char *name, lb_dtype *out);

@@ -213,58 +213,31 @@ static lb_status make_header(const char *path, const lb__st_out_tensor *t, const
 
 /* ===== Writing ===== */
 
-static lb_status write_data(const char *path, lb__outfile *o, const lb__st_out_tensor *t, const out_entry *te,
-                            size_t n, lb__tensor_fill_fn fill, void *ctx)
+void lb__st_stream_abort(lb__st_stream *s)
 {
-    void *buf = NULL;
-    size_t cap = 0;
-    lb_status st = LB_OK;
-    for (size_t k = 0; k < n && st == LB_OK; k++) {
-        uint64_t bytes = te[k].bytes;
-        if (bytes > SIZE_MAX) {
-            st = lb__fail(LB_ERR_NOMEM, "'%s': tensor '%.200s' has %llu bytes, more than this machine can address",
-                          path, t[te[k].i].name, (unsigned long long)bytes);
-            break;
-        }
-        size_t need = bytes ? (size_t)bytes : 1; /* fill always gets a valid pointer */
-        if (need > cap) {
-            free(buf); /* no realloc: the old bytes are not needed */
-            buf = malloc(need);
-            cap = buf ? need : 0;
-            if (!buf) {
-                st = lb__fail(LB_ERR_NOMEM, "'%s': out of memory for tensor '%.200s' (%llu bytes)", path,
-                              t[te[k].i].name, (unsigned long long)bytes);
-                break;
-            }
-        }
-        st = fill(ctx, te[k].i, buf, bytes);
-        if (st != LB_OK) {
-            char msg[700];
-            snprintf(msg, sizeof msg, "%s", lb_last_error());
-            st = lb__fail(st, "'%s': tensor '%.200s': %s", path, t[te[k].i].name,
-                          msg[0] ? msg : "the fill callback failed");
-            break;
-        }
-        st = lb__out_write(o, buf, (size_t)bytes);
-    }
-    free(buf);
-    return st;
+    if (!s) return;
+    lb__out_abort(&s->o);
+    free(s->te), free(s->offset), free(s->done);
+    memset(s, 0, sizeof *s);
 }
 
-lb_status lb__st_write(const char *path, const lb__st_out_tensor *t, size_t n, const char *const *meta_keys,
-                       const char *const *meta_values, size_t n_meta, lb__tensor_fill_fn fill, void *ctx)
+lb_status lb__st_stream_open(const char *path, const lb__st_out_tensor *t, size_t n, const char *const *meta_keys,
+                             const char *const *meta_values, size_t n_meta, lb__st_stream *s)
 {
-    if (!path) return lb__fail(LB_ERR_ARG, "lb__st_write: NULL path");
-    if (n && (!t || !fill)) return lb__fail(LB_ERR_ARG, "'%s': %zu tensors but no %s", path, n, t ? "fill" : "array");
+    memset(s, 0, sizeof *s);
+    if (!path) return lb__fail(LB_ERR_ARG, "lb__st_stream_open: NULL path");
+    if (n && !t) return lb__fail(LB_ERR_ARG, "'%s': %zu tensors but no array", path, n);
     if (n_meta && (!meta_keys || !meta_values))
         return lb__fail(LB_ERR_ARG, "'%s': %zu metadata entries but no key or value array", path, n_meta);
     if (n > SIZE_MAX / sizeof(out_entry) || n_meta > SIZE_MAX / sizeof(out_entry))
         return lb__fail(LB_ERR_ARG, "'%s': too many entries", path);
 
     out_entry *te = malloc((n ? n : 1) * sizeof *te), *me = malloc((n_meta ? n_meta : 1) * sizeof *me);
+    uint64_t *offset = malloc((n ? n : 1) * sizeof *offset);
+    uint8_t *done = calloc(n ? n : 1, 1);
     text_buf hdr = {0};
     lb_status st = LB_OK;
-    if (!te || !me) st = lb__fail(LB_ERR_NOMEM, "'%s': out of memory", path);
+    if (!te || !me || !offset || !done) st = lb__fail(LB_ERR_NOMEM, "'%s': out of memory", path);
     for (size_t i = 0; i < n && st == LB_OK; i++) {
         te[i].name = t[i].name, te[i].i = i;
         st = check_tensor(path, &t[i], i, &te[i].bytes);
@@ -279,20 +252,107 @@ lb_status lb__st_write(const char *path, const lb__st_out_tensor *t, size_t n, c
     if (st == LB_OK) st = sort_unique(path, te, n, "tensor name");
     if (st == LB_OK) st = sort_unique(path, me, n_meta, "metadata key");
     if (st == LB_OK) st = make_header(path, t, te, n, meta_values, me, n_meta, &hdr);
-
-    lb__outfile o = {0};
-    if (st == LB_OK) st = lb__out_open(path, &o);
+    free(me);
+    if (st == LB_OK) {
+        /* where each tensor's bytes go: the data section follows the 8-byte
+         * length and the header, in the header's (sorted) order */
+        uint64_t at = 8 + (uint64_t)hdr.len;
+        for (size_t k = 0; k < n; k++) offset[te[k].i] = at, at += te[k].bytes;
+        st = lb__out_open(path, &s->o);
+    }
     if (st == LB_OK) {
         uint8_t len8[8];
         for (int k = 0; k < 8; k++) len8[k] = (uint8_t)((uint64_t)hdr.len >> (8 * k));
-        st = lb__out_write(&o, len8, 8);
-        if (st == LB_OK) st = lb__out_write(&o, hdr.p, hdr.len);
-        if (st == LB_OK) st = write_data(path, &o, t, te, n, fill, ctx);
-        if (st == LB_OK) st = lb__out_commit(&o); /* frees o, removing the temporary on failure */
-        else lb__out_abort(&o);
+        st = lb__out_write(&s->o, len8, 8);
+        if (st == LB_OK) st = lb__out_write(&s->o, hdr.p, hdr.len);
     }
     free(hdr.p);
-    free(te);
-    free(me);
+    s->t = t, s->n = n, s->te = te, s->offset = offset, s->done = done, s->at = 8 + (uint64_t)hdr.len;
+    if (st != LB_OK) lb__st_stream_abort(s);
+    return st;
+}
+
+lb_status lb__st_stream_put(lb__st_stream *s, size_t i, const void *data, uint64_t bytes)
+{
+    if (!s->te) return lb__fail(LB_ERR_ARG, "lb__st_stream_put: the stream is not open");
+    if (i >= s->n) return lb__fail(LB_ERR_ARG, "'%s': no tensor %zu (%zu listed)", s->o.path, i, s->n);
+    const char *name = s->t[i].name;
+    uint64_t want = 0;
+    lb_status st = check_tensor(s->o.path, &s->t[i], i, &want);
+    if (st != LB_OK) return st;
+    if (s->done[i]) return lb__fail(LB_ERR_ARG, "'%s': tensor '%.200s' written twice", s->o.path, name);
+    if (bytes != want)
+        return lb__fail(LB_ERR_ARG, "'%s': tensor '%.200s' is %llu bytes, the header says %llu", s->o.path, name,
+                        (unsigned long long)bytes, (unsigned long long)want);
+    if (bytes > SIZE_MAX)
+        return lb__fail(LB_ERR_NOMEM, "'%s': tensor '%.200s' has %llu bytes, more than this machine can address",
+                        s->o.path, name, (unsigned long long)bytes);
+    if (bytes && !data) return lb__fail(LB_ERR_ARG, "'%s': tensor '%.200s': no data", s->o.path, name);
+    /* a seek only when the tensors come out of header order (it flushes the stdio buffer) */
+    if (s->at != s->offset[i]) st = lb__out_seek(&s->o, s->offset[i]);
+    if (st == LB_OK) st = lb__out_write(&s->o, data, (size_t)bytes);
+    if (st != LB_OK) return st;
+    s->at = s->offset[i] + bytes;
+    s->done[i] = 1;
+    return LB_OK;
+}
+
+lb_status lb__st_stream_commit(lb__st_stream *s)
+{
+    if (!s->te) return lb__fail(LB_ERR_ARG, "lb__st_stream_commit: the stream is not open");
+    for (size_t i = 0; i < s->n; i++)
+        if (!s->done[i]) {
+            lb_status st = lb__fail(LB_ERR_ARG, "'%s': tensor '%.200s' was never written", s->o.path, s->t[i].name);
+            lb__st_stream_abort(s);
+            return st;
+        }
+    lb_status st = lb__out_commit(&s->o); /* frees o, removing the temporary on failure */
+    free(s->te), free(s->offset), free(s->done);
+    memset(s, 0, sizeof *s);
+    return st;
+}
+
+lb_status lb__st_write(const char *path, const lb__st_out_tensor *t, size_t n, const char *const *meta_keys,
+                       const char *const *meta_values, size_t n_meta, lb__tensor_fill_fn fill, void *ctx)
+{
+    if (!path) return lb__fail(LB_ERR_ARG, "lb__st_write: NULL path");
+    if (n && (!t || !fill)) return lb__fail(LB_ERR_ARG, "'%s': %zu tensors but no %s", path, n, t ? "fill" : "array");
+    lb__st_stream s;
+    lb_status st = lb__st_stream_open(path, t, n, meta_keys, meta_values, n_meta, &s);
+    if (st != LB_OK) return st;
+    /* in header order: one sequential write, one buffer the size of the largest tensor */
+    void *buf = NULL;
+    size_t cap = 0;
+    for (size_t k = 0; k < n && st == LB_OK; k++) {
+        size_t i = s.te[k].i;
+        uint64_t bytes = s.te[k].bytes;
+        if (bytes > SIZE_MAX) {
+            st = lb__fail(LB_ERR_NOMEM, "'%s': tensor '%.200s' has %llu bytes, more than this machine can address",
+                          path, t[i].name, (unsigned long long)bytes);
+            break;
+        }
+        size_t need = bytes ? (size_t)bytes : 1; /* fill always gets a valid pointer */
+        if (need > cap) {
+            free(buf); /* no realloc: the old bytes are not needed */
+            buf = malloc(need);
+            cap = buf ? need : 0;
+            if (!buf) {
+                st = lb__fail(LB_ERR_NOMEM, "'%s': out of memory for tensor '%.200s' (%llu bytes)", path, t[i].name,
+                              (unsigned long long)bytes);
+                break;
+            }
+        }
+        st = fill(ctx, i, buf, bytes);
+        if (st != LB_OK) {
+            char msg[700];
+            snprintf(msg, sizeof msg, "%s", lb_last_error());
+            st = lb__fail(st, "'%s': tensor '%.200s': %s", path, t[i].name, msg[0] ? msg : "the fill callback failed");
+            break;
+        }
+        st = lb__st_stream_put(&s, i, buf, bytes);
+    }
+    free(buf);
+    if (st == LB_OK) return lb__st_stream_commit(&s);
+    lb__st_stream_abort(&s);
     return st;
 }

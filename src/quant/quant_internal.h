@@ -33,6 +33,12 @@ struct lb_qtensor {
     float tensor_scale;    /* two-level: fp32 multiplier over block scales; else 1 */
 };
 
+/* The view lb_quantize's tensor would give for rows x cols under spec,
+ * sizes only (data, scales and zero points NULL, tensor scale 1), without
+ * quantizing: export writes the safetensors headers from it before any
+ * tensor exists, and checks each quantized tensor against it. */
+void lb__qtensor_layout(const lb_qspec *spec, size_t rows, size_t cols, lb_qtensor_view *v);
+
 /* lb_quantize with, for a two-level spec, the tensor (global) scale made
  * from tensor_amax when that exceeds the tensor's own largest magnitude
  * (a fused group's shared amax: vLLM wants one global scale for q/k/v and

@@ -348,6 +348,27 @@ void lb_qtensor_free(lb_qtensor *q)
     free(q);
 }
 
+/* The sizes alloc_qtensor and lb_qtensor_view_get give (keep the three in step). */
+void lb__qtensor_layout(const lb_qspec *spec, size_t rows, size_t cols, lb_qtensor_view *v)
+{
+    memset(v, 0, sizeof *v);
+    v->spec = *spec;
+    v->rows = rows, v->cols = cols;
+    size_t block = spec->granularity == LB_GRAN_GROUP ? spec->group : cols;
+    v->scales_per_row = spec->granularity == LB_GRAN_TENSOR ? 1 : (cols + block - 1) / block;
+    size_t block_rows = lb__block_rows(spec); /* 2-D blocks: one row of scales per band of block_rows rows */
+    v->scale_rows = spec->granularity == LB_GRAN_TENSOR ? 1 : (rows + block_rows - 1) / block_rows;
+    v->scale_count = v->scale_rows * v->scales_per_row;
+    v->row_bytes = lb__packed_row_bytes(spec->element, cols);
+    v->data_bytes = rows * v->row_bytes;
+    v->scale_bytes = lb_format_bytes(spec->scale_format, v->scale_count);
+    if (spec->affine) {
+        v->zero_point_row_bytes = lb_format_bytes(spec->element, v->scales_per_row);
+        v->zero_point_bytes = (spec->granularity == LB_GRAN_TENSOR ? 1 : rows) * v->zero_point_row_bytes;
+    }
+    v->tensor_scale = 1.0f;
+}
+
 static lb_status alloc_qtensor(const lb_qspec *spec, size_t rows, size_t cols, lb_qtensor **out)
 {
     lb_qtensor *q = calloc(1, sizeof *q);

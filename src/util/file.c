@@ -213,6 +213,16 @@ lb_status lb__out_write(lb__outfile *o, const void *p, size_t n)
 
 uint64_t lb__out_tell(const lb__outfile *o) { return (uint64_t)ftello(o->f); }
 
+lb_status lb__out_seek(lb__outfile *o, uint64_t offset)
+{
+    if (o->failed) return LB_ERR_IO;
+    if (offset > (uint64_t)INT64_MAX || fseeko(o->f, (off_t)offset, SEEK_SET) != 0) {
+        o->failed = 1;
+        return lb__fail(LB_ERR_IO, "seeking in '%s' failed: %s", o->path, strerror(errno));
+    }
+    return LB_OK;
+}
+
 lb_status lb__out_pad(lb__outfile *o, uint64_t align)
 {
     static const uint8_t zeros[64];

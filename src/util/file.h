@@ -73,6 +73,9 @@ lb_status lb__out_write(lb__outfile *o, const void *p, size_t n);
 /* Appends zero bytes up to the next multiple of align from the start. */
 lb_status lb__out_pad(lb__outfile *o, uint64_t align);
 uint64_t lb__out_tell(const lb__outfile *o);
+/* Moves the write position to offset from the start (a later write past the
+ * end leaves a hole that must be written before commit). Sticky on failure. */
+lb_status lb__out_seek(lb__outfile *o, uint64_t offset);
 /* Flushes, syncs and renames into place; on any failure the temporary
  * file is removed and nothing appears under path. Frees o either way. */
 lb_status lb__out_commit(lb__outfile *o);

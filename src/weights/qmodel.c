@@ -158,29 +158,50 @@ static lb_status source_f32(const lb_qmodel *q, size_t i, float *dst)
     return st;
 }
 
+/* The largest |x| of n values (NaN or infinity: an error naming element
+ * base + k of the tensor). */
+static lb_status scan_amax(const float *x, uint64_t n, uint64_t base, const char *name, float *m)
+{
+    for (uint64_t k = 0; k < n; k++) {
+        if (!isfinite(x[k]))
+            return lb__fail(LB_ERR_NAN, "%s: element %llu is %s; quantization needs finite values", name,
+                            (unsigned long long)(base + k), isnan(x[k]) ? "NaN" : "infinite");
+        if (fabsf(x[k]) > *m) *m = fabsf(x[k]);
+    }
+    return LB_OK;
+}
+
+/* Elements decoded at a time when scanning a stored tensor: a small buffer
+ * that stays in cache, instead of an fp32 copy of the whole tensor (its
+ * page faults cost more than the scan). */
+#define AMAX_CHUNK 65536u
+
 /* The largest |x| of tensor i's source values (NaN or infinity: an error
  * naming the tensor, as quantizing it would be). */
 static lb_status source_amax(const lb_qmodel *q, size_t i, float *amax)
 {
     const lb_tensor *t = q->s[i].e.tensor;
-    const float *x = q->s[i].replacement;
-    float *buf = NULL;
-    if (!x) {
-        buf = malloc(t->n_elements * sizeof *buf);
-        if (!buf) return lb__fail(LB_ERR_NOMEM, "cannot allocate an fp32 copy of %s", t->name);
-        lb_status st = source_f32(q, i, buf);
-        if (st != LB_OK) return free(buf), st;
-        x = buf;
-    }
-    float m = 0;
+    const lb_dtype_info *d = t->dtype == LB_DT_QUANTIZED ? NULL : lb_dtype_get(t->dtype);
+    float m = 0, *buf = NULL;
     lb_status st = LB_OK;
-    for (uint64_t k = 0; k < t->n_elements; k++) {
-        if (!isfinite(x[k])) {
-            st = lb__fail(LB_ERR_NAN, "%s: element %llu is %s; quantization needs finite values", t->name,
-                          (unsigned long long)k, isnan(x[k]) ? "NaN" : "infinite");
-            break;
+    *amax = 0;
+    if (q->s[i].replacement) {
+        st = scan_amax(q->s[i].replacement, t->n_elements, 0, t->name, &m);
+    } else if (d && d->can_read && d->block >= 1 && d->block <= AMAX_CHUNK) {
+        /* whole blocks at a time, straight from the stored bytes */
+        uint64_t chunk = AMAX_CHUNK / d->block * d->block, n = t->n_elements;
+        if (!(buf = malloc(chunk * sizeof *buf))) return lb__fail(LB_ERR_NOMEM, "out of memory scanning %s", t->name);
+        for (uint64_t k = 0; k < n && st == LB_OK; k += chunk) {
+            uint64_t c = n - k < chunk ? n - k : chunk;
+            st = lb_dtype_to_f32(t->dtype, (const uint8_t *)t->data + k / d->block * d->block_bytes, (size_t)c, buf);
+            if (st == LB_OK) st = scan_amax(buf, c, k, t->name, &m);
         }
-        if (fabsf(x[k]) > m) m = fabsf(x[k]);
+        lb_tensor_release(t);
+    } else {
+        if (!(buf = malloc(t->n_elements * sizeof *buf)))
+            return lb__fail(LB_ERR_NOMEM, "cannot allocate an fp32 copy of %s", t->name);
+        st = source_f32(q, i, buf);
+        if (st == LB_OK) st = scan_amax(buf, t->n_elements, 0, t->name, &m);
     }
     free(buf);
     *amax = m;
@@ -415,6 +436,12 @@ lb_status lb_qmodel_source_f32(const lb_qmodel *q, size_t i, float *dst)
 
 lb_status lb_qmodel_quantized(const lb_qmodel *q, size_t i, int threads, lb_qtensor **out, int *owned)
 {
+    return lb__qmodel_quantized_scratch(q, i, threads, NULL, out, owned);
+}
+
+lb_status lb__qmodel_quantized_scratch(const lb_qmodel *q, size_t i, int threads, float *scratch, lb_qtensor **out,
+                                       int *owned)
+{
     lb_status st = check_index(q, i, "lb_qmodel_quantized");
     if (st != LB_OK) return st;
     if (!out || !owned) return lb__fail(LB_ERR_ARG, "lb_qmodel_quantized: NULL argument");
@@ -427,14 +454,14 @@ lb_status lb_qmodel_quantized(const lb_qmodel *q, size_t i, int threads, lb_qten
     if (s->qt) return *out = s->qt, LB_OK;
     float amax = 0;
     if ((st = lb__qmodel_group_amax(q, i, &amax)) != LB_OK) return st;
-    float *x = malloc(t->n_elements * sizeof *x);
+    float *x = scratch ? scratch : malloc(t->n_elements * sizeof *x);
     if (!x) return lb__fail(LB_ERR_NOMEM, "cannot allocate an fp32 copy of %s", t->name);
     st = source_f32(q, i, x);
     if (st == LB_OK) {
         st = lb__quantize_ex(&s->e.spec, x, (size_t)t->shape[0], (size_t)t->shape[1], threads, amax, out);
         if (st != LB_OK) st = lb__fail(st, "quantizing %s: %s", t->name, lb_last_error());
     }
-    free(x);
+    if (x != scratch) free(x);
     if (st == LB_OK) *owned = 1;
     return st;
 }

@@ -29,6 +29,12 @@ lb_status lb__qmodel_group_amax(const lb_qmodel *q, size_t i, float *amax);
  * keep lb_quantize's per-tensor two-level scales, bit for bit as before). */
 void lb__qmodel_unfuse(lb_qmodel *q);
 
+/* lb_qmodel_quantized reading the source into scratch (n_elements floats,
+ * the caller's, overwritten) instead of a fresh fp32 copy: export quantizes
+ * tensor after tensor through one buffer, so the pages are faulted in once,
+ * not once per tensor. NULL scratch: lb_qmodel_quantized. */
+lb_status lb__qmodel_quantized_scratch(const lb_qmodel *q, size_t i, int threads, float *scratch, lb_qtensor **out,
+                                       int *owned);
 /* lb_qmodel_quantized, always a tensor the caller owns (a copy of one an
  * algorithm set): a runner outlives nothing it borrowed. */
 lb_status lb__qmodel_quantized_owned(const lb_qmodel *q, size_t i, int threads, lb_qtensor **out);

@@ -196,6 +196,20 @@ def test_a_signal_during_convert_to_a_directory_leaves_nothing(tmp_path, sig):
     assert list(tmp_path.iterdir()) == [], seen
 
 
+@pytest.mark.skipif(not SMOLLM2.exists(), reason="SmolLM2 not fetched (make test fetches it)")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_quantize_streams_leaves_nothing(tmp_path, sig):
+    """quantize writes shard after shard, one tensor at a time, into a temporary directory: a signal
+    while a shard is half-written leaves neither it, the shards before it, nor the directory"""
+    p = subprocess.Popen([LOWBIT, "quantize", str(SMOLLM2), "-o", "q", "--scheme", "W8A8-INT8", "--max-shard-size",
+                          "20MB"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = wait_for_temp(p, tmp_path, inside=True)
+    p.send_signal(sig)
+    p.communicate(timeout=30)
+    assert p.returncode == -sig, seen
+    assert list(tmp_path.iterdir()) == [], seen
+
+
 def test_a_signal_while_replacing_keeps_the_old_file(work):
     (work / "long.txt").write_bytes(TEXT.read_bytes() * 4)
     (work / "b.kld").write_bytes(b"old")

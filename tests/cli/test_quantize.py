@@ -181,3 +181,101 @@ def test_signed_scales_are_written_and_read_back(tmp_path):
     raw = b[8 + n + a:8 + n + z]
     signs = [raw[i + 1] >> 7 for i in range(0, len(raw), 2)]  # bf16: the sign is bit 15
     assert 0 < sum(signs) < len(signs)
+
+
+# ----- streaming (issue 13 item 2, "Large models") -----
+# The writer streams: every shard's header is written from the plan before any tensor is quantized,
+# then each tensor goes to its place. What it must produce is the file a gathering serializer makes
+# from the same tensors: header keys sorted, __metadata__ first, compact JSON padded with spaces to a
+# multiple of 8, the data in header order with no gaps. serialize() below is that serializer, written
+# here from the format's description (independent of lowbit's), fed with the tensors as the
+# safetensors package reads them back.
+
+MIXED = ["--scheme", "W4A16-ASYM:g32", "--rule", r"re:.*mlp\..*_proj\.weight=int8:channel:scale=bf16"]
+
+
+def serialize(tensors, metadata):
+    """safetensors bytes of {name: (dtype, shape, raw bytes)}, laid out as described above"""
+    header = {"__metadata__": metadata}
+    at = 0
+    for name in sorted(tensors, key=lambda s: s.encode()):
+        dtype, shape, raw = tensors[name]
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [at, at + len(raw)]}
+        at += len(raw)
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(tensors[k][2] for k in sorted(tensors, key=lambda s: s.encode()))
+
+
+def read_tensors(path):
+    """{name: (dtype, shape, raw bytes)} via the safetensors package, and the metadata"""
+    from safetensors import safe_open
+    import numpy as np
+    h = header(path)
+    meta = h.pop("__metadata__", {})
+    out = {}
+    data = pathlib.Path(path).read_bytes()
+    base = 8 + struct.unpack("<Q", data[:8])[0]
+    with safe_open(str(path), framework="numpy") as f:
+        assert sorted(f.keys()) == sorted(h)
+        for k in f.keys():
+            lo, hi = h[k]["data_offsets"]
+            raw = data[base + lo:base + hi]
+            if h[k]["dtype"] not in ("F8_E4M3", "BF16"):  # numpy has these: the package reads the same bytes
+                a = np.ascontiguousarray(f.get_tensor(k))
+                assert a.tobytes() == raw and list(a.shape) == h[k]["shape"], k
+            out[k] = (h[k]["dtype"], h[k]["shape"], raw)
+    return out, meta
+
+
+def test_streamed_shards_are_what_a_gathering_serializer_writes(tmp_path):
+    """several shards (small --max-shard-size), mixed formats (packed int4 with zero points, int8,
+    bf16 kept tensors, the llama2.c model's q/k rows moved to Hugging Face's rotary layout)"""
+    one, many = tmp_path / "one", tmp_path / "many"
+    assert run(STORIES, "-o", one, *MIXED, "--quiet").returncode == 0
+    r = run(STORIES, "-o", many, *MIXED, "--max-shard-size", "100KB", "--json", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["shards"] >= 3
+    index = json.loads((many / "model.safetensors.index.json").read_text())
+    whole, meta = read_tensors(one / "model.safetensors")
+    assert meta == {"format": "pt"}
+    assert (one / "model.safetensors").read_bytes() == serialize(whole, meta)
+    seen = {}
+    for f in sorted(set(index["weight_map"].values())):
+        tensors, meta = read_tensors(many / f)
+        assert (many / f).read_bytes() == serialize(tensors, meta), f
+        seen.update(tensors)
+    # the same tensors whichever way the output is split
+    assert seen == whole and sorted(index["weight_map"]) == sorted(whole)
+
+
+def test_output_bytes_do_not_depend_on_threads(tmp_path):
+    outs = []
+    for threads in (1, 2, 3):
+        out = tmp_path / f"t{threads}"
+        r = run(STORIES, "-o", out, *MIXED, "--max-shard-size", "100KB", "--threads", threads, "--quiet")
+        assert r.returncode == 0, r.stderr
+        outs.append({p.name: p.read_bytes() for p in out.iterdir()})
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_a_failure_mid_stream_leaves_nothing(tmp_path):
+    """a NaN in the last layer (the 45th of 47 tensors; four shards of at most 100 KB, so the
+    earlier ones are complete when quantizing it fails): nothing is left, under the output name or
+    beside it"""
+    src = tmp_path / "src"
+    r = subprocess.run([LOWBIT, "convert", str(STORIES), str(src), "--dtype", "f32", "--quiet"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    st = src / "model.safetensors"
+    raw = bytearray(st.read_bytes())
+    h = header(st)
+    base = 8 + struct.unpack("<Q", raw[:8])[0]
+    lo = h["model.layers.4.mlp.up_proj.weight"]["data_offsets"][0]
+    raw[base + lo + 4 * 37:base + lo + 4 * 38] = struct.pack("<f", float("nan"))
+    st.write_bytes(bytes(raw))
+    out = tmp_path / "q"
+    r = run(src, "-o", out, *MIXED, "--max-shard-size", "100KB")
+    assert r.returncode != 0
+    assert "model.layers.4.mlp.up_proj.weight" in r.stderr and "NaN" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]

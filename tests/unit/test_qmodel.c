@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "lowbit.h"
+#include "quant/quant_internal.h"
 #include "weights/qmodel_internal.h"
 
 #ifndef MODEL
@@ -293,6 +294,38 @@ static void test_fused_group(lb_qmodel *q)
     free(own);
 }
 
+/* The size-only view export writes headers from (lb__qtensor_layout) is
+ * the view of the tensor lb_quantize then makes, for every kind of spec. */
+static void test_layout(void)
+{
+    static const char *const specs[] = {"int8:channel", "int4:g32:scale=bf16", "int4:g32:affine", "uint4:g16:affine",
+                                        "fp8_e4m3:tensor", "fp8_e4m3:channel:scale=bf16", "nvfp4", "mxfp4", "mxfp8_e4m3",
+                                        "int8:g64", "mxfp6_e2m3", "fp8_e4m3:b2x32", "int8:b3x16:scale=bf16"};
+    const size_t shapes[][2] = {{3, 64}, {5, 96}, {1, 224}, {7, 33}};
+    float x[7 * 224];
+    for (size_t k = 0; k < sizeof x / sizeof x[0]; k++) x[k] = (float)((int)(k * 37 % 101) - 50) / 7.0f;
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++)
+        for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
+            lb_qspec spec;
+            lb_status st = lb_qspec_parse(specs[s], &spec);
+            CHECK(st == LB_OK, "%s: %s", specs[s], lb_last_error());
+            if (st != LB_OK) continue;
+            lb_qtensor *qt = NULL;
+            if (lb_quantize(&spec, x, shapes[h][0], shapes[h][1], 1, &qt) != LB_OK) continue; /* blocks that do not fit */
+            lb_qtensor_view got, want;
+            lb__qtensor_layout(&spec, shapes[h][0], shapes[h][1], &got);
+            lb_qtensor_view_get(qt, &want);
+            CHECK(got.rows == want.rows && got.cols == want.cols && got.row_bytes == want.row_bytes &&
+                      got.data_bytes == want.data_bytes && got.scales_per_row == want.scales_per_row &&
+                      got.scale_count == want.scale_count && got.scale_bytes == want.scale_bytes &&
+                      got.scale_rows == want.scale_rows &&
+                      got.zero_point_row_bytes == want.zero_point_row_bytes &&
+                      got.zero_point_bytes == want.zero_point_bytes && !got.data && !got.scales && !got.zero_points,
+                  "%s on %zu x %zu", specs[s], shapes[h][0], shapes[h][1]);
+            lb_qtensor_free(qt);
+        }
+}
+
 int main(void)
 {
     lb_model *m = NULL;
@@ -307,6 +340,7 @@ int main(void)
     test_states(q);
     test_errors(q);
     test_fused_group(q);
+    test_layout();
     lb_qmodel_free(q);
     lb_qmodel_free(NULL);
     lb_model_close(m);

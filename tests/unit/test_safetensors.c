@@ -572,6 +572,53 @@ static void test_write_failures(void)
     unlink(p);
 }
 
+/* The streaming writer: tensors put in any order give lb__st_write's bytes
+ * (the data-order check of test_write_exact above); a tensor put twice, of
+ * the wrong size or never put is refused, and a refused or aborted stream
+ * leaves no file. */
+static void test_stream(void)
+{
+    lb__st_out_tensor t[4] = {
+        {"w", LB_DT_F32, 1, {2}},
+        {"b", LB_DT_I8, 0, {0}},
+        {"a", LB_DT_BF16, 2, {0, 3}},
+        {"c", LB_DT_U8, 1, {3}},
+    };
+    const char *mk[] = {"format"}, *mv[] = {"pt"};
+    fill_ctx c = {-1, 0, {0}};
+    const char *p = in_dir("g.safetensors"), *q = in_dir("s.safetensors");
+    CHECK(lb__st_write(p, t, 4, mk, mv, 1, fill_pattern, &c) == LB_OK, "%s", lb_last_error());
+    uint8_t bytes[4][8];
+    uint64_t sizes[4] = {8, 1, 0, 3};
+    for (size_t i = 0; i < 4; i++) fill_pattern(&c, i, bytes[i], sizes[i]);
+    lb__st_stream s;
+    CHECK(lb__st_stream_open(q, t, 4, mk, mv, 1, &s) == LB_OK, "%s", lb_last_error());
+    const size_t order[4] = {3, 0, 2, 1}; /* neither the caller's order nor the header's */
+    for (size_t k = 0; k < 4; k++)
+        CHECK(lb__st_stream_put(&s, order[k], bytes[order[k]], sizes[order[k]]) == LB_OK, "%s", lb_last_error());
+    CHECK(lb__st_stream_put(&s, 0, bytes[0], 8) == LB_ERR_ARG && strstr(lb_last_error(), "twice"), "twice");
+    CHECK(lb__st_stream_commit(&s) == LB_OK, "%s", lb_last_error());
+    size_t la, lb;
+    uint8_t *a = slurp(p, &la), *b = slurp(q, &lb);
+    CHECK(a && b && la == lb && memcmp(a, b, la) == 0, "streamed out of order == lb__st_write");
+    free(a), free(b);
+    unlink(p), unlink(q);
+
+    CHECK(lb__st_stream_open(q, t, 4, mk, mv, 1, &s) == LB_OK, "%s", lb_last_error());
+    CHECK(lb__st_stream_put(&s, 0, bytes[0], 4) == LB_ERR_ARG && strstr(lb_last_error(), "header says"), "size");
+    CHECK(lb__st_stream_put(&s, 4, bytes[0], 8) == LB_ERR_ARG, "no tensor 4");
+    CHECK(lb__st_stream_put(&s, 0, bytes[0], 8) == LB_OK, "%s", lb_last_error());
+    CHECK(lb__st_stream_commit(&s) == LB_ERR_ARG && strstr(lb_last_error(), "never written"), "missing tensor");
+    CHECK(count_files() == 0, "a refused commit leaves nothing");
+    CHECK(lb__st_stream_open(q, t, 4, mk, mv, 1, &s) == LB_OK, "%s", lb_last_error());
+    CHECK(lb__st_stream_put(&s, 3, bytes[3], 3) == LB_OK, "%s", lb_last_error());
+    lb__st_stream_abort(&s);
+    lb__st_stream_abort(&s); /* harmless twice */
+    CHECK(count_files() == 0, "an aborted stream leaves nothing");
+    lb__st_out_tensor dup[2] = {{"x", LB_DT_U8, 1, {1}}, {"x", LB_DT_U8, 1, {1}}};
+    CHECK(lb__st_stream_open(q, dup, 2, NULL, NULL, 0, &s) == LB_ERR_ARG && count_files() == 0, "refused first");
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/lb_test_st_XXXXXX");
@@ -590,6 +637,7 @@ int main(void)
     test_valid();
     test_write_exact();
     test_write_failures();
+    test_stream();
     rmdir(dir);
     return check_summary();
 }
