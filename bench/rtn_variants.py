@@ -86,28 +86,28 @@ def quant(w, variant):
         y = (c * d16[:, None]).astype(F32)
     elif variant in ("search5", "search5-w"):
         m = np.where(-lo >= hi, lo, hi).astype(F32)
-        w = x * x if variant == "search5-w" else np.ones_like(x)
+        wt = x * x if variant == "search5-w" else np.ones_like(x)
         cands = []
         for k in range(5):
             d16 = (m / F32(-8 + k / 4)).astype(np.float16).astype(F32)
             safe = np.where(d16 == 0, 1, d16)[:, None]
             cands.append((np.clip(np.rint(x / safe), -8, 7) * d16[:, None]).astype(F32))
         qs = np.stack(cands)
-        err = (w[None] * (qs - x[None]) ** 2).sum(2)
+        err = (wt[None] * (qs - x[None]) ** 2).sum(2)
         y = qs[np.argmin(err, 0), np.arange(len(x))]  # argmin: the first (k = 0) on a tie
     elif variant == "qx-w":
         m = np.where(-lo >= hi, lo, hi).astype(np.float64)
-        xd, w = x.astype(np.float64), (x * x).astype(np.float64)
+        xd, wt = x.astype(np.float64), (x * x).astype(np.float64)
         safe_m = np.where(m == 0, 1, m)
         best_err, best_y = np.full(len(x), np.inf), np.zeros_like(xd)
         for i in range(-9, 10):
             l = np.clip(np.rint(xd * (-(8 + i / 10) / safe_m)[:, None]), -8, 7)
-            sl2 = (w * l * l).sum(1)
-            d = np.where(sl2 > 0, (w * xd * l).sum(1) / np.where(sl2 > 0, sl2, 1), 0)
+            sl2 = (wt * l * l).sum(1)
+            d = np.where(sl2 > 0, (wt * xd * l).sum(1) / np.where(sl2 > 0, sl2, 1), 0)
             d16 = d.astype(np.float32).astype(np.float16).astype(np.float64)
             safe_d = np.where(d16 == 0, 1, d16)[:, None]
             yy = np.clip(np.rint(xd / safe_d), -8, 7) * d16[:, None]  # codes against the stored d
-            e = (w * (xd - yy) ** 2).sum(1)
+            e = (wt * (xd - yy) ** 2).sum(1)
             better = e < best_err
             best_err = np.where(better, e, best_err)
             best_y[better] = yy[better]
