@@ -22,7 +22,7 @@ static const char usage[] =
     "--spec the model to measure). The base always runs as stored, fp32 KV cache.\n"
     "--save-tokens writes every scored token's window, position, KLD and both NLLs\n"
     "(tab-separated text after a '#' header line): two runs on the same windows then\n"
-    "compare token by token (bench/kld_paired.py). Neither file is written over an\n"
+    "compare token by token, as paired samples. Neither file is written over an\n"
     "input (the models, their tokenizers, the --text and --calib files). " CLI_FORCE_HELP CLI_EVAL_RUNNER_HELP CLI_EVAL_RECIPE_HELP CLI_RECIPE_HELP;
 
 static int run(int argc, char **argv)
