@@ -8,7 +8,7 @@
 
 static const char usage[] =
     "usage: lowbit kld BASE [QUANT] --text FILE [--spec SPEC] [--spec-attn|--spec-mlp|--spec-embed|--spec-head SPEC]\n"
-    "                 [--save-base FILE | --base FILE] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
+    "                 [--save-base FILE | --base FILE] [--save-tokens FILE] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
     "                 [--kv FORMAT] [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
     "                 [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--force] [--json] [--quiet]\n\n"
     "KL divergence KL(base || quant) of the next-token distributions, per scored\n"
@@ -20,13 +20,15 @@ static const char usage[] =
     "distributions (16 bits per log-probability) so later runs can skip the base\n"
     "model with --base FILE (then BASE only provides the tokenizer, and QUANT or\n"
     "--spec the model to measure). The base always runs as stored, fp32 KV cache.\n"
-    "--save-base never writes over an input (the models, their tokenizers, the\n"
-    "--text and --calib files). " CLI_FORCE_HELP CLI_EVAL_RUNNER_HELP CLI_EVAL_CHECKPOINT_HELP CLI_EVAL_RECIPE_HELP CLI_RECIPE_HELP;
+    "--save-tokens writes every scored token's window, position, KLD and both NLLs\n"
+    "(tab-separated text after a '#' header line): two runs on the same windows then\n"
+    "compare token by token, as paired samples. Neither file is written over an\n"
+    "input (the models, their tokenizers, the --text and --calib files). " CLI_FORCE_HELP CLI_EVAL_RUNNER_HELP CLI_EVAL_CHECKPOINT_HELP CLI_EVAL_RECIPE_HELP CLI_RECIPE_HELP;
 
 static int run(int argc, char **argv)
 {
     int json = 0, force = 0;
-    const char *paths[2] = {NULL, NULL}, *text = NULL, *save = NULL, *load = NULL;
+    const char *paths[2] = {NULL, NULL}, *text = NULL, *save = NULL, *load = NULL, *save_tokens = NULL;
     int n_paths = 0;
     cli_eval_args ea = {0};
     uint32_t ctx = 512;
@@ -40,6 +42,7 @@ static int run(int argc, char **argv)
         else if (strcmp(argv[i], "--text") == 0 && i + 1 < argc) text = argv[++i];
         else if (strcmp(argv[i], "--save-base") == 0 && i + 1 < argc) save = argv[++i];
         else if (strcmp(argv[i], "--base") == 0 && i + 1 < argc) load = argv[++i];
+        else if (strcmp(argv[i], "--save-tokens") == 0 && i + 1 < argc) save_tokens = argv[++i];
         else if (argv[i][0] == '-' && argv[i][1]) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "unknown option or missing value: '%s'", argv[i]);
         else if (n_paths == 2) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "at most BASE and QUANT");
         else paths[n_paths++] = argv[i];
@@ -60,8 +63,12 @@ static int run(int argc, char **argv)
     if (rc == EXIT_OK) rc = cli_protect("kld", json, ea.calib, "the --calib file");
     if (rc == EXIT_OK) rc = cli_protect("kld", json, load, "the --base file");
     if (rc == EXIT_OK && save) rc = cli_output_check("kld", json, save);
+    if (rc == EXIT_OK && save_tokens) rc = cli_output_check("kld", json, save_tokens);
+    if (rc == EXIT_OK && save && save_tokens && strcmp(save, save_tokens) == 0)
+        rc = cli_fail("kld", json, EXIT_USAGE, "bad_argument", "--save-base and --save-tokens name the same file '%s'", save);
     if (rc != EXIT_OK) return rc;
     if (save) cli_note_leftovers("kld", save);
+    if (save_tokens) cli_note_leftovers("kld", save_tokens);
     /* the base: the model as stored, unless its distributions come from a file */
     cli_eval_args base_args = ea;
     base_args.spec = base_args.spec_attn = base_args.spec_mlp = base_args.spec_embed = base_args.spec_head = NULL;
@@ -81,7 +88,7 @@ static int run(int argc, char **argv)
     if (rc == EXIT_OK) {
         cli_progress_ctx progress = {"kld", "window", NULL};
         lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(base.tok) ? lb_tokenizer_bos(base.tok) : -1,
-                             .progress = cli_progress_fn, .progress_ctx = &progress};
+                             .progress = cli_progress_fn, .progress_ctx = &progress, .save_tokens = save_tokens};
         lb_kld_result k;
         lb_status st = lb_kld(base.runner, quant.runner, ids, n, &o, save, load, &k);
         if (st != LB_OK) rc = cli_fail_lb("kld", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);

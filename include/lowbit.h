@@ -766,6 +766,12 @@ typedef struct lb_eval_options {
      * window, the perplexity of the windows scored so far and its standard
      * error (llama.cpp prints these as it goes) */
     void (*progress_ppl)(void *ctx, size_t done, size_t total, double ppl, double ppl_err);
+    /* optional, lb_kld only: a text file of every scored token (window,
+     * position, KLD, NLL base, NLL quant; tab-separated, one line each
+     * after a "#" header line), written under the output rule below, so
+     * two runs on the same windows can be compared token by token
+     * (paired differences) */
+    const char *save_tokens;
 } lb_eval_options;
 
 typedef struct lb_ppl_result {

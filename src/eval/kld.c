@@ -4,6 +4,7 @@
  * kld_base.h). A result that is not finite is an error naming the window
  * and position it came from, never a number printed. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +43,7 @@ typedef struct kld_state {
     double *diffs; /* nll_q - nll_base per scored token */
     lb_ppl_acc base, quant;
     uint64_t agree, count;
+    lb__outfile *tokens; /* the per-token file, or NULL */
 } kld_state;
 
 /* One scored position; LB_ERR_NAN naming it when its KLD or either NLL is
@@ -67,6 +69,12 @@ static lb_status score(kld_state *s, int32_t target, size_t window, uint32_t pos
     s->diffs[s->count] = nq - nb;
     s->agree += am_b == am_q;
     s->count++;
+    if (s->tokens) {
+        /* %.17g: every double read back exactly */
+        char line[160];
+        int len = snprintf(line, sizeof line, "%zu\t%u\t%.17g\t%.17g\t%.17g\n", window, pos, s->klds[s->count - 1], nb, nq);
+        return lb__out_write(s->tokens, line, (size_t)len);
+    }
     return LB_OK;
 }
 
@@ -135,8 +143,8 @@ lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_
             return st;
         }
     }
-    lb__outfile outf = {0};
-    int saving = save_base && base;
+    lb__outfile outf = {0}, tokf = {0};
+    int saving = save_base && base, tokens_out = o && o->save_tokens;
     kld_state s = {.vocab = vocab};
     float *logits_b = base ? malloc((size_t)ctx * vocab * sizeof(float)) : NULL;
     float *logits_q = malloc((size_t)ctx * vocab * sizeof(float));
@@ -151,6 +159,11 @@ lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_
         uint8_t h[LB__KLD_HEADER_BYTES];
         lb__kld_base_header(h, (uint32_t)vocab, ctx, chunks, hash);
         if (st == LB_OK) st = lb__out_write(&outf, h, sizeof h);
+    }
+    if (st == LB_OK && tokens_out) {
+        static const char head[] = "# window\tposition\tkld\tnll_base\tnll_quant\n";
+        st = lb__out_open(o->save_tokens, &tokf);
+        if (st == LB_OK) s.tokens = &tokf, st = lb__out_write(&tokf, head, sizeof head - 1);
     }
     double t0 = lb__now();
     if (st == LB_OK && o && o->progress) o->progress(o->progress_ctx, 0, chunks);
@@ -180,6 +193,10 @@ lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_
         else lb__out_abort(&outf);
     }
     if (st == LB_OK) st = summarize(&s, chunks, out);
+    if (s.tokens) {
+        if (st == LB_OK) st = lb__out_commit(&tokf);
+        else lb__out_abort(&tokf);
+    }
     free(logits_b), free(logits_q), free(window), free(packed);
     free(s.lp_base), free(s.lp_q), free(s.klds), free(s.diffs);
     lb__unmap_file(&in);

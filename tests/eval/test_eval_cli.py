@@ -45,11 +45,8 @@ def tokens_of(text):
     return out
 
 
-def test_perplexity_equals_the_reference_windows():
-    ctx, chunks = 64, 3
-    out = json.loads(lowbit("ppl", ml.STORIES, "--text", TEXT, "--ctx", ctx, "--chunks", chunks, "--json").stdout)
-    assert out["chunks"] == chunks and out["scored_tokens"] == chunks * (ctx - 1 - ctx // 2)
-    # llama.cpp's windows, computed here from the numpy reference (float64)
+def reference_nlls(ctx, chunks):
+    """llama.cpp's windows, computed here from the numpy reference (float64)."""
     ids = tokens_of(TEXT.read_text())
     model = ref.Transformer(ref.load_llama2c(str(ml.STORIES)))
     nlls = []
@@ -62,7 +59,14 @@ def test_perplexity_equals_the_reference_windows():
             row = logits[j]
             lse = np.log(np.exp(row - row.max()).sum()) + row.max()
             nlls.append(lse - row[window[j + 1]])
-    nlls = np.array(nlls)
+    return np.array(nlls)
+
+
+def test_perplexity_equals_the_reference_windows():
+    ctx, chunks = 64, 3
+    out = json.loads(lowbit("ppl", ml.STORIES, "--text", TEXT, "--ctx", ctx, "--chunks", chunks, "--json").stdout)
+    assert out["chunks"] == chunks and out["scored_tokens"] == chunks * (ctx - 1 - ctx // 2)
+    nlls = reference_nlls(ctx, chunks)
     ppl = math.exp(nlls.mean())
     err = ppl * nlls.std() / math.sqrt(len(nlls) - 1)
     assert out["ppl"] == pytest.approx(ppl, rel=1e-5)
@@ -90,6 +94,32 @@ def test_kld_saved_base_gives_the_same_answer(tmp_path):
     other.write_text(TEXT.read_text()[5000:])
     p = lowbit("kld", ml.STORIES, "--spec", "int4:g32", "--text", other, *args[2:], "--base", base, check=False)
     assert p.returncode == 2 and "other text" in p.stdout  # --json: the error object on stdout
+
+
+def test_kld_save_tokens_lists_every_scored_token(tmp_path):
+    ctx, chunks = 64, 3
+    path = tmp_path / "tokens.tsv"
+    args = ["--spec", "int4:g32", "--text", TEXT, "--ctx", ctx, "--chunks", chunks]
+    out = json.loads(lowbit("kld", ml.STORIES, *args, "--save-tokens", path, "--json").stdout)
+    lines = path.read_text().splitlines()
+    assert lines[0] == "# window\tposition\tkld\tnll_base\tnll_quant"
+    t = np.loadtxt(path, comments="#", delimiter="\t", ndmin=2)
+    assert t.shape == (out["scored_tokens"], 5)
+    assert [(int(w), int(p)) for w, p in t[:, :2]] == [(c, j) for c in range(chunks) for j in range(ctx // 2, ctx - 1)]
+    # the base NLLs are the reference model's, token by token
+    assert t[:, 3] == pytest.approx(reference_nlls(ctx, chunks), rel=1e-4, abs=1e-4)
+    # and the summary is these tokens' (17 digits: the same doubles)
+    assert (t[:, 2] >= 0).all() and t[:, 2].mean() == pytest.approx(out["kld_mean"], rel=1e-12)
+    assert np.median(t[:, 2]) == pytest.approx(out["kld_median"], rel=1e-12)
+    assert math.exp(t[:, 4].mean()) == pytest.approx(out["ppl"], rel=1e-12)
+    assert math.exp(t[:, 3].mean()) == pytest.approx(out["ppl_base"], rel=1e-12)
+    # the output rule: an existing file without --force, or the --save-base file, is refused, and left as it was
+    before = path.read_bytes()
+    p = lowbit("kld", ml.STORIES, *args, "--save-tokens", path, check=False)
+    assert p.returncode == 2 and path.read_bytes() == before
+    other = tmp_path / "same"
+    p = lowbit("kld", ml.STORIES, *args, "--save-tokens", other, "--save-base", other, check=False)
+    assert p.returncode == 2 and "same file" in p.stderr and not other.exists()
 
 
 def test_kld_of_bf16_rounding_is_tiny():
