@@ -10,6 +10,7 @@
 #   LOWBIT_BENCH_PARTS   which parts to run (default "smol llmc eval scheme synth")
 #   LOWBIT_BENCH_SYNTH_SCHEMES  schemes quantized on the synthetic checkpoint (default: the RTN ones)
 #   LOWBIT_BENCH_REUSE=1 keep outputs and measurements already in the scratch directory (resume a run)
+#   LOWBIT_BENCH_HFPPL   whose checkpoints transformers also measures (default "lb llmc"; "lb" halves the eval time)
 # Needs: /usr/bin/time (Debian package `time`), the interop environment (make test-interop's) for
 # transformers, and creates the llm-compressor one (bench/llmc_env.sh, several GB, cached).
 set -e
@@ -89,6 +90,7 @@ if has eval; then
                 "$lowbit" kld "$GGUF" "$d" --text "$TEST" --chunks "$N" --base "$B/base.kldb" --json --quiet \
                     > "$R/$who-$t.kld.json" 2> "$R/$who-$t.kld.err" || log "kld on $d failed (see $R/$who-$t.kld.err)"
             fi
+            case " ${LOWBIT_BENCH_HFPPL:-lb llmc} " in *" $who "*) ;; *) continue ;; esac
             if fresh "$R/$who-$t.hfppl.json"; then
                 log "transformers PPL on $d ($N windows)"
                 "$IPY" bench/hf_ppl.py "$d" "$TEST" --chunks "$N" --json > "$R/$who-$t.hfppl.json" \
