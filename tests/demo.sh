@@ -22,8 +22,12 @@ echo "\$ ls $out"
 ls "$out"
 echo
 run ppl "$model" --text models/tinystories-valid-excerpt.txt --ctx 256 --quiet
-# what the engine computes on that checkpoint: int8 weights and per-token int8 activations
+# the scheme evaluated in memory: int8 weights and per-token int8 activations
 run ppl "$model" --scheme W8A8-INT8 --text models/tinystories-valid-excerpt.txt --ctx 256 --quiet
+# the written checkpoint as an engine runs it (its weights, its activation quantization, its own
+# tokenizer): the same up to float rounding of the rotary layout (llama2.c's adjacent pairs become
+# Hugging Face's half-split rows in the checkpoint)
+run ppl "$out" --text models/tinystories-valid-excerpt.txt --ctx 256 --quiet
 echo "== The model under each spec, measured on text it was not trained on"
 echo
 run compare "$model" --text models/tinystories-valid-excerpt.txt --ctx 256 \
