@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "export/exporter.h"
+#include "quant/quant_internal.h"
 #include "util/error.h"
 #include "weights/engine_scales.h"
 
@@ -71,7 +72,7 @@ static const char *fmt_name(lb_format f)
 }
 
 /* 2-D blocks (bRxC): compressed-tensors' strategy "block". */
-static int is_2d(const lb_qspec *s) { return s->granularity == LB_GRAN_GROUP && s->group_rows > 1; }
+static int is_2d(const lb_qspec *s) { return lb__block_rows(s) > 1; }
 
 static int is_int(lb_format f) { return f == LB_FMT_INT8 || f == LB_FMT_UINT8 || f == LB_FMT_INT4 || f == LB_FMT_UINT4; }
 static int int_bits(lb_format f) { return f == LB_FMT_INT8 || f == LB_FMT_UINT8 ? 8 : 4; }
@@ -342,22 +343,14 @@ static lb_status put_packed(emitter *o, const char *m, const lb_qtensor_view *v)
     uint32_t bias = 1u << (bits - 1);
     size_t rows = v->rows, cols = v->cols, wpr = (cols * (size_t)bits + 31) / 32;
     int describe = !v->data; /* sizes only (exporter.h): nothing to pack */
-    uint32_t *vals = describe ? NULL : malloc((cols > rows ? cols : rows) * sizeof *vals);
+    /* vals: one zero-point column (affine only) */
+    uint32_t *vals = describe || !v->spec.affine ? NULL : malloc(rows * sizeof *vals);
     uint32_t *words = describe ? NULL : malloc(rows * wpr * sizeof *words + sizeof *words);
     lb_status st = LB_OK;
-    if (!describe && (!vals || !words)) st = lb__fail(LB_ERR_NOMEM, "out of memory packing '%s'", m);
-    for (size_t r = 0; r < rows && st == LB_OK && !describe; r++) {
-        const uint8_t *row = v->data + r * v->row_bytes;
-        if (bits == 4 || bits == 8) { /* the fast path: a byte at a time (pack_row's comment) */
-            pack_row(row, cols, bits, v->spec.element == LB_FMT_INT4 || v->spec.element == LB_FMT_INT8,
-                     (uint8_t *)(words + r * wpr), wpr * 4);
-            continue;
-        }
-        for (size_t j = 0; j < cols; j++)
-            vals[j] = (uint32_t)(signed_code(v->spec.element, code_at(row, bits, j)) + (int32_t)bias) & ((1u << bits) - 1);
-        pack_bits(words + r * wpr, wpr, vals, cols, bits);
-        to_le32(words + r * wpr, wpr);
-    }
+    if (!describe && (!words || (v->spec.affine && !vals))) st = lb__fail(LB_ERR_NOMEM, "out of memory packing '%s'", m);
+    for (size_t r = 0; r < rows && st == LB_OK && !describe; r++) /* int4/int8 (int_bits): a byte at a time */
+        pack_row(v->data + r * v->row_bytes, cols, bits, v->spec.element == LB_FMT_INT4 || v->spec.element == LB_FMT_INT8,
+                 (uint8_t *)(words + r * wpr), wpr * 4);
     if (st == LB_OK) {
         st = put(o, m, ".weight_packed", "I32", 2, rows, wpr, words, (uint64_t)rows * wpr * 4);
     }
@@ -613,8 +606,7 @@ static int same_group(const lb_qentry *a, const lb_qentry *b)
                 (ax->element == ay->element && ax->granularity == ay->granularity &&
                  (ax->granularity != LB_GRAN_GROUP || ax->group == ay->group) && ax->scale_format == ay->scale_format));
     return acts && x->element == y->element && x->granularity == y->granularity &&
-           (x->granularity != LB_GRAN_GROUP || (x->group == y->group && is_2d(x) == is_2d(y) &&
-                                                (!is_2d(x) || x->group_rows == y->group_rows))) &&
+           (x->granularity != LB_GRAN_GROUP || (x->group == y->group && lb__block_rows(x) == lb__block_rows(y))) &&
            x->scale_format == y->scale_format &&
            x->affine == y->affine && x->two_level == y->two_level;
 }

@@ -245,7 +245,6 @@ static lb_status emit_entry(job *j, size_t i)
         if (!d || !s || !z) st = lb__fail(LB_ERR_NOMEM, "out of memory");
         if (st == LB_OK) st = permute(v.data, d, v.rows, v.row_bytes, heads);
         uint64_t br = v.spec.group_rows;
-        if (st == LB_OK) st = check_block_heads(t, &v.spec, heads);
         if (st == LB_OK && v.spec.granularity != LB_GRAN_TENSOR && br <= 1)
             st = permute(v.scales, s, v.rows, v.scale_bytes / v.rows, heads);
         else if (st == LB_OK) memcpy(s, v.scales, v.scale_bytes); /* one scale, or whole heads per block row */

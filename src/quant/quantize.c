@@ -348,7 +348,8 @@ void lb_qtensor_free(lb_qtensor *q)
     free(q);
 }
 
-/* The sizes alloc_qtensor and lb_qtensor_view_get give (keep the three in step). */
+/* The sizes of a quantized tensor: alloc_qtensor takes them from here, and
+ * lb_qtensor_view_get reports the allocated tensor's. */
 void lb__qtensor_layout(const lb_qspec *spec, size_t rows, size_t cols, lb_qtensor_view *v)
 {
     memset(v, 0, sizeof *v);
@@ -375,14 +376,14 @@ static lb_status alloc_qtensor(const lb_qspec *spec, size_t rows, size_t cols, l
     if (!q) return lb__fail(LB_ERR_NOMEM, "out of memory");
     q->spec = *spec;
     q->rows = rows, q->cols = cols;
+    lb_qtensor_view v; /* the sizes, from the one place that computes them */
+    lb__qtensor_layout(spec, rows, cols, &v);
     q->block = spec->granularity == LB_GRAN_GROUP ? spec->group : cols;
-    q->scales_per_row = spec->granularity == LB_GRAN_TENSOR ? 1 : (cols + q->block - 1) / q->block;
     q->block_rows = lb__block_rows(spec);
-    q->scale_rows = spec->granularity == LB_GRAN_TENSOR ? 1 : (rows + q->block_rows - 1) / q->block_rows;
-    q->scale_count = q->scale_rows * q->scales_per_row;
-    q->row_bytes = lb__packed_row_bytes(spec->element, cols);
+    q->scales_per_row = v.scales_per_row, q->scale_rows = v.scale_rows, q->scale_count = v.scale_count;
+    q->row_bytes = v.row_bytes;
     q->tensor_scale = 1.0f;
-    size_t scale_bytes = lb_format_bytes(spec->scale_format, q->scale_count);
+    size_t scale_bytes = v.scale_bytes;
     q->data = lb__alloc_large(rows * q->row_bytes);
     q->scales = lb__alloc_large(scale_bytes);
     q->zp_row_bytes = lb_format_bytes(spec->element, q->scales_per_row);

@@ -141,7 +141,7 @@ static int same_spec(const lb_qspec *a, const lb_qspec *b)
            (a->granularity != LB_GRAN_GROUP || a->group == b->group) && a->scale_format == b->scale_format &&
            a->affine == b->affine && a->two_level == b->two_level && a->search == b->search &&
            a->mx_rounding == b->mx_rounding && a->int_frac_bits == b->int_frac_bits &&
-           (a->group_rows > 1 ? a->group_rows : 1) == (b->group_rows > 1 ? b->group_rows : 1);
+           lb__block_rows(a) == lb__block_rows(b);
 }
 
 static int two_level_entry(const qslot *s) { return s->e.state == LB_QSTATE_QUANTIZED && s->e.spec.two_level; }
