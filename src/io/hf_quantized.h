@@ -114,6 +114,11 @@ const lb__hfq_kv *lb__hfq_kv_of(const lb_model *m);
 /* The plan of an LB_DT_QUANTIZED tensor of a model (NULL for any other). */
 const lb__hfq_tensor *lb__hfq_tensor_of(const lb_tensor *t);
 
+/* Element i of a dense little-endian bit stream of `bits`-bit values held
+ * in 32-bit words; `stride` bytes between consecutive words (4: a row of
+ * weight_packed; 4 x groups: a column of weight_zero_point). */
+uint32_t lb__hfq_stream_at(const uint8_t *words, size_t stride, uint64_t i, int bits);
+
 /* Checks a planned tensor's components against its shape (all of them:
  * dtypes, shapes, sizes); LB_ERR_PARSE naming the module. */
 lb_status lb__hfq_check(const lb__hfq_tensor *q, const char *module);

@@ -42,9 +42,7 @@ static float round_to(lb_dtype d, float x)
     return x; /* F32 (the planner allows no other compute dtype) */
 }
 
-/* Element i of a dense little-endian bit stream of `bits`-bit values held
- * in 32-bit words; `stride` bytes between consecutive words. */
-static uint32_t stream_at(const uint8_t *words, size_t stride, uint64_t i, int bits)
+uint32_t lb__hfq_stream_at(const uint8_t *words, size_t stride, uint64_t i, int bits)
 {
     uint64_t p = i * (uint64_t)bits;
     uint64_t w = p / 32;
@@ -72,7 +70,7 @@ static void decode_codes(const lb__hfq_tensor *q, const float *fp8, uint64_t r, 
         uint64_t words = q->codes.shape[1];
         const uint8_t *w = base + r * words * 4;
         int32_t off = 1 << (q->bits - 1);
-        for (uint64_t c = 0; c < cols; c++) row[c] = (float)((int32_t)stream_at(w, 4, c, q->bits) - off);
+        for (uint64_t c = 0; c < cols; c++) row[c] = (float)((int32_t)lb__hfq_stream_at(w, 4, c, q->bits) - off);
         return;
     }
     case LB__HFQ_E_FP4: {
@@ -106,7 +104,7 @@ static lb_status zero_points_f32(const lb__hfq_tensor *q, uint64_t srows, uint64
     int32_t off = 1 << (q->bits - 1);
     for (uint64_t j = 0; j < scols; j++)
         for (uint64_t r = 0; r < srows; r++)
-            z[r * scols + j] = (float)((int32_t)stream_at((const uint8_t *)t->data + 4 * j, 4 * scols, r, q->bits) - off);
+            z[r * scols + j] = (float)((int32_t)lb__hfq_stream_at((const uint8_t *)t->data + 4 * j, 4 * scols, r, q->bits) - off);
     return LB_OK;
 }
 

@@ -112,18 +112,6 @@ static int spec_text(const lb__hfq_tensor *h, char *buf, size_t n)
     return 0;
 }
 
-/* Value i of a row of b-bit values in little-endian int32 words. */
-static uint32_t bits_at(const uint8_t *words, uint64_t i, int b)
-{
-    uint64_t bit = i * (uint64_t)b, w = bit / 32, s = bit % 32;
-    uint64_t lo = (uint64_t)words[4 * w] | (uint64_t)words[4 * w + 1] << 8 | (uint64_t)words[4 * w + 2] << 16 |
-                  (uint64_t)words[4 * w + 3] << 24;
-    if (s + (uint64_t)b > 32)
-        lo |= ((uint64_t)words[4 * w + 4] | (uint64_t)words[4 * w + 5] << 8 | (uint64_t)words[4 * w + 6] << 16 |
-               (uint64_t)words[4 * w + 7] << 24) << 32;
-    return (uint32_t)(lo >> s) & ((1u << b) - 1);
-}
-
 /* A pack-quantized value (code + 2^(b-1)) as the element's code. */
 static uint32_t element_code(lb_format el, uint32_t v)
 {
@@ -157,21 +145,16 @@ static lb_status fill_qtensor(const lb__hfq_tensor *h, const lb_qspec *spec, lb_
             const uint8_t *words = (const uint8_t *)h->codes.data + r * wpr * 4;
             uint8_t *row = qt->data + r * qt->row_bytes;
             memset(row, 0, qt->row_bytes);
-            for (size_t j = 0; j < qt->cols; j++) put_code(row, h->bits, j, element_code(spec->element, bits_at(words, j, h->bits)));
+            for (size_t j = 0; j < qt->cols; j++) put_code(row, h->bits, j, element_code(spec->element, lb__hfq_stream_at(words, 4, j, h->bits)));
         }
         if (h->has_zp) { /* [ceil(rows*b/32), groups]: column g's words hold the rows' zero points */
-            size_t groups = qt->scales_per_row, zw = (size_t)((h->rows * (uint64_t)h->bits + 31) / 32);
-            uint8_t *col = malloc(zw * 4 + 8);
-            if (!col) st = lb__fail(LB_ERR_NOMEM, "out of memory reading '%s'", h->zero_point.name);
+            size_t groups = qt->scales_per_row;
+            const uint8_t *zp = h->zero_point.data;
             memset(qt->zero_points, 0, qt->rows * qt->zp_row_bytes);
-            for (size_t g = 0; st == LB_OK && g < groups; g++) {
-                for (size_t w = 0; w < zw; w++) memcpy(col + 4 * w, (const uint8_t *)h->zero_point.data + 4 * (w * groups + g), 4);
-                memset(col + 4 * zw, 0, 8);
+            for (size_t g = 0; g < groups; g++) /* column g: its words are groups x 4 bytes apart */
                 for (size_t r = 0; r < qt->rows; r++)
                     put_code(qt->zero_points + r * qt->zp_row_bytes, h->bits, g,
-                             element_code(spec->element, bits_at(col, r, h->bits)));
-            }
-            free(col);
+                             element_code(spec->element, lb__hfq_stream_at(zp + 4 * g, 4 * groups, r, h->bits)));
         }
     } else {
         if (h->codes.n_bytes != qt->rows * qt->row_bytes)
