@@ -50,7 +50,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(FUZZ_SRC:tests/fuzz/%.
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all demo test test-unit test-python test-interop venv asan bench bench-quantize install uninstall clean warnings fuzz cross-aarch64 test-aarch64
+.PHONY: all demo test test-unit test-python test-interop llamacpp test-llamacpp venv asan bench bench-quantize install uninstall clean warnings fuzz cross-aarch64 test-aarch64
 
 all: $(BUILD)/liblowbit.a $(BUILD)/liblowbit.so $(BUILD)/lowbit
 
@@ -153,6 +153,16 @@ $(INTEROP_VENV)/.ready: tests/interop/requirements.txt
 
 test-interop: all $(TEST_LIB) $(INTEROP_VENV)/.ready $(SMOLLM2)
 	LOWBIT_BUILD=$(BUILD) LOWBIT_INTEROP=1 $(INTEROP_VENV)/bin/python -m pytest -q tests/interop
+
+# llama.cpp itself (tools and libggml from the llama-cpp-python sdist on PyPI,
+# pinned by hash; about 20 minutes to build on 2 cores the first time, cached
+# under ~/.cache/lowbit) checks lowbit's GGUF: tests/llamacpp.
+LLAMACPP_BUILD := sh tests/llamacpp/build_llama_cpp.sh $(PYTHON)
+llamacpp:
+	@$(LLAMACPP_BUILD)
+
+test-llamacpp: all $(TEST_LIB) $(VENV)/.ready $(SMOLLM2)
+	bin=$$($(LLAMACPP_BUILD)) && LOWBIT_LLAMACPP=$$bin LOWBIT_BUILD=$(BUILD) $(VENV)/bin/python -m pytest -q tests/llamacpp
 
 # Sanitizer run: everything rebuilt into build-asan; Python loads the
 # instrumented shared library with the ASan runtime preloaded.
