@@ -3,6 +3,7 @@
  * in that order; per entry in name order NAME.in_sum2 (ne [cols, n_mat])
  * then NAME.counts (ne [1, n_mat]), each with ggml's dimension count
  * (trailing 1s dropped); 32-byte alignment. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,8 +48,15 @@ lb_status lb_imatrix_save(const lb_imatrix *im, const char *path)
     if (im->legacy) {
         /* as llama-imatrix --in-file: the chunk count becomes the largest ncall */
         chunk_size = LB_IMATRIX_LEGACY_CHUNK, chunk_count = 0;
-        for (size_t i = 0; i < im->n; i++)
-            if (im->e[i].counts[0] > (int64_t)chunk_count) chunk_count = (uint32_t)im->e[i].counts[0];
+        for (size_t i = 0; i < im->n; i++) {
+            const lb__imatrix_entry *e = &im->e[i];
+            if (e->counts[0] > (int64_t)chunk_count) chunk_count = (uint32_t)e->counts[0];
+            /* llama-imatrix would write an infinity here, which llama-quantize then refuses */
+            for (size_t j = 0; j < e->cols; j++)
+                if (!isfinite(e->sums[j] * (float)LB_IMATRIX_LEGACY_CHUNK))
+                    return lb__fail(LB_ERR_ARG, "lb_imatrix_save: %s: entry '%s': value %zu (%g) times the chunk size "
+                                    "%u overflows fp32", path, e->name, j, (double)e->sums[j], LB_IMATRIX_LEGACY_CHUNK);
+        }
     }
     lb__gguf_writer *w;
     lb_status st = lb__gguf_writer_new(&w);
