@@ -55,9 +55,13 @@ static int convert(const char *in, const char *out, int json)
     lb_status st = lb_imatrix_load(in, &im);
     if (st != LB_OK) return cli_fail_lb("imatrix", json, EXIT_RUNTIME, st);
     st = lb_imatrix_save(im, out);
-    if (st == LB_OK) print_summary(out, im, 0, lb__now() - t0, json);
     lb_imatrix_free(im);
-    return st == LB_OK ? EXIT_OK : cli_fail_lb("imatrix", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
+    /* a legacy file's chunks change on conversion: say what was written */
+    if (st == LB_OK) st = lb_imatrix_load(out, &im);
+    if (st != LB_OK) return cli_fail_lb("imatrix", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
+    print_summary(out, im, 0, lb__now() - t0, json);
+    lb_imatrix_free(im);
+    return EXIT_OK;
 }
 
 static void progress_windows(void *ctx, size_t done, size_t total)
@@ -82,7 +86,7 @@ static int run(int argc, char **argv)
         else if (strcmp(a, "--force") == 0) force = 1;
         else if (strcmp(a, "--process-output") == 0) process_output = 1;
         else if (strcmp(a, "--text") == 0 && v) text = argv[++i];
-        else if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) && v) out = argv[++i];
+        else if (strcmp(a, "-o") == 0 && v) out = argv[++i];
         else if (strcmp(a, "--in-file") == 0 && v) in_file = argv[++i];
         else if (strcmp(a, "--tokenizer") == 0 && v) tokenizer = argv[++i];
         else if (strcmp(a, "--threads") == 0 && v) {
