@@ -1157,7 +1157,8 @@ typedef struct lb_imatrix lb_imatrix;
 typedef struct lb_imatrix_entry {
     const char *name;        /* llama.cpp's weight name */
     size_t cols;             /* the weight's input columns (its row length) */
-    size_t n_mat;            /* matrices: 1 for a dense weight, the experts of a stacked one */
+    size_t n_mat;            /* matrices: 1 for a dense weight, the experts of a stacked one (a legacy
+                                file does not say them: 1, with cols the experts' columns end to end) */
     const float *sums;       /* cols x n_mat (matrix-major): the file's sums. GGUF: sum of x^2;
                                 legacy .dat: the mean of x^2 times ncall, as that format stores it */
     const int64_t *counts;   /* n_mat: tokens summed per matrix (legacy: the entry's single ncall) */
@@ -1214,7 +1215,7 @@ LB_API lb_status lb_imatrix_save(const lb_imatrix *im, const char *path);
 typedef struct lb_imatrix_options {
     uint32_t ctx;            /* window length; 0: 512 */
     size_t max_chunks;       /* 0: every whole window */
-    int32_t bos;             /* replaces each window's first token; -1: none */
+    int32_t bos;             /* replaces each window's first token; -1: none (0 is a token id: set it) */
     int threads;             /* 0: one per CPU */
     int process_output;      /* also the output head's input (llama-imatrix --process-output) */
     const char *dataset;     /* recorded in imatrix.datasets (the text's path); NULL: none */
