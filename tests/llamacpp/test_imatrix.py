@@ -203,3 +203,15 @@ def test_llama_quantize_takes_lowbit_imatrix(files, llamacpp_bin):
     assert fields.get("quantize.imatrix.file") == "lowbit.gguf"
     REPORT["llama_quantize_q4_k_m_seconds"] = dt
     write_report()
+
+
+def test_process_output_with_a_tied_head(files, llamacpp_bin):
+    """SmolLM2's head is token_embd: llama-imatrix --process-output records
+    nothing more (its filter wants output.weight), and neither does lowbit."""
+    llama_imatrix(llamacpp_bin, files, "ref_po.gguf", ["--process-output", "-ctk", "f32", "-ctv", "f32", "-fa", "off"])
+    run([LOWBIT, "imatrix", "f32.gguf", "--text", "calib.txt", "-o", "lowbit_po.gguf", "--chunks", CHUNKS, "--ctx", CTX,
+         "--threads", THREADS, "--quiet", "--process-output"], files)
+    _, a = read(files / "ref_po.gguf")
+    _, b = read(files / "lowbit_po.gguf")
+    assert list(a) == list(b) and len(a) == 420
+    assert max(rel_by_kind(a, b).values()) < 1e-4
