@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli_eval.h"
+#include "cli_imatrix.h"
 #include "cli_output.h"
 #include "util/clock.h"
 
@@ -64,12 +65,6 @@ static int convert(const char *in, const char *out, int json)
     return EXIT_OK;
 }
 
-static void progress_windows(void *ctx, size_t done, size_t total)
-{
-    (void)ctx;
-    cli_progress("imatrix", "window", done, total, NULL);
-}
-
 static int run(int argc, char **argv)
 {
     int json = 0, force = 0, process_output = 0, threads = 0;
@@ -105,33 +100,21 @@ static int run(int argc, char **argv)
     if (!model || !text || !out)
         return cli_fail("imatrix", json, EXIT_USAGE, "bad_argument", "need MODEL, --text FILE and -o OUT\n%s", usage);
     int rc = cli_protect("imatrix", json, model, "the model");
-    if (rc == EXIT_OK) rc = cli_protect("imatrix", json, text, "the --text file");
     if (rc == EXIT_OK) rc = cli_output_check("imatrix", json, out);
     if (rc != EXIT_OK) return rc;
     cli_eval_args ea = {.tokenizer = tokenizer, .threads = threads, .max_ctx = ctx};
     cli_eval_model e;
     if ((rc = cli_eval_open("imatrix", json, model, &ea, 0, &e)) != EXIT_OK) return rc;
-    int32_t *ids = NULL;
+    double t0 = lb__now();
+    lb_imatrix *im = NULL;
     size_t n = 0;
-    rc = cli_eval_tokens("imatrix", json, e.tok, text, &ids, &n);
-    if (rc == EXIT_OK && n < 2 * (size_t)ctx)
-        rc = cli_fail("imatrix", json, EXIT_USAGE, "bad_argument", "%s is %zu tokens; --ctx %u needs at least %zu "
-                      "(two windows, as llama-imatrix demands)", text, n, ctx, 2 * (size_t)ctx);
-    if (rc == EXIT_OK) rc = cli_eval_check_windows("imatrix", json, e.model, n, ctx);
+    rc = cli_imatrix_compute("imatrix", json, e.model, e.tok, text, ctx, chunks, threads, process_output, &im, &n);
     if (rc == EXIT_OK) {
-        lb_imatrix_options o = {.ctx = ctx, .max_chunks = chunks, .threads = threads, .process_output = process_output,
-                                .bos = lb_tokenizer_add_bos(e.tok) ? lb_tokenizer_bos(e.tok) : -1, .dataset = text,
-                                .progress = progress_windows};
-        double t0 = lb__now();
-        cli_progress("imatrix", "window", 0, (chunks && chunks < n / ctx) ? chunks : n / ctx, NULL);
-        lb_imatrix *im = NULL;
-        lb_status st = lb_imatrix_compute(e.model, ids, n, &o, &im);
-        if (st == LB_OK) st = lb_imatrix_save(im, out);
+        lb_status st = lb_imatrix_save(im, out);
         if (st == LB_OK) print_summary(out, im, n, lb__now() - t0, json);
         else rc = cli_fail_lb("imatrix", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
-        lb_imatrix_free(im);
     }
-    free(ids);
+    lb_imatrix_free(im);
     cli_eval_close(&e);
     return rc;
 }

@@ -54,7 +54,7 @@ def test_too_few_tokens(tmp_path):
     text = tmp_path / "short.txt"
     text.write_text("Once upon a time there was a cat.")
     p = run(STORIES, "--text", text, "-o", tmp_path / "im.gguf")
-    assert p.returncode == 2 and "needs at least 1024" in p.stderr, p.stderr
+    assert p.returncode == 2 and "need at least 1024" in p.stderr, p.stderr
     assert not (tmp_path / "im.gguf").exists()
 
 
