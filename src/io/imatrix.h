@@ -49,7 +49,7 @@ struct lb_imatrix {
 
 lb_imatrix *lb__imatrix_new(void);
 /* Appends an entry with zeroed sums and counts; *out points into im until
- * the next add. LB_ERR_ARG for a duplicate name is left to finish. */
+ * the next add. A duplicate name is lb__imatrix_finish's to refuse. */
 lb_status lb__imatrix_add(lb_imatrix *im, const char *name, size_t name_len, size_t cols, size_t n_mat,
                           lb__imatrix_entry **out);
 lb_status lb__imatrix_add_dataset(lb_imatrix *im, const char *s, size_t len);
