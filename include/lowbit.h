@@ -1145,6 +1145,86 @@ typedef struct lb_calib_options {
 } lb_calib_options;
 LB_API lb_status lb_calibrate(lb_qmodel *q, const int32_t *tokens, size_t n, const lb_calib_options *o);
 
+/* ===== Importance matrices (llama.cpp's imatrix) =====
+ * Per weight, the sum over calibration tokens of each input column's
+ * squared activation, and how many tokens were summed: what llama-imatrix
+ * writes and llama-quantize --imatrix reads to weight the K-quant and IQ4
+ * quantizers. Entries are named as llama.cpp names the weights
+ * (blk.0.attn_q.weight); lookups also take lowbit's canonical names
+ * (model.layers.0.self_attn.q_proj.weight). */
+typedef struct lb_imatrix lb_imatrix;
+
+typedef struct lb_imatrix_entry {
+    const char *name;        /* llama.cpp's weight name */
+    size_t cols;             /* the weight's input columns (its row length) */
+    size_t n_mat;            /* matrices: 1 for a dense weight, the experts of a stacked one (a legacy
+                                file does not say them: 1, with cols the experts' columns end to end) */
+    const float *sums;       /* cols x n_mat (matrix-major): the file's sums. GGUF: sum of x^2;
+                                legacy .dat: the mean of x^2 times ncall, as that format stores it */
+    const int64_t *counts;   /* n_mat: tokens summed per matrix (legacy: the entry's single ncall) */
+    const float *values;     /* cols x n_mat: what llama-quantize hands its quantizer, matrix e at
+                                values + e * cols: sums / count (count 0: 1.0); legacy: sums / ncall */
+} lb_imatrix_entry;
+
+typedef struct lb_imatrix_info {
+    size_t entries;
+    uint32_t chunk_count;    /* windows the statistic was computed on */
+    uint32_t chunk_size;     /* tokens per window (0 when the file does not say: legacy) */
+    int legacy;              /* read from the legacy binary .dat format */
+    size_t n_datasets;       /* lb_imatrix_dataset(im, 0 .. n_datasets-1) */
+} lb_imatrix_info;
+
+/* Reads a GGUF imatrix (<name>.in_sum2 and <name>.counts F32 tensors,
+ * imatrix.* KVs) or the legacy .dat format, told apart by the GGUF magic.
+ * Every length, count and size is checked; a malformed file, a negative,
+ * fractional or non-finite count, or a NaN, infinite or negative sum is
+ * LB_ERR_PARSE naming the file and the entry. */
+LB_API lb_status lb_imatrix_load(const char *path, lb_imatrix **out);
+LB_API void lb_imatrix_free(lb_imatrix *im);
+LB_API size_t lb_imatrix_count(const lb_imatrix *im);
+LB_API void lb_imatrix_get_info(const lb_imatrix *im, lb_imatrix_info *out);
+/* The datasets the file names (the calibration text's path); NULL past the end. */
+LB_API const char *lb_imatrix_dataset(const lb_imatrix *im, size_t i);
+/* Entry i in name order (LB_ERR_ARG past the end). The pointers live as
+ * long as im. */
+LB_API lb_status lb_imatrix_entry_at(const lb_imatrix *im, size_t i, lb_imatrix_entry *out);
+/* By llama.cpp's or lowbit's canonical name: 1 and the entry, or 0. */
+LB_API int lb_imatrix_find(const lb_imatrix *im, const char *name, lb_imatrix_entry *out);
+/* The quantizer weights of a tensor, by either name: 1 with *values
+ * (cols x n_mat floats, *n of them), or 0 (NULL, 0) when the file has no
+ * entry: the quantizer then runs without one, as llama-quantize does. A
+ * caller checks *n against the tensor's row length times its experts. */
+LB_API int lb_imatrix_values(const lb_imatrix *im, const char *name, const float **values, size_t *n);
+/* Writes the GGUF imatrix exactly as llama-imatrix writes it (entries in
+ * name order, KVs general.type, imatrix.datasets, imatrix.chunk_count,
+ * imatrix.chunk_size). A legacy file is converted as llama-imatrix
+ * --in-file converts one: sums and counts times the chunk size, 512.
+ * The destination follows the rule of "Outputs". */
+LB_API lb_status lb_imatrix_save(const lb_imatrix *im, const char *path);
+
+/* Computes the statistic with lowbit's forward pass as llama-imatrix does
+ * with its defaults: the tokens (already tokenized, BOS first when the
+ * model adds one) are cut into n / ctx windows of ctx tokens (at least two
+ * needed), the first token of each replaced by bos when bos >= 0; each
+ * window runs from an empty cache with fp32 weights as stored, and every
+ * input row of every linear layer in the blocks (q, k, v, o, gate, up,
+ * down) adds its x_j^2 to its weight's column sums and 1 to its count.
+ * The output head only with process_output (and, as in llama.cpp, only an
+ * untied head named output.weight). A non-finite activation is LB_ERR_NAN
+ * naming the weight. */
+typedef struct lb_imatrix_options {
+    uint32_t ctx;            /* window length; 0: 512 */
+    size_t max_chunks;       /* 0: every whole window */
+    int32_t bos;             /* replaces each window's first token; -1: none (0 is a token id: set it) */
+    int threads;             /* 0: one per CPU */
+    int process_output;      /* also the output head's input (llama-imatrix --process-output) */
+    const char *dataset;     /* recorded in imatrix.datasets (the text's path); NULL: none */
+    lb_progress_fn progress; /* optional: after each window */
+    void *progress_ctx;
+} lb_imatrix_options;
+LB_API lb_status lb_imatrix_compute(const lb_model *m, const int32_t *tokens, size_t n, const lb_imatrix_options *o,
+                                    lb_imatrix **out);
+
 /* ===== Export =====
  * Writes a quantized model as a complete Hugging Face model directory an
  * engine loads. */

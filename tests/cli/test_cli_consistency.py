@@ -15,7 +15,7 @@ LOWBIT = str(ROOT / os.environ.get("LOWBIT_BUILD", "build") / "lowbit")
 STORIES = ROOT / "models/stories260K.bin"
 TEXT = ROOT / "models/tinystories-valid-excerpt.txt"
 COMMANDS = ["formats", "cast", "grid", "quant", "inspect", "error", "convert", "plan", "ppl", "kld", "generate",
-            "compare", "bench"]
+            "compare", "bench", "imatrix"]
 MAX_THREADS = int(re.search(r"#define LB_MAX_THREADS (\d+)", (ROOT / "include/lowbit.h").read_text()).group(1))
 
 
@@ -69,6 +69,7 @@ THREAD_COMMANDS = {
     "generate": ["generate", STORIES, "-p", "x"],
     "compare": ["compare", STORIES, "--text", TEXT, "--spec", "int8"],
     "bench": ["bench"],
+    "imatrix": ["imatrix", STORIES, "--text", TEXT, "-o", "/nonexistent/im.gguf"],
 }
 
 
