@@ -6,7 +6,6 @@
  *
  * The loops are plain and branch-free inside a block (the scale is decoded
  * once per block) so the compiler can vectorize them. */
-#include <float.h>
 #include <math.h>
 
 #include "io/ggml_blocks.h"
@@ -210,30 +209,58 @@ static inline int8_t np_round_i8(float v)
     return (int8_t)(uint8_t)((uint32_t)r & keep);
 }
 
+/* The largest |x[j]| of n finite values, as its bits: the magnitudes of
+ * finite floats order like their bits, and an integer max vectorizes
+ * where a float compare does not (-ftrapping-math). */
+static inline uint32_t absmax_bits(const float *x, int n)
+{
+    uint32_t m = 0;
+    for (int j = 0; j < n; j++) {
+        uint32_t a = lb__bits_from_f32(x[j]) & 0x7FFFFFFFu;
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+static inline float absmax(const float *x, int n) { return lb__f32_from_bits(absmax_bits(x, n)); }
+
 /* The signed value of the first element of largest magnitude, or +0 when
  * all are zero (ggml starts from +0 and only takes a strictly larger
- * magnitude, so a block of zeros gives +0 whatever their signs). The
- * magnitude pass has no loop-carried branch, so it vectorizes. */
+ * magnitude, so a block of zeros gives +0 whatever their signs). */
 static inline float signed_absmax(const float *x)
 {
-    float amax = 0.0f;
-    for (int j = 0; j < LB__QK; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax; /* input is finite */
-    if (amax == 0.0f) return 0.0f;
+    const uint32_t m = absmax_bits(x, LB__QK);
+    if (m == 0) return 0.0f;
     int first = 0;
-    while (fabsf(x[first]) != amax) first++;
+    while ((lb__bits_from_f32(x[first]) & 0x7FFFFFFFu) != m) first++;
     return x[first];
 }
 
-/* The smallest and largest element (the first of equal ones, as ggml's
- * strict compares keep it: -0 and +0 differ in the stored minimum). */
+/* fp32 bits as a signed integer that orders like the value, except that
+ * -0 sorts below +0 (its own inverse). */
+static inline int32_t order_key(uint32_t u) { return (int32_t)(u ^ (0u - (u >> 31)) >> 1); }
+
+static inline float first_zero(const float *x) /* one of x is a zero */
+{
+    int j = 0;
+    while (x[j] != 0.0f) j++;
+    return x[j];
+}
+
+/* The smallest and largest element as ggml's strict compares find them:
+ * the first of equal values, which matters only between -0 and +0 (the
+ * stored minimum's sign, the sign of a zero scale). Integer keys vectorize. */
 static inline void min_max(const float *x, float *mn, float *mx)
 {
-    float lo = FLT_MAX, hi = -FLT_MAX;
+    int32_t lo = INT32_MAX, hi = INT32_MIN;
     for (int j = 0; j < LB__QK; j++) {
-        lo = x[j] < lo ? x[j] : lo;
-        hi = x[j] > hi ? x[j] : hi;
+        int32_t k = order_key(lb__bits_from_f32(x[j]));
+        lo = k < lo ? k : lo;
+        hi = k > hi ? k : hi;
     }
-    *mn = lo, *mx = hi;
+    float a = lb__f32_from_bits((uint32_t)order_key((uint32_t)lo)), b = lb__f32_from_bits((uint32_t)order_key((uint32_t)hi));
+    *mn = a == 0.0f ? first_zero(x) : a;
+    *mx = b == 0.0f ? first_zero(x) : b;
 }
 
 /* Codes q[0..31] into 16 bytes, element j low nibble, j + 16 high. */
@@ -258,8 +285,7 @@ void lb__quantize_q8_0(const float *restrict src, size_t nb, void *restrict dst)
 {
     lb__block_q8_0 *y = dst;
     for (size_t i = 0; i < nb; i++, src += LB__QK) {
-        float amax = 0.0f;
-        for (int j = 0; j < LB__QK; j++) amax = fabsf(src[j]) > amax ? fabsf(src[j]) : amax; /* input is finite */
+        const float amax = absmax(src, LB__QK); /* input is finite */
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         for (int j = 0; j < LB__QK; j++) y[i].qs[j] = np_round_i8(src[j] * id);
@@ -363,8 +389,7 @@ void lb__quantize_mxfp4(const float *restrict src, size_t nb, void *restrict dst
 {
     lb__block_mxfp4 *y = dst;
     for (size_t i = 0; i < nb; i++, src += LB__QK) {
-        float amax = 0.0f;
-        for (int j = 0; j < LB__QK; j++) amax = fabsf(src[j]) > amax ? fabsf(src[j]) : amax; /* input is finite */
+        const float amax = absmax(src, LB__QK); /* input is finite */
         /* floor(log2(amax)) - 2 + 127 as ggml computes it with log2f; the
          * double log2 rounded to fp32 gives the same floor for every
          * positive fp32 (checked exhaustively against glibc's log2f), and
@@ -408,8 +433,7 @@ void lb__quantize_nvfp4(const float *restrict src, size_t nb, void *restrict dst
     lb__block_nvfp4 *y = dst;
     for (size_t i = 0; i < nb; i++) {
         for (int s = 0; s < 4; s++, src += 16) {
-            float amax = 0.0f;
-            for (int j = 0; j < 16; j++) amax = fabsf(src[j]) > amax ? fabsf(src[j]) : amax; /* input is finite */
+            const float amax = absmax(src, 16); /* input is finite */
             const uint8_t code = ue4m3_code(amax / 6.0f); /* 6: the largest E2M1 value maps to amax */
             uint8_t q[16];
             nearest_fp4(src, 16, nvfp4_scale_half(code), q);
