@@ -165,9 +165,6 @@ typedef struct {
 } lb__block_iq4_xs;
 _Static_assert(sizeof(lb__block_iq4_xs) == 136, "iq4_xs block is 136 bytes");
 
-/* ggml's IQ4 grid (kvalues_iq4nl), ascending. */
-extern const int8_t lb__kvalues_iq4nl[16];
-
 /* ===== Scalar helpers (exact) ===== */
 
 static inline float lb__f32_from_bits(uint32_t u)
@@ -205,6 +202,46 @@ static inline float lb__fp16_to_f32(uint32_t h)
 /* fp32 to fp16 bits, round to nearest even, overflow to inf, NaN keeping
  * its top payload bits (never turning into inf): numpy's astype. */
 uint16_t lb__fp16_from_f32(float x);
+
+/* ggml's IQ4 grid (kvalues_iq4nl), ascending. */
+extern const int8_t lb__kvalues_iq4nl[16];
+
+/* The grid points nearest to v[j] = id * x[j] for 32 elements: indices
+ * into idx and values into val (either may be NULL).
+ *
+ * ggml's best_index_int8 bisects the sorted grid to the neighbours lo <= v
+ * < hi and takes lo only when v - lo < hi - v (fp32 differences), ending
+ * at index 0 for v <= -127 and 15 for v >= 113 or NaN. The same choice
+ * without branches: lo's index is the number of grid points 1..14 that v
+ * is not below (!(v < g), so a NaN counts them all), lo and hi follow
+ * from it by adding the gaps, and the same fp32 compare picks one (at the
+ * ends it picks the end: v - (-127) <= 0 < hi - v, and 113 - v <= 0). The
+ * loop over grid points is outside so the loops over elements vectorize;
+ * tests/unit/test_ggml_quants.c checks it against the bisection. Here
+ * for that test; the quantizer is ggml_blocks_iq4.c. */
+static inline void lb__iq4_nearest32(const float *restrict x, float id, uint8_t *restrict idx,
+                                     float *restrict val)
+{
+    const int8_t *g = lb__kvalues_iq4nl;
+    float v[32];
+    int32_t ml[32], lo[32], hi[32];
+    for (int j = 0; j < 32; j++) v[j] = id * x[j], ml[j] = 0, lo[j] = g[0], hi[j] = g[1];
+    for (int k = 1; k < 15; k++) {
+        const float gk = (float)g[k];
+        const int32_t gap_lo = g[k] - g[k - 1], gap_hi = g[k + 1] - g[k];
+        for (int j = 0; j < 32; j++) {
+            const int32_t not_below = -(int32_t)!(v[j] < gk); /* all ones or zero */
+            ml[j] -= not_below;
+            lo[j] += not_below & gap_lo;
+            hi[j] += not_below & gap_hi;
+        }
+    }
+    for (int j = 0; j < 32; j++) {
+        const int32_t up = -(int32_t)!(v[j] - (float)lo[j] < (float)hi[j] - v[j]);
+        if (idx) idx[j] = (uint8_t)(ml[j] - up);
+        if (val) val[j] = (float)((hi[j] & up) | (lo[j] & ~up));
+    }
+}
 
 /* ===== Runs of blocks =====
  * nb blocks of src (the block structs above, packed back to back) become

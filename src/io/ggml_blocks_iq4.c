@@ -59,23 +59,6 @@ void lb__dequantize_iq4_xs(const void *restrict src, size_t nb, float *restrict 
 
 /* ===== Quantize ===== */
 
-/* The grid index nearest to v (ggml's best_index_int8): a bisection, then
- * the lower neighbour only when strictly closer. A NaN ends at 15, as the
- * bisection's compares send it. */
-static inline int nearest_iq4(float v)
-{
-    const int8_t *g = lb__kvalues_iq4nl;
-    if (v <= g[0]) return 0;
-    if (v >= g[15]) return 15;
-    int lo = 0, hi = 15;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (v < g[mid]) hi = mid;
-        else lo = mid;
-    }
-    return v - g[hi - 1] < g[hi] - v ? hi - 1 : hi;
-}
-
 /* ggml's nearest_int: round to nearest even through the fp32 adder (the
  * magic constant 1.5 * 2^23 leaves the integer in the low mantissa bits).
  * Kept as the bit trick so that even inf and NaN give ggml's result. */
@@ -85,15 +68,15 @@ static inline int magic_round(float v)
     return (int)(u & 0x007FFFFFu) - 0x00400000;
 }
 
-/* Weighted fit of codes chosen at inverse scale id: sum w q x and sum w q^2. */
+/* Weighted fit of codes chosen at inverse scale id: sum w q x and sum w q^2,
+ * summed in element order as ggml (only the products run in parallel). */
 static inline void fit_at(const float *x, const float *w, float id, float *sumqx, float *sumq2)
 {
+    float q[32], wq[32], wqx[32], wqq[32];
+    lb__iq4_nearest32(x, id, NULL, q);
+    for (int j = 0; j < 32; j++) wq[j] = w[j] * q[j], wqx[j] = wq[j] * x[j], wqq[j] = wq[j] * q[j];
     float sx = 0.0f, s2 = 0.0f;
-    for (int j = 0; j < 32; j++) {
-        const float q = (float)lb__kvalues_iq4nl[nearest_iq4(id * x[j])];
-        sx += w[j] * q * x[j];
-        s2 += w[j] * q * q;
-    }
+    for (int j = 0; j < 32; j++) sx += wqx[j], s2 += wqq[j];
     *sumqx = sx, *sumq2 = s2;
 }
 
@@ -142,9 +125,8 @@ static float twice_mean_square(const float *x, int n)
 /* Codes of 32 elements at scale d (inverse 0 for d = 0), packed. */
 static inline void codes_at(const float *x, float d, uint8_t *qs)
 {
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
     uint8_t q[32];
-    for (int j = 0; j < 32; j++) q[j] = (uint8_t)nearest_iq4(id * x[j]);
+    lb__iq4_nearest32(x, d != 0.0f ? 1.0f / d : 0.0f, q, NULL);
     for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
 }
 

@@ -149,8 +149,67 @@ static void test_hand_blocks(void)
     for (int j = 0; j < 32; j++) CHECK(fabsf(y[j] - x[j]) < 0.2f, "iq4_nl element %d: %g vs %g", j, y[j], x[j]);
 }
 
+/* ggml's best_index_int8 as the bisection it is, to check the branch-free
+ * lb__iq4_nearest32 against */
+static int bisect_iq4(float v)
+{
+    const int8_t *g = lb__kvalues_iq4nl;
+    if (v <= g[0]) return 0;
+    if (v >= g[15]) return 15;
+    int lo = 0, hi = 15;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (v < g[mid]) hi = mid;
+        else lo = mid;
+    }
+    return v - g[hi - 1] < g[hi] - v ? hi - 1 : hi;
+}
+
+static uint32_t rng_state = 12345u;
+static uint32_t next_u32(void)
+{
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 17, rng_state ^= rng_state << 5;
+    return rng_state;
+}
+
+static void test_iq4_nearest(void)
+{
+    float v[32];
+    uint8_t idx[32];
+    float val[32];
+    long bad = 0, n = 0;
+    for (int round = 0; round < 40000; round++) {
+        for (int j = 0; j < 32; j++) {
+            const uint32_t r = next_u32();
+            switch (round % 4) {
+            case 0: v[j] = lb__f32_from_bits(next_u32()); break; /* any bits: NaN, inf, subnormal */
+            case 1: { /* around a midpoint or a grid point, a few ulps off */
+                const int k = (int)(r % 15);
+                float m = (r >> 8 & 1) ? 0.5f * ((float)lb__kvalues_iq4nl[k] + (float)lb__kvalues_iq4nl[k + 1])
+                                       : (float)lb__kvalues_iq4nl[k + (r >> 9 & 1)];
+                v[j] = lb__f32_from_bits(lb__bits_from_f32(m) + (uint32_t)((int)(r >> 12 & 7) - 3));
+                break;
+            }
+            case 2: v[j] = ((float)(int32_t)r / 2147483648.0f) * 140.0f; break; /* the grid's range */
+            default: v[j] = (float)((int)(r % 300) - 150) * 0.5f; break;       /* halves: exact ties */
+            }
+        }
+        v[0] = NAN, v[1] = -NAN, v[2] = INFINITY, v[3] = -INFINITY, v[4] = -0.0f;
+        const float id = round % 8 == 7 ? 1.0f / 3.0f : 1.0f;
+        lb__iq4_nearest32(v, id, idx, val);
+        for (int j = 0; j < 32; j++, n++) {
+            const int want = bisect_iq4(id * v[j]);
+            if (idx[j] != want || val[j] != (float)lb__kvalues_iq4nl[want]) {
+                if (bad++ < 5) CHECK(0, "v %a: index %d value %g, bisection %d", (double)v[j], idx[j], val[j], want);
+            }
+        }
+    }
+    CHECK(bad == 0, "%ld of %ld grid picks differ from the bisection", bad, n);
+}
+
 int main(void)
 {
+    test_iq4_nearest();
     test_refusals();
     test_imatrix_ignored();
     test_hand_blocks();
