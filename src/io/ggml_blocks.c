@@ -193,6 +193,13 @@ static inline uint8_t np_cast_u8(float v)
     return (uint8_t)(uint32_t)(int32_t)lb__f32_from_bits(u & keep);
 }
 
+/* Whether a block's scale or its reciprocal is finite. When both are,
+ * every x / d of the block lies within the code range (|x| <= the block's
+ * extreme and a finite 1/d is at most a few ulps off), so the plain
+ * conversion gives the cast's result and the masks above can be skipped:
+ * the common case. An infinite 1/d (d below 2^-128) takes the masked path. */
+static inline int in_range(float v) { return (lb__bits_from_f32(v) & 0x7F800000u) != 0x7F800000u; }
+
 /* The same cast to a signed byte: ggml clamps it with a signed MIN. */
 static inline int cast_i8(float v) { return (int)(int8_t)np_cast_u8(v); }
 
@@ -301,10 +308,16 @@ static inline void symmetric_codes(const float *x, float half, int top, float *d
     const float d = max / -half;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     const float bias = half + 0.5f;
-    for (int j = 0; j < LB__QK; j++) {
-        int c = cast_i8(x[j] * id + bias);
-        q[j] = (uint8_t)(c < top ? c : top);
-    }
+    if (in_range(id))
+        for (int j = 0; j < LB__QK; j++) {
+            int32_t c = (int32_t)(x[j] * id + bias);
+            q[j] = (uint8_t)(c < top ? c : top);
+        }
+    else
+        for (int j = 0; j < LB__QK; j++) {
+            int c = cast_i8(x[j] * id + bias);
+            q[j] = (uint8_t)(c < top ? c : top);
+        }
     *d_out = d;
 }
 
@@ -340,13 +353,20 @@ void lb__quantize_q4_1(const float *restrict src, size_t nb, void *restrict dst)
         min_max(src, &min, &max);
         const float d = (max - min) / 15.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        lb__store_ggml_fp16(y[i].d, d);
+        lb__store_ggml_fp16(y[i].m, min);
+        if (in_range(d) && in_range(id)) { /* both nibbles of a byte at once: 32-bit lanes to the end */
+            for (int j = 0; j < LB__QK / 2; j++) {
+                int32_t lo = (int32_t)((src[j] - min) * id + 0.5f), hi = (int32_t)((src[j + 16] - min) * id + 0.5f);
+                y[i].qs[j] = (uint8_t)((lo < 15 ? lo : 15) | (hi < 15 ? hi : 15) << 4);
+            }
+            continue;
+        }
         uint8_t q[LB__QK];
         for (int j = 0; j < LB__QK; j++) {
             int c = cast_i8((src[j] - min) * id + 0.5f);
             q[j] = (uint8_t)(c < 15 ? c : 15);
         }
-        lb__store_ggml_fp16(y[i].d, d);
-        lb__store_ggml_fp16(y[i].m, min);
         pack_nibbles(q, y[i].qs);
     }
 }
@@ -360,7 +380,10 @@ void lb__quantize_q5_1(const float *restrict src, size_t nb, void *restrict dst)
         const float d = (max - min) / 31.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         uint8_t q[LB__QK];
-        for (int j = 0; j < LB__QK; j++) q[j] = np_cast_u8((src[j] - min) * id + 0.5f); /* no clamp in ggml */
+        if (in_range(d) && in_range(id)) /* no clamp in ggml */
+            for (int j = 0; j < LB__QK; j++) q[j] = (uint8_t)(int32_t)((src[j] - min) * id + 0.5f);
+        else
+            for (int j = 0; j < LB__QK; j++) q[j] = np_cast_u8((src[j] - min) * id + 0.5f);
         lb__store_ggml_fp16(y[i].d, d);
         lb__store_ggml_fp16(y[i].m, min);
         pack_q5(q, y[i].qs, y[i].qh);
@@ -372,31 +395,39 @@ void lb__quantize_q5_1(const float *restrict src, size_t nb, void *restrict dst)
  * is outside so the loop over elements vectorizes. */
 static inline void nearest_fp4(const float *x, int n, float d, uint8_t *q)
 {
-    uint32_t best[LB__QK]; /* |error| bits: non-negative floats order like their bits */
-    for (int j = 0; j < n; j++) q[j] = 0, best[j] = lb__bits_from_f32(fabsf(d * kvalues_fp4[0] - x[j]));
+    /* |error| bits as int32: non-negative floats order like their bits, and
+     * 32-bit lanes throughout (no byte lanes mixed in) vectorize best */
+    int32_t best[LB__QK], code[LB__QK];
+    for (int j = 0; j < n; j++) code[j] = 0, best[j] = (int32_t)lb__bits_from_f32(fabsf(d * kvalues_fp4[0] - x[j]));
     for (int k = 1; k < 16; k++) {
         const float v = d * kvalues_fp4[k];
         for (int j = 0; j < n; j++) {
-            uint32_t err = lb__bits_from_f32(fabsf(v - x[j]));
-            int take = err < best[j];
-            q[j] = (uint8_t)(take ? k : q[j]);
-            best[j] = take ? err : best[j];
+            const int32_t err = (int32_t)lb__bits_from_f32(fabsf(v - x[j]));
+            const int32_t take = -(int32_t)(err < best[j]);
+            code[j] = (k & take) | (code[j] & ~take);
+            best[j] = (err & take) | (best[j] & ~take);
         }
     }
+    for (int j = 0; j < n; j++) q[j] = (uint8_t)code[j];
 }
 
 void lb__quantize_mxfp4(const float *restrict src, size_t nb, void *restrict dst)
 {
     lb__block_mxfp4 *y = dst;
     for (size_t i = 0; i < nb; i++, src += LB__QK) {
-        const float amax = absmax(src, LB__QK); /* input is finite */
+        const uint32_t amax = absmax_bits(src, LB__QK); /* input is finite */
         /* floor(log2(amax)) - 2 + 127 as ggml computes it with log2f; the
          * double log2 rounded to fp32 gives the same floor for every
          * positive fp32 (checked exhaustively against glibc's log2f), and
          * is numpy's, which the gguf package uses. A value just under a
-         * power of two can round up to it: this is not the exponent field. */
+         * power of two can round up to it: this is not the exponent field.
+         * Away from that (a normal amax more than 256 ulps below the next
+         * power of two; checked exhaustively too) the floor is the exponent
+         * field less 127, and no log2 is needed. */
         uint8_t e = 0;
-        if (amax > 0.0f) e = np_cast_u8(floorf((float)log2((double)amax)) - 2.0f + 127.0f);
+        const uint32_t exp_field = amax >> 23, man = amax & 0x7FFFFFu;
+        if (exp_field != 0 && man < 0x7FFF00u) e = np_cast_u8((float)((int)exp_field - 127) - 2.0f + 127.0f);
+        else if (amax != 0) e = np_cast_u8(floorf((float)log2((double)lb__f32_from_bits(amax))) - 2.0f + 127.0f);
         uint8_t q[LB__QK];
         nearest_fp4(src, LB__QK, e8m0_half(e), q);
         y[i].e = e;
