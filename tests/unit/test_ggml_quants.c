@@ -207,9 +207,34 @@ static void test_iq4_nearest(void)
     CHECK(bad == 0, "%ld of %ld grid picks differ from the bisection", bad, n);
 }
 
+/* MXFP4's scale is floor(log2(amax)) - 2 + 127; lowbit reads it off the
+ * exponent field unless amax is within 256 ulps below a power of two
+ * (where log2 can round up). Every exponent, just outside and inside that
+ * window, against the log2 itself. */
+static void test_mxfp4_scale(void)
+{
+    long bad = 0, n = 0;
+    memset(x, 0, 32 * sizeof *x);
+    for (uint32_t e = 0; e < 255; e++)
+        for (uint32_t m = 0x7FFE00u; m <= 0x800002u; m++) { /* the last three: the next power of two and up */
+            const uint32_t bits = (e << 23) + m;
+            if (bits >= 0x7F800000u) continue;
+            x[7] = lb__f32_from_bits(bits);
+            x[9] = -0.5f * x[7];
+            lb__block_mxfp4 b;
+            CHECK(lb__ggml_quantize_rows(LB_DT_MXFP4, x, 1, 32, NULL, &b) == LB_OK, "%s", lb_last_error());
+            const float fl = floorf((float)log2((double)x[7])) - 2.0f + 127.0f;
+            const uint8_t want = (uint8_t)(int32_t)fl; /* in range: fl >= -151 */
+            n++;
+            if (b.e != want && bad++ < 5) CHECK(0, "amax %a: e %u, log2 says %u", (double)x[7], b.e, want);
+        }
+    CHECK(bad == 0 && n > 130000, "%ld of %ld mxfp4 scales differ from floor(log2)", bad, n);
+}
+
 int main(void)
 {
     test_iq4_nearest();
+    test_mxfp4_scale();
     test_refusals();
     test_imatrix_ignored();
     test_hand_blocks();
