@@ -4,7 +4,8 @@ through ctypes, byte for byte.
 
 Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4, nvfp4, iq4_nl,
 iq4_xs; each without an importance matrix and with random positive ones
-(ggml ignores it for q8_0, mxfp4, nvfp4 and the plain types: checked too).
+(and one with zero weights; ggml ignores it for q8_0, mxfp4, nvfp4 and the
+plain types: checked too).
 Inputs: gaussian, heavy-tailed (t with 2 degrees of freedom, Cauchy), zero
 and signed-zero rows, constants, tiny and huge magnitudes (blocks whose
 scale's reciprocal overflows, sums of squares that overflow), single
@@ -92,7 +93,10 @@ def imatrices(rng, cols):
     """Random positive importance weights, spanning magnitudes."""
     return {"uniform": rng.uniform(0.01, 1.0, cols).astype(np.float32),
             "lognormal": np.exp(rng.standard_normal(cols) * 3).astype(np.float32),
-            "tiny": (rng.uniform(0.5, 1.0, cols) * 1e-30).astype(np.float32)}
+            "tiny": (rng.uniform(0.5, 1.0, cols) * 1e-30).astype(np.float32),
+            # dead columns (zero weight), whole zero sub-blocks among them: the fit's sums can be 0
+            "some_zero": np.where((rng.random(cols) < 0.3) | (np.arange(cols) // 32 % 5 == 1), 0.0,
+                                  rng.uniform(0.1, 2.0, cols)).astype(np.float32)}
 
 
 def assert_same(name, what, got, want, block_bytes):
