@@ -243,31 +243,20 @@ static inline float signed_absmax(const float *x)
     return x[first];
 }
 
-/* fp32 bits as a signed integer that orders like the value, except that
- * -0 sorts below +0 (its own inverse). */
-static inline int32_t order_key(uint32_t u) { return (int32_t)(u ^ (0u - (u >> 31)) >> 1); }
-
-static inline float first_zero(const float *x) /* one of x is a zero */
-{
-    int j = 0;
-    while (x[j] != 0.0f) j++;
-    return x[j];
-}
-
 /* The smallest and largest element as ggml's strict compares find them:
  * the first of equal values, which matters only between -0 and +0 (the
- * stored minimum's sign, the sign of a zero scale). Integer keys vectorize. */
+ * stored minimum's sign, the sign of a zero scale). Starting from x[0] is
+ * ggml's start from +-FLT_MAX: x[0] replaces it unless equal to it. A
+ * scalar loop: the compares become minss/maxss, and after the first few
+ * elements the running extremes rarely change. */
 static inline void min_max(const float *x, float *mn, float *mx)
 {
-    int32_t lo = INT32_MAX, hi = INT32_MIN;
-    for (int j = 0; j < LB__QK; j++) {
-        int32_t k = order_key(lb__bits_from_f32(x[j]));
-        lo = k < lo ? k : lo;
-        hi = k > hi ? k : hi;
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < LB__QK; j++) {
+        lo = x[j] < lo ? x[j] : lo;
+        hi = x[j] > hi ? x[j] : hi;
     }
-    float a = lb__f32_from_bits((uint32_t)order_key((uint32_t)lo)), b = lb__f32_from_bits((uint32_t)order_key((uint32_t)hi));
-    *mn = a == 0.0f ? first_zero(x) : a;
-    *mx = b == 0.0f ? first_zero(x) : b;
+    *mn = lo, *mx = hi;
 }
 
 /* Codes q[0..31] into 16 bytes, element j low nibble, j + 16 high. */
