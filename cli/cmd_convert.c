@@ -27,7 +27,7 @@ static const char *unknown_extension(const char *out)
 }
 
 static const char usage[] =
-    "usage: lowbit convert IN OUT [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4] [--allow-nonfinite] [--force] [--json] [--quiet]\n\n"
+    "usage: lowbit convert IN OUT [--dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|nvfp4|iq4_nl|iq4_xs] [--allow-nonfinite] [--force] [--json] [--quiet]\n\n"
     "IN is any model lowbit reads (see 'lowbit help inspect'). OUT is chosen by\n"
     "its name: NAME.gguf writes GGUF, NAME.safetensors one safetensors file, and\n"
     "a name without an extension (or ending in '/') a Hugging Face directory\n"
@@ -43,8 +43,9 @@ static const char usage[] =
     "between llama.cpp's adjacent rotary pairs and Hugging Face's half-split\n"
     "ones. --dtype stores floating-point tensors as f32, f16 or bf16 (default:\n"
     "keep f32/f16/bf16 tensors, widen quantized ones to f32); for GGUF output\n"
-    "q8_0, q4_0 and mxfp4 quantize the weight matrices (ggml's reference\n"
-    "quantizers; other tensors f32). GGUF metadata, tokenizer included, is\n"
+    "q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4, nvfp4, iq4_nl and iq4_xs quantize\n"
+    "the weight matrices whose rows are whole blocks (byte-identical to\n"
+    "llama.cpp's quantizers without an imatrix; other tensors f32). GGUF metadata, tokenizer included, is\n"
     "carried from a GGUF input. Output appears only when complete (under a\n"
     "temporary name OUT.lowbit-tmp.PID.N until then, removed on failure or\n"
     "SIGINT/SIGTERM). A NaN or infinite weight is refused (naming the tensor\n"
@@ -77,7 +78,7 @@ static int run(int argc, char **argv)
                         "Face directory: config.json + model.safetensors)", out, ext);
     lb_dtype dtype = LB_DT_COUNT;
     if (dtype_name && lb_dtype_by_name(dtype_name, &dtype) != LB_OK)
-        return cli_fail("convert", json, EXIT_USAGE, "bad_argument", "unknown --dtype '%s' (f32, f16, bf16, q8_0, q4_0, mxfp4)",
+        return cli_fail("convert", json, EXIT_USAGE, "bad_argument", "unknown --dtype '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4, nvfp4, iq4_nl, iq4_xs)",
                         dtype_name);
     lb_output_allow_replace(force);
     int rc = cli_protect("convert", json, in, "IN");

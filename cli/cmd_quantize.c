@@ -105,7 +105,7 @@ static int run(int argc, char **argv)
     else if (strcmp(format, "gguf") == 0)
         return cli_fail("quantize", json, EXIT_USAGE, "unsupported",
                         "--format gguf is not written yet (issue 14 builds it); use compressed-tensors or modelopt, or "
-                        "lowbit convert --dtype q4_0|q8_0|mxfp4 for a GGUF");
+                        "lowbit convert --dtype q4_0|q8_0|iq4_xs|... for a GGUF");
     else
         return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
                         "unknown --format '%s' (compressed-tensors, modelopt)", format);

@@ -386,6 +386,7 @@ typedef enum lb_dtype {
     LB_DT_Q4_0, LB_DT_Q4_1, LB_DT_Q5_0, LB_DT_Q5_1, LB_DT_Q8_0,
     LB_DT_Q2_K, LB_DT_Q3_K, LB_DT_Q4_K, LB_DT_Q5_K, LB_DT_Q6_K,
     LB_DT_MXFP4, LB_DT_NVFP4,
+    LB_DT_IQ4_NL, LB_DT_IQ4_XS, /* ggml's non-linear 4-bit grid (kvalues_iq4nl): 32-block, 256-superblock */
     /* A weight of a quantized Hugging Face checkpoint (compressed-tensors or
      * ModelOpt directory) that lowbit presents as one logical tensor of the
      * original shape: its codes, scales, zero points and global scale are
@@ -422,9 +423,10 @@ LB_API lb_status lb_dtype_bytes(lb_dtype t, uint64_t n, uint64_t *bytes);
  * and bools convert exactly where fp32 can hold them (rounded otherwise). */
 LB_API lb_status lb_dtype_to_f32(lb_dtype t, const void *src, size_t n, float *dst);
 /* Converts n fp32 values (a multiple of the block) to t, for the types
- * lowbit writes (f32, f16, bf16, q8_0, q4_0, mxfp4): ggml's reference
- * quantizers, byte-identical to the gguf package's. LB_ERR_UNSUPPORTED
- * otherwise; LB_ERR_NAN on NaN/infinity for a block type. */
+ * lowbit writes (can_write: f32, f16, bf16 and the ggml block types it
+ * quantizes), byte-identical to the pinned llama.cpp's ggml_quantize_chunk
+ * without an importance matrix. LB_ERR_UNSUPPORTED otherwise; LB_ERR_NAN
+ * on NaN/infinity for a block type. */
 LB_API lb_status lb_dtype_from_f32(lb_dtype t, const float *src, size_t n, void *dst);
 
 /* ===== Models =====

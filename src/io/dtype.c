@@ -5,8 +5,8 @@
 
 #include "util/error.h"
 
-/* ggml's block types read back every one; lowbit writes the few that
- * serving engines and llama.cpp load most (ggml's reference quantizers). */
+/* ggml's block types read back every one; lowbit writes those whose
+ * quantizer it has (src/io/ggml_quants.c, byte-identical to ggml's). */
 static const lb_dtype_info table[LB_DT_COUNT] = {
     /* id            name       safetensors ggml block bytes read write */
     {LB_DT_F32, "f32", "F32", 0, 1, 4, 1, 1},
@@ -22,9 +22,9 @@ static const lb_dtype_info table[LB_DT_COUNT] = {
     {LB_DT_U8, "u8", "U8", -1, 1, 1, 1, 0},
     {LB_DT_BOOL, "bool", "BOOL", -1, 1, 1, 1, 0},
     {LB_DT_Q4_0, "q4_0", NULL, 2, 32, 18, 1, 1},
-    {LB_DT_Q4_1, "q4_1", NULL, 3, 32, 20, 1, 0},
-    {LB_DT_Q5_0, "q5_0", NULL, 6, 32, 22, 1, 0},
-    {LB_DT_Q5_1, "q5_1", NULL, 7, 32, 24, 1, 0},
+    {LB_DT_Q4_1, "q4_1", NULL, 3, 32, 20, 1, 1},
+    {LB_DT_Q5_0, "q5_0", NULL, 6, 32, 22, 1, 1},
+    {LB_DT_Q5_1, "q5_1", NULL, 7, 32, 24, 1, 1},
     {LB_DT_Q8_0, "q8_0", NULL, 8, 32, 34, 1, 1},
     {LB_DT_Q2_K, "q2_k", NULL, 10, 256, 84, 1, 0},
     {LB_DT_Q3_K, "q3_k", NULL, 11, 256, 110, 1, 0},
@@ -32,7 +32,9 @@ static const lb_dtype_info table[LB_DT_COUNT] = {
     {LB_DT_Q5_K, "q5_k", NULL, 13, 256, 176, 1, 0},
     {LB_DT_Q6_K, "q6_k", NULL, 14, 256, 210, 1, 0},
     {LB_DT_MXFP4, "mxfp4", NULL, 39, 32, 17, 1, 1},
-    {LB_DT_NVFP4, "nvfp4", NULL, 40, 64, 36, 1, 0},
+    {LB_DT_NVFP4, "nvfp4", NULL, 40, 64, 36, 1, 1},
+    {LB_DT_IQ4_NL, "iq4_nl", NULL, 20, 32, 18, 1, 1},
+    {LB_DT_IQ4_XS, "iq4_xs", NULL, 23, 256, 136, 1, 1},
     /* a quantized checkpoint's logical weight (hf_quantized.c): no bytes of its own, read by lb_tensor_to_f32 */
     {LB_DT_QUANTIZED, "quantized", NULL, -1, 1, 0, 1, 0},
 };

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "io/ggml_blocks.h"
+#include "io/ggml_quants.h"
 #include "util/error.h"
 
 /* The checks both directions share; *info is the type's row. */
@@ -94,6 +95,8 @@ lb_status lb_dtype_to_f32(lb_dtype t, const void *src, size_t n, float *dst)
     case LB_DT_Q6_K: lb__dequantize_q6_k(src, nb, dst); return LB_OK;
     case LB_DT_MXFP4: lb__dequantize_mxfp4(src, nb, dst); return LB_OK;
     case LB_DT_NVFP4: lb__dequantize_nvfp4(src, nb, dst); return LB_OK;
+    case LB_DT_IQ4_NL: lb__dequantize_iq4_nl(src, nb, dst); return LB_OK;
+    case LB_DT_IQ4_XS: lb__dequantize_iq4_xs(src, nb, dst); return LB_OK;
     case LB_DT_QUANTIZED:
         return lb__fail(LB_ERR_UNSUPPORTED, "lb_dtype_to_f32: a quantized checkpoint's weight is made of several "
                                             "tensors; read it with lb_tensor_to_f32");
@@ -124,14 +127,13 @@ lb_status lb_dtype_from_f32(lb_dtype t, const float *src, size_t n, void *dst)
     if (st != LB_OK) return st;
     if (!info->can_write)
         return lb__fail(LB_ERR_UNSUPPORTED,
-                        "lb_dtype_from_f32: lowbit does not write %s (it writes f32, f16, bf16, q8_0, q4_0 "
-                        "and mxfp4)", info->name);
+                        "lb_dtype_from_f32: lowbit does not write %s (it writes f32, f16, bf16, q4_0, q4_1, "
+                        "q5_0, q5_1, q8_0, mxfp4, nvfp4, iq4_nl and iq4_xs)", info->name);
     if (info->block > 1) /* block scales need a finite range */
         for (size_t i = 0; i < n; i++)
             if (!isfinite(src[i]))
                 return lb__fail(LB_ERR_NAN, "lb_dtype_from_f32: element %zu is %s; %s blocks need finite values", i,
                                 isnan(src[i]) ? "NaN" : "infinite", info->name);
-    size_t nb = n / info->block;
     uint8_t *d = dst;
     switch (t) {
     case LB_DT_F32:
@@ -144,14 +146,14 @@ lb_status lb_dtype_from_f32(lb_dtype t, const float *src, size_t n, void *dst)
     case LB_DT_F16: /* ieee: overflow becomes inf and NaN keeps its top payload bits, as numpy */
         return lb_encode_f32(LB_FMT_FP16, LB_IEEE, src, n, dst, 1);
     case LB_DT_BF16: to_bf16(src, n, d); return LB_OK;
-    case LB_DT_Q8_0: lb__quantize_q8_0(src, nb, dst); return LB_OK;
-    case LB_DT_Q4_0: lb__quantize_q4_0(src, nb, dst); return LB_OK;
-    case LB_DT_MXFP4: lb__quantize_mxfp4(src, nb, dst); return LB_OK;
+    /* the block types: ggml's quantizers, the n values as one row */
+    case LB_DT_Q4_0: case LB_DT_Q4_1: case LB_DT_Q5_0: case LB_DT_Q5_1: case LB_DT_Q8_0: case LB_DT_MXFP4:
+    case LB_DT_NVFP4: case LB_DT_IQ4_NL: case LB_DT_IQ4_XS: case LB_DT_Q2_K: case LB_DT_Q3_K: case LB_DT_Q4_K:
+    case LB_DT_Q5_K: case LB_DT_Q6_K:
+        return lb__ggml_quantize_rows(t, src, 1, n, NULL, dst);
     /* the rest are not writable (refused above); listed so a new dtype is a compile error here */
     case LB_DT_F64: case LB_DT_F8_E4M3: case LB_DT_F8_E5M2: case LB_DT_I8: case LB_DT_I16: case LB_DT_I32:
-    case LB_DT_I64: case LB_DT_U8: case LB_DT_BOOL: case LB_DT_Q4_1: case LB_DT_Q5_0: case LB_DT_Q5_1:
-    case LB_DT_Q2_K: case LB_DT_Q3_K: case LB_DT_Q4_K: case LB_DT_Q5_K: case LB_DT_Q6_K: case LB_DT_NVFP4:
-    case LB_DT_QUANTIZED: case LB_DT_COUNT: break;
+    case LB_DT_I64: case LB_DT_U8: case LB_DT_BOOL: case LB_DT_QUANTIZED: case LB_DT_COUNT: break;
     }
     return lb__fail(LB_ERR_UNSUPPORTED, "lb_dtype_from_f32: %s is marked writable but has no encoder", info->name);
 }

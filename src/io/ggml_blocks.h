@@ -6,10 +6,12 @@
  * a tensor's data may start at any address, so a block has alignment 1 and
  * multi-byte fields are read little-endian by hand.
  *
- * The arithmetic is the gguf Python package's (gguf.quants, 0.19.0), op for
- * op in fp32, so results are bit-identical to it: keep every product and
- * sum in the order written (the build has -ffp-contract=off, so no fused
- * multiply-add changes a rounding). */
+ * The dequantizers' arithmetic is the gguf Python package's (gguf.quants,
+ * 0.19.0) and the quantizers' is ggml's (ggml-quants.c of the pinned
+ * llama.cpp, built for baseline x86-64: plain fp32, no fused multiply-add),
+ * op for op in fp32, so results are bit-identical to them: keep every
+ * product and sum in the order written (the build has -ffp-contract=off,
+ * so no fused multiply-add changes a rounding). */
 #ifndef LB_IO_GGML_BLOCKS_H
 #define LB_IO_GGML_BLOCKS_H
 
@@ -142,6 +144,27 @@ typedef struct {
 } lb__block_nvfp4;
 _Static_assert(sizeof(lb__block_nvfp4) == 36, "nvfp4 block is 36 bytes");
 
+/* IQ4_NL: x = d * kvalues_iq4nl[q], q a 4-bit index into ggml's fixed
+ * non-linear grid (lb__kvalues_iq4nl). Nibbles as Q4_0. */
+typedef struct {
+    uint8_t d[2];                  /* fp16 scale */
+    uint8_t qs[LB__QK / 2];
+} lb__block_iq4_nl;
+_Static_assert(sizeof(lb__block_iq4_nl) == 18, "iq4_nl block is 18 bytes");
+
+/* IQ4_XS: 8 sub-blocks of 32 on the IQ4_NL grid, x = d * (s - 32) *
+ * kvalues_iq4nl[q] with a 6-bit sub-block scale s: its low nibble is
+ * nibble (ib % 2) of scales_l[ib / 2], its high two bits are bits 2 ib ..
+ * of the little-endian scales_h. Sub-block ib's 32 codes are the nibbles of
+ * qs[16 ib .. 16 ib + 15], low nibbles first. */
+typedef struct {
+    uint8_t d[2];                  /* fp16 super-block scale */
+    uint8_t scales_h[2];
+    uint8_t scales_l[LB__QK_K / 64];
+    uint8_t qs[LB__QK_K / 2];
+} lb__block_iq4_xs;
+_Static_assert(sizeof(lb__block_iq4_xs) == 136, "iq4_xs block is 136 bytes");
+
 /* ===== Scalar helpers (exact) ===== */
 
 static inline float lb__f32_from_bits(uint32_t u)
@@ -180,10 +203,50 @@ static inline float lb__fp16_to_f32(uint32_t h)
  * its top payload bits (never turning into inf): numpy's astype. */
 uint16_t lb__fp16_from_f32(float x);
 
+/* ggml's IQ4 grid (kvalues_iq4nl), ascending. */
+extern const int8_t lb__kvalues_iq4nl[16];
+
+/* The grid points nearest to v[j] = id * x[j] for 32 elements: indices
+ * into idx and values into val (either may be NULL).
+ *
+ * ggml's best_index_int8 bisects the sorted grid to the neighbours lo <= v
+ * < hi and takes lo only when v - lo < hi - v (fp32 differences), ending
+ * at index 0 for v <= -127 and 15 for v >= 113 or NaN. The same choice
+ * without branches: lo's index is the number of grid points 1..14 that v
+ * is not below (!(v < g), so a NaN counts them all), lo and hi follow
+ * from it by adding the gaps, and the same fp32 compare picks one (at the
+ * ends it picks the end: v - (-127) <= 0 < hi - v, and 113 - v <= 0). The
+ * loop over grid points is outside so the loops over elements vectorize;
+ * tests/unit/test_ggml_quants.c checks it against the bisection. Here
+ * for that test; the quantizer is ggml_blocks_iq4.c. */
+static inline void lb__iq4_nearest32(const float *restrict x, float id, uint8_t *restrict idx,
+                                     float *restrict val)
+{
+    const int8_t *g = lb__kvalues_iq4nl;
+    float v[32];
+    int32_t ml[32], lo[32], hi[32];
+    for (int j = 0; j < 32; j++) v[j] = id * x[j], ml[j] = 0, lo[j] = g[0], hi[j] = g[1];
+    for (int k = 1; k < 15; k++) {
+        const float gk = (float)g[k];
+        const int32_t gap_lo = g[k] - g[k - 1], gap_hi = g[k + 1] - g[k];
+        for (int j = 0; j < 32; j++) {
+            const int32_t not_below = -(int32_t)!(v[j] < gk); /* all ones or zero */
+            ml[j] -= not_below;
+            lo[j] += not_below & gap_lo;
+            hi[j] += not_below & gap_hi;
+        }
+    }
+    for (int j = 0; j < 32; j++) {
+        const int32_t up = -(int32_t)!(v[j] - (float)lo[j] < (float)hi[j] - v[j]);
+        if (idx) idx[j] = (uint8_t)(ml[j] - up);
+        if (val) val[j] = (float)((hi[j] & up) | (lo[j] & ~up));
+    }
+}
+
 /* ===== Runs of blocks =====
  * nb blocks of src (the block structs above, packed back to back) become
  * nb * block floats in dst, and back. The quantizers expect finite input
- * (the caller checks); they reproduce gguf.quants.quantize byte for byte. */
+ * (the caller checks). */
 
 void lb__dequantize_q4_0(const void *restrict src, size_t nb, float *restrict dst);
 void lb__dequantize_q4_1(const void *restrict src, size_t nb, float *restrict dst);
@@ -198,8 +261,34 @@ void lb__dequantize_q4_k(const void *restrict src, size_t nb, float *restrict ds
 void lb__dequantize_q5_k(const void *restrict src, size_t nb, float *restrict dst);
 void lb__dequantize_q6_k(const void *restrict src, size_t nb, float *restrict dst);
 
+void lb__dequantize_iq4_nl(const void *restrict src, size_t nb, float *restrict dst);
+void lb__dequantize_iq4_xs(const void *restrict src, size_t nb, float *restrict dst);
+
+/* ggml's quantizers without an importance matrix (quantize_row_*_ref),
+ * byte for byte: nb blocks of finite src. ggml treats every row of a
+ * tensor as one long run for these, so rows need no special care. */
 void lb__quantize_q4_0(const float *restrict src, size_t nb, void *restrict dst);
+void lb__quantize_q4_1(const float *restrict src, size_t nb, void *restrict dst);
+void lb__quantize_q5_0(const float *restrict src, size_t nb, void *restrict dst);
+void lb__quantize_q5_1(const float *restrict src, size_t nb, void *restrict dst);
 void lb__quantize_q8_0(const float *restrict src, size_t nb, void *restrict dst);
 void lb__quantize_mxfp4(const float *restrict src, size_t nb, void *restrict dst);
+void lb__quantize_nvfp4(const float *restrict src, size_t nb, void *restrict dst);
+
+/* ggml's quantize_iq4_nl / quantize_iq4_xs: nb blocks (32 / 256 values)
+ * of finite src; imatrix, when not NULL, holds one importance weight per
+ * element of src (the caller repeats a row's weights for each row). */
+void lb__quantize_iq4_nl(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst);
+void lb__quantize_iq4_xs(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst);
+
+/* ggml's fp16 store for block scales (GGML_FP32_TO_FP16): round to
+ * nearest even, overflow to inf; a NaN becomes the quiet NaN 0x7E00 with
+ * its sign (lb__fp16_from_f32 keeps payload bits instead). */
+static inline void lb__store_ggml_fp16(uint8_t *p, float x)
+{
+    uint32_t u = lb__bits_from_f32(x);
+    uint16_t h = (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)((u >> 16 & 0x8000u) | 0x7E00u) : lb__fp16_from_f32(x);
+    p[0] = (uint8_t)h, p[1] = (uint8_t)(h >> 8);
+}
 
 #endif

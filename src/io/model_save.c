@@ -442,7 +442,8 @@ static lb_status save(const lb_model *m, const char *path, const lb_save_options
         int ok = d && (is_float_dtype(dtype) || (to == TO_GGUF && d->block > 1 && d->can_write));
         if (!ok)
             return lb__fail(LB_ERR_ARG, "cannot store a model as %s%s (f32, f16, bf16%s)", d ? d->name : "?",
-                            to == TO_GGUF ? " in GGUF" : "", to == TO_GGUF ? ", q8_0, q4_0, mxfp4" : "; block types need a .gguf output");
+                            to == TO_GGUF ? " in GGUF" : "", to == TO_GGUF ? ", or a block type lowbit writes: q4_0, q4_1, q5_0, q5_1, q8_0, mxfp4, nvfp4, iq4_nl, iq4_xs"
+                                           : "; block types need a .gguf output");
     }
     if (!path[0]) return lb__fail(LB_ERR_ARG, "the output path is empty");
     /* the destination rule before any work (the writers check it again) */

@@ -16,7 +16,7 @@ MAX_DIMS = 8
 
 DTYPES = ["f32", "f16", "bf16", "f64", "f8_e4m3", "f8_e5m2", "i8", "i16", "i32", "i64", "u8", "bool",
           "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "mxfp4", "nvfp4",
-          "quantized"]
+          "iq4_nl", "iq4_xs", "quantized"]
 
 
 class Tensor(ctypes.Structure):

@@ -42,6 +42,7 @@ static void test_table(void)
         [LB_DT_Q3_K] = sizeof(lb__block_q3_k), [LB_DT_Q4_K] = sizeof(lb__block_q4_k),
         [LB_DT_Q5_K] = sizeof(lb__block_q5_k), [LB_DT_Q6_K] = sizeof(lb__block_q6_k),
         [LB_DT_MXFP4] = sizeof(lb__block_mxfp4), [LB_DT_NVFP4] = sizeof(lb__block_nvfp4),
+        [LB_DT_IQ4_NL] = sizeof(lb__block_iq4_nl), [LB_DT_IQ4_XS] = sizeof(lb__block_iq4_xs),
     };
     CHECK(lb_dtype_get(LB_DT_COUNT) == NULL && lb_dtype_get((lb_dtype)-1) == NULL, "out-of-range ids");
     for (int i = 0; i < LB_DT_COUNT; i++) {
@@ -278,10 +279,12 @@ static void test_quant_blocks(void)
     CHECK(out[0] == 0x00 && out[1] == 0x3C, "q4_0 d = 1: %02x %02x", out[0], out[1]);
     CHECK(out[2] == (0x0 | 0xF << 4) && out[3] == (9 | 8 << 4) && out[4] == (8 | 8 << 4), "q4_0 qs %02x %02x %02x",
           out[2], out[3], out[4]);
-    /* an all -0 block: max = -0, d = -0 / -8 = +0; an all +0 block: d = -0 */
+    /* a block of zeros, whatever their signs: ggml's max starts at +0 and
+     * only takes a strictly larger magnitude, so d = +0 / -8 = -0 (the gguf
+     * package would write +0 here: lowbit writes ggml's bytes) */
     for (int i = 0; i < 32; i++) x[i] = -0.0f;
     lb_dtype_from_f32(LB_DT_Q4_0, x, 32, out);
-    CHECK(out[0] == 0x00 && out[1] == 0x00 && out[2] == 0x88, "q4_0 of -0: %02x%02x %02x", out[1], out[0], out[2]);
+    CHECK(out[0] == 0x00 && out[1] == 0x80 && out[2] == 0x88, "q4_0 of -0: %02x%02x %02x", out[1], out[0], out[2]);
     memset(x, 0, sizeof x);
     lb_dtype_from_f32(LB_DT_Q4_0, x, 32, out);
     CHECK(out[0] == 0x00 && out[1] == 0x80, "q4_0 of +0: d bits %02x%02x", out[1], out[0]);

@@ -1,0 +1,242 @@
+/* C unit tests for lb__ggml_quantize_rows (src/io/ggml_quants.c): the
+ * refusals (NaN/inf naming row and column, partial blocks, types lowbit
+ * does not write), the importance matrix ignored where ggml ignores it,
+ * and hand-computed blocks of the new quantizers (the arithmetic in the
+ * comment beside each expected byte). The byte-for-byte sweep against
+ * libggml is tests/llamacpp/test_ggml_quants_classic.py. */
+#undef NDEBUG
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "io/ggml_blocks.h"
+#include "io/ggml_quants.h"
+#include "lowbit.h"
+
+static const lb_dtype writable[] = {LB_DT_F32,  LB_DT_F16,   LB_DT_BF16,  LB_DT_Q8_0,   LB_DT_Q4_0,  LB_DT_Q4_1,
+                                    LB_DT_Q5_0, LB_DT_Q5_1,  LB_DT_MXFP4, LB_DT_NVFP4,  LB_DT_IQ4_NL, LB_DT_IQ4_XS};
+#define N_WRITABLE (sizeof writable / sizeof writable[0])
+
+static float x[4 * 512], im[512];
+static uint8_t out[4 * 512 * 4], out2[4 * 512 * 4];
+
+static void test_refusals(void)
+{
+    for (size_t k = 0; k < N_WRITABLE; k++) {
+        const lb_dtype t = writable[k];
+        const char *name = lb_dtype_get(t)->name;
+        const float bad[3] = {NAN, INFINITY, -INFINITY};
+        for (int b = 0; b < 3; b++) {
+            for (int i = 0; i < 3 * 512; i++) x[i] = 1.0f;
+            x[512 + 5] = bad[b];
+            CHECK(lb__ggml_quantize_rows(t, x, 3, 512, NULL, out) == LB_ERR_NAN, "%s refuses non-finite", name);
+            CHECK(strstr(lb_last_error(), "row 1, column 5") && strstr(lb_last_error(), name), "%s: %s", name,
+                  lb_last_error());
+        }
+        const unsigned block = lb_dtype_get(t)->block;
+        if (block > 1) {
+            CHECK(lb__ggml_quantize_rows(t, x, 2, block + block / 2, NULL, out) == LB_ERR_ARG, "%s partial block",
+                  name);
+            CHECK(strstr(lb_last_error(), "block") != NULL, "%s: %s", name, lb_last_error());
+        }
+        CHECK(lb__ggml_quantize_rows(t, x, 0, 512, NULL, out) == LB_OK, "%s: no rows is no work", name);
+        CHECK(lb__ggml_quantize_rows(t, NULL, 1, 512, NULL, out) == LB_ERR_ARG, "%s: NULL src", name);
+    }
+    /* not ggml types, or no bytes of their own */
+    const lb_dtype never[] = {LB_DT_F8_E4M3, LB_DT_U8, LB_DT_BOOL, LB_DT_QUANTIZED};
+    for (size_t k = 0; k < sizeof never / sizeof never[0]; k++)
+        CHECK(lb__ggml_quantize_rows(never[k], x, 1, 256, NULL, out) == LB_ERR_UNSUPPORTED, "%s",
+              lb_dtype_get(never[k])->name);
+    /* ggml types lowbit does not quantize to */
+    const lb_dtype plain[] = {LB_DT_F64, LB_DT_I8, LB_DT_I32};
+    for (size_t k = 0; k < sizeof plain / sizeof plain[0]; k++)
+        CHECK(lb__ggml_quantize_rows(plain[k], x, 1, 256, NULL, out) == LB_ERR_UNSUPPORTED, "%s",
+              lb_dtype_get(plain[k])->name);
+    CHECK(lb__ggml_quantize_rows(LB_DT_COUNT, x, 1, 256, NULL, out) == LB_ERR_ARG, "unknown id");
+}
+
+/* q8_0, mxfp4, nvfp4 and the plain types: ggml ignores the importance matrix */
+static void test_imatrix_ignored(void)
+{
+    for (int i = 0; i < 4 * 512; i++) x[i] = sinf((float)i * 0.37f) * (float)(1 + i % 7);
+    for (int i = 0; i < 512; i++) im[i] = 0.001f + (float)(i % 13);
+    const lb_dtype t[] = {LB_DT_F16, LB_DT_BF16, LB_DT_Q8_0, LB_DT_MXFP4, LB_DT_NVFP4};
+    for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
+        CHECK(lb__ggml_quantize_rows(t[k], x, 4, 512, NULL, out) == LB_OK, "%s", lb_last_error());
+        CHECK(lb__ggml_quantize_rows(t[k], x, 4, 512, im, out2) == LB_OK, "%s", lb_last_error());
+        uint64_t n;
+        lb_dtype_bytes(t[k], 4 * 512, &n);
+        CHECK(memcmp(out, out2, n) == 0, "%s ignores the imatrix", lb_dtype_get(t[k])->name);
+    }
+    /* the iq4 types use it: some block must change */
+    for (int i = 0; i < 512; i++) im[i] = (i % 3 == 0) ? 100.0f : 0.01f;
+    CHECK(lb__ggml_quantize_rows(LB_DT_IQ4_XS, x, 4, 512, NULL, out) == LB_OK, "%s", lb_last_error());
+    CHECK(lb__ggml_quantize_rows(LB_DT_IQ4_XS, x, 4, 512, im, out2) == LB_OK, "%s", lb_last_error());
+    CHECK(memcmp(out, out2, 4 * 2 * 136) != 0, "iq4_xs uses the imatrix");
+}
+
+static void test_hand_blocks(void)
+{
+    /* Q5_1 of 0..31: min 0, d = 31 / 31 = 1, q = trunc(j + 0.5) = j; the
+     * fifth bits are those of 16..31: qh = 0xFFFF0000 */
+    for (int j = 0; j < 32; j++) x[j] = (float)j;
+    CHECK(lb__ggml_quantize_rows(LB_DT_Q5_1, x, 1, 32, NULL, out) == LB_OK, "%s", lb_last_error());
+    const lb__block_q5_1 *q51 = (const lb__block_q5_1 *)out;
+    CHECK(lb__le16(q51->d) == 0x3C00 && lb__le16(q51->m) == 0x0000, "q5_1 d %04x m %04x", lb__le16(q51->d),
+          lb__le16(q51->m));
+    CHECK(lb__le32(q51->qh) == 0xFFFF0000u && q51->qs[0] == 0x00 && q51->qs[15] == 0xFF && q51->qs[3] == 0x33,
+          "q5_1 qh %08x qs %02x %02x", lb__le32(q51->qh), q51->qs[0], q51->qs[15]);
+
+    /* Q5_0: largest magnitude -16, d = -16 / -16 = 1; q = trunc(x + 16.5):
+     * -16 -> 0, 0 -> 16 (fifth bit only), 15 -> 31, 14.9 -> 31 */
+    memset(x, 0, 32 * sizeof *x);
+    x[0] = -16.0f, x[1] = 15.0f, x[17] = 14.9f;
+    CHECK(lb__ggml_quantize_rows(LB_DT_Q5_0, x, 1, 32, NULL, out) == LB_OK, "%s", lb_last_error());
+    const lb__block_q5_0 *q50 = (const lb__block_q5_0 *)out;
+    CHECK(lb__le16(q50->d) == 0x3C00, "q5_0 d %04x", lb__le16(q50->d));
+    CHECK(q50->qs[0] == 0x00 && q50->qs[1] == 0xFF && q50->qs[2] == 0x00, "q5_0 qs %02x %02x", q50->qs[0],
+          q50->qs[1]);
+    CHECK(lb__le32(q50->qh) == 0xFFFFFFFEu, "q5_0 qh %08x (all but element 0)", lb__le32(q50->qh));
+
+    /* Q4_1 of -1, 2 and zeros: min -1, d = 3 / 15 = 0.2f (just above 0.2),
+     * whose reciprocal 4.99999993 rounds to 5.0f; 0 -> trunc(1 * 5 + 0.5) =
+     * 5, 2 -> trunc(3 * 5 + 0.5) = 15 */
+    memset(x, 0, 32 * sizeof *x);
+    x[0] = -1.0f, x[16] = 2.0f;
+    CHECK(lb__ggml_quantize_rows(LB_DT_Q4_1, x, 1, 32, NULL, out) == LB_OK, "%s", lb_last_error());
+    const lb__block_q4_1 *q41 = (const lb__block_q4_1 *)out;
+    CHECK(lb__le16(q41->m) == 0xBC00, "q4_1 m = -1: %04x", lb__le16(q41->m));
+    CHECK(q41->qs[0] == (0 | 15 << 4) && q41->qs[1] == (5 | 5 << 4), "q4_1 qs %02x %02x", q41->qs[0], q41->qs[1]);
+
+    /* NVFP4, four sub-blocks:
+     * 0: amax 6, 6 / 6 = 1 = 2^0: UE4M3 exponent 7, code 0x38, half-scale
+     *    0.5; 6 -> kvalue 12 (code 7), -6 -> 15, 0.5 -> kvalue 1 (code 1),
+     *    3 -> kvalue 6 (code 5), 0.75 ties 0.5 and 1: the first, code 1
+     * 1: zeros: code 0, every element code 0
+     * 2: amax 1e4: 1666 clamps to 448 = 1.75 * 2^8, exponent 15: 0x7E
+     * 3: amax 6 * 2^-8: 2^-8 is subnormal in UE4M3: trunc(2^-8 * 512 +
+     *    0.5) = trunc(2.5) = 2, code 0x02 */
+    memset(x, 0, 64 * sizeof *x);
+    x[0] = 6.0f, x[1] = -6.0f, x[2] = 0.5f, x[3] = 3.0f, x[8] = 0.75f;
+    x[32] = 1e4f;
+    x[48] = 6.0f * 0x1p-8f;
+    CHECK(lb__ggml_quantize_rows(LB_DT_NVFP4, x, 1, 64, NULL, out) == LB_OK, "%s", lb_last_error());
+    const lb__block_nvfp4 *nv = (const lb__block_nvfp4 *)out;
+    CHECK(nv->d[0] == 0x38 && nv->d[1] == 0x00 && nv->d[2] == 0x7E && nv->d[3] == 0x02, "nvfp4 scales %02x %02x %02x %02x",
+          nv->d[0], nv->d[1], nv->d[2], nv->d[3]);
+    CHECK(nv->qs[0] == (7 | 1 << 4) && nv->qs[1] == 15 && nv->qs[2] == 1 && nv->qs[3] == 5, "nvfp4 qs %02x %02x %02x %02x",
+          nv->qs[0], nv->qs[1], nv->qs[2], nv->qs[3]);
+    CHECK(nv->qs[8] == 0 && nv->qs[15] == 0, "nvfp4 zero sub-block codes");
+
+    /* IQ4: a block of zeros is scale 0 and the grid point nearest 0 (index
+     * 8, value 1) everywhere; IQ4_XS stores d = -0 / 32 = -0 and each
+     * sub-block scale code 0 + 32 (low nibble 0, high bits 2) */
+    memset(x, 0, 256 * sizeof *x);
+    CHECK(lb__ggml_quantize_rows(LB_DT_IQ4_NL, x, 1, 32, NULL, out) == LB_OK, "%s", lb_last_error());
+    CHECK(out[0] == 0 && out[1] == 0 && out[2] == 0x88 && out[17] == 0x88, "iq4_nl zeros");
+    CHECK(lb__ggml_quantize_rows(LB_DT_IQ4_XS, x, 1, 256, NULL, out) == LB_OK, "%s", lb_last_error());
+    const lb__block_iq4_xs *xs = (const lb__block_iq4_xs *)out;
+    CHECK(lb__le16(xs->d) == 0x8000 && lb__le16(xs->scales_h) == 0xAAAA && xs->scales_l[0] == 0 && xs->qs[0] == 0x88,
+          "iq4_xs zeros: d %04x h %04x", lb__le16(xs->d), lb__le16(xs->scales_h));
+
+    /* IQ4_NL round trip of a smooth block stays close (the search picks a
+     * least-squares scale): every element within 10% of the block's range */
+    for (int j = 0; j < 32; j++) x[j] = sinf((float)j * 0.3f);
+    CHECK(lb__ggml_quantize_rows(LB_DT_IQ4_NL, x, 1, 32, NULL, out) == LB_OK, "%s", lb_last_error());
+    float y[32];
+    CHECK(lb_dtype_to_f32(LB_DT_IQ4_NL, out, 32, y) == LB_OK, "%s", lb_last_error());
+    for (int j = 0; j < 32; j++) CHECK(fabsf(y[j] - x[j]) < 0.2f, "iq4_nl element %d: %g vs %g", j, y[j], x[j]);
+}
+
+/* ggml's best_index_int8 as the bisection it is, to check the branch-free
+ * lb__iq4_nearest32 against */
+static int bisect_iq4(float v)
+{
+    const int8_t *g = lb__kvalues_iq4nl;
+    if (v <= g[0]) return 0;
+    if (v >= g[15]) return 15;
+    int lo = 0, hi = 15;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (v < g[mid]) hi = mid;
+        else lo = mid;
+    }
+    return v - g[hi - 1] < g[hi] - v ? hi - 1 : hi;
+}
+
+static uint32_t rng_state = 12345u;
+static uint32_t next_u32(void)
+{
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 17, rng_state ^= rng_state << 5;
+    return rng_state;
+}
+
+static void test_iq4_nearest(void)
+{
+    float v[32];
+    uint8_t idx[32];
+    float val[32];
+    long bad = 0, n = 0;
+    for (int round = 0; round < 40000; round++) {
+        for (int j = 0; j < 32; j++) {
+            const uint32_t r = next_u32();
+            switch (round % 4) {
+            case 0: v[j] = lb__f32_from_bits(next_u32()); break; /* any bits: NaN, inf, subnormal */
+            case 1: { /* around a midpoint or a grid point, a few ulps off */
+                const int k = (int)(r % 15);
+                float m = (r >> 8 & 1) ? 0.5f * ((float)lb__kvalues_iq4nl[k] + (float)lb__kvalues_iq4nl[k + 1])
+                                       : (float)lb__kvalues_iq4nl[k + (r >> 9 & 1)];
+                v[j] = lb__f32_from_bits(lb__bits_from_f32(m) + (uint32_t)((int)(r >> 12 & 7) - 3));
+                break;
+            }
+            case 2: v[j] = ((float)(int32_t)r / 2147483648.0f) * 140.0f; break; /* the grid's range */
+            default: v[j] = (float)((int)(r % 300) - 150) * 0.5f; break;       /* halves: exact ties */
+            }
+        }
+        v[0] = NAN, v[1] = -NAN, v[2] = INFINITY, v[3] = -INFINITY, v[4] = -0.0f;
+        const float id = round % 8 == 7 ? 1.0f / 3.0f : 1.0f;
+        lb__iq4_nearest32(v, id, idx, val);
+        for (int j = 0; j < 32; j++, n++) {
+            const int want = bisect_iq4(id * v[j]);
+            if (idx[j] != want || val[j] != (float)lb__kvalues_iq4nl[want]) {
+                if (bad++ < 5) CHECK(0, "v %a: index %d value %g, bisection %d", (double)v[j], idx[j], val[j], want);
+            }
+        }
+    }
+    CHECK(bad == 0, "%ld of %ld grid picks differ from the bisection", bad, n);
+}
+
+/* MXFP4's scale is floor(log2(amax)) - 2 + 127; lowbit reads it off the
+ * exponent field unless amax is within 256 ulps below a power of two
+ * (where log2 can round up). Every exponent, just outside and inside that
+ * window, against the log2 itself. */
+static void test_mxfp4_scale(void)
+{
+    long bad = 0, n = 0;
+    memset(x, 0, 32 * sizeof *x);
+    for (uint32_t e = 0; e < 255; e++)
+        for (uint32_t m = 0x7FFE00u; m <= 0x800002u; m++) { /* the last three: the next power of two and up */
+            const uint32_t bits = (e << 23) + m;
+            if (bits >= 0x7F800000u) continue;
+            x[7] = lb__f32_from_bits(bits);
+            x[9] = -0.5f * x[7];
+            lb__block_mxfp4 b;
+            CHECK(lb__ggml_quantize_rows(LB_DT_MXFP4, x, 1, 32, NULL, &b) == LB_OK, "%s", lb_last_error());
+            const float fl = floorf((float)log2((double)x[7])) - 2.0f + 127.0f;
+            const uint8_t want = (uint8_t)(int32_t)fl; /* in range: fl >= -151 */
+            n++;
+            if (b.e != want && bad++ < 5) CHECK(0, "amax %a: e %u, log2 says %u", (double)x[7], b.e, want);
+        }
+    CHECK(bad == 0 && n > 130000, "%ld of %ld mxfp4 scales differ from floor(log2)", bad, n);
+}
+
+int main(void)
+{
+    test_iq4_nearest();
+    test_mxfp4_scale();
+    test_refusals();
+    test_imatrix_ignored();
+    test_hand_blocks();
+    return check_summary();
+}
