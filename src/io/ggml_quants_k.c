@@ -1,0 +1,497 @@
+/* ggml's K-quant quantizers and the importance-weighted classic ones, row
+ * by row (ggml_quants_k.h). Each type has ggml's two paths: without an
+ * importance matrix the reference quantizer (scale searches with weights
+ * made from the values themselves, super-block scales by plain rounding),
+ * with one the weights qw * sqrt(sigma2 + x^2) and super-block scales by
+ * their own weighted search. The scale searches are in
+ * ggml_quant_search.c; this file chooses their parameters, packs the
+ * codes and requantizes with the fp16-rounded scales, as ggml does.
+ *
+ * The arithmetic is ggml's, op for op, in fp32 (ggml_quant_search.h says
+ * why): keep each expression's order. */
+#include <math.h>
+
+#include "io/ggml_blocks.h"
+#include "io/ggml_quant_search.h"
+#include "io/ggml_quants_k.h"
+
+static inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* ggml's GGML_FP32_TO_FP16 (round to nearest even) stored little-endian,
+ * and the value it stands for (GGML_FP16_TO_FP32 of it). */
+static inline float store_fp16(uint8_t p[2], float v)
+{
+    uint16_t h = lb__fp16_from_f32(v);
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+    return lb__fp16_to_f32(h);
+}
+
+/* Sum of squares in element order (ggml's sigma2 numerator). */
+static float sum_squares(const float *x, size_t n)
+{
+    float s = 0;
+    for (size_t j = 0; j < n; ++j) s += x[j] * x[j];
+    return s;
+}
+
+/* Importance weights qw[l] * sqrt(sigma2 + x[l]^2), ggml's weighting for
+ * every imatrix path here. */
+static inline void imatrix_weights(const float *qw, const float *x, float sigma2, int n, float *w)
+{
+    for (int l = 0; l < n; ++l) w[l] = qw[l] * sqrtf(sigma2 + x[l] * x[l]);
+}
+
+static inline float sum_floats(const float *w, int n)
+{
+    float s = 0;
+    for (int l = 0; l < n; ++l) s += w[l];
+    return s;
+}
+
+/* Four 2-bit codes a byte: byte 32 h + l holds elements 128 h + l + 32 s
+ * in bits 2 s (Q2_K's and Q3_K's low bits). */
+static void pack_2bit(const uint8_t *L, uint8_t *qs)
+{
+    for (int j = 0; j < LB__QK_K; j += 128)
+        for (int l = 0; l < 32; ++l)
+            qs[j / 4 + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
+}
+
+/* ===== Q2_K ===== */
+
+/* With the scales and super-block scales stored: recompute each sub-block's
+ * codes from the rounded scales (a sub-block whose scale rounds to zero
+ * keeps its search codes), then pack them. */
+static void q2_k_finish(const float *x, lb__block_q2_k *y, float dm, float mm, uint8_t *L)
+{
+    for (int j = 0; j < LB__QK_K / 16; ++j) {
+        const float d = dm * (float)(y->scales[j] & 0xF);
+        if (!d) continue;
+        const float m = mm * (float)(y->scales[j] >> 4);
+        for (int ii = 0; ii < 16; ++ii)
+            L[16 * j + ii] = (uint8_t)clamp_int(lb__nearest_int((x[16 * j + ii] + m) / d), 0, 3);
+    }
+    pack_2bit(L, y->qs);
+}
+
+static void q2_k_ref_block(const float *x, lb__block_q2_k *y)
+{
+    uint8_t L[LB__QK_K], Laux[16];
+    float weights[16], mins[LB__QK_K / 16], scales[LB__QK_K / 16];
+    const float q4scale = 15.f;
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < LB__QK_K / 16; ++j) {
+        for (int l = 0; l < 16; ++l) weights[l] = fabsf(x[16 * j + l]);
+        scales[j] = lb__ggml_make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f,
+                                              15, 1);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    float dm, mm;
+    if (max_scale > 0) {
+        float iscale = q4scale / max_scale;
+        for (int j = 0; j < LB__QK_K / 16; ++j) y->scales[j] = (uint8_t)lb__nearest_int(iscale * scales[j]);
+        dm = store_fp16(y->d, max_scale / q4scale);
+    } else {
+        memset(y->scales, 0, sizeof y->scales);
+        dm = store_fp16(y->d, 0.f);
+    }
+    if (max_min > 0) {
+        float iscale = q4scale / max_min;
+        for (int j = 0; j < LB__QK_K / 16; ++j)
+            y->scales[j] = (uint8_t)(y->scales[j] | (unsigned)lb__nearest_int(iscale * mins[j]) << 4);
+        mm = store_fp16(y->dmin, max_min / q4scale);
+    } else {
+        mm = store_fp16(y->dmin, 0.f);
+    }
+    q2_k_finish(x, y, dm, mm, L);
+}
+
+static void q2_k_imatrix_block(const float *x, const float *qw, lb__block_q2_k *y)
+{
+    uint8_t L[LB__QK_K], Laux[16], Ls[LB__QK_K / 16], Lm[LB__QK_K / 16];
+    float weight[16], mins[LB__QK_K / 16], scales[LB__QK_K / 16], sw[LB__QK_K / 16];
+    const float sigma2 = sum_squares(x, LB__QK_K) / LB__QK_K;
+    for (int j = 0; j < LB__QK_K / 16; ++j) {
+        imatrix_weights(qw + 16 * j, x + 16 * j, sigma2, 16, weight);
+        sw[j] = sum_floats(weight, 16);
+        scales[j] = lb__ggml_make_qkx3_quants(16, 3, x + 16 * j, weight, L + 16 * j, &mins[j], Laux, -0.9f, 0.05f,
+                                              36, 0);
+    }
+    float dm = lb__ggml_make_qp_quants(LB__QK_K / 16, 15, scales, Ls, sw);
+    float mm = lb__ggml_make_qp_quants(LB__QK_K / 16, 15, mins, Lm, sw);
+    dm = store_fp16(y->d, dm);
+    mm = store_fp16(y->dmin, mm);
+    for (int j = 0; j < LB__QK_K / 16; ++j) y->scales[j] = (uint8_t)(Ls[j] | Lm[j] << 4);
+    q2_k_finish(x, y, dm, mm, L);
+}
+
+void lb__ggml_quantize_row_q2_k(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    lb__block_q2_k *y = dst;
+    for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K)
+        if (imatrix) q2_k_imatrix_block(x, imatrix + LB__QK_K * i, &y[i]);
+        else q2_k_ref_block(x, &y[i]);
+}
+
+/* ===== Q3_K ===== */
+
+/* Store sixteen 6-bit codes l (0..63, standing for l - 32) in Q3_K's
+ * 12-byte scale layout (ggml_blocks.h). */
+static void q3_k_put_scales(const int *ls, uint8_t scales[12])
+{
+    memset(scales, 0, 12);
+    for (int j = 0; j < 16; ++j) {
+        int l = ls[j];
+        if (j < 8) scales[j] = (uint8_t)(l & 0xF);
+        else scales[j - 8] = (uint8_t)(scales[j - 8] | (l & 0xF) << 4);
+        l >>= 4;
+        scales[j % 4 + 8] = (uint8_t)(scales[j % 4 + 8] | l << (2 * (j / 4)));
+    }
+}
+
+/* With scales and d stored: requantize each sub-block with its rounded
+ * scale (codes 0..7 for -4..3; a zero scale keeps the search codes), move
+ * the high bit of each code into hmask, pack the low two bits. */
+static void q3_k_finish(const float *x, lb__block_q3_k *y, int8_t *L)
+{
+    const float d_all = lb__fp16_to_f32(lb__le16(y->d));
+    for (int j = 0; j < 16; ++j) {
+        int lo = j < 8 ? y->scales[j] & 0xF : y->scales[j - 8] >> 4;
+        int sc = (lo | ((y->scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+        float d = d_all * (float)sc;
+        if (!d) continue;
+        for (int ii = 0; ii < 16; ++ii)
+            L[16 * j + ii] = (int8_t)(clamp_int(lb__nearest_int(x[16 * j + ii] / d), -4, 3) + 4);
+    }
+    memset(y->hmask, 0, sizeof y->hmask);
+    uint8_t low[LB__QK_K];
+    for (int j = 0; j < LB__QK_K; ++j) {
+        /* element j's high bit goes to bit j / 32 of hmask[j % 32] */
+        if (L[j] > 3) {
+            y->hmask[j % 32] = (uint8_t)(y->hmask[j % 32] | 1u << (j / 32));
+            low[j] = (uint8_t)(L[j] - 4);
+        } else {
+            low[j] = (uint8_t)L[j];
+        }
+    }
+    pack_2bit(low, y->qs);
+}
+
+static void q3_k_ref_block(const float *x, lb__block_q3_k *y)
+{
+    int8_t L[LB__QK_K];
+    float scales[16];
+    float max_scale = 0, amax = 0;
+    for (int j = 0; j < 16; ++j) {
+        scales[j] = lb__ggml_make_q3_quants(16, 4, x + 16 * j, L + 16 * j, 1);
+        float scale = fabsf(scales[j]);
+        if (scale > amax) {
+            amax = scale;
+            max_scale = scales[j];
+        }
+    }
+    if (max_scale != 0) {
+        float iscale = -32.f / max_scale;
+        int ls[16];
+        for (int j = 0; j < 16; ++j) {
+            /* ggml keeps the rounded scale in an int8 before clamping */
+            int8_t l = (int8_t)lb__nearest_int(iscale * scales[j]);
+            ls[j] = clamp_int(l, -32, 31) + 32;
+        }
+        q3_k_put_scales(ls, y->scales);
+        store_fp16(y->d, 1 / iscale);
+    } else {
+        memset(y->scales, 0, sizeof y->scales);
+        store_fp16(y->d, 0.f);
+    }
+    q3_k_finish(x, y, L);
+}
+
+static void q3_k_imatrix_block(const float *x, const float *qw, lb__block_q3_k *y)
+{
+    int8_t L[LB__QK_K], Ls[16];
+    float scales[16], weight[16], sw[16];
+    const float sigma2 = 2 * sum_squares(x, LB__QK_K) / LB__QK_K;
+    for (int j = 0; j < 16; ++j) {
+        imatrix_weights(qw + 16 * j, x + 16 * j, sigma2, 16, weight);
+        sw[j] = sum_floats(weight, 16);
+        scales[j] = lb__ggml_make_qx_quants(16, 4, x + 16 * j, L + 16 * j, weight);
+    }
+    float d_block = lb__ggml_make_qx_quants(16, 32, scales, Ls, sw);
+    int ls[16];
+    for (int j = 0; j < 16; ++j) ls[j] = Ls[j];
+    q3_k_put_scales(ls, y->scales);
+    store_fp16(y->d, d_block);
+    q3_k_finish(x, y, L);
+}
+
+void lb__ggml_quantize_row_q3_k(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    lb__block_q3_k *y = dst;
+    for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K)
+        if (imatrix) q3_k_imatrix_block(x, imatrix + LB__QK_K * i, &y[i]);
+        else q3_k_ref_block(x, &y[i]);
+}
+
+/* ===== Q4_K and Q5_K ===== */
+
+/* Eight 6-bit scales and mins into the 12-byte layout (ggml_blocks.h). */
+static void k4_put_scales(const uint8_t ls[8], const uint8_t lm[8], uint8_t scales[12])
+{
+    for (int j = 0; j < 8; ++j) {
+        if (j < 4) {
+            scales[j] = ls[j];
+            scales[j + 4] = lm[j];
+        } else {
+            scales[j + 4] = (uint8_t)((ls[j] & 0xF) | (lm[j] & 0xF) << 4);
+            scales[j - 4] = (uint8_t)(scales[j - 4] | (ls[j] >> 4) << 6);
+            scales[j] = (uint8_t)(scales[j] | (lm[j] >> 4) << 6);
+        }
+    }
+}
+
+static void k4_get_scale_min(int j, const uint8_t *q, int *d, int *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | (q[j - 4] >> 6) << 4;
+        *m = (q[j + 4] >> 4) | (q[j] >> 6) << 4;
+    }
+}
+
+/* Requantize the eight sub-blocks of 32 to codes 0..nmax with the stored
+ * (fp16-rounded) scales; a zero scale keeps the search codes. */
+static void k4_requantize(const float *x, const uint8_t scales[12], float d_all, float dmin_all, int nmax, uint8_t *L)
+{
+    for (int j = 0; j < 8; ++j) {
+        int sc, m;
+        k4_get_scale_min(j, scales, &sc, &m);
+        const float d = d_all * (float)sc;
+        if (!d) continue;
+        const float dm = dmin_all * (float)m;
+        for (int ii = 0; ii < 32; ++ii)
+            L[32 * j + ii] = (uint8_t)clamp_int(lb__nearest_int((x[32 * j + ii] + dm) / d), 0, nmax);
+    }
+}
+
+/* The reference path's per-sub-block search and 6-bit rounding of the
+ * scales, shared by Q4_K (nmax 15) and Q5_K (31): weights av_x + |x| with
+ * av_x the sub-block's rms. Fills scales, d, dmin and the final codes. */
+static void k4_ref_scales(const float *x, int nmax, float rmin, float rdelta, int nstep, uint8_t scales12[12],
+                          uint8_t d16[2], uint8_t dmin16[2], uint8_t *L)
+{
+    uint8_t Laux[32], ls[8], lm[8];
+    float weights[32], mins[8], scales[8];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; ++j) {
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+        float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
+        scales[j] = lb__ggml_make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin,
+                                              rdelta, nstep, 0);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    for (int j = 0; j < 8; ++j) {
+        /* ggml rounds into a byte first, then caps at 63 */
+        uint8_t a = (uint8_t)lb__nearest_int(inv_scale * scales[j]);
+        uint8_t b = (uint8_t)lb__nearest_int(inv_min * mins[j]);
+        ls[j] = a < 63 ? a : 63;
+        lm[j] = b < 63 ? b : 63;
+    }
+    k4_put_scales(ls, lm, scales12);
+    float d = store_fp16(d16, max_scale / 63.f);
+    float dmin = store_fp16(dmin16, max_min / 63.f);
+    k4_requantize(x, scales12, d, dmin, nmax, L);
+}
+
+/* The imatrix path's search, shared by Q4_K and Q5_K (cap63: Q5_K caps the
+ * codes at 63, Q4_K stores them as they are). */
+static void k4_imatrix_scales(const float *x, const float *qw, int nmax, int cap63, uint8_t scales12[12],
+                              uint8_t d16[2], uint8_t dmin16[2], uint8_t *L)
+{
+    uint8_t Laux[32], Ls[8], Lm[8];
+    float weights[32], sw[8], mins[8], scales[8];
+    const float sigma2 = 2 * sum_squares(x, LB__QK_K) / LB__QK_K;
+    for (int j = 0; j < 8; ++j) {
+        imatrix_weights(qw + 32 * j, x + 32 * j, sigma2, 32, weights);
+        sw[j] = sum_floats(weights, 32);
+        scales[j] = lb__ggml_make_qkx3_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.9f,
+                                              0.05f, 36, 0);
+    }
+    float d_block = lb__ggml_make_qp_quants(8, 63, scales, Ls, sw);
+    float m_block = lb__ggml_make_qp_quants(8, 63, mins, Lm, sw);
+    if (cap63)
+        for (int j = 0; j < 8; ++j) {
+            if (Ls[j] > 63) Ls[j] = 63;
+            if (Lm[j] > 63) Lm[j] = 63;
+        }
+    k4_put_scales(Ls, Lm, scales12);
+    float d = store_fp16(d16, d_block);
+    float dmin = store_fp16(dmin16, m_block);
+    k4_requantize(x, scales12, d, dmin, nmax, L);
+}
+
+void lb__ggml_quantize_row_q4_k(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    lb__block_q4_k *y = dst;
+    uint8_t L[LB__QK_K];
+    for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K) {
+        if (imatrix) k4_imatrix_scales(x, imatrix + LB__QK_K * i, 15, 0, y[i].scales, y[i].d, y[i].dmin, L);
+        else k4_ref_scales(x, 15, -1.f, 0.1f, 20, y[i].scales, y[i].d, y[i].dmin, L);
+        for (int j = 0, q = 0; j < LB__QK_K; j += 64, q += 32)
+            for (int l = 0; l < 32; ++l) y[i].qs[q + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
+    }
+}
+
+void lb__ggml_quantize_row_q5_k(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    lb__block_q5_k *y = dst;
+    uint8_t L[LB__QK_K];
+    for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K) {
+        if (imatrix) k4_imatrix_scales(x, imatrix + LB__QK_K * i, 31, 1, y[i].scales, y[i].d, y[i].dmin, L);
+        else k4_ref_scales(x, 31, -0.5f, 0.1f, 15, y[i].scales, y[i].d, y[i].dmin, L);
+        /* sub-block pair (2p, 2p + 1) shares qs[32 p ..]; their fifth bits
+         * are bits 2p and 2p + 1 of qh[l] */
+        memset(y[i].qh, 0, sizeof y[i].qh);
+        for (int p = 0; p < 4; ++p)
+            for (int l = 0; l < 32; ++l) {
+                int l1 = L[64 * p + l], l2 = L[64 * p + l + 32];
+                y[i].qh[l] = (uint8_t)(y[i].qh[l] | (l1 >> 4) << (2 * p) | (l2 >> 4) << (2 * p + 1));
+                y[i].qs[32 * p + l] = (uint8_t)((l1 & 0xF) | (l2 & 0xF) << 4);
+            }
+    }
+}
+
+/* ===== Q6_K ===== */
+
+void lb__ggml_quantize_row_q6_k(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    lb__block_q6_k *y = dst;
+    int8_t L[LB__QK_K];
+    float scales[16];
+    for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K) {
+        const float *qw = imatrix ? imatrix + LB__QK_K * i : NULL;
+        float max_scale = 0, max_abs_scale = 0;
+        for (int ib = 0; ib < 16; ++ib) {
+            /* the imatrix path weights by the imatrix alone (no sigma2) */
+            scales[ib] = lb__ggml_make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, qw ? qw + 16 * ib : NULL);
+            float abs_scale = fabsf(scales[ib]);
+            if (abs_scale > max_abs_scale) {
+                max_abs_scale = abs_scale;
+                max_scale = scales[ib];
+            }
+        }
+        if (max_abs_scale < LB__GGML_GROUP_EPS) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        float iscale = -128.f / max_scale;
+        const float d_all = store_fp16(y[i].d, 1 / iscale);
+        for (int ib = 0; ib < 16; ++ib) {
+            int l = lb__nearest_int(iscale * scales[ib]);
+            y[i].scales[ib] = (int8_t)(l < 127 ? l : 127);
+        }
+        for (int j = 0; j < 16; ++j) {
+            float d = d_all * (float)y[i].scales[j];
+            if (!d) continue;
+            for (int ii = 0; ii < 16; ++ii)
+                L[16 * j + ii] = (int8_t)(clamp_int(lb__nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
+        }
+        for (int h = 0; h < 2; ++h) {
+            const int8_t *Lh = L + 128 * h;
+            uint8_t *ql = y[i].ql + 64 * h, *qh = y[i].qh + 32 * h;
+            for (int l = 0; l < 32; ++l) {
+                ql[l] = (uint8_t)((Lh[l] & 0xF) | (Lh[l + 64] & 0xF) << 4);
+                ql[l + 32] = (uint8_t)((Lh[l + 32] & 0xF) | (Lh[l + 96] & 0xF) << 4);
+                qh[l] = (uint8_t)(Lh[l] >> 4 | (Lh[l + 32] >> 4) << 2 | (Lh[l + 64] >> 4) << 4 | (Lh[l + 96] >> 4) << 6);
+            }
+        }
+    }
+}
+
+/* ===== Classic types with an importance matrix =====
+ * sigma2 is the mean square of the whole row (not of a super-block). */
+
+void lb__ggml_quantize_row_q4_0_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    lb__block_q4_0 *y = dst;
+    float weight[LB__QK];
+    int8_t L[LB__QK];
+    const float sigma2 = sum_squares(x, cols) / (float)cols;
+    for (size_t ib = 0; ib < cols / LB__QK; ++ib) {
+        const float *xb = x + LB__QK * ib;
+        imatrix_weights(imatrix + LB__QK * ib, xb, sigma2, LB__QK, weight);
+        store_fp16(y[ib].d, lb__ggml_make_qx_quants(LB__QK, 8, xb, L, weight));
+        for (int j = 0; j < 16; ++j) y[ib].qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
+    }
+}
+
+void lb__ggml_quantize_row_q4_1_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    lb__block_q4_1 *y = dst;
+    float weight[LB__QK];
+    uint8_t L[LB__QK], Laux[LB__QK];
+    const float sigma2 = sum_squares(x, cols) / (float)cols;
+    for (size_t ib = 0; ib < cols / LB__QK; ++ib) {
+        const float *xb = x + LB__QK * ib;
+        imatrix_weights(imatrix + LB__QK * ib, xb, sigma2, LB__QK, weight);
+        float min;
+        float d = lb__ggml_make_qkx3_quants(LB__QK, 15, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, 0);
+        store_fp16(y[ib].d, d);
+        store_fp16(y[ib].m, -min);
+        for (int j = 0; j < 16; ++j) y[ib].qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
+    }
+}
+
+/* Q5_0 / Q5_1 packing: low nibbles as Q4, fifth bit of element i in bit i
+ * of the little-endian qh word. */
+static void pack_q5(const uint8_t *L, uint8_t qs[16], uint8_t qh[4])
+{
+    uint32_t h = 0;
+    for (int j = 0; j < 16; ++j) {
+        qs[j] = (uint8_t)((L[j] & 0x0F) | (L[j + 16] & 0x0F) << 4);
+        h |= (uint32_t)(L[j] >> 4 & 1) << j | (uint32_t)(L[j + 16] >> 4 & 1) << (j + 16);
+    }
+    for (int b = 0; b < 4; ++b) qh[b] = (uint8_t)(h >> (8 * b));
+}
+
+void lb__ggml_quantize_row_q5_0_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    lb__block_q5_0 *y = dst;
+    float weight[LB__QK];
+    int8_t L[LB__QK];
+    uint8_t U[LB__QK];
+    const float sigma2 = sum_squares(x, cols) / (float)cols;
+    for (size_t ib = 0; ib < cols / LB__QK; ++ib) {
+        const float *xb = x + LB__QK * ib;
+        imatrix_weights(imatrix + LB__QK * ib, xb, sigma2, LB__QK, weight);
+        store_fp16(y[ib].d, lb__ggml_make_qx_quants(LB__QK, 16, xb, L, weight));
+        for (int j = 0; j < LB__QK; ++j) U[j] = (uint8_t)L[j];
+        pack_q5(U, y[ib].qs, y[ib].qh);
+    }
+}
+
+void lb__ggml_quantize_row_q5_1_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    lb__block_q5_1 *y = dst;
+    float weight[LB__QK];
+    uint8_t L[LB__QK], Laux[LB__QK];
+    const float sigma2 = sum_squares(x, cols) / (float)cols;
+    for (size_t ib = 0; ib < cols / LB__QK; ++ib) {
+        const float *xb = x + LB__QK * ib;
+        imatrix_weights(imatrix + LB__QK * ib, xb, sigma2, LB__QK, weight);
+        float min;
+        float d = lb__ggml_make_qkx3_quants(LB__QK, 31, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, 0);
+        store_fp16(y[ib].d, d);
+        store_fp16(y[ib].m, -min);
+        pack_q5(L, y[ib].qs, y[ib].qh);
+    }
+}
