@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "io/ggml_quant_search.h"
+#include "util/cpu.h"
 
 static inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
@@ -263,4 +264,45 @@ float lb__ggml_make_qp_quants(int n, int nmax, const float *x, uint8_t *L, const
         if (!n_changed) break;
     }
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+/* ===== Eight groups at once: the scalar twin ===== */
+
+static void qkx8_scalar(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *scale,
+                        float *the_min, float rmin, float rdelta, int nstep, int use_mad, int flat_le)
+{
+    float xs[32], ws[32];
+    uint8_t Ls[32], aux[32];
+    for (int g = 0; g < 8; ++g) {
+        for (int i = 0; i < n; ++i) {
+            xs[i] = x[8 * i + g];
+            ws[i] = weights[8 * i + g];
+        }
+        scale[g] = qkx_search(n, nmax, xs, ws, Ls, &the_min[g], aux, rmin, rdelta, nstep, use_mad, flat_le);
+        for (int i = 0; i < n; ++i) L[8 * i + g] = Ls[i];
+    }
+}
+
+static void qx8_scalar(int n, int nmax, const float *x, const float *qw, int8_t *L, float *scale)
+{
+    float xs[32], ws[32];
+    int8_t Ls[32];
+    for (int g = 0; g < 8; ++g) {
+        for (int i = 0; i < n; ++i) {
+            xs[i] = x[8 * i + g];
+            if (qw) ws[i] = qw[8 * i + g];
+        }
+        scale[g] = lb__ggml_make_qx_quants(n, nmax, xs, Ls, qw ? ws : NULL);
+        for (int i = 0; i < n; ++i) L[8 * i + g] = Ls[i];
+    }
+}
+
+const lb__ggml_search8 lb__ggml_search8_scalar = {qkx8_scalar, qx8_scalar};
+
+const lb__ggml_search8 *lb__ggml_search8_get(lb_isa isa)
+{
+    /* AVX-512 machines run the AVX2 set; an empty set (not compiled for
+     * this target) leaves the scalar one */
+    if (lb__isa_x86(isa) >= LB_ISA_AVX2 && lb__ggml_search8_avx2.qkx) return &lb__ggml_search8_avx2;
+    return &lb__ggml_search8_scalar;
 }

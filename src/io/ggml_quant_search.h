@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "lowbit.h"
+
 /* ggml's threshold under which a group's largest magnitude counts as zero. */
 #define LB__GGML_GROUP_EPS 1e-15f
 
@@ -61,5 +63,27 @@ float lb__ggml_make_qkx3_quants(int n, int nmax, const float *x, const float *we
  * error, then a weighted least-squares refit with up to 5 passes of single
  * code moves. Returns the scale of the codes. */
 float lb__ggml_make_qp_quants(int n, int nmax, const float *x, uint8_t *L, const float *quant_weights);
+
+
+/* ===== Eight groups at once =====
+ * The same searches over 8 independent groups of n <= 32 values, laid out
+ * interleaved: x[8 i + g] is element i of group g (likewise weights and
+ * the codes L). Each group's result is exactly the one-group function's,
+ * whatever the instruction set: the AVX2 twin runs one group per lane,
+ * every lane doing the scalar op sequence. */
+typedef struct {
+    /* make_qkx2_quants (flat_le 0) / make_qkx3_quants (flat_le 1), weights
+     * given; scale[g] and the_min[g] per group */
+    void (*qkx)(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *scale, float *the_min,
+                float rmin, float rdelta, int nstep, int use_mad, int flat_le);
+    /* make_qx_quants (rmse_type 1): weights qw, or x^2 when qw is NULL */
+    void (*qx)(int n, int nmax, const float *x, const float *qw, int8_t *L, float *scale);
+} lb__ggml_search8;
+
+/* The set for isa (x86 levels from AVX2 up get the AVX2 one when it was
+ * compiled in); the scalar one otherwise. */
+const lb__ggml_search8 *lb__ggml_search8_get(lb_isa isa);
+
+extern const lb__ggml_search8 lb__ggml_search8_scalar, lb__ggml_search8_avx2;
 
 #endif

@@ -15,6 +15,12 @@
 #include "io/ggml_quant_search.h"
 #include "io/ggml_quants_k.h"
 
+/* The scale searches run eight groups (sub-blocks, or blocks of the
+ * classic types) at a time, interleaved (ggml_quant_search.h): the AVX2
+ * set does them a lane each, the scalar set one after another, with the
+ * same bits. */
+#define SEARCH(isa) lb__ggml_search8_get(isa)
+
 static inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* ggml's GGML_FP32_TO_FP16 (round to nearest even) stored little-endian,
@@ -49,6 +55,23 @@ static inline float sum_floats(const float *w, int n)
     return s;
 }
 
+/* Interleave groups g < groups (group g at src + g * stride, n values) into
+ * t[8 i + g]; lanes from `groups` on repeat group 0 (their results are
+ * dropped). */
+static void interleave8(const float *src, size_t stride, int n, int groups, float *t)
+{
+    for (int g = 0; g < 8; ++g) {
+        const float *p = src + (g < groups ? (size_t)g : 0) * stride;
+        for (int i = 0; i < n; ++i) t[8 * i + g] = p[i];
+    }
+}
+
+static void deinterleave8(const uint8_t *t, int n, int groups, size_t stride, uint8_t *dst)
+{
+    for (int g = 0; g < groups; ++g)
+        for (int i = 0; i < n; ++i) dst[(size_t)g * stride + i] = t[8 * i + g];
+}
+
 /* Four 2-bit codes a byte: byte 32 h + l holds elements 128 h + l + 32 s
  * in bits 2 s (Q2_K's and Q3_K's low bits). */
 static void pack_2bit(const uint8_t *L, uint8_t *qs)
@@ -75,16 +98,19 @@ static void q2_k_finish(const float *x, lb__block_q2_k *y, float dm, float mm, u
     pack_2bit(L, y->qs);
 }
 
-static void q2_k_ref_block(const float *x, lb__block_q2_k *y)
+static void q2_k_ref_block(const lb__ggml_search8 *search, const float *x, lb__block_q2_k *y)
 {
-    uint8_t L[LB__QK_K], Laux[16];
-    float weights[16], mins[LB__QK_K / 16], scales[LB__QK_K / 16];
+    uint8_t L[LB__QK_K], Lt[128];
+    float xt[128], wt[128], mins[LB__QK_K / 16], scales[LB__QK_K / 16];
     const float q4scale = 15.f;
+    for (int h = 0; h < 2; ++h) { /* sub-blocks 8 h .. 8 h + 7, weights |x| */
+        interleave8(x + 128 * h, 16, 16, 8, xt);
+        for (int k = 0; k < 128; ++k) wt[k] = fabsf(xt[k]);
+        search->qkx(16, 3, xt, wt, Lt, scales + 8 * h, mins + 8 * h, -0.5f, 0.1f, 15, 1, 0);
+        deinterleave8(Lt, 16, 8, 16, L + 128 * h);
+    }
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < LB__QK_K / 16; ++j) {
-        for (int l = 0; l < 16; ++l) weights[l] = fabsf(x[16 * j + l]);
-        scales[j] = lb__ggml_make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f,
-                                              15, 1);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -108,16 +134,20 @@ static void q2_k_ref_block(const float *x, lb__block_q2_k *y)
     q2_k_finish(x, y, dm, mm, L);
 }
 
-static void q2_k_imatrix_block(const float *x, const float *qw, lb__block_q2_k *y)
+static void q2_k_imatrix_block(const lb__ggml_search8 *search, const float *x, const float *qw, lb__block_q2_k *y)
 {
-    uint8_t L[LB__QK_K], Laux[16], Ls[LB__QK_K / 16], Lm[LB__QK_K / 16];
-    float weight[16], mins[LB__QK_K / 16], scales[LB__QK_K / 16], sw[LB__QK_K / 16];
+    uint8_t L[LB__QK_K], Lt[128], Ls[LB__QK_K / 16], Lm[LB__QK_K / 16];
+    float weight[LB__QK_K], xt[128], wt[128], mins[LB__QK_K / 16], scales[LB__QK_K / 16], sw[LB__QK_K / 16];
     const float sigma2 = sum_squares(x, LB__QK_K) / LB__QK_K;
     for (int j = 0; j < LB__QK_K / 16; ++j) {
-        imatrix_weights(qw + 16 * j, x + 16 * j, sigma2, 16, weight);
-        sw[j] = sum_floats(weight, 16);
-        scales[j] = lb__ggml_make_qkx3_quants(16, 3, x + 16 * j, weight, L + 16 * j, &mins[j], Laux, -0.9f, 0.05f,
-                                              36, 0);
+        imatrix_weights(qw + 16 * j, x + 16 * j, sigma2, 16, weight + 16 * j);
+        sw[j] = sum_floats(weight + 16 * j, 16);
+    }
+    for (int h = 0; h < 2; ++h) {
+        interleave8(x + 128 * h, 16, 16, 8, xt);
+        interleave8(weight + 128 * h, 16, 16, 8, wt);
+        search->qkx(16, 3, xt, wt, Lt, scales + 8 * h, mins + 8 * h, -0.9f, 0.05f, 36, 0, 1);
+        deinterleave8(Lt, 16, 8, 16, L + 128 * h);
     }
     float dm = lb__ggml_make_qp_quants(LB__QK_K / 16, 15, scales, Ls, sw);
     float mm = lb__ggml_make_qp_quants(LB__QK_K / 16, 15, mins, Lm, sw);
@@ -130,9 +160,10 @@ static void q2_k_imatrix_block(const float *x, const float *qw, lb__block_q2_k *
 void lb__ggml_quantize_row_q2_k(const float *x, void *dst, size_t cols, const float *imatrix)
 {
     lb__block_q2_k *y = dst;
+    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
     for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K)
-        if (imatrix) q2_k_imatrix_block(x, imatrix + LB__QK_K * i, &y[i]);
-        else q2_k_ref_block(x, &y[i]);
+        if (imatrix) q2_k_imatrix_block(search, x, imatrix + LB__QK_K * i, &y[i]);
+        else q2_k_ref_block(search, x, &y[i]);
 }
 
 /* ===== Q3_K ===== */
@@ -209,15 +240,21 @@ static void q3_k_ref_block(const float *x, lb__block_q3_k *y)
     q3_k_finish(x, y, L);
 }
 
-static void q3_k_imatrix_block(const float *x, const float *qw, lb__block_q3_k *y)
+static void q3_k_imatrix_block(const lb__ggml_search8 *search, const float *x, const float *qw, lb__block_q3_k *y)
 {
     int8_t L[LB__QK_K], Ls[16];
-    float scales[16], weight[16], sw[16];
+    uint8_t Lt[128];
+    float scales[16], weight[LB__QK_K], sw[16], xt[128], wt[128];
     const float sigma2 = 2 * sum_squares(x, LB__QK_K) / LB__QK_K;
     for (int j = 0; j < 16; ++j) {
-        imatrix_weights(qw + 16 * j, x + 16 * j, sigma2, 16, weight);
-        sw[j] = sum_floats(weight, 16);
-        scales[j] = lb__ggml_make_qx_quants(16, 4, x + 16 * j, L + 16 * j, weight);
+        imatrix_weights(qw + 16 * j, x + 16 * j, sigma2, 16, weight + 16 * j);
+        sw[j] = sum_floats(weight + 16 * j, 16);
+    }
+    for (int h = 0; h < 2; ++h) {
+        interleave8(x + 128 * h, 16, 16, 8, xt);
+        interleave8(weight + 128 * h, 16, 16, 8, wt);
+        search->qx(16, 4, xt, wt, (int8_t *)Lt, scales + 8 * h);
+        deinterleave8(Lt, 16, 8, 16, (uint8_t *)L + 128 * h);
     }
     float d_block = lb__ggml_make_qx_quants(16, 32, scales, Ls, sw);
     int ls[16];
@@ -230,8 +267,9 @@ static void q3_k_imatrix_block(const float *x, const float *qw, lb__block_q3_k *
 void lb__ggml_quantize_row_q3_k(const float *x, void *dst, size_t cols, const float *imatrix)
 {
     lb__block_q3_k *y = dst;
+    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
     for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K)
-        if (imatrix) q3_k_imatrix_block(x, imatrix + LB__QK_K * i, &y[i]);
+        if (imatrix) q3_k_imatrix_block(search, x, imatrix + LB__QK_K * i, &y[i]);
         else q3_k_ref_block(x, &y[i]);
 }
 
@@ -281,19 +319,21 @@ static void k4_requantize(const float *x, const uint8_t scales[12], float d_all,
 /* The reference path's per-sub-block search and 6-bit rounding of the
  * scales, shared by Q4_K (nmax 15) and Q5_K (31): weights av_x + |x| with
  * av_x the sub-block's rms. Fills scales, d, dmin and the final codes. */
-static void k4_ref_scales(const float *x, int nmax, float rmin, float rdelta, int nstep, uint8_t scales12[12],
-                          uint8_t d16[2], uint8_t dmin16[2], uint8_t *L)
+static void k4_ref_scales(const lb__ggml_search8 *search, const float *x, int nmax, float rmin, float rdelta,
+                          int nstep, uint8_t scales12[12], uint8_t d16[2], uint8_t dmin16[2], uint8_t *L)
 {
-    uint8_t Laux[32], ls[8], lm[8];
-    float weights[32], mins[8], scales[8];
+    uint8_t ls[8], lm[8], Lt[LB__QK_K];
+    float xt[LB__QK_K], wt[LB__QK_K], mins[8], scales[8];
+    interleave8(x, 32, 32, 8, xt);
+    float sum_x2[8] = {0}, av_x[8];
+    for (int l = 0; l < 32; ++l)
+        for (int j = 0; j < 8; ++j) sum_x2[j] += xt[8 * l + j] * xt[8 * l + j];
+    for (int j = 0; j < 8; ++j) av_x[j] = sqrtf(sum_x2[j] / 32);
+    for (int k = 0; k < LB__QK_K; ++k) wt[k] = av_x[k % 8] + fabsf(xt[k]);
+    search->qkx(32, nmax, xt, wt, Lt, scales, mins, rmin, rdelta, nstep, 0, 0);
+    deinterleave8(Lt, 32, 8, 32, L);
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; ++j) {
-        float sum_x2 = 0;
-        for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
-        float av_x = sqrtf(sum_x2 / 32);
-        for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = lb__ggml_make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin,
-                                              rdelta, nstep, 0);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -314,18 +354,20 @@ static void k4_ref_scales(const float *x, int nmax, float rmin, float rdelta, in
 
 /* The imatrix path's search, shared by Q4_K and Q5_K (cap63: Q5_K caps the
  * codes at 63, Q4_K stores them as they are). */
-static void k4_imatrix_scales(const float *x, const float *qw, int nmax, int cap63, uint8_t scales12[12],
-                              uint8_t d16[2], uint8_t dmin16[2], uint8_t *L)
+static void k4_imatrix_scales(const lb__ggml_search8 *search, const float *x, const float *qw, int nmax, int cap63,
+                              uint8_t scales12[12], uint8_t d16[2], uint8_t dmin16[2], uint8_t *L)
 {
-    uint8_t Laux[32], Ls[8], Lm[8];
-    float weights[32], sw[8], mins[8], scales[8];
+    uint8_t Ls[8], Lm[8], Lt[LB__QK_K];
+    float weights[LB__QK_K], sw[8], mins[8], scales[8], xt[LB__QK_K], wt[LB__QK_K];
     const float sigma2 = 2 * sum_squares(x, LB__QK_K) / LB__QK_K;
     for (int j = 0; j < 8; ++j) {
-        imatrix_weights(qw + 32 * j, x + 32 * j, sigma2, 32, weights);
-        sw[j] = sum_floats(weights, 32);
-        scales[j] = lb__ggml_make_qkx3_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.9f,
-                                              0.05f, 36, 0);
+        imatrix_weights(qw + 32 * j, x + 32 * j, sigma2, 32, weights + 32 * j);
+        sw[j] = sum_floats(weights + 32 * j, 32);
     }
+    interleave8(x, 32, 32, 8, xt);
+    interleave8(weights, 32, 32, 8, wt);
+    search->qkx(32, nmax, xt, wt, Lt, scales, mins, -0.9f, 0.05f, 36, 0, 1);
+    deinterleave8(Lt, 32, 8, 32, L);
     float d_block = lb__ggml_make_qp_quants(8, 63, scales, Ls, sw);
     float m_block = lb__ggml_make_qp_quants(8, 63, mins, Lm, sw);
     if (cap63)
@@ -342,10 +384,11 @@ static void k4_imatrix_scales(const float *x, const float *qw, int nmax, int cap
 void lb__ggml_quantize_row_q4_k(const float *x, void *dst, size_t cols, const float *imatrix)
 {
     lb__block_q4_k *y = dst;
+    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
     uint8_t L[LB__QK_K];
     for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K) {
-        if (imatrix) k4_imatrix_scales(x, imatrix + LB__QK_K * i, 15, 0, y[i].scales, y[i].d, y[i].dmin, L);
-        else k4_ref_scales(x, 15, -1.f, 0.1f, 20, y[i].scales, y[i].d, y[i].dmin, L);
+        if (imatrix) k4_imatrix_scales(search, x, imatrix + LB__QK_K * i, 15, 0, y[i].scales, y[i].d, y[i].dmin, L);
+        else k4_ref_scales(search, x, 15, -1.f, 0.1f, 20, y[i].scales, y[i].d, y[i].dmin, L);
         for (int j = 0, q = 0; j < LB__QK_K; j += 64, q += 32)
             for (int l = 0; l < 32; ++l) y[i].qs[q + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
     }
@@ -354,10 +397,11 @@ void lb__ggml_quantize_row_q4_k(const float *x, void *dst, size_t cols, const fl
 void lb__ggml_quantize_row_q5_k(const float *x, void *dst, size_t cols, const float *imatrix)
 {
     lb__block_q5_k *y = dst;
+    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
     uint8_t L[LB__QK_K];
     for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K) {
-        if (imatrix) k4_imatrix_scales(x, imatrix + LB__QK_K * i, 31, 1, y[i].scales, y[i].d, y[i].dmin, L);
-        else k4_ref_scales(x, 31, -0.5f, 0.1f, 15, y[i].scales, y[i].d, y[i].dmin, L);
+        if (imatrix) k4_imatrix_scales(search, x, imatrix + LB__QK_K * i, 31, 1, y[i].scales, y[i].d, y[i].dmin, L);
+        else k4_ref_scales(search, x, 31, -0.5f, 0.1f, 15, y[i].scales, y[i].d, y[i].dmin, L);
         /* sub-block pair (2p, 2p + 1) shares qs[32 p ..]; their fifth bits
          * are bits 2p and 2p + 1 of qh[l] */
         memset(y[i].qh, 0, sizeof y[i].qh);
@@ -375,14 +419,21 @@ void lb__ggml_quantize_row_q5_k(const float *x, void *dst, size_t cols, const fl
 void lb__ggml_quantize_row_q6_k(const float *x, void *dst, size_t cols, const float *imatrix)
 {
     lb__block_q6_k *y = dst;
+    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
     int8_t L[LB__QK_K];
-    float scales[16];
+    uint8_t Lt[128];
+    float scales[16], xt[128], wt[128];
     for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K) {
         const float *qw = imatrix ? imatrix + LB__QK_K * i : NULL;
+        for (int h = 0; h < 2; ++h) {
+            /* the imatrix path weights by the imatrix alone (no sigma2) */
+            interleave8(x + 128 * h, 16, 16, 8, xt);
+            if (qw) interleave8(qw + 128 * h, 16, 16, 8, wt);
+            search->qx(16, 32, xt, qw ? wt : NULL, (int8_t *)Lt, scales + 8 * h);
+            deinterleave8(Lt, 16, 8, 16, (uint8_t *)L + 128 * h);
+        }
         float max_scale = 0, max_abs_scale = 0;
         for (int ib = 0; ib < 16; ++ib) {
-            /* the imatrix path weights by the imatrix alone (no sigma2) */
-            scales[ib] = lb__ggml_make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, qw ? qw + 16 * ib : NULL);
             float abs_scale = fabsf(scales[ib]);
             if (abs_scale > max_abs_scale) {
                 max_abs_scale = abs_scale;
@@ -420,34 +471,24 @@ void lb__ggml_quantize_row_q6_k(const float *x, void *dst, size_t cols, const fl
 /* ===== Classic types with an importance matrix =====
  * sigma2 is the mean square of the whole row (not of a super-block). */
 
-void lb__ggml_quantize_row_q4_0_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
+/* The searches of up to eight consecutive blocks of 32 at once: their
+ * importance weights, then the symmetric (qx: Q4_0, Q5_0) or asymmetric
+ * (qkx, make_qkx3_quants: Q4_1, Q5_1) search. Fills codes L[32 g + i],
+ * d[g] and (asymmetric) m[g] = -min for blocks g < groups. */
+static void classic_search(const lb__ggml_search8 *search, const float *x, const float *qw, float sigma2, int groups,
+                           int nmax, int asym, uint8_t *L, float *d, float *m)
 {
-    lb__block_q4_0 *y = dst;
-    float weight[LB__QK];
-    int8_t L[LB__QK];
-    const float sigma2 = sum_squares(x, cols) / (float)cols;
-    for (size_t ib = 0; ib < cols / LB__QK; ++ib) {
-        const float *xb = x + LB__QK * ib;
-        imatrix_weights(imatrix + LB__QK * ib, xb, sigma2, LB__QK, weight);
-        store_fp16(y[ib].d, lb__ggml_make_qx_quants(LB__QK, 8, xb, L, weight));
-        for (int j = 0; j < 16; ++j) y[ib].qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
-    }
-}
-
-void lb__ggml_quantize_row_q4_1_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
-{
-    lb__block_q4_1 *y = dst;
-    float weight[LB__QK];
-    uint8_t L[LB__QK], Laux[LB__QK];
-    const float sigma2 = sum_squares(x, cols) / (float)cols;
-    for (size_t ib = 0; ib < cols / LB__QK; ++ib) {
-        const float *xb = x + LB__QK * ib;
-        imatrix_weights(imatrix + LB__QK * ib, xb, sigma2, LB__QK, weight);
-        float min;
-        float d = lb__ggml_make_qkx3_quants(LB__QK, 15, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, 0);
-        store_fp16(y[ib].d, d);
-        store_fp16(y[ib].m, -min);
-        for (int j = 0; j < 16; ++j) y[ib].qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
+    float weight[8 * LB__QK], xt[8 * LB__QK], wt[8 * LB__QK], scale[8], min[8];
+    uint8_t Lt[8 * LB__QK];
+    for (int g = 0; g < groups; ++g) imatrix_weights(qw + LB__QK * g, x + LB__QK * g, sigma2, LB__QK, weight + LB__QK * g);
+    interleave8(x, LB__QK, LB__QK, groups, xt);
+    interleave8(weight, LB__QK, LB__QK, groups, wt);
+    if (asym) search->qkx(LB__QK, nmax, xt, wt, Lt, scale, min, -0.9f, 0.05f, 36, 0, 1);
+    else search->qx(LB__QK, nmax, xt, wt, (int8_t *)Lt, scale);
+    deinterleave8(Lt, LB__QK, groups, LB__QK, L);
+    for (int g = 0; g < groups; ++g) {
+        d[g] = scale[g];
+        if (asym) m[g] = -min[g];
     }
 }
 
@@ -463,35 +504,77 @@ static void pack_q5(const uint8_t *L, uint8_t qs[16], uint8_t qh[4])
     for (int b = 0; b < 4; ++b) qh[b] = (uint8_t)(h >> (8 * b));
 }
 
+typedef enum { CLASSIC_Q4_0, CLASSIC_Q4_1, CLASSIC_Q5_0, CLASSIC_Q5_1 } classic_type;
+
+static void classic_row(classic_type t, const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
+    int nmax = 0, asym = 0;
+    switch (t) {
+    case CLASSIC_Q4_0: nmax = 8; break;
+    case CLASSIC_Q4_1: nmax = 15, asym = 1; break;
+    case CLASSIC_Q5_0: nmax = 16; break;
+    case CLASSIC_Q5_1: nmax = 31, asym = 1; break;
+    }
+    /* sigma2 is the mean square of the whole row (not of a super-block) */
+    const float sigma2 = sum_squares(x, cols) / (float)cols;
+    const size_t nb = cols / LB__QK;
+    uint8_t L[8 * LB__QK];
+    float d[8], m[8];
+    for (size_t b0 = 0; b0 < nb; b0 += 8) {
+        int groups = nb - b0 < 8 ? (int)(nb - b0) : 8;
+        classic_search(search, x + LB__QK * b0, imatrix + LB__QK * b0, sigma2, groups, nmax, asym, L, d, m);
+        for (int g = 0; g < groups; ++g) {
+            const uint8_t *Lg = L + LB__QK * g;
+            const size_t ib = b0 + (size_t)g;
+            switch (t) {
+            case CLASSIC_Q4_0: {
+                lb__block_q4_0 *y = (lb__block_q4_0 *)dst + ib;
+                store_fp16(y->d, d[g]);
+                for (int j = 0; j < 16; ++j) y->qs[j] = (uint8_t)(Lg[j] | Lg[j + 16] << 4);
+                break;
+            }
+            case CLASSIC_Q4_1: {
+                lb__block_q4_1 *y = (lb__block_q4_1 *)dst + ib;
+                store_fp16(y->d, d[g]);
+                store_fp16(y->m, m[g]);
+                for (int j = 0; j < 16; ++j) y->qs[j] = (uint8_t)(Lg[j] | Lg[j + 16] << 4);
+                break;
+            }
+            case CLASSIC_Q5_0: {
+                lb__block_q5_0 *y = (lb__block_q5_0 *)dst + ib;
+                store_fp16(y->d, d[g]);
+                pack_q5(Lg, y->qs, y->qh);
+                break;
+            }
+            case CLASSIC_Q5_1: {
+                lb__block_q5_1 *y = (lb__block_q5_1 *)dst + ib;
+                store_fp16(y->d, d[g]);
+                store_fp16(y->m, m[g]);
+                pack_q5(Lg, y->qs, y->qh);
+                break;
+            }
+            }
+        }
+    }
+}
+
+void lb__ggml_quantize_row_q4_0_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    classic_row(CLASSIC_Q4_0, x, dst, cols, imatrix);
+}
+
+void lb__ggml_quantize_row_q4_1_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    classic_row(CLASSIC_Q4_1, x, dst, cols, imatrix);
+}
+
 void lb__ggml_quantize_row_q5_0_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
 {
-    lb__block_q5_0 *y = dst;
-    float weight[LB__QK];
-    int8_t L[LB__QK];
-    uint8_t U[LB__QK];
-    const float sigma2 = sum_squares(x, cols) / (float)cols;
-    for (size_t ib = 0; ib < cols / LB__QK; ++ib) {
-        const float *xb = x + LB__QK * ib;
-        imatrix_weights(imatrix + LB__QK * ib, xb, sigma2, LB__QK, weight);
-        store_fp16(y[ib].d, lb__ggml_make_qx_quants(LB__QK, 16, xb, L, weight));
-        for (int j = 0; j < LB__QK; ++j) U[j] = (uint8_t)L[j];
-        pack_q5(U, y[ib].qs, y[ib].qh);
-    }
+    classic_row(CLASSIC_Q5_0, x, dst, cols, imatrix);
 }
 
 void lb__ggml_quantize_row_q5_1_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
 {
-    lb__block_q5_1 *y = dst;
-    float weight[LB__QK];
-    uint8_t L[LB__QK], Laux[LB__QK];
-    const float sigma2 = sum_squares(x, cols) / (float)cols;
-    for (size_t ib = 0; ib < cols / LB__QK; ++ib) {
-        const float *xb = x + LB__QK * ib;
-        imatrix_weights(imatrix + LB__QK * ib, xb, sigma2, LB__QK, weight);
-        float min;
-        float d = lb__ggml_make_qkx3_quants(LB__QK, 31, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, 0);
-        store_fp16(y[ib].d, d);
-        store_fp16(y[ib].m, -min);
-        pack_q5(L, y[ib].qs, y[ib].qh);
-    }
+    classic_row(CLASSIC_Q5_1, x, dst, cols, imatrix);
 }

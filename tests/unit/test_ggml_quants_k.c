@@ -10,6 +10,8 @@
 #include "check.h"
 #include "io/ggml_blocks.h"
 #include "io/ggml_quants_k.h"
+#include "lowbit.h"
+#include "util/cpu.h"
 
 typedef void (*quant_fn)(const float *, void *, size_t, const float *);
 typedef void (*dequant_fn)(const void *, size_t, float *);
@@ -59,8 +61,53 @@ static double round_trip(size_t t, const float *x, const float *imatrix, uint8_t
     return sx > 0 ? sqrt(se / sx) : sqrt(se);
 }
 
+/* The AVX2 searches against their scalar twin: the same bytes for every
+ * type and path on rows with flat, zero, tiny and outlier sub-blocks. */
+static void isa_twins(void)
+{
+    const lb_isa best = lb_isa_detected();
+    if (lb__isa_x86(best) < LB_ISA_AVX2) {
+        printf("no AVX2 here: the twin check is skipped\n");
+        return;
+    }
+    static float x[COLS], im[COLS];
+    static uint8_t a[COLS], b[COLS];
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (int kind = 0; kind < 6; kind++) {
+            for (size_t i = 0; i < COLS; i++) {
+                float g = gaussian();
+                switch (kind) {
+                case 0: x[i] = g; break;
+                case 1: x[i] = (i / 16) % 3 == 0 ? 0.0f : g; break;          /* zero sub-blocks */
+                case 2: x[i] = (i / 32) % 2 ? 1.5f : g * 1e-3f; break;        /* constant blocks */
+                case 3: x[i] = i % 97 == 0 ? 200.0f : g; break;                /* outliers */
+                case 4: x[i] = fabsf(g) + 0.25f; break;                        /* no negative value */
+                default: x[i] = (float)((int)(g * 4)) * 0.5f; break;           /* ties */
+                }
+                im[i] = i % 7 == 0 ? 0.0f : (float)uniform() * 3;
+            }
+            for (int with = types[t].needs_imatrix; with <= 1; with++) {
+                const size_t nbytes = COLS / types[t].block * types[t].bytes;
+                lb_isa_set(LB_ISA_SCALAR);
+                types[t].quant(x, a, COLS, with ? im : NULL);
+                lb_isa_set(best);
+                types[t].quant(x, b, COLS, with ? im : NULL);
+                CHECK(memcmp(a, b, nbytes) == 0, "%s kind %d imatrix %d: AVX2 bytes differ from scalar", types[t].name,
+                      kind, with);
+            }
+        }
+    /* a row of 7 classic blocks: a partial batch of eight */
+    for (size_t i = 0; i < 7 * 32; i++) x[i] = gaussian();
+    lb_isa_set(LB_ISA_SCALAR);
+    lb__ggml_quantize_row_q5_1_imatrix(x, a, 7 * 32, im);
+    lb_isa_set(best);
+    lb__ggml_quantize_row_q5_1_imatrix(x, b, 7 * 32, im);
+    CHECK(memcmp(a, b, 7 * 24) == 0, "q5_1 partial batch: AVX2 bytes differ from scalar");
+}
+
 int main(void)
 {
+    isa_twins();
     static float x[COLS], y[COLS], im[COLS], ones[COLS];
     static uint8_t q[COLS]; /* at most one byte an element (Q6_K: 210 / 256) */
     for (size_t i = 0; i < COLS; i++) {

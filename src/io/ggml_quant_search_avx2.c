@@ -1,0 +1,182 @@
+/* AVX2 twin of the eight-group searches (ggml_quant_search.h): one group a
+ * lane, each lane doing the scalar function's operations in its order, so
+ * the results are the same bits. What makes that hold:
+ *   - ggml's `if (x < m) m = x` is vminps(x, m) and `if (x > m) m = x` is
+ *     vmaxps(x, m) (both return the second operand unless the compare
+ *     holds, which also keeps the scalar code's choice between -0 and +0);
+ *   - the scalar `if (v > 0) v = 0` is a blend (vminps would turn -0 into
+ *     +0);
+ *   - nearest_int's add-the-magic-number trick is the same three integer
+ *     and float operations; clamps are vpmaxsd/vpminsd;
+ *   - every sum runs over the elements in order, no FMA (vmulps then
+ *     vaddps; the file is compiled with -mfma but -ffp-contract=off and
+ *     no fused intrinsic is used);
+ *   - the scalar code's early returns and updates become per-lane masks,
+ *     a lane's garbage (a flat group's infinite scale) never reaching a
+ *     kept result. */
+#include "io/ggml_quant_search.h"
+
+#if defined(__x86_64__) && defined(__AVX2__)
+#include <immintrin.h>
+
+static inline __m256i nearest8(__m256 v)
+{
+    __m256 t = _mm256_add_ps(v, _mm256_set1_ps(12582912.f));
+    __m256i bits = _mm256_and_si256(_mm256_castps_si256(t), _mm256_set1_epi32(0x007FFFFF));
+    return _mm256_sub_epi32(bits, _mm256_set1_epi32(0x00400000));
+}
+
+static inline __m256i clamp8(__m256i v, int lo, int hi)
+{
+    return _mm256_min_epi32(_mm256_max_epi32(v, _mm256_set1_epi32(lo)), _mm256_set1_epi32(hi));
+}
+
+static inline __m256 abs8(__m256 v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
+
+static inline __m256 neg8(__m256 v) { return _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u))); }
+
+/* ((scale * l) + min - x), then |.| or squared */
+static inline __m256 err8(__m256 scale, __m256 lf, __m256 min, __m256 x, int use_mad)
+{
+    __m256 diff = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(scale, lf), min), x);
+    return use_mad ? abs8(diff) : _mm256_mul_ps(diff, diff);
+}
+
+static void store_codes_u8(const __m256i *l, int n, uint8_t *L)
+{
+    for (int i = 0; i < n; ++i) {
+        int32_t t[8];
+        _mm256_storeu_si256((__m256i *)t, l[i]);
+        for (int g = 0; g < 8; ++g) L[8 * i + g] = (uint8_t)t[g];
+    }
+}
+
+static void qkx8_avx2(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *scale_out,
+                      float *the_min, float rmin, float rdelta, int nstep, int use_mad, int flat_le)
+{
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 xs[32], ws[32];
+    __m256i best_l[32], aux[32];
+    for (int i = 0; i < n; ++i) {
+        xs[i] = _mm256_loadu_ps(x + 8 * i);
+        ws[i] = _mm256_loadu_ps(weights + 8 * i);
+    }
+    __m256 min = _mm256_loadu_ps(x), max = min, sum_w = _mm256_loadu_ps(weights);
+    __m256 sum_x = _mm256_mul_ps(sum_w, min);
+    for (int i = 1; i < n; ++i) {
+        min = _mm256_min_ps(xs[i], min);
+        max = _mm256_max_ps(xs[i], max);
+        sum_w = _mm256_add_ps(sum_w, ws[i]);
+        sum_x = _mm256_add_ps(sum_x, _mm256_mul_ps(ws[i], xs[i]));
+    }
+    min = _mm256_blendv_ps(min, zero, _mm256_cmp_ps(min, zero, _CMP_GT_OQ));
+    const __m256 flat = _mm256_cmp_ps(max, min, flat_le ? _CMP_LE_OQ : _CMP_EQ_OQ);
+    const __m256 flat_min = min;
+
+    __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)nmax), _mm256_sub_ps(max, min));
+    __m256 scale = _mm256_div_ps(_mm256_set1_ps(1.f), iscale);
+    __m256 best = zero;
+    for (int i = 0; i < n; ++i) {
+        best_l[i] = clamp8(nearest8(_mm256_mul_ps(iscale, _mm256_sub_ps(xs[i], min))), 0, nmax);
+        __m256 diff = err8(scale, _mm256_cvtepi32_ps(best_l[i]), min, xs[i], use_mad);
+        best = _mm256_add_ps(best, _mm256_mul_ps(ws[i], diff));
+    }
+    for (int is = 0; nstep >= 1 && is <= nstep; ++is) {
+        const float num = rmin + rdelta * (float)is + (float)nmax;
+        iscale = _mm256_div_ps(_mm256_set1_ps(num), _mm256_sub_ps(max, min));
+        __m256 sum_l = zero, sum_l2 = zero, sum_xl = zero;
+        for (int i = 0; i < n; ++i) {
+            aux[i] = clamp8(nearest8(_mm256_mul_ps(iscale, _mm256_sub_ps(xs[i], min))), 0, nmax);
+            __m256 lf = _mm256_cvtepi32_ps(aux[i]);
+            __m256 wl = _mm256_mul_ps(ws[i], lf);
+            sum_l = _mm256_add_ps(sum_l, wl);
+            sum_l2 = _mm256_add_ps(sum_l2, _mm256_mul_ps(wl, lf));
+            sum_xl = _mm256_add_ps(sum_xl, _mm256_mul_ps(wl, xs[i]));
+        }
+        __m256 D = _mm256_sub_ps(_mm256_mul_ps(sum_w, sum_l2), _mm256_mul_ps(sum_l, sum_l));
+        __m256 dpos = _mm256_cmp_ps(D, zero, _CMP_GT_OQ);
+        if (!_mm256_movemask_ps(dpos)) continue;
+        __m256 this_scale = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sum_w, sum_xl), _mm256_mul_ps(sum_x, sum_l)), D);
+        __m256 this_min = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sum_l2, sum_x), _mm256_mul_ps(sum_l, sum_xl)), D);
+        __m256 mpos = _mm256_cmp_ps(this_min, zero, _CMP_GT_OQ);
+        this_min = _mm256_blendv_ps(this_min, zero, mpos);
+        this_scale = _mm256_blendv_ps(this_scale, _mm256_div_ps(sum_xl, sum_l2), mpos);
+        __m256 cur = zero;
+        for (int i = 0; i < n; ++i) {
+            __m256 diff = err8(this_scale, _mm256_cvtepi32_ps(aux[i]), this_min, xs[i], use_mad);
+            cur = _mm256_add_ps(cur, _mm256_mul_ps(ws[i], diff));
+        }
+        __m256 upd = _mm256_and_ps(dpos, _mm256_cmp_ps(cur, best, _CMP_LT_OQ));
+        if (!_mm256_movemask_ps(upd)) continue;
+        __m256i updi = _mm256_castps_si256(upd);
+        for (int i = 0; i < n; ++i) best_l[i] = _mm256_blendv_epi8(best_l[i], aux[i], updi);
+        best = _mm256_blendv_ps(best, cur, upd);
+        scale = _mm256_blendv_ps(scale, this_scale, upd);
+        min = _mm256_blendv_ps(min, this_min, upd);
+    }
+    /* flat groups: codes 0, scale 0, the min as found */
+    __m256i flati = _mm256_castps_si256(flat);
+    for (int i = 0; i < n; ++i) best_l[i] = _mm256_andnot_si256(flati, best_l[i]);
+    _mm256_storeu_ps(scale_out, _mm256_blendv_ps(scale, zero, flat));
+    _mm256_storeu_ps(the_min, neg8(_mm256_blendv_ps(min, flat_min, flat)));
+    store_codes_u8(best_l, n, L);
+}
+
+static void qx8_avx2(int n, int nmax, const float *x, const float *qw, int8_t *L, float *scale_out)
+{
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 xs[32], ws[32];
+    __m256i best_l[32], aux[32];
+    __m256 max = zero, amax = zero;
+    for (int i = 0; i < n; ++i) {
+        xs[i] = _mm256_loadu_ps(x + 8 * i);
+        ws[i] = qw ? _mm256_loadu_ps(qw + 8 * i) : _mm256_mul_ps(xs[i], xs[i]);
+        __m256 ax = abs8(xs[i]);
+        __m256 gt = _mm256_cmp_ps(ax, amax, _CMP_GT_OQ);
+        amax = _mm256_blendv_ps(amax, ax, gt);
+        max = _mm256_blendv_ps(max, xs[i], gt);
+    }
+    const __m256 small = _mm256_cmp_ps(amax, _mm256_set1_ps(LB__GGML_GROUP_EPS), _CMP_LT_OQ);
+    const __m256i vn = _mm256_set1_epi32(nmax);
+    __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)-nmax), max);
+    __m256 sumlx = zero, suml2 = zero;
+    for (int i = 0; i < n; ++i) {
+        __m256i l = clamp8(nearest8(_mm256_mul_ps(iscale, xs[i])), -nmax, nmax - 1);
+        best_l[i] = _mm256_add_epi32(l, vn);
+        __m256 lf = _mm256_cvtepi32_ps(l);
+        sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(_mm256_mul_ps(ws[i], xs[i]), lf));
+        suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(ws[i], lf), lf));
+    }
+    /* suml2 ? sumlx / suml2 : 0 (NaN counts as true, as in C) */
+    __m256 scale = _mm256_blendv_ps(zero, _mm256_div_ps(sumlx, suml2), _mm256_cmp_ps(suml2, zero, _CMP_NEQ_UQ));
+    __m256 best = _mm256_mul_ps(scale, sumlx);
+    for (int is = -9; is <= 9; ++is) {
+        if (is == 0) continue;
+        iscale = _mm256_div_ps(_mm256_set1_ps(-((float)nmax + 0.1f * (float)is)), max);
+        sumlx = suml2 = zero;
+        for (int i = 0; i < n; ++i) {
+            __m256i l = clamp8(nearest8(_mm256_mul_ps(iscale, xs[i])), -nmax, nmax - 1);
+            aux[i] = l;
+            __m256 lf = _mm256_cvtepi32_ps(l);
+            sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(_mm256_mul_ps(ws[i], xs[i]), lf));
+            suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(ws[i], lf), lf));
+        }
+        __m256 upd = _mm256_and_ps(_mm256_cmp_ps(suml2, zero, _CMP_GT_OQ),
+                                   _mm256_cmp_ps(_mm256_mul_ps(sumlx, sumlx), _mm256_mul_ps(best, suml2), _CMP_GT_OQ));
+        if (!_mm256_movemask_ps(upd)) continue;
+        __m256i updi = _mm256_castps_si256(upd);
+        for (int i = 0; i < n; ++i) best_l[i] = _mm256_blendv_epi8(best_l[i], _mm256_add_epi32(aux[i], vn), updi);
+        __m256 s = _mm256_div_ps(sumlx, suml2);
+        scale = _mm256_blendv_ps(scale, s, upd);
+        best = _mm256_blendv_ps(best, _mm256_mul_ps(s, sumlx), upd);
+    }
+    __m256i smalli = _mm256_castps_si256(small);
+    for (int i = 0; i < n; ++i) best_l[i] = _mm256_andnot_si256(smalli, best_l[i]);
+    _mm256_storeu_ps(scale_out, _mm256_blendv_ps(scale, zero, small));
+    store_codes_u8(best_l, n, (uint8_t *)L);
+}
+
+const lb__ggml_search8 lb__ggml_search8_avx2 = {qkx8_avx2, qx8_avx2};
+#else
+const lb__ggml_search8 lb__ggml_search8_avx2 = {0};
+#endif
