@@ -297,7 +297,24 @@ static void qx8_scalar(int n, int nmax, const float *x, const float *qw, int8_t 
     }
 }
 
-const lb__ggml_search8 lb__ggml_search8_scalar = {qkx8_scalar, qx8_scalar};
+static void q3_8_scalar(int n, int nmax, const float *x, int8_t *L, float *scale)
+{
+    float xs[32] = {0}; /* n <= 32 are set; the rest quiets a warning */
+    int8_t Ls[32];
+    for (int g = 0; g < 8; ++g) {
+        for (int i = 0; i < n; ++i) xs[i] = x[8 * i + g];
+        scale[g] = lb__ggml_make_q3_quants(n, nmax, xs, Ls, 1);
+        for (int i = 0; i < n; ++i) L[8 * i + g] = Ls[i];
+    }
+}
+
+static void requant_scalar(const float *x, int n, float d, float m, int add_m, int lo, int hi, int offset, uint8_t *L)
+{
+    for (int i = 0; i < n; ++i)
+        L[i] = (uint8_t)(clamp_int(lb__nearest_int((add_m ? x[i] + m : x[i]) / d), lo, hi) + offset);
+}
+
+const lb__ggml_search8 lb__ggml_search8_scalar = {qkx8_scalar, qx8_scalar, q3_8_scalar, requant_scalar};
 
 const lb__ggml_search8 *lb__ggml_search8_get(lb_isa isa)
 {

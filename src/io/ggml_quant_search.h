@@ -78,6 +78,13 @@ typedef struct {
                 float rmin, float rdelta, int nstep, int use_mad, int flat_le);
     /* make_qx_quants (rmse_type 1): weights qw, or x^2 when qw is NULL */
     void (*qx)(int n, int nmax, const float *x, const float *qw, int8_t *L, float *scale);
+    /* make_q3_quants with do_rmse */
+    void (*q3)(int n, int nmax, const float *x, int8_t *L, float *scale);
+    /* Not a search, one run of n (a multiple of 8) values with one scale:
+     * L[i] = clamp(nearest_int((x[i] + m) / d), lo, hi) + offset, the
+     * requantization with the rounded scales ((x[i] / d) when add_m is 0,
+     * as Q3_K and Q6_K write it). */
+    void (*requant)(const float *x, int n, float d, float m, int add_m, int lo, int hi, int offset, uint8_t *L);
 } lb__ggml_search8;
 
 /* The set for isa (x86 levels from AVX2 up get the AVX2 one when it was

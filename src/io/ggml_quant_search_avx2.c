@@ -176,7 +176,79 @@ static void qx8_avx2(int n, int nmax, const float *x, const float *qw, int8_t *L
     store_codes_u8(best_l, n, (uint8_t *)L);
 }
 
-const lb__ggml_search8 lb__ggml_search8_avx2 = {qkx8_avx2, qx8_avx2};
+static void q3_8_avx2(int n, int nmax, const float *x, int8_t *L, float *scale_out)
+{
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 xs[32], ws[32], wx[32];
+    __m256i ls[32];
+    __m256 max = zero, amax = zero;
+    for (int i = 0; i < n; ++i) {
+        xs[i] = _mm256_loadu_ps(x + 8 * i);
+        ws[i] = _mm256_mul_ps(xs[i], xs[i]);
+        wx[i] = _mm256_mul_ps(ws[i], xs[i]);
+        __m256 ax = abs8(xs[i]);
+        __m256 gt = _mm256_cmp_ps(ax, amax, _CMP_GT_OQ);
+        amax = _mm256_blendv_ps(amax, ax, gt);
+        max = _mm256_blendv_ps(max, xs[i], gt);
+    }
+    const __m256 small = _mm256_cmp_ps(amax, _mm256_set1_ps(LB__GGML_GROUP_EPS), _CMP_LT_OQ);
+    const __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)-nmax), max);
+    __m256 sumlx = zero, suml2 = zero;
+    for (int i = 0; i < n; ++i) {
+        ls[i] = clamp8(nearest8(_mm256_mul_ps(iscale, xs[i])), -nmax, nmax - 1);
+        __m256 lf = _mm256_cvtepi32_ps(ls[i]);
+        sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(wx[i], lf));
+        suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(ws[i], lf), lf));
+    }
+    /* A lane whose pass changed nothing would change nothing in the next
+     * (same state, same arithmetic), so running every lane until none
+     * changes, at most 5 passes, is each lane's own loop. */
+    for (int itry = 0; itry < 5; ++itry) {
+        __m256 changed = zero;
+        for (int i = 0; i < n; ++i) {
+            __m256 lf = _mm256_cvtepi32_ps(ls[i]);
+            __m256 slx = _mm256_sub_ps(sumlx, _mm256_mul_ps(wx[i], lf));
+            __m256 m1 = _mm256_cmp_ps(slx, zero, _CMP_GT_OQ);
+            if (!_mm256_movemask_ps(m1)) continue;
+            __m256 sl2 = _mm256_sub_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(ws[i], lf), lf));
+            __m256i nl = clamp8(nearest8(_mm256_div_ps(_mm256_mul_ps(xs[i], sl2), slx)), -nmax, nmax - 1);
+            __m256 m2 = _mm256_castsi256_ps(_mm256_xor_si256(_mm256_cmpeq_epi32(nl, ls[i]), _mm256_set1_epi32(-1)));
+            __m256 nlf = _mm256_cvtepi32_ps(nl);
+            slx = _mm256_add_ps(slx, _mm256_mul_ps(wx[i], nlf));
+            sl2 = _mm256_add_ps(sl2, _mm256_mul_ps(_mm256_mul_ps(ws[i], nlf), nlf));
+            __m256 m3 = _mm256_and_ps(_mm256_cmp_ps(sl2, zero, _CMP_GT_OQ),
+                                      _mm256_cmp_ps(_mm256_mul_ps(_mm256_mul_ps(slx, slx), suml2),
+                                                    _mm256_mul_ps(_mm256_mul_ps(sumlx, sumlx), sl2), _CMP_GT_OQ));
+            __m256 upd = _mm256_and_ps(_mm256_and_ps(m1, m2), m3);
+            ls[i] = _mm256_blendv_epi8(ls[i], nl, _mm256_castps_si256(upd));
+            sumlx = _mm256_blendv_ps(sumlx, slx, upd);
+            suml2 = _mm256_blendv_ps(suml2, sl2, upd);
+            changed = _mm256_or_ps(changed, upd);
+        }
+        if (!_mm256_movemask_ps(changed)) break;
+    }
+    const __m256i vn = _mm256_set1_epi32(nmax), smalli = _mm256_castps_si256(small);
+    for (int i = 0; i < n; ++i) ls[i] = _mm256_andnot_si256(smalli, _mm256_add_epi32(ls[i], vn));
+    __m256 scale = _mm256_blendv_ps(zero, _mm256_div_ps(sumlx, suml2), _mm256_cmp_ps(suml2, zero, _CMP_GT_OQ));
+    _mm256_storeu_ps(scale_out, _mm256_blendv_ps(scale, zero, small));
+    store_codes_u8(ls, n, (uint8_t *)L);
+}
+
+static void requant_avx2(const float *x, int n, float d, float m, int add_m, int lo, int hi, int offset, uint8_t *L)
+{
+    const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
+    const __m256i voff = _mm256_set1_epi32(offset);
+    for (int i = 0; i < n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        if (add_m) v = _mm256_add_ps(v, vm);
+        __m256i q = _mm256_add_epi32(clamp8(nearest8(_mm256_div_ps(v, vd)), lo, hi), voff);
+        /* codes fit a byte: pack 8 int32 to 8 bytes without saturating */
+        __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+        _mm_storel_epi64((__m128i *)(L + i), _mm_packus_epi16(q16, q16));
+    }
+}
+
+const lb__ggml_search8 lb__ggml_search8_avx2 = {qkx8_avx2, qx8_avx2, q3_8_avx2, requant_avx2};
 #else
 const lb__ggml_search8 lb__ggml_search8_avx2 = {0};
 #endif

@@ -86,14 +86,14 @@ static void pack_2bit(const uint8_t *L, uint8_t *qs)
 /* With the scales and super-block scales stored: recompute each sub-block's
  * codes from the rounded scales (a sub-block whose scale rounds to zero
  * keeps its search codes), then pack them. */
-static void q2_k_finish(const float *x, lb__block_q2_k *y, float dm, float mm, uint8_t *L)
+static void q2_k_finish(const lb__ggml_search8 *search, const float *x, lb__block_q2_k *y, float dm, float mm,
+                        uint8_t *L)
 {
     for (int j = 0; j < LB__QK_K / 16; ++j) {
         const float d = dm * (float)(y->scales[j] & 0xF);
         if (!d) continue;
         const float m = mm * (float)(y->scales[j] >> 4);
-        for (int ii = 0; ii < 16; ++ii)
-            L[16 * j + ii] = (uint8_t)clamp_int(lb__nearest_int((x[16 * j + ii] + m) / d), 0, 3);
+        search->requant(x + 16 * j, 16, d, m, 1, 0, 3, 0, L + 16 * j);
     }
     pack_2bit(L, y->qs);
 }
@@ -131,7 +131,7 @@ static void q2_k_ref_block(const lb__ggml_search8 *search, const float *x, lb__b
     } else {
         mm = store_fp16(y->dmin, 0.f);
     }
-    q2_k_finish(x, y, dm, mm, L);
+    q2_k_finish(search, x, y, dm, mm, L);
 }
 
 static void q2_k_imatrix_block(const lb__ggml_search8 *search, const float *x, const float *qw, lb__block_q2_k *y)
@@ -154,7 +154,7 @@ static void q2_k_imatrix_block(const lb__ggml_search8 *search, const float *x, c
     dm = store_fp16(y->d, dm);
     mm = store_fp16(y->dmin, mm);
     for (int j = 0; j < LB__QK_K / 16; ++j) y->scales[j] = (uint8_t)(Ls[j] | Lm[j] << 4);
-    q2_k_finish(x, y, dm, mm, L);
+    q2_k_finish(search, x, y, dm, mm, L);
 }
 
 void lb__ggml_quantize_row_q2_k(const float *x, void *dst, size_t cols, const float *imatrix)
@@ -185,7 +185,7 @@ static void q3_k_put_scales(const int *ls, uint8_t scales[12])
 /* With scales and d stored: requantize each sub-block with its rounded
  * scale (codes 0..7 for -4..3; a zero scale keeps the search codes), move
  * the high bit of each code into hmask, pack the low two bits. */
-static void q3_k_finish(const float *x, lb__block_q3_k *y, int8_t *L)
+static void q3_k_finish(const lb__ggml_search8 *search, const float *x, lb__block_q3_k *y, int8_t *L)
 {
     const float d_all = lb__fp16_to_f32(lb__le16(y->d));
     for (int j = 0; j < 16; ++j) {
@@ -193,8 +193,7 @@ static void q3_k_finish(const float *x, lb__block_q3_k *y, int8_t *L)
         int sc = (lo | ((y->scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
         float d = d_all * (float)sc;
         if (!d) continue;
-        for (int ii = 0; ii < 16; ++ii)
-            L[16 * j + ii] = (int8_t)(clamp_int(lb__nearest_int(x[16 * j + ii] / d), -4, 3) + 4);
+        search->requant(x + 16 * j, 16, d, 0.f, 0, -4, 3, 4, (uint8_t *)L + 16 * j);
     }
     memset(y->hmask, 0, sizeof y->hmask);
     uint8_t low[LB__QK_K];
@@ -210,13 +209,18 @@ static void q3_k_finish(const float *x, lb__block_q3_k *y, int8_t *L)
     pack_2bit(low, y->qs);
 }
 
-static void q3_k_ref_block(const float *x, lb__block_q3_k *y)
+static void q3_k_ref_block(const lb__ggml_search8 *search, const float *x, lb__block_q3_k *y)
 {
     int8_t L[LB__QK_K];
-    float scales[16];
+    uint8_t Lt[128];
+    float scales[16], xt[128];
+    for (int h = 0; h < 2; ++h) {
+        interleave8(x + 128 * h, 16, 16, 8, xt);
+        search->q3(16, 4, xt, (int8_t *)Lt, scales + 8 * h);
+        deinterleave8(Lt, 16, 8, 16, (uint8_t *)L + 128 * h);
+    }
     float max_scale = 0, amax = 0;
     for (int j = 0; j < 16; ++j) {
-        scales[j] = lb__ggml_make_q3_quants(16, 4, x + 16 * j, L + 16 * j, 1);
         float scale = fabsf(scales[j]);
         if (scale > amax) {
             amax = scale;
@@ -237,7 +241,7 @@ static void q3_k_ref_block(const float *x, lb__block_q3_k *y)
         memset(y->scales, 0, sizeof y->scales);
         store_fp16(y->d, 0.f);
     }
-    q3_k_finish(x, y, L);
+    q3_k_finish(search, x, y, L);
 }
 
 static void q3_k_imatrix_block(const lb__ggml_search8 *search, const float *x, const float *qw, lb__block_q3_k *y)
@@ -261,7 +265,7 @@ static void q3_k_imatrix_block(const lb__ggml_search8 *search, const float *x, c
     for (int j = 0; j < 16; ++j) ls[j] = Ls[j];
     q3_k_put_scales(ls, y->scales);
     store_fp16(y->d, d_block);
-    q3_k_finish(x, y, L);
+    q3_k_finish(search, x, y, L);
 }
 
 void lb__ggml_quantize_row_q3_k(const float *x, void *dst, size_t cols, const float *imatrix)
@@ -270,7 +274,7 @@ void lb__ggml_quantize_row_q3_k(const float *x, void *dst, size_t cols, const fl
     const lb__ggml_search8 *search = SEARCH(lb_isa_active());
     for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K)
         if (imatrix) q3_k_imatrix_block(search, x, imatrix + LB__QK_K * i, &y[i]);
-        else q3_k_ref_block(x, &y[i]);
+        else q3_k_ref_block(search, x, &y[i]);
 }
 
 /* ===== Q4_K and Q5_K ===== */
@@ -303,7 +307,8 @@ static void k4_get_scale_min(int j, const uint8_t *q, int *d, int *m)
 
 /* Requantize the eight sub-blocks of 32 to codes 0..nmax with the stored
  * (fp16-rounded) scales; a zero scale keeps the search codes. */
-static void k4_requantize(const float *x, const uint8_t scales[12], float d_all, float dmin_all, int nmax, uint8_t *L)
+static void k4_requantize(const lb__ggml_search8 *search, const float *x, const uint8_t scales[12], float d_all,
+                          float dmin_all, int nmax, uint8_t *L)
 {
     for (int j = 0; j < 8; ++j) {
         int sc, m;
@@ -311,8 +316,7 @@ static void k4_requantize(const float *x, const uint8_t scales[12], float d_all,
         const float d = d_all * (float)sc;
         if (!d) continue;
         const float dm = dmin_all * (float)m;
-        for (int ii = 0; ii < 32; ++ii)
-            L[32 * j + ii] = (uint8_t)clamp_int(lb__nearest_int((x[32 * j + ii] + dm) / d), 0, nmax);
+        search->requant(x + 32 * j, 32, d, dm, 1, 0, nmax, 0, L + 32 * j);
     }
 }
 
@@ -349,7 +353,7 @@ static void k4_ref_scales(const lb__ggml_search8 *search, const float *x, int nm
     k4_put_scales(ls, lm, scales12);
     float d = store_fp16(d16, max_scale / 63.f);
     float dmin = store_fp16(dmin16, max_min / 63.f);
-    k4_requantize(x, scales12, d, dmin, nmax, L);
+    k4_requantize(search, x, scales12, d, dmin, nmax, L);
 }
 
 /* The imatrix path's search, shared by Q4_K and Q5_K (cap63: Q5_K caps the
@@ -378,7 +382,7 @@ static void k4_imatrix_scales(const lb__ggml_search8 *search, const float *x, co
     k4_put_scales(Ls, Lm, scales12);
     float d = store_fp16(d16, d_block);
     float dmin = store_fp16(dmin16, m_block);
-    k4_requantize(x, scales12, d, dmin, nmax, L);
+    k4_requantize(search, x, scales12, d, dmin, nmax, L);
 }
 
 void lb__ggml_quantize_row_q4_k(const float *x, void *dst, size_t cols, const float *imatrix)
@@ -453,8 +457,7 @@ void lb__ggml_quantize_row_q6_k(const float *x, void *dst, size_t cols, const fl
         for (int j = 0; j < 16; ++j) {
             float d = d_all * (float)y[i].scales[j];
             if (!d) continue;
-            for (int ii = 0; ii < 16; ++ii)
-                L[16 * j + ii] = (int8_t)(clamp_int(lb__nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
+            search->requant(x + 16 * j, 16, d, 0.f, 0, -32, 31, 32, (uint8_t *)L + 16 * j);
         }
         for (int h = 0; h < 2; ++h) {
             const int8_t *Lh = L + 128 * h;
