@@ -314,7 +314,13 @@ static void requant_scalar(const float *x, int n, float d, float m, int add_m, i
         L[i] = (uint8_t)(clamp_int(lb__nearest_int((add_m ? x[i] + m : x[i]) / d), lo, hi) + offset);
 }
 
-const lb__ggml_search8 lb__ggml_search8_scalar = {qkx8_scalar, qx8_scalar, q3_8_scalar, requant_scalar};
+static void imatrix_weights_scalar(const float *qw, const float *x, float sigma2, int n, float *w)
+{
+    for (int i = 0; i < n; ++i) w[i] = qw[i] * sqrtf(sigma2 + x[i] * x[i]);
+}
+
+const lb__ggml_search8 lb__ggml_search8_scalar = {qkx8_scalar, qx8_scalar, q3_8_scalar, requant_scalar,
+                                                  imatrix_weights_scalar};
 
 const lb__ggml_search8 *lb__ggml_search8_get(lb_isa isa)
 {

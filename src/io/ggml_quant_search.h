@@ -85,6 +85,9 @@ typedef struct {
      * requantization with the rounded scales ((x[i] / d) when add_m is 0,
      * as Q3_K and Q6_K write it). */
     void (*requant)(const float *x, int n, float d, float m, int add_m, int lo, int hi, int offset, uint8_t *L);
+    /* ggml's importance weights w[i] = qw[i] * sqrtf(sigma2 + x[i] * x[i]),
+     * n a multiple of 8 (elementwise; sqrt is correctly rounded either way) */
+    void (*imatrix_weights)(const float *qw, const float *x, float sigma2, int n, float *w);
 } lb__ggml_search8;
 
 /* The set for isa (x86 levels from AVX2 up get the AVX2 one when it was

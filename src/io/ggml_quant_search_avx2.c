@@ -122,29 +122,39 @@ static void qkx8_avx2(int n, int nmax, const float *x, const float *weights, uin
     store_codes_u8(best_l, n, L);
 }
 
+/* make_qx_quants' codes need no integer trip: v = iscale * x with
+ * |x| <= |max| and |iscale| <= (nmax + 0.9) / |max| stays far below 2^22,
+ * where nearest_int(v) is exactly the float (v + 1.5 * 2^23) - 1.5 * 2^23
+ * (round to nearest even), and clamping that float is clamping the int.
+ * (A group below GROUP_EPS may overflow; its lanes are discarded.) */
+static inline __m256 qx_code(__m256 iscale, __m256 x, __m256 lo, __m256 hi)
+{
+    const __m256 magic = _mm256_set1_ps(12582912.f);
+    __m256 r = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(iscale, x), magic), magic);
+    return _mm256_min_ps(_mm256_max_ps(r, lo), hi);
+}
+
 static void qx8_avx2(int n, int nmax, const float *x, const float *qw, int8_t *L, float *scale_out)
 {
     const __m256 zero = _mm256_setzero_ps();
-    __m256 xs[32], ws[32];
-    __m256i best_l[32], aux[32];
+    const __m256 lo = _mm256_set1_ps((float)-nmax), hi = _mm256_set1_ps((float)(nmax - 1));
+    __m256 xs[32], ws[32], wx[32], best_l[32], aux[32];
     __m256 max = zero, amax = zero;
     for (int i = 0; i < n; ++i) {
         xs[i] = _mm256_loadu_ps(x + 8 * i);
         ws[i] = qw ? _mm256_loadu_ps(qw + 8 * i) : _mm256_mul_ps(xs[i], xs[i]);
+        wx[i] = _mm256_mul_ps(ws[i], xs[i]); /* ggml's w * x[i] * l is (w * x[i]) * l */
         __m256 ax = abs8(xs[i]);
         __m256 gt = _mm256_cmp_ps(ax, amax, _CMP_GT_OQ);
         amax = _mm256_blendv_ps(amax, ax, gt);
         max = _mm256_blendv_ps(max, xs[i], gt);
     }
     const __m256 small = _mm256_cmp_ps(amax, _mm256_set1_ps(LB__GGML_GROUP_EPS), _CMP_LT_OQ);
-    const __m256i vn = _mm256_set1_epi32(nmax);
     __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)-nmax), max);
     __m256 sumlx = zero, suml2 = zero;
     for (int i = 0; i < n; ++i) {
-        __m256i l = clamp8(nearest8(_mm256_mul_ps(iscale, xs[i])), -nmax, nmax - 1);
-        best_l[i] = _mm256_add_epi32(l, vn);
-        __m256 lf = _mm256_cvtepi32_ps(l);
-        sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(_mm256_mul_ps(ws[i], xs[i]), lf));
+        __m256 lf = best_l[i] = qx_code(iscale, xs[i], lo, hi);
+        sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(wx[i], lf));
         suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(ws[i], lf), lf));
     }
     /* suml2 ? sumlx / suml2 : 0 (NaN counts as true, as in C) */
@@ -155,25 +165,24 @@ static void qx8_avx2(int n, int nmax, const float *x, const float *qw, int8_t *L
         iscale = _mm256_div_ps(_mm256_set1_ps(-((float)nmax + 0.1f * (float)is)), max);
         sumlx = suml2 = zero;
         for (int i = 0; i < n; ++i) {
-            __m256i l = clamp8(nearest8(_mm256_mul_ps(iscale, xs[i])), -nmax, nmax - 1);
-            aux[i] = l;
-            __m256 lf = _mm256_cvtepi32_ps(l);
-            sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(_mm256_mul_ps(ws[i], xs[i]), lf));
+            __m256 lf = aux[i] = qx_code(iscale, xs[i], lo, hi);
+            sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(wx[i], lf));
             suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(ws[i], lf), lf));
         }
         __m256 upd = _mm256_and_ps(_mm256_cmp_ps(suml2, zero, _CMP_GT_OQ),
                                    _mm256_cmp_ps(_mm256_mul_ps(sumlx, sumlx), _mm256_mul_ps(best, suml2), _CMP_GT_OQ));
         if (!_mm256_movemask_ps(upd)) continue;
-        __m256i updi = _mm256_castps_si256(upd);
-        for (int i = 0; i < n; ++i) best_l[i] = _mm256_blendv_epi8(best_l[i], _mm256_add_epi32(aux[i], vn), updi);
+        for (int i = 0; i < n; ++i) best_l[i] = _mm256_blendv_ps(best_l[i], aux[i], upd);
         __m256 s = _mm256_div_ps(sumlx, suml2);
         scale = _mm256_blendv_ps(scale, s, upd);
         best = _mm256_blendv_ps(best, _mm256_mul_ps(s, sumlx), upd);
     }
-    __m256i smalli = _mm256_castps_si256(small);
-    for (int i = 0; i < n; ++i) best_l[i] = _mm256_andnot_si256(smalli, best_l[i]);
+    const __m256i vn = _mm256_set1_epi32(nmax), smalli = _mm256_castps_si256(small);
+    __m256i codes[32];
+    for (int i = 0; i < n; ++i)
+        codes[i] = _mm256_andnot_si256(smalli, _mm256_add_epi32(_mm256_cvtps_epi32(best_l[i]), vn));
     _mm256_storeu_ps(scale_out, _mm256_blendv_ps(scale, zero, small));
-    store_codes_u8(best_l, n, (uint8_t *)L);
+    store_codes_u8(codes, n, (uint8_t *)L);
 }
 
 static void q3_8_avx2(int n, int nmax, const float *x, int8_t *L, float *scale_out)
@@ -248,7 +257,17 @@ static void requant_avx2(const float *x, int n, float d, float m, int add_m, int
     }
 }
 
-const lb__ggml_search8 lb__ggml_search8_avx2 = {qkx8_avx2, qx8_avx2, q3_8_avx2, requant_avx2};
+static void imatrix_weights_avx2(const float *qw, const float *x, float sigma2, int n, float *w)
+{
+    const __m256 s2 = _mm256_set1_ps(sigma2);
+    for (int i = 0; i < n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256 r = _mm256_sqrt_ps(_mm256_add_ps(s2, _mm256_mul_ps(v, v)));
+        _mm256_storeu_ps(w + i, _mm256_mul_ps(_mm256_loadu_ps(qw + i), r));
+    }
+}
+
+const lb__ggml_search8 lb__ggml_search8_avx2 = {qkx8_avx2, qx8_avx2, q3_8_avx2, requant_avx2, imatrix_weights_avx2};
 #else
 const lb__ggml_search8 lb__ggml_search8_avx2 = {0};
 #endif

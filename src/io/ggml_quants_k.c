@@ -41,13 +41,6 @@ static float sum_squares(const float *x, size_t n)
     return s;
 }
 
-/* Importance weights qw[l] * sqrt(sigma2 + x[l]^2), ggml's weighting for
- * every imatrix path here. */
-static inline void imatrix_weights(const float *qw, const float *x, float sigma2, int n, float *w)
-{
-    for (int l = 0; l < n; ++l) w[l] = qw[l] * sqrtf(sigma2 + x[l] * x[l]);
-}
-
 static inline float sum_floats(const float *w, int n)
 {
     float s = 0;
@@ -139,10 +132,8 @@ static void q2_k_imatrix_block(const lb__ggml_search8 *search, const float *x, c
     uint8_t L[LB__QK_K], Lt[128], Ls[LB__QK_K / 16], Lm[LB__QK_K / 16];
     float weight[LB__QK_K], xt[128], wt[128], mins[LB__QK_K / 16], scales[LB__QK_K / 16], sw[LB__QK_K / 16];
     const float sigma2 = sum_squares(x, LB__QK_K) / LB__QK_K;
-    for (int j = 0; j < LB__QK_K / 16; ++j) {
-        imatrix_weights(qw + 16 * j, x + 16 * j, sigma2, 16, weight + 16 * j);
-        sw[j] = sum_floats(weight + 16 * j, 16);
-    }
+    search->imatrix_weights(qw, x, sigma2, LB__QK_K, weight);
+    for (int j = 0; j < LB__QK_K / 16; ++j) sw[j] = sum_floats(weight + 16 * j, 16);
     for (int h = 0; h < 2; ++h) {
         interleave8(x + 128 * h, 16, 16, 8, xt);
         interleave8(weight + 128 * h, 16, 16, 8, wt);
@@ -195,17 +186,16 @@ static void q3_k_finish(const lb__ggml_search8 *search, const float *x, lb__bloc
         if (!d) continue;
         search->requant(x + 16 * j, 16, d, 0.f, 0, -4, 3, 4, (uint8_t *)L + 16 * j);
     }
-    memset(y->hmask, 0, sizeof y->hmask);
+    /* codes are 0..7: element j's bit 2 goes to bit j / 32 of hmask[j % 32]
+     * (branch-free: the bit is data, and mispredicted branches cost more
+     * than the search) */
     uint8_t low[LB__QK_K];
-    for (int j = 0; j < LB__QK_K; ++j) {
-        /* element j's high bit goes to bit j / 32 of hmask[j % 32] */
-        if (L[j] > 3) {
-            y->hmask[j % 32] = (uint8_t)(y->hmask[j % 32] | 1u << (j / 32));
-            low[j] = (uint8_t)(L[j] - 4);
-        } else {
-            low[j] = (uint8_t)L[j];
-        }
+    for (int l = 0; l < 32; ++l) {
+        unsigned h = 0;
+        for (int b = 0; b < 8; ++b) h |= (unsigned)(L[32 * b + l] >> 2 & 1) << b;
+        y->hmask[l] = (uint8_t)h;
     }
+    for (int j = 0; j < LB__QK_K; ++j) low[j] = (uint8_t)(L[j] & 3);
     pack_2bit(low, y->qs);
 }
 
@@ -250,10 +240,8 @@ static void q3_k_imatrix_block(const lb__ggml_search8 *search, const float *x, c
     uint8_t Lt[128];
     float scales[16], weight[LB__QK_K], sw[16], xt[128], wt[128];
     const float sigma2 = 2 * sum_squares(x, LB__QK_K) / LB__QK_K;
-    for (int j = 0; j < 16; ++j) {
-        imatrix_weights(qw + 16 * j, x + 16 * j, sigma2, 16, weight + 16 * j);
-        sw[j] = sum_floats(weight + 16 * j, 16);
-    }
+    search->imatrix_weights(qw, x, sigma2, LB__QK_K, weight);
+    for (int j = 0; j < 16; ++j) sw[j] = sum_floats(weight + 16 * j, 16);
     for (int h = 0; h < 2; ++h) {
         interleave8(x + 128 * h, 16, 16, 8, xt);
         interleave8(weight + 128 * h, 16, 16, 8, wt);
@@ -364,10 +352,8 @@ static void k4_imatrix_scales(const lb__ggml_search8 *search, const float *x, co
     uint8_t Ls[8], Lm[8], Lt[LB__QK_K];
     float weights[LB__QK_K], sw[8], mins[8], scales[8], xt[LB__QK_K], wt[LB__QK_K];
     const float sigma2 = 2 * sum_squares(x, LB__QK_K) / LB__QK_K;
-    for (int j = 0; j < 8; ++j) {
-        imatrix_weights(qw + 32 * j, x + 32 * j, sigma2, 32, weights + 32 * j);
-        sw[j] = sum_floats(weights + 32 * j, 32);
-    }
+    search->imatrix_weights(qw, x, sigma2, LB__QK_K, weights);
+    for (int j = 0; j < 8; ++j) sw[j] = sum_floats(weights + 32 * j, 32);
     interleave8(x, 32, 32, 8, xt);
     interleave8(weights, 32, 32, 8, wt);
     search->qkx(32, nmax, xt, wt, Lt, scales, mins, -0.9f, 0.05f, 36, 0, 1);
@@ -483,7 +469,7 @@ static void classic_search(const lb__ggml_search8 *search, const float *x, const
 {
     float weight[8 * LB__QK], xt[8 * LB__QK], wt[8 * LB__QK], scale[8], min[8];
     uint8_t Lt[8 * LB__QK];
-    for (int g = 0; g < groups; ++g) imatrix_weights(qw + LB__QK * g, x + LB__QK * g, sigma2, LB__QK, weight + LB__QK * g);
+    search->imatrix_weights(qw, x, sigma2, LB__QK * groups, weight);
     interleave8(x, LB__QK, LB__QK, groups, xt);
     interleave8(weight, LB__QK, LB__QK, groups, wt);
     if (asym) search->qkx(LB__QK, nmax, xt, wt, Lt, scale, min, -0.9f, 0.05f, 36, 0, 1);
