@@ -138,7 +138,7 @@ static void qx8_avx2(int n, int nmax, const float *x, const float *qw, int8_t *L
 {
     const __m256 zero = _mm256_setzero_ps();
     const __m256 lo = _mm256_set1_ps((float)-nmax), hi = _mm256_set1_ps((float)(nmax - 1));
-    __m256 xs[32], ws[32], wx[32], best_l[32], aux[32];
+    __m256 xs[32], ws[32], wx[32];
     __m256 max = zero, amax = zero;
     for (int i = 0; i < n; ++i) {
         xs[i] = _mm256_loadu_ps(x + 8 * i);
@@ -150,37 +150,53 @@ static void qx8_avx2(int n, int nmax, const float *x, const float *qw, int8_t *L
         max = _mm256_blendv_ps(max, xs[i], gt);
     }
     const __m256 small = _mm256_cmp_ps(amax, _mm256_set1_ps(LB__GGML_GROUP_EPS), _CMP_LT_OQ);
-    __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)-nmax), max);
-    __m256 sumlx = zero, suml2 = zero;
-    for (int i = 0; i < n; ++i) {
-        __m256 lf = best_l[i] = qx_code(iscale, xs[i], lo, hi);
-        sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(wx[i], lf));
-        suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(ws[i], lf), lf));
+    /* The 19 trials' sums do not depend on each other (only the choice
+     * among them is sequential), so they are computed two at a time (two
+     * independent add chains), the choice made after, and the codes
+     * recomputed from the chosen inverse scale, as ggml does on each
+     * improvement. Trial 0 is ggml's first, -nmax / max. */
+    __m256 iscales[19], sumlx[19], suml2[19];
+    for (int t = 0; t < 19; ++t) {
+        const int is = t == 0 ? 0 : t <= 9 ? t - 10 : t - 9; /* 0, then -9 .. -1, 1 .. 9 */
+        iscales[t] = t == 0 ? _mm256_div_ps(_mm256_set1_ps((float)-nmax), max)
+                            : _mm256_div_ps(_mm256_set1_ps(-((float)nmax + 0.1f * (float)is)), max);
+    }
+    for (int t = 0; t < 19; t += 2) {
+        const int pair = t + 1 < 19;
+        __m256 sa = zero, qa = zero, sb = zero, qb = zero;
+        for (int i = 0; i < n; ++i) {
+            __m256 la = qx_code(iscales[t], xs[i], lo, hi);
+            sa = _mm256_add_ps(sa, _mm256_mul_ps(wx[i], la));
+            qa = _mm256_add_ps(qa, _mm256_mul_ps(_mm256_mul_ps(ws[i], la), la));
+            if (pair) {
+                __m256 lb = qx_code(iscales[t + 1], xs[i], lo, hi);
+                sb = _mm256_add_ps(sb, _mm256_mul_ps(wx[i], lb));
+                qb = _mm256_add_ps(qb, _mm256_mul_ps(_mm256_mul_ps(ws[i], lb), lb));
+            }
+        }
+        sumlx[t] = sa;
+        suml2[t] = qa;
+        if (pair) {
+            sumlx[t + 1] = sb;
+            suml2[t + 1] = qb;
+        }
     }
     /* suml2 ? sumlx / suml2 : 0 (NaN counts as true, as in C) */
-    __m256 scale = _mm256_blendv_ps(zero, _mm256_div_ps(sumlx, suml2), _mm256_cmp_ps(suml2, zero, _CMP_NEQ_UQ));
-    __m256 best = _mm256_mul_ps(scale, sumlx);
-    for (int is = -9; is <= 9; ++is) {
-        if (is == 0) continue;
-        iscale = _mm256_div_ps(_mm256_set1_ps(-((float)nmax + 0.1f * (float)is)), max);
-        sumlx = suml2 = zero;
-        for (int i = 0; i < n; ++i) {
-            __m256 lf = aux[i] = qx_code(iscale, xs[i], lo, hi);
-            sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(wx[i], lf));
-            suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(ws[i], lf), lf));
-        }
-        __m256 upd = _mm256_and_ps(_mm256_cmp_ps(suml2, zero, _CMP_GT_OQ),
-                                   _mm256_cmp_ps(_mm256_mul_ps(sumlx, sumlx), _mm256_mul_ps(best, suml2), _CMP_GT_OQ));
-        if (!_mm256_movemask_ps(upd)) continue;
-        for (int i = 0; i < n; ++i) best_l[i] = _mm256_blendv_ps(best_l[i], aux[i], upd);
-        __m256 s = _mm256_div_ps(sumlx, suml2);
+    __m256 scale = _mm256_blendv_ps(zero, _mm256_div_ps(sumlx[0], suml2[0]), _mm256_cmp_ps(suml2[0], zero, _CMP_NEQ_UQ));
+    __m256 best = _mm256_mul_ps(scale, sumlx[0]);
+    __m256 chosen = iscales[0];
+    for (int t = 1; t < 19; ++t) {
+        __m256 upd = _mm256_and_ps(_mm256_cmp_ps(suml2[t], zero, _CMP_GT_OQ),
+                                   _mm256_cmp_ps(_mm256_mul_ps(sumlx[t], sumlx[t]), _mm256_mul_ps(best, suml2[t]), _CMP_GT_OQ));
+        __m256 s = _mm256_div_ps(sumlx[t], suml2[t]);
         scale = _mm256_blendv_ps(scale, s, upd);
-        best = _mm256_blendv_ps(best, _mm256_mul_ps(s, sumlx), upd);
+        best = _mm256_blendv_ps(best, _mm256_mul_ps(s, sumlx[t]), upd);
+        chosen = _mm256_blendv_ps(chosen, iscales[t], upd);
     }
     const __m256i vn = _mm256_set1_epi32(nmax), smalli = _mm256_castps_si256(small);
     __m256i codes[32];
     for (int i = 0; i < n; ++i)
-        codes[i] = _mm256_andnot_si256(smalli, _mm256_add_epi32(_mm256_cvtps_epi32(best_l[i]), vn));
+        codes[i] = _mm256_andnot_si256(smalli, _mm256_add_epi32(_mm256_cvtps_epi32(qx_code(chosen, xs[i], lo, hi)), vn));
     _mm256_storeu_ps(scale_out, _mm256_blendv_ps(scale, zero, small));
     store_codes_u8(codes, n, (uint8_t *)L);
 }
@@ -222,6 +238,10 @@ static void q3_8_avx2(int n, int nmax, const float *x, int8_t *L, float *scale_o
             __m256 sl2 = _mm256_sub_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(ws[i], lf), lf));
             __m256i nl = clamp8(nearest8(_mm256_div_ps(_mm256_mul_ps(xs[i], sl2), slx)), -nmax, nmax - 1);
             __m256 m2 = _mm256_castsi256_ps(_mm256_xor_si256(_mm256_cmpeq_epi32(nl, ls[i]), _mm256_set1_epi32(-1)));
+            /* usually no lane's code moves: then the sums stay and the
+             * (predicted) branch lets the next element start at once
+             * instead of waiting on this one's division through a blend */
+            if (!_mm256_movemask_ps(_mm256_and_ps(m1, m2))) continue;
             __m256 nlf = _mm256_cvtepi32_ps(nl);
             slx = _mm256_add_ps(slx, _mm256_mul_ps(wx[i], nlf));
             sl2 = _mm256_add_ps(sl2, _mm256_mul_ps(_mm256_mul_ps(ws[i], nlf), nlf));
