@@ -65,13 +65,26 @@ static void deinterleave8(const uint8_t *t, int n, int groups, size_t stride, ui
         for (int i = 0; i < n; ++i) dst[(size_t)g * stride + i] = t[8 * i + g];
 }
 
+/* Eight bytes as one word (memcpy: any alignment, either byte order: the
+ * word operations below never carry from one byte into another). */
+static inline uint64_t load8(const uint8_t *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
 /* Four 2-bit codes a byte: byte 32 h + l holds elements 128 h + l + 32 s
- * in bits 2 s (Q2_K's and Q3_K's low bits). */
+ * in bits 2 s (Q2_K's and Q3_K's low bits); codes < 4, so whole words
+ * can be shifted and or-ed. */
 static void pack_2bit(const uint8_t *L, uint8_t *qs)
 {
     for (int j = 0; j < LB__QK_K; j += 128)
-        for (int l = 0; l < 32; ++l)
-            qs[j / 4 + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
+        for (int l = 0; l < 32; l += 8) {
+            uint64_t w = load8(L + j + l) | load8(L + j + l + 32) << 2 | load8(L + j + l + 64) << 4 |
+                         load8(L + j + l + 96) << 6;
+            memcpy(qs + j / 4 + l, &w, 8);
+        }
 }
 
 /* ===== Q2_K ===== */
@@ -189,13 +202,18 @@ static void q3_k_finish(const lb__ggml_search8 *search, const float *x, lb__bloc
     /* codes are 0..7: element j's bit 2 goes to bit j / 32 of hmask[j % 32]
      * (branch-free: the bit is data, and mispredicted branches cost more
      * than the search) */
+    const uint64_t ones = 0x0101010101010101u;
     uint8_t low[LB__QK_K];
-    for (int l = 0; l < 32; ++l) {
-        unsigned h = 0;
-        for (int b = 0; b < 8; ++b) h |= (unsigned)(L[32 * b + l] >> 2 & 1) << b;
-        y->hmask[l] = (uint8_t)h;
+    for (int l = 0; l < 32; l += 8) {
+        uint64_t h = 0;
+        for (int b = 0; b < 8; ++b) {
+            uint64_t w = load8((const uint8_t *)L + 32 * b + l);
+            h |= (w >> 2 & ones) << b;
+            w &= 3 * ones;
+            memcpy(low + 32 * b + l, &w, 8);
+        }
+        memcpy(y->hmask + l, &h, 8);
     }
-    for (int j = 0; j < LB__QK_K; ++j) low[j] = (uint8_t)(L[j] & 3);
     pack_2bit(low, y->qs);
 }
 
