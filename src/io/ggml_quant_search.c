@@ -319,8 +319,8 @@ static void imatrix_weights_scalar(const float *qw, const float *x, float sigma2
     for (int i = 0; i < n; ++i) w[i] = qw[i] * sqrtf(sigma2 + x[i] * x[i]);
 }
 
-const lb__ggml_search8 lb__ggml_search8_scalar = {qkx8_scalar, qx8_scalar, q3_8_scalar, requant_scalar,
-                                                  imatrix_weights_scalar};
+const lb__ggml_search8 lb__ggml_search8_scalar = {qkx8_scalar, qx8_scalar, lb__ggml_make_qx_quants, q3_8_scalar,
+                                                  requant_scalar, imatrix_weights_scalar};
 
 const lb__ggml_search8 *lb__ggml_search8_get(lb_isa isa)
 {

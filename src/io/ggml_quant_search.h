@@ -78,6 +78,9 @@ typedef struct {
                 float rmin, float rdelta, int nstep, int use_mad, int flat_le);
     /* make_qx_quants (rmse_type 1): weights qw, or x^2 when qw is NULL */
     void (*qx)(int n, int nmax, const float *x, const float *qw, int8_t *L, float *scale);
+    /* make_qx_quants of one group (n <= 32): the AVX2 twin runs the 19
+     * trial scales in lanes, the choice among them in order after */
+    float (*qx1)(int n, int nmax, const float *x, int8_t *L, const float *qw);
     /* make_q3_quants with do_rmse */
     void (*q3)(int n, int nmax, const float *x, int8_t *L, float *scale);
     /* Not a search, one run of n (a multiple of 8) values with one scale:

@@ -201,6 +201,61 @@ static void qx8_avx2(int n, int nmax, const float *x, const float *qw, int8_t *L
     store_codes_u8(codes, n, (uint8_t *)L);
 }
 
+static float qx1_avx2(int n, int nmax, const float *x, int8_t *L, const float *qw)
+{
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; ++i) {
+        float ax = x[i] < 0 ? -x[i] : x[i];
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    if (amax < LB__GGML_GROUP_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.f;
+    }
+    /* lane t holds trial t: ggml's first inverse scale, then is = -9 .. 9
+     * without 0; lanes 19 .. 23 repeat trial 0 and are never chosen */
+    float isc[24], sl[24], sq[24];
+    for (int t = 0; t < 24; ++t) {
+        const int is = t > 0 && t < 19 ? (t <= 9 ? t - 10 : t - 9) : 0;
+        isc[t] = is == 0 ? (float)-nmax / max : -((float)nmax + 0.1f * (float)is) / max;
+    }
+    const __m256 zero = _mm256_setzero_ps();
+    const __m256 lo = _mm256_set1_ps((float)-nmax), hi = _mm256_set1_ps((float)(nmax - 1));
+    __m256 is8[3], s[3] = {zero, zero, zero}, q[3] = {zero, zero, zero};
+    for (int b = 0; b < 3; ++b) is8[b] = _mm256_loadu_ps(isc + 8 * b);
+    for (int i = 0; i < n; ++i) {
+        const float w = qw ? qw[i] : x[i] * x[i];
+        const __m256 xv = _mm256_set1_ps(x[i]), wv = _mm256_set1_ps(w), wxv = _mm256_set1_ps(w * x[i]);
+        for (int b = 0; b < 3; ++b) {
+            __m256 l = qx_code(is8[b], xv, lo, hi);
+            s[b] = _mm256_add_ps(s[b], _mm256_mul_ps(wxv, l));
+            q[b] = _mm256_add_ps(q[b], _mm256_mul_ps(_mm256_mul_ps(wv, l), l));
+        }
+    }
+    for (int b = 0; b < 3; ++b) {
+        _mm256_storeu_ps(sl + 8 * b, s[b]);
+        _mm256_storeu_ps(sq + 8 * b, q[b]);
+    }
+    float scale = sq[0] != 0 ? sl[0] / sq[0] : 0.0f;
+    float best = scale * sl[0];
+    int chosen = 0;
+    for (int t = 1; t < 19; ++t)
+        if (sq[t] > 0 && sl[t] * sl[t] > best * sq[t]) {
+            scale = sl[t] / sq[t];
+            best = scale * sl[t];
+            chosen = t;
+        }
+    for (int i = 0; i < n; ++i) {
+        int l = lb__nearest_int(isc[chosen] * x[i]);
+        l = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
+        L[i] = (int8_t)(nmax + l);
+    }
+    return scale;
+}
+
 static void q3_8_avx2(int n, int nmax, const float *x, int8_t *L, float *scale_out)
 {
     const __m256 zero = _mm256_setzero_ps();
@@ -287,7 +342,8 @@ static void imatrix_weights_avx2(const float *qw, const float *x, float sigma2, 
     }
 }
 
-const lb__ggml_search8 lb__ggml_search8_avx2 = {qkx8_avx2, qx8_avx2, q3_8_avx2, requant_avx2, imatrix_weights_avx2};
+const lb__ggml_search8 lb__ggml_search8_avx2 = {qkx8_avx2,    qx8_avx2,           qx1_avx2, q3_8_avx2,
+                                                requant_avx2, imatrix_weights_avx2};
 #else
 const lb__ggml_search8 lb__ggml_search8_avx2 = {0};
 #endif

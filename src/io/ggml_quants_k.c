@@ -266,7 +266,7 @@ static void q3_k_imatrix_block(const lb__ggml_search8 *search, const float *x, c
         search->qx(16, 4, xt, wt, (int8_t *)Lt, scales + 8 * h);
         deinterleave8(Lt, 16, 8, 16, (uint8_t *)L + 128 * h);
     }
-    float d_block = lb__ggml_make_qx_quants(16, 32, scales, Ls, sw);
+    float d_block = search->qx1(16, 32, scales, Ls, sw);
     int ls[16];
     for (int j = 0; j < 16; ++j) ls[j] = Ls[j];
     q3_k_put_scales(ls, y->scales);
