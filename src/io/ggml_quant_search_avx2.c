@@ -55,8 +55,8 @@ static void qkx8_avx2(int n, int nmax, const float *x, const float *weights, uin
                       float *the_min, float rmin, float rdelta, int nstep, int use_mad, int flat_le)
 {
     const __m256 zero = _mm256_setzero_ps();
-    __m256 xs[32], ws[32];
-    __m256i best_l[32], aux[32];
+    const __m256 magic = _mm256_set1_ps(12582912.f), fmax_code = _mm256_set1_ps((float)nmax);
+    __m256 xs[32], ws[32], xm[32], best_l[32], aux[32];
     for (int i = 0; i < n; ++i) {
         xs[i] = _mm256_loadu_ps(x + 8 * i);
         ws[i] = _mm256_loadu_ps(weights + 8 * i);
@@ -69,6 +69,7 @@ static void qkx8_avx2(int n, int nmax, const float *x, const float *weights, uin
         sum_w = _mm256_add_ps(sum_w, ws[i]);
         sum_x = _mm256_add_ps(sum_x, _mm256_mul_ps(ws[i], xs[i]));
     }
+    const __m256 true_min = min;
     min = _mm256_blendv_ps(min, zero, _mm256_cmp_ps(min, zero, _CMP_GT_OQ));
     const __m256 flat = _mm256_cmp_ps(max, min, flat_le ? _CMP_LE_OQ : _CMP_EQ_OQ);
     const __m256 flat_min = min;
@@ -77,17 +78,30 @@ static void qkx8_avx2(int n, int nmax, const float *x, const float *weights, uin
     __m256 scale = _mm256_div_ps(_mm256_set1_ps(1.f), iscale);
     __m256 best = zero;
     for (int i = 0; i < n; ++i) {
-        best_l[i] = clamp8(nearest8(_mm256_mul_ps(iscale, _mm256_sub_ps(xs[i], min))), 0, nmax);
-        __m256 diff = err8(scale, _mm256_cvtepi32_ps(best_l[i]), min, xs[i], use_mad);
+        xm[i] = _mm256_sub_ps(xs[i], min);
+        best_l[i] = _mm256_cvtepi32_ps(clamp8(nearest8(_mm256_mul_ps(iscale, xm[i])), 0, nmax));
+        __m256 diff = err8(scale, best_l[i], min, xs[i], use_mad);
         best = _mm256_add_ps(best, _mm256_mul_ps(ws[i], diff));
     }
     for (int is = 0; nstep >= 1 && is <= nstep; ++is) {
         const float num = rmin + rdelta * (float)is + (float)nmax;
-        iscale = _mm256_div_ps(_mm256_set1_ps(num), _mm256_sub_ps(max, min));
+        const __m256 range = _mm256_sub_ps(max, min);
+        iscale = _mm256_div_ps(_mm256_set1_ps(num), range);
+        /* The codes take the float route, (v + 1.5 * 2^23) - 1.5 * 2^23
+         * clamped in float, which is nearest_int's integer trick exactly
+         * while |v| < 2^22. v = iscale * (x - min) is bounded by
+         * |iscale| * max(|max - min|, |true min - min|) (rounding is
+         * monotonic); a lane (not flat) past that bound sends the whole
+         * trial down the integer route, whose garbage is ggml's. */
+        const __m256 reach = _mm256_max_ps(abs8(range), abs8(_mm256_sub_ps(true_min, min)));
+        const __m256 far = _mm256_cmp_ps(_mm256_mul_ps(abs8(iscale), reach), _mm256_set1_ps(4194304.f), _CMP_NLT_UQ);
+        const int exact = !_mm256_movemask_ps(_mm256_andnot_ps(flat, far));
         __m256 sum_l = zero, sum_l2 = zero, sum_xl = zero;
         for (int i = 0; i < n; ++i) {
-            aux[i] = clamp8(nearest8(_mm256_mul_ps(iscale, _mm256_sub_ps(xs[i], min))), 0, nmax);
-            __m256 lf = _mm256_cvtepi32_ps(aux[i]);
+            __m256 v = _mm256_mul_ps(iscale, xm[i]);
+            __m256 lf = exact ? _mm256_min_ps(_mm256_max_ps(_mm256_sub_ps(_mm256_add_ps(v, magic), magic), zero), fmax_code)
+                              : _mm256_cvtepi32_ps(clamp8(nearest8(v), 0, nmax));
+            aux[i] = lf;
             __m256 wl = _mm256_mul_ps(ws[i], lf);
             sum_l = _mm256_add_ps(sum_l, wl);
             sum_l2 = _mm256_add_ps(sum_l2, _mm256_mul_ps(wl, lf));
@@ -103,23 +117,25 @@ static void qkx8_avx2(int n, int nmax, const float *x, const float *weights, uin
         this_scale = _mm256_blendv_ps(this_scale, _mm256_div_ps(sum_xl, sum_l2), mpos);
         __m256 cur = zero;
         for (int i = 0; i < n; ++i) {
-            __m256 diff = err8(this_scale, _mm256_cvtepi32_ps(aux[i]), this_min, xs[i], use_mad);
+            __m256 diff = err8(this_scale, aux[i], this_min, xs[i], use_mad);
             cur = _mm256_add_ps(cur, _mm256_mul_ps(ws[i], diff));
         }
         __m256 upd = _mm256_and_ps(dpos, _mm256_cmp_ps(cur, best, _CMP_LT_OQ));
         if (!_mm256_movemask_ps(upd)) continue;
-        __m256i updi = _mm256_castps_si256(upd);
-        for (int i = 0; i < n; ++i) best_l[i] = _mm256_blendv_epi8(best_l[i], aux[i], updi);
         best = _mm256_blendv_ps(best, cur, upd);
         scale = _mm256_blendv_ps(scale, this_scale, upd);
         min = _mm256_blendv_ps(min, this_min, upd);
+        for (int i = 0; i < n; ++i) {
+            best_l[i] = _mm256_blendv_ps(best_l[i], aux[i], upd);
+            xm[i] = _mm256_sub_ps(xs[i], min);
+        }
     }
     /* flat groups: codes 0, scale 0, the min as found */
-    __m256i flati = _mm256_castps_si256(flat);
-    for (int i = 0; i < n; ++i) best_l[i] = _mm256_andnot_si256(flati, best_l[i]);
+    __m256i flati = _mm256_castps_si256(flat), codes[32];
+    for (int i = 0; i < n; ++i) codes[i] = _mm256_andnot_si256(flati, _mm256_cvtps_epi32(best_l[i]));
     _mm256_storeu_ps(scale_out, _mm256_blendv_ps(scale, zero, flat));
     _mm256_storeu_ps(the_min, neg8(_mm256_blendv_ps(min, flat_min, flat)));
-    store_codes_u8(best_l, n, L);
+    store_codes_u8(codes, n, L);
 }
 
 /* make_qx_quants' codes need no integer trip: v = iscale * x with
