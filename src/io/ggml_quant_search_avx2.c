@@ -71,7 +71,8 @@ static void qkx8_avx2(int n, int nmax, const float *x, const float *weights, uin
     }
     const __m256 true_min = min;
     min = _mm256_blendv_ps(min, zero, _mm256_cmp_ps(min, zero, _CMP_GT_OQ));
-    const __m256 flat = _mm256_cmp_ps(max, min, flat_le ? _CMP_LE_OQ : _CMP_EQ_OQ);
+    /* (two calls: the predicate must be a compile-time immediate at any -O) */
+    const __m256 flat = flat_le ? _mm256_cmp_ps(max, min, _CMP_LE_OQ) : _mm256_cmp_ps(max, min, _CMP_EQ_OQ);
     const __m256 flat_min = min;
 
     __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)nmax), _mm256_sub_ps(max, min));
