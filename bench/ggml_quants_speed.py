@@ -6,7 +6,7 @@ matrix; also checks the bytes are equal.
   LOWBIT_LLAMACPP=~/.cache/lowbit/llama.cpp-832db0699007/build/bin \\
   LOWBIT_BUILD=build .venv/bin/python bench/ggml_quants_speed.py [type ...]
 
-Prints MB/s of fp32 input per thread (thread CPU time, best of 5: the
+Prints MB/s of fp32 input per thread (thread CPU time, best of 7: the
 machine may be shared) for both and the ratio."""
 import ctypes
 import os
@@ -63,8 +63,8 @@ def main():
                 for r in range(rows):
                     fn(fptr(x[r]), got[r].ctypes.data, cols, ip)
 
-            tg = best_time(run_ggml, 5)
-            tl = best_time(run_lowbit, 5)
+            tg = best_time(run_ggml, 7)
+            tl = best_time(run_lowbit, 7)
             same = "equal" if np.array_equal(want, got) else "DIFFER"
             print(f"{t:6} {'yes' if imx is not None else 'no':7} {mb / tg:10.1f} {mb / tl:12.1f} {tg / tl:6.2f}  {same}")
 

@@ -109,7 +109,13 @@ def synthetic_rows(rng, cols):
     outlier = rng.standard_normal((8, cols)).astype(np.float32)
     outlier[np.arange(8), rng.integers(0, cols, 8)] = 300.0
     grid = (rng.integers(-8, 8, (8, cols)) * 0.25).astype(np.float32)  # ties in the rounding
-    return [("gaussian", g), ("student-t", t), ("sparse", sparse), ("zero-blocks", zero_blocks),
+    subnormal = (rng.standard_normal((4, cols)) * 1e-39).astype(np.float32)
+    sign_tie = rng.standard_normal((4, cols)).astype(np.float32)  # +a and -a both the largest magnitude
+    sign_tie[:, ::16] = 5.0
+    sign_tie[:, 1::16] = -5.0
+    one_off = np.full((4, cols), 0.5, np.float32)  # flat sub-blocks but for one value
+    one_off[:, ::16] = -2.0
+    return [("subnormal", subnormal), ("sign-tie", sign_tie), ("one-off", one_off), ("gaussian", g), ("student-t", t), ("sparse", sparse), ("zero-blocks", zero_blocks),
             ("constant", const), ("positive", positive), ("negative", negative), ("tiny", tiny),
             ("tinier", tinier), ("huge", huge), ("outlier", outlier), ("grid", grid)]
 
