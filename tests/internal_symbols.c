@@ -10,6 +10,7 @@
 #include "export/exporter.h"
 #include "export/modelopt.h"
 #include "io/ggml_quants.h"
+#include "io/ggml_quants_k.h"
 #include "io/gguf.h"
 #include "io/llama2c.h"
 #include "io/safetensors.h"
@@ -37,6 +38,10 @@ static const struct {
     ROW(lb__jsonw_new),       ROW(lb__jsonw_free),      ROW(lb__jsonw_text),       ROW(lb__mo_classify),
     ROW(lb__mo_emit_weight),  ROW(lb__mo_exclude_json),   ROW(lb__mo_exporter_table),    ROW(lb__jsonw_status),
     ROW(lb__ggml_quantize_rows),
+    ROW(lb__ggml_quantize_row_q2_k), ROW(lb__ggml_quantize_row_q3_k), ROW(lb__ggml_quantize_row_q4_k),
+    ROW(lb__ggml_quantize_row_q5_k), ROW(lb__ggml_quantize_row_q6_k), ROW(lb__ggml_quantize_row_q4_0_imatrix),
+    ROW(lb__ggml_quantize_row_q4_1_imatrix), ROW(lb__ggml_quantize_row_q5_0_imatrix),
+    ROW(lb__ggml_quantize_row_q5_1_imatrix),
 };
 
 /* The internal function called `name`, or NULL. */

@@ -6,6 +6,7 @@
 
 #include "io/ggml_blocks.h"
 #include "io/ggml_quants.h"
+#include "io/ggml_quants_k.h"
 #include "util/error.h"
 
 /* The plain types, input finite: f16 as ggml's GGML_FP32_TO_FP16 (round to
@@ -53,11 +54,6 @@ static size_t first_nonfinite(const float *x) /* one of x is NaN or infinite */
     return i;
 }
 
-static lb_status not_yet(const lb_dtype_info *d, const char *what)
-{
-    return lb__fail(LB_ERR_UNSUPPORTED, "lb__ggml_quantize_rows: lowbit does not write %s%s yet", d->name, what);
-}
-
 /* One row of cols values (a whole number of blocks) into dst. */
 static lb_status quantize_row(lb_dtype t, const lb_dtype_info *d, const float *x, size_t cols, const float *imatrix,
                               uint8_t *dst)
@@ -71,29 +67,31 @@ static lb_status quantize_row(lb_dtype t, const lb_dtype_info *d, const float *x
     case LB_DT_Q8_0: lb__quantize_q8_0(x, nb, dst); return LB_OK;
     case LB_DT_MXFP4: lb__quantize_mxfp4(x, nb, dst); return LB_OK;
     case LB_DT_NVFP4: lb__quantize_nvfp4(x, nb, dst); return LB_OK;
-    /* MERGE: with an imatrix these four take ggml's weighted search,
-     * lb__ggml_quantize_row_{q4_0,q4_1,q5_0,q5_1}_imatrix (ggml_quants_k.h) */
+    /* with an importance matrix ggml takes a weighted scale search (ggml_quants_k.c), else its reference */
     case LB_DT_Q4_0:
-        if (imatrix) return not_yet(d, " with an importance matrix");
-        lb__quantize_q4_0(x, nb, dst);
+        if (imatrix) lb__ggml_quantize_row_q4_0_imatrix(x, dst, cols, imatrix);
+        else lb__quantize_q4_0(x, nb, dst);
         return LB_OK;
     case LB_DT_Q4_1:
-        if (imatrix) return not_yet(d, " with an importance matrix");
-        lb__quantize_q4_1(x, nb, dst);
+        if (imatrix) lb__ggml_quantize_row_q4_1_imatrix(x, dst, cols, imatrix);
+        else lb__quantize_q4_1(x, nb, dst);
         return LB_OK;
     case LB_DT_Q5_0:
-        if (imatrix) return not_yet(d, " with an importance matrix");
-        lb__quantize_q5_0(x, nb, dst);
+        if (imatrix) lb__ggml_quantize_row_q5_0_imatrix(x, dst, cols, imatrix);
+        else lb__quantize_q5_0(x, nb, dst);
         return LB_OK;
     case LB_DT_Q5_1:
-        if (imatrix) return not_yet(d, " with an importance matrix");
-        lb__quantize_q5_1(x, nb, dst);
+        if (imatrix) lb__ggml_quantize_row_q5_1_imatrix(x, dst, cols, imatrix);
+        else lb__quantize_q5_1(x, nb, dst);
         return LB_OK;
     case LB_DT_IQ4_NL: lb__quantize_iq4_nl(x, nb, imatrix, dst); return LB_OK;
     case LB_DT_IQ4_XS: lb__quantize_iq4_xs(x, nb, imatrix, dst); return LB_OK;
-    /* MERGE: the K-quants are lb__ggml_quantize_row_q{2..6}_k (ggml_quants_k.h) */
-    case LB_DT_Q2_K: case LB_DT_Q3_K: case LB_DT_Q4_K: case LB_DT_Q5_K: case LB_DT_Q6_K:
-        return not_yet(d, "");
+    /* the K-quants: ggml's reference without an importance matrix, its weighted search with one */
+    case LB_DT_Q2_K: lb__ggml_quantize_row_q2_k(x, dst, cols, imatrix); return LB_OK;
+    case LB_DT_Q3_K: lb__ggml_quantize_row_q3_k(x, dst, cols, imatrix); return LB_OK;
+    case LB_DT_Q4_K: lb__ggml_quantize_row_q4_k(x, dst, cols, imatrix); return LB_OK;
+    case LB_DT_Q5_K: lb__ggml_quantize_row_q5_k(x, dst, cols, imatrix); return LB_OK;
+    case LB_DT_Q6_K: lb__ggml_quantize_row_q6_k(x, dst, cols, imatrix); return LB_OK;
     case LB_DT_F64: case LB_DT_F8_E4M3: case LB_DT_F8_E5M2: case LB_DT_I8: case LB_DT_I16: case LB_DT_I32:
     case LB_DT_I64: case LB_DT_U8: case LB_DT_BOOL: case LB_DT_QUANTIZED: case LB_DT_COUNT: break;
     }

@@ -1,0 +1,587 @@
+/* ggml's K-quant quantizers and the importance-weighted classic ones, row
+ * by row (ggml_quants_k.h). Each type has ggml's two paths: without an
+ * importance matrix the reference quantizer (scale searches with weights
+ * made from the values themselves, super-block scales by plain rounding),
+ * with one the weights qw * sqrt(sigma2 + x^2) and super-block scales by
+ * their own weighted search. The scale searches are in
+ * ggml_quant_search.c; this file chooses their parameters, packs the
+ * codes and requantizes with the fp16-rounded scales, as ggml does.
+ *
+ * The arithmetic is ggml's, op for op, in fp32 (ggml_quant_search.h says
+ * why): keep each expression's order. */
+#include <math.h>
+
+#include "io/ggml_blocks.h"
+#include "io/ggml_quant_search.h"
+#include "io/ggml_quants_k.h"
+
+/* The scale searches run eight groups (sub-blocks, or blocks of the
+ * classic types) at a time, interleaved (ggml_quant_search.h): the AVX2
+ * set does them a lane each, the scalar set one after another, with the
+ * same bits. */
+#define SEARCH(isa) lb__ggml_search8_get(isa)
+
+static inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* ggml's GGML_FP32_TO_FP16 (round to nearest even) stored little-endian,
+ * and the value it stands for (GGML_FP16_TO_FP32 of it). */
+static inline float store_fp16(uint8_t p[2], float v)
+{
+    uint16_t h = lb__fp16_from_f32(v);
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+    return lb__fp16_to_f32(h);
+}
+
+/* Sum of squares in element order (ggml's sigma2 numerator). */
+static float sum_squares(const float *x, size_t n)
+{
+    float s = 0;
+    for (size_t j = 0; j < n; ++j) s += x[j] * x[j];
+    return s;
+}
+
+static inline float sum_floats(const float *w, int n)
+{
+    float s = 0;
+    for (int l = 0; l < n; ++l) s += w[l];
+    return s;
+}
+
+/* Interleave groups g < groups (group g at src + g * stride, n values) into
+ * t[8 i + g]; lanes from `groups` on repeat group 0 (their results are
+ * dropped). */
+static void interleave8(const float *src, size_t stride, int n, int groups, float *t)
+{
+    for (int g = 0; g < 8; ++g) {
+        const float *p = src + (g < groups ? (size_t)g : 0) * stride;
+        for (int i = 0; i < n; ++i) t[8 * i + g] = p[i];
+    }
+}
+
+static void deinterleave8(const uint8_t *t, int n, int groups, size_t stride, uint8_t *dst)
+{
+    for (int g = 0; g < groups; ++g)
+        for (int i = 0; i < n; ++i) dst[(size_t)g * stride + i] = t[8 * i + g];
+}
+
+/* Eight bytes as one word (memcpy: any alignment, either byte order: the
+ * word operations below never carry from one byte into another). */
+static inline uint64_t load8(const uint8_t *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+/* Four 2-bit codes a byte: byte 32 h + l holds elements 128 h + l + 32 s
+ * in bits 2 s (Q2_K's and Q3_K's low bits); codes < 4, so whole words
+ * can be shifted and or-ed. */
+static void pack_2bit(const uint8_t *L, uint8_t *qs)
+{
+    for (int j = 0; j < LB__QK_K; j += 128)
+        for (int l = 0; l < 32; l += 8) {
+            uint64_t w = load8(L + j + l) | load8(L + j + l + 32) << 2 | load8(L + j + l + 64) << 4 |
+                         load8(L + j + l + 96) << 6;
+            memcpy(qs + j / 4 + l, &w, 8);
+        }
+}
+
+/* ===== Q2_K ===== */
+
+/* With the scales and super-block scales stored: recompute each sub-block's
+ * codes from the rounded scales (a sub-block whose scale rounds to zero
+ * keeps its search codes), then pack them. */
+static void q2_k_finish(const lb__ggml_search8 *search, const float *x, lb__block_q2_k *y, float dm, float mm,
+                        uint8_t *L)
+{
+    for (int j = 0; j < LB__QK_K / 16; ++j) {
+        const float d = dm * (float)(y->scales[j] & 0xF);
+        if (!d) continue;
+        const float m = mm * (float)(y->scales[j] >> 4);
+        search->requant(x + 16 * j, 16, d, m, 1, 0, 3, 0, L + 16 * j);
+    }
+    pack_2bit(L, y->qs);
+}
+
+static void q2_k_ref_block(const lb__ggml_search8 *search, const float *x, lb__block_q2_k *y)
+{
+    uint8_t L[LB__QK_K], Lt[128];
+    float xt[128], wt[128], mins[LB__QK_K / 16], scales[LB__QK_K / 16];
+    const float q4scale = 15.f;
+    for (int h = 0; h < 2; ++h) { /* sub-blocks 8 h .. 8 h + 7, weights |x| */
+        interleave8(x + 128 * h, 16, 16, 8, xt);
+        for (int k = 0; k < 128; ++k) wt[k] = fabsf(xt[k]);
+        search->qkx(16, 3, xt, wt, Lt, scales + 8 * h, mins + 8 * h, -0.5f, 0.1f, 15, 1, 0);
+        deinterleave8(Lt, 16, 8, 16, L + 128 * h);
+    }
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < LB__QK_K / 16; ++j) {
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    float dm, mm;
+    if (max_scale > 0) {
+        float iscale = q4scale / max_scale;
+        for (int j = 0; j < LB__QK_K / 16; ++j) y->scales[j] = (uint8_t)lb__nearest_int(iscale * scales[j]);
+        dm = store_fp16(y->d, max_scale / q4scale);
+    } else {
+        memset(y->scales, 0, sizeof y->scales);
+        dm = store_fp16(y->d, 0.f);
+    }
+    if (max_min > 0) {
+        float iscale = q4scale / max_min;
+        for (int j = 0; j < LB__QK_K / 16; ++j)
+            y->scales[j] = (uint8_t)(y->scales[j] | (unsigned)lb__nearest_int(iscale * mins[j]) << 4);
+        mm = store_fp16(y->dmin, max_min / q4scale);
+    } else {
+        mm = store_fp16(y->dmin, 0.f);
+    }
+    q2_k_finish(search, x, y, dm, mm, L);
+}
+
+static void q2_k_imatrix_block(const lb__ggml_search8 *search, const float *x, const float *qw, lb__block_q2_k *y)
+{
+    uint8_t L[LB__QK_K], Lt[128], Ls[LB__QK_K / 16], Lm[LB__QK_K / 16];
+    float weight[LB__QK_K], xt[128], wt[128], mins[LB__QK_K / 16], scales[LB__QK_K / 16], sw[LB__QK_K / 16];
+    const float sigma2 = sum_squares(x, LB__QK_K) / LB__QK_K;
+    search->imatrix_weights(qw, x, sigma2, LB__QK_K, weight);
+    for (int j = 0; j < LB__QK_K / 16; ++j) sw[j] = sum_floats(weight + 16 * j, 16);
+    for (int h = 0; h < 2; ++h) {
+        interleave8(x + 128 * h, 16, 16, 8, xt);
+        interleave8(weight + 128 * h, 16, 16, 8, wt);
+        search->qkx(16, 3, xt, wt, Lt, scales + 8 * h, mins + 8 * h, -0.9f, 0.05f, 36, 0, 1);
+        deinterleave8(Lt, 16, 8, 16, L + 128 * h);
+    }
+    float dm = lb__ggml_make_qp_quants(LB__QK_K / 16, 15, scales, Ls, sw);
+    float mm = lb__ggml_make_qp_quants(LB__QK_K / 16, 15, mins, Lm, sw);
+    dm = store_fp16(y->d, dm);
+    mm = store_fp16(y->dmin, mm);
+    for (int j = 0; j < LB__QK_K / 16; ++j) y->scales[j] = (uint8_t)(Ls[j] | Lm[j] << 4);
+    q2_k_finish(search, x, y, dm, mm, L);
+}
+
+void lb__ggml_quantize_row_q2_k(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    lb__block_q2_k *y = dst;
+    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
+    for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K)
+        if (imatrix) q2_k_imatrix_block(search, x, imatrix + LB__QK_K * i, &y[i]);
+        else q2_k_ref_block(search, x, &y[i]);
+}
+
+/* ===== Q3_K ===== */
+
+/* Store sixteen 6-bit codes l (0..63, standing for l - 32) in Q3_K's
+ * 12-byte scale layout (ggml_blocks.h). */
+static void q3_k_put_scales(const int *ls, uint8_t scales[12])
+{
+    memset(scales, 0, 12);
+    for (int j = 0; j < 16; ++j) {
+        int l = ls[j];
+        if (j < 8) scales[j] = (uint8_t)(l & 0xF);
+        else scales[j - 8] = (uint8_t)(scales[j - 8] | (l & 0xF) << 4);
+        l >>= 4;
+        scales[j % 4 + 8] = (uint8_t)(scales[j % 4 + 8] | l << (2 * (j / 4)));
+    }
+}
+
+/* With scales and d stored: requantize each sub-block with its rounded
+ * scale (codes 0..7 for -4..3; a zero scale keeps the search codes), move
+ * the high bit of each code into hmask, pack the low two bits. */
+static void q3_k_finish(const lb__ggml_search8 *search, const float *x, lb__block_q3_k *y, int8_t *L)
+{
+    const float d_all = lb__fp16_to_f32(lb__le16(y->d));
+    for (int j = 0; j < 16; ++j) {
+        int lo = j < 8 ? y->scales[j] & 0xF : y->scales[j - 8] >> 4;
+        int sc = (lo | ((y->scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+        float d = d_all * (float)sc;
+        if (!d) continue;
+        search->requant(x + 16 * j, 16, d, 0.f, 0, -4, 3, 4, (uint8_t *)L + 16 * j);
+    }
+    /* codes are 0..7: element j's bit 2 goes to bit j / 32 of hmask[j % 32]
+     * (branch-free: the bit is data, and mispredicted branches cost more
+     * than the search) */
+    const uint64_t ones = 0x0101010101010101u;
+    uint8_t low[LB__QK_K];
+    for (int l = 0; l < 32; l += 8) {
+        uint64_t h = 0;
+        for (int b = 0; b < 8; ++b) {
+            uint64_t w = load8((const uint8_t *)L + 32 * b + l);
+            h |= (w >> 2 & ones) << b;
+            w &= 3 * ones;
+            memcpy(low + 32 * b + l, &w, 8);
+        }
+        memcpy(y->hmask + l, &h, 8);
+    }
+    pack_2bit(low, y->qs);
+}
+
+static void q3_k_ref_block(const lb__ggml_search8 *search, const float *x, lb__block_q3_k *y)
+{
+    int8_t L[LB__QK_K];
+    uint8_t Lt[128];
+    float scales[16], xt[128];
+    for (int h = 0; h < 2; ++h) {
+        interleave8(x + 128 * h, 16, 16, 8, xt);
+        search->q3(16, 4, xt, (int8_t *)Lt, scales + 8 * h);
+        deinterleave8(Lt, 16, 8, 16, (uint8_t *)L + 128 * h);
+    }
+    float max_scale = 0, amax = 0;
+    for (int j = 0; j < 16; ++j) {
+        float scale = fabsf(scales[j]);
+        if (scale > amax) {
+            amax = scale;
+            max_scale = scales[j];
+        }
+    }
+    if (max_scale != 0) {
+        float iscale = -32.f / max_scale;
+        int ls[16];
+        for (int j = 0; j < 16; ++j) {
+            /* ggml keeps the rounded scale in an int8 before clamping */
+            int8_t l = (int8_t)lb__nearest_int(iscale * scales[j]);
+            ls[j] = clamp_int(l, -32, 31) + 32;
+        }
+        q3_k_put_scales(ls, y->scales);
+        store_fp16(y->d, 1 / iscale);
+    } else {
+        memset(y->scales, 0, sizeof y->scales);
+        store_fp16(y->d, 0.f);
+    }
+    q3_k_finish(search, x, y, L);
+}
+
+static void q3_k_imatrix_block(const lb__ggml_search8 *search, const float *x, const float *qw, lb__block_q3_k *y)
+{
+    int8_t L[LB__QK_K], Ls[16];
+    uint8_t Lt[128];
+    float scales[16], weight[LB__QK_K], sw[16], xt[128], wt[128];
+    const float sigma2 = 2 * sum_squares(x, LB__QK_K) / LB__QK_K;
+    search->imatrix_weights(qw, x, sigma2, LB__QK_K, weight);
+    for (int j = 0; j < 16; ++j) sw[j] = sum_floats(weight + 16 * j, 16);
+    for (int h = 0; h < 2; ++h) {
+        interleave8(x + 128 * h, 16, 16, 8, xt);
+        interleave8(weight + 128 * h, 16, 16, 8, wt);
+        search->qx(16, 4, xt, wt, (int8_t *)Lt, scales + 8 * h);
+        deinterleave8(Lt, 16, 8, 16, (uint8_t *)L + 128 * h);
+    }
+    float d_block = search->qx1(16, 32, scales, Ls, sw);
+    int ls[16];
+    for (int j = 0; j < 16; ++j) ls[j] = Ls[j];
+    q3_k_put_scales(ls, y->scales);
+    store_fp16(y->d, d_block);
+    q3_k_finish(search, x, y, L);
+}
+
+void lb__ggml_quantize_row_q3_k(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    lb__block_q3_k *y = dst;
+    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
+    for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K)
+        if (imatrix) q3_k_imatrix_block(search, x, imatrix + LB__QK_K * i, &y[i]);
+        else q3_k_ref_block(search, x, &y[i]);
+}
+
+/* ===== Q4_K and Q5_K ===== */
+
+/* Eight 6-bit scales and mins into the 12-byte layout (ggml_blocks.h). */
+static void k4_put_scales(const uint8_t ls[8], const uint8_t lm[8], uint8_t scales[12])
+{
+    for (int j = 0; j < 8; ++j) {
+        if (j < 4) {
+            scales[j] = ls[j];
+            scales[j + 4] = lm[j];
+        } else {
+            scales[j + 4] = (uint8_t)((ls[j] & 0xF) | (lm[j] & 0xF) << 4);
+            scales[j - 4] = (uint8_t)(scales[j - 4] | (ls[j] >> 4) << 6);
+            scales[j] = (uint8_t)(scales[j] | (lm[j] >> 4) << 6);
+        }
+    }
+}
+
+static void k4_get_scale_min(int j, const uint8_t *q, int *d, int *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | (q[j - 4] >> 6) << 4;
+        *m = (q[j + 4] >> 4) | (q[j] >> 6) << 4;
+    }
+}
+
+/* Requantize the eight sub-blocks of 32 to codes 0..nmax with the stored
+ * (fp16-rounded) scales; a zero scale keeps the search codes. */
+static void k4_requantize(const lb__ggml_search8 *search, const float *x, const uint8_t scales[12], float d_all,
+                          float dmin_all, int nmax, uint8_t *L)
+{
+    for (int j = 0; j < 8; ++j) {
+        int sc, m;
+        k4_get_scale_min(j, scales, &sc, &m);
+        const float d = d_all * (float)sc;
+        if (!d) continue;
+        const float dm = dmin_all * (float)m;
+        search->requant(x + 32 * j, 32, d, dm, 1, 0, nmax, 0, L + 32 * j);
+    }
+}
+
+/* The reference path's per-sub-block search and 6-bit rounding of the
+ * scales, shared by Q4_K (nmax 15) and Q5_K (31): weights av_x + |x| with
+ * av_x the sub-block's rms. Fills scales, d, dmin and the final codes. */
+static void k4_ref_scales(const lb__ggml_search8 *search, const float *x, int nmax, float rmin, float rdelta,
+                          int nstep, uint8_t scales12[12], uint8_t d16[2], uint8_t dmin16[2], uint8_t *L)
+{
+    uint8_t ls[8], lm[8], Lt[LB__QK_K];
+    float xt[LB__QK_K], wt[LB__QK_K], mins[8], scales[8];
+    interleave8(x, 32, 32, 8, xt);
+    float sum_x2[8] = {0}, av_x[8];
+    for (int l = 0; l < 32; ++l)
+        for (int j = 0; j < 8; ++j) sum_x2[j] += xt[8 * l + j] * xt[8 * l + j];
+    for (int j = 0; j < 8; ++j) av_x[j] = sqrtf(sum_x2[j] / 32);
+    for (int k = 0; k < LB__QK_K; ++k) wt[k] = av_x[k % 8] + fabsf(xt[k]);
+    search->qkx(32, nmax, xt, wt, Lt, scales, mins, rmin, rdelta, nstep, 0, 0);
+    deinterleave8(Lt, 32, 8, 32, L);
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; ++j) {
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    for (int j = 0; j < 8; ++j) {
+        /* ggml rounds into a byte first, then caps at 63 */
+        uint8_t a = (uint8_t)lb__nearest_int(inv_scale * scales[j]);
+        uint8_t b = (uint8_t)lb__nearest_int(inv_min * mins[j]);
+        ls[j] = a < 63 ? a : 63;
+        lm[j] = b < 63 ? b : 63;
+    }
+    k4_put_scales(ls, lm, scales12);
+    float d = store_fp16(d16, max_scale / 63.f);
+    float dmin = store_fp16(dmin16, max_min / 63.f);
+    k4_requantize(search, x, scales12, d, dmin, nmax, L);
+}
+
+/* The imatrix path's search, shared by Q4_K and Q5_K (cap63: Q5_K caps the
+ * codes at 63, Q4_K stores them as they are). */
+static void k4_imatrix_scales(const lb__ggml_search8 *search, const float *x, const float *qw, int nmax, int cap63,
+                              uint8_t scales12[12], uint8_t d16[2], uint8_t dmin16[2], uint8_t *L)
+{
+    uint8_t Ls[8], Lm[8], Lt[LB__QK_K];
+    float weights[LB__QK_K], sw[8], mins[8], scales[8], xt[LB__QK_K], wt[LB__QK_K];
+    const float sigma2 = 2 * sum_squares(x, LB__QK_K) / LB__QK_K;
+    search->imatrix_weights(qw, x, sigma2, LB__QK_K, weights);
+    for (int j = 0; j < 8; ++j) sw[j] = sum_floats(weights + 32 * j, 32);
+    interleave8(x, 32, 32, 8, xt);
+    interleave8(weights, 32, 32, 8, wt);
+    search->qkx(32, nmax, xt, wt, Lt, scales, mins, -0.9f, 0.05f, 36, 0, 1);
+    deinterleave8(Lt, 32, 8, 32, L);
+    float d_block = lb__ggml_make_qp_quants(8, 63, scales, Ls, sw);
+    float m_block = lb__ggml_make_qp_quants(8, 63, mins, Lm, sw);
+    if (cap63)
+        for (int j = 0; j < 8; ++j) {
+            if (Ls[j] > 63) Ls[j] = 63;
+            if (Lm[j] > 63) Lm[j] = 63;
+        }
+    k4_put_scales(Ls, Lm, scales12);
+    float d = store_fp16(d16, d_block);
+    float dmin = store_fp16(dmin16, m_block);
+    k4_requantize(search, x, scales12, d, dmin, nmax, L);
+}
+
+void lb__ggml_quantize_row_q4_k(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    lb__block_q4_k *y = dst;
+    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
+    uint8_t L[LB__QK_K];
+    for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K) {
+        if (imatrix) k4_imatrix_scales(search, x, imatrix + LB__QK_K * i, 15, 0, y[i].scales, y[i].d, y[i].dmin, L);
+        else k4_ref_scales(search, x, 15, -1.f, 0.1f, 20, y[i].scales, y[i].d, y[i].dmin, L);
+        for (int j = 0, q = 0; j < LB__QK_K; j += 64, q += 32)
+            for (int l = 0; l < 32; ++l) y[i].qs[q + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
+    }
+}
+
+void lb__ggml_quantize_row_q5_k(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    lb__block_q5_k *y = dst;
+    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
+    uint8_t L[LB__QK_K];
+    for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K) {
+        if (imatrix) k4_imatrix_scales(search, x, imatrix + LB__QK_K * i, 31, 1, y[i].scales, y[i].d, y[i].dmin, L);
+        else k4_ref_scales(search, x, 31, -0.5f, 0.1f, 15, y[i].scales, y[i].d, y[i].dmin, L);
+        /* sub-block pair (2p, 2p + 1) shares qs[32 p ..]; their fifth bits
+         * are bits 2p and 2p + 1 of qh[l] */
+        memset(y[i].qh, 0, sizeof y[i].qh);
+        for (int p = 0; p < 4; ++p)
+            for (int l = 0; l < 32; ++l) {
+                int l1 = L[64 * p + l], l2 = L[64 * p + l + 32];
+                y[i].qh[l] = (uint8_t)(y[i].qh[l] | (l1 >> 4) << (2 * p) | (l2 >> 4) << (2 * p + 1));
+                y[i].qs[32 * p + l] = (uint8_t)((l1 & 0xF) | (l2 & 0xF) << 4);
+            }
+    }
+}
+
+/* ===== Q6_K ===== */
+
+void lb__ggml_quantize_row_q6_k(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    lb__block_q6_k *y = dst;
+    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
+    int8_t L[LB__QK_K];
+    uint8_t Lt[128];
+    float scales[16], xt[128], wt[128];
+    for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K) {
+        const float *qw = imatrix ? imatrix + LB__QK_K * i : NULL;
+        for (int h = 0; h < 2; ++h) {
+            /* the imatrix path weights by the imatrix alone (no sigma2) */
+            interleave8(x + 128 * h, 16, 16, 8, xt);
+            if (qw) interleave8(qw + 128 * h, 16, 16, 8, wt);
+            search->qx(16, 32, xt, qw ? wt : NULL, (int8_t *)Lt, scales + 8 * h);
+            deinterleave8(Lt, 16, 8, 16, (uint8_t *)L + 128 * h);
+        }
+        float max_scale = 0, max_abs_scale = 0;
+        for (int ib = 0; ib < 16; ++ib) {
+            float abs_scale = fabsf(scales[ib]);
+            if (abs_scale > max_abs_scale) {
+                max_abs_scale = abs_scale;
+                max_scale = scales[ib];
+            }
+        }
+        if (max_abs_scale < LB__GGML_GROUP_EPS) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        float iscale = -128.f / max_scale;
+        const float d_all = store_fp16(y[i].d, 1 / iscale);
+        for (int ib = 0; ib < 16; ++ib) {
+            int l = lb__nearest_int(iscale * scales[ib]);
+            y[i].scales[ib] = (int8_t)(l < 127 ? l : 127);
+        }
+        for (int j = 0; j < 16; ++j) {
+            float d = d_all * (float)y[i].scales[j];
+            if (!d) continue;
+            search->requant(x + 16 * j, 16, d, 0.f, 0, -32, 31, 32, (uint8_t *)L + 16 * j);
+        }
+        for (int h = 0; h < 2; ++h) {
+            const int8_t *Lh = L + 128 * h;
+            uint8_t *ql = y[i].ql + 64 * h, *qh = y[i].qh + 32 * h;
+            for (int l = 0; l < 32; ++l) {
+                ql[l] = (uint8_t)((Lh[l] & 0xF) | (Lh[l + 64] & 0xF) << 4);
+                ql[l + 32] = (uint8_t)((Lh[l + 32] & 0xF) | (Lh[l + 96] & 0xF) << 4);
+                qh[l] = (uint8_t)(Lh[l] >> 4 | (Lh[l + 32] >> 4) << 2 | (Lh[l + 64] >> 4) << 4 | (Lh[l + 96] >> 4) << 6);
+            }
+        }
+    }
+}
+
+/* ===== Classic types with an importance matrix =====
+ * sigma2 is the mean square of the whole row (not of a super-block). */
+
+/* The searches of up to eight consecutive blocks of 32 at once: their
+ * importance weights, then the symmetric (qx: Q4_0, Q5_0) or asymmetric
+ * (qkx, make_qkx3_quants: Q4_1, Q5_1) search. Fills codes L[32 g + i],
+ * d[g] and (asymmetric) m[g] = -min for blocks g < groups. */
+static void classic_search(const lb__ggml_search8 *search, const float *x, const float *qw, float sigma2, int groups,
+                           int nmax, int asym, uint8_t *L, float *d, float *m)
+{
+    float weight[8 * LB__QK], xt[8 * LB__QK], wt[8 * LB__QK], scale[8], min[8];
+    uint8_t Lt[8 * LB__QK];
+    search->imatrix_weights(qw, x, sigma2, LB__QK * groups, weight);
+    interleave8(x, LB__QK, LB__QK, groups, xt);
+    interleave8(weight, LB__QK, LB__QK, groups, wt);
+    if (asym) search->qkx(LB__QK, nmax, xt, wt, Lt, scale, min, -0.9f, 0.05f, 36, 0, 1);
+    else search->qx(LB__QK, nmax, xt, wt, (int8_t *)Lt, scale);
+    deinterleave8(Lt, LB__QK, groups, LB__QK, L);
+    for (int g = 0; g < groups; ++g) {
+        d[g] = scale[g];
+        if (asym) m[g] = -min[g];
+    }
+}
+
+/* Q5_0 / Q5_1 packing: low nibbles as Q4, fifth bit of element i in bit i
+ * of the little-endian qh word. */
+static void pack_q5(const uint8_t *L, uint8_t qs[16], uint8_t qh[4])
+{
+    uint32_t h = 0;
+    for (int j = 0; j < 16; ++j) {
+        qs[j] = (uint8_t)((L[j] & 0x0F) | (L[j + 16] & 0x0F) << 4);
+        h |= (uint32_t)(L[j] >> 4 & 1) << j | (uint32_t)(L[j + 16] >> 4 & 1) << (j + 16);
+    }
+    for (int b = 0; b < 4; ++b) qh[b] = (uint8_t)(h >> (8 * b));
+}
+
+typedef enum { CLASSIC_Q4_0, CLASSIC_Q4_1, CLASSIC_Q5_0, CLASSIC_Q5_1 } classic_type;
+
+static void classic_row(classic_type t, const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
+    int nmax = 0, asym = 0;
+    switch (t) {
+    case CLASSIC_Q4_0: nmax = 8; break;
+    case CLASSIC_Q4_1: nmax = 15, asym = 1; break;
+    case CLASSIC_Q5_0: nmax = 16; break;
+    case CLASSIC_Q5_1: nmax = 31, asym = 1; break;
+    }
+    /* sigma2 is the mean square of the whole row (not of a super-block) */
+    const float sigma2 = sum_squares(x, cols) / (float)cols;
+    const size_t nb = cols / LB__QK;
+    uint8_t L[8 * LB__QK];
+    float d[8], m[8];
+    for (size_t b0 = 0; b0 < nb; b0 += 8) {
+        int groups = nb - b0 < 8 ? (int)(nb - b0) : 8;
+        classic_search(search, x + LB__QK * b0, imatrix + LB__QK * b0, sigma2, groups, nmax, asym, L, d, m);
+        for (int g = 0; g < groups; ++g) {
+            const uint8_t *Lg = L + LB__QK * g;
+            const size_t ib = b0 + (size_t)g;
+            switch (t) {
+            case CLASSIC_Q4_0: {
+                lb__block_q4_0 *y = (lb__block_q4_0 *)dst + ib;
+                store_fp16(y->d, d[g]);
+                for (int j = 0; j < 16; ++j) y->qs[j] = (uint8_t)(Lg[j] | Lg[j + 16] << 4);
+                break;
+            }
+            case CLASSIC_Q4_1: {
+                lb__block_q4_1 *y = (lb__block_q4_1 *)dst + ib;
+                store_fp16(y->d, d[g]);
+                store_fp16(y->m, m[g]);
+                for (int j = 0; j < 16; ++j) y->qs[j] = (uint8_t)(Lg[j] | Lg[j + 16] << 4);
+                break;
+            }
+            case CLASSIC_Q5_0: {
+                lb__block_q5_0 *y = (lb__block_q5_0 *)dst + ib;
+                store_fp16(y->d, d[g]);
+                pack_q5(Lg, y->qs, y->qh);
+                break;
+            }
+            case CLASSIC_Q5_1: {
+                lb__block_q5_1 *y = (lb__block_q5_1 *)dst + ib;
+                store_fp16(y->d, d[g]);
+                store_fp16(y->m, m[g]);
+                pack_q5(Lg, y->qs, y->qh);
+                break;
+            }
+            }
+        }
+    }
+}
+
+void lb__ggml_quantize_row_q4_0_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    classic_row(CLASSIC_Q4_0, x, dst, cols, imatrix);
+}
+
+void lb__ggml_quantize_row_q4_1_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    classic_row(CLASSIC_Q4_1, x, dst, cols, imatrix);
+}
+
+void lb__ggml_quantize_row_q5_0_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    classic_row(CLASSIC_Q5_0, x, dst, cols, imatrix);
+}
+
+void lb__ggml_quantize_row_q5_1_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    classic_row(CLASSIC_Q5_1, x, dst, cols, imatrix);
+}

@@ -1,0 +1,172 @@
+/* ggml's K-quant and importance-weighted quantizers (io/ggml_quants_k.h)
+ * without llama.cpp: a round trip through lowbit's dequantizers stays
+ * within each type's error, an all-zero row gives all-zero bytes, and
+ * scale-free corners (constant rows, one outlier) stay finite and close.
+ * Byte identity with ggml itself is tests/llamacpp/test_ggml_quants_k.py. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "io/ggml_blocks.h"
+#include "io/ggml_quants_k.h"
+#include "lowbit.h"
+#include "util/cpu.h"
+
+typedef void (*quant_fn)(const float *, void *, size_t, const float *);
+typedef void (*dequant_fn)(const void *, size_t, float *);
+
+static const struct {
+    const char *name;
+    quant_fn quant;
+    dequant_fn dequant;
+    size_t block, bytes;
+    int needs_imatrix;
+    double rel_rmse; /* bound on rms(error) / rms(x) for gaussian rows */
+} types[] = {
+    {"q2_k", lb__ggml_quantize_row_q2_k, lb__dequantize_q2_k, 256, 84, 0, 0.45},
+    {"q3_k", lb__ggml_quantize_row_q3_k, lb__dequantize_q3_k, 256, 110, 0, 0.25},
+    {"q4_k", lb__ggml_quantize_row_q4_k, lb__dequantize_q4_k, 256, 144, 0, 0.13},
+    {"q5_k", lb__ggml_quantize_row_q5_k, lb__dequantize_q5_k, 256, 176, 0, 0.065},
+    {"q6_k", lb__ggml_quantize_row_q6_k, lb__dequantize_q6_k, 256, 210, 0, 0.035},
+    {"q4_0", lb__ggml_quantize_row_q4_0_imatrix, lb__dequantize_q4_0, 32, 18, 1, 0.15},
+    {"q4_1", lb__ggml_quantize_row_q4_1_imatrix, lb__dequantize_q4_1, 32, 20, 1, 0.13},
+    {"q5_0", lb__ggml_quantize_row_q5_0_imatrix, lb__dequantize_q5_0, 32, 22, 1, 0.075},
+    {"q5_1", lb__ggml_quantize_row_q5_1_imatrix, lb__dequantize_q5_1, 32, 24, 1, 0.065},
+};
+
+enum { COLS = 2048 };
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15u;
+static double uniform(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return ((double)(rng_state >> 11) + 0.5) / 9007199254740992.0;
+}
+static float gaussian(void) { return (float)(sqrt(-2 * log(uniform())) * cos(6.283185307179586 * uniform())); }
+
+/* rms(dequant(quant(x)) - x) / rms(x); -1 when the output is not finite. */
+static double round_trip(size_t t, const float *x, const float *imatrix, uint8_t *q, float *y)
+{
+    types[t].quant(x, q, COLS, imatrix);
+    types[t].dequant(q, COLS / types[t].block, y);
+    double se = 0, sx = 0;
+    for (size_t i = 0; i < COLS; i++) {
+        if (!isfinite(y[i])) return -1;
+        se += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+        sx += (double)x[i] * x[i];
+    }
+    return sx > 0 ? sqrt(se / sx) : sqrt(se);
+}
+
+/* The AVX2 searches against their scalar twin: the same bytes for every
+ * type and path on rows with flat, zero, tiny and outlier sub-blocks. */
+static void isa_twins(void)
+{
+    const lb_isa best = lb_isa_detected();
+    if (lb__isa_x86(best) < LB_ISA_AVX2) {
+        printf("no AVX2 here: the twin check is skipped\n");
+        return;
+    }
+    static float x[COLS], im[COLS];
+    static uint8_t a[COLS], b[COLS];
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (int kind = 0; kind < 6; kind++) {
+            for (size_t i = 0; i < COLS; i++) {
+                float g = gaussian();
+                switch (kind) {
+                case 0: x[i] = g; break;
+                case 1: x[i] = (i / 16) % 3 == 0 ? 0.0f : g; break;          /* zero sub-blocks */
+                case 2: x[i] = (i / 32) % 2 ? 1.5f : g * 1e-3f; break;        /* constant blocks */
+                case 3: x[i] = i % 97 == 0 ? 200.0f : g; break;                /* outliers */
+                case 4: x[i] = fabsf(g) + 0.25f; break;                        /* no negative value */
+                default: x[i] = (float)((int)(g * 4)) * 0.5f; break;           /* ties */
+                }
+                im[i] = i % 7 == 0 ? 0.0f : (float)uniform() * 3;
+            }
+            for (int with = types[t].needs_imatrix; with <= 1; with++) {
+                const size_t nbytes = COLS / types[t].block * types[t].bytes;
+                lb_isa_set(LB_ISA_SCALAR);
+                types[t].quant(x, a, COLS, with ? im : NULL);
+                lb_isa_set(best);
+                types[t].quant(x, b, COLS, with ? im : NULL);
+                CHECK(memcmp(a, b, nbytes) == 0, "%s kind %d imatrix %d: AVX2 bytes differ from scalar", types[t].name,
+                      kind, with);
+            }
+        }
+    /* a row of 7 classic blocks: a partial batch of eight */
+    for (size_t i = 0; i < 7 * 32; i++) x[i] = gaussian();
+    lb_isa_set(LB_ISA_SCALAR);
+    lb__ggml_quantize_row_q5_1_imatrix(x, a, 7 * 32, im);
+    lb_isa_set(best);
+    lb__ggml_quantize_row_q5_1_imatrix(x, b, 7 * 32, im);
+    CHECK(memcmp(a, b, 7 * 24) == 0, "q5_1 partial batch: AVX2 bytes differ from scalar");
+}
+
+int main(void)
+{
+    isa_twins();
+    static float x[COLS], y[COLS], im[COLS], ones[COLS];
+    static uint8_t q[COLS]; /* at most one byte an element (Q6_K: 210 / 256) */
+    for (size_t i = 0; i < COLS; i++) {
+        im[i] = (float)(0.01 + 5 * uniform());
+        ones[i] = 1.0f;
+    }
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const char *name = types[t].name;
+        const size_t nbytes = COLS / types[t].block * types[t].bytes;
+        for (int with = types[t].needs_imatrix; with <= 1; with++) {
+            const float *imx = with ? im : NULL;
+            const char *how = with ? "imatrix" : "reference";
+
+            /* gaussian rows, several scales */
+            const float scales[] = {1.0f, 0.02f, 300.0f};
+            for (size_t s = 0; s < 3; s++) {
+                for (size_t i = 0; i < COLS; i++) x[i] = scales[s] * gaussian();
+                double e = round_trip(t, x, imx, q, y);
+                CHECK(e >= 0 && e <= types[t].rel_rmse, "%s %s gaussian*%g: relative rmse %.4f (bound %.3f)", name,
+                      how, scales[s], e, types[t].rel_rmse);
+            }
+
+            /* all zero: every byte zero, every value zero */
+            memset(x, 0, sizeof x);
+            memset(q, 0xAB, sizeof q);
+            round_trip(t, x, imx, q, y);
+            size_t nonzero = 0, nonzero_y = 0;
+            for (size_t i = 0; i < nbytes; i++) nonzero += q[i] != 0;
+            for (size_t i = 0; i < COLS; i++) nonzero_y += y[i] != 0;
+            CHECK(nonzero == 0 && nonzero_y == 0, "%s %s zero row: %zu nonzero bytes, %zu nonzero values", name, how,
+                  nonzero, nonzero_y);
+
+            /* a constant row comes back within fp16 and code precision */
+            for (size_t i = 0; i < COLS; i++) x[i] = 0.75f;
+            double e = round_trip(t, x, imx, q, y);
+            CHECK(e >= 0 && e < 0.05, "%s %s constant row: relative rmse %.4f", name, how, e);
+
+            /* one outlier per block keeps the output finite and the outlier close */
+            for (size_t i = 0; i < COLS; i++) x[i] = gaussian() * 0.1f;
+            for (size_t i = 0; i < COLS; i += types[t].block) x[i + 3] = 40.0f;
+            e = round_trip(t, x, imx, q, y);
+            CHECK(e >= 0, "%s %s outlier row: non-finite output", name, how);
+            double worst = 0;
+            for (size_t i = 0; i < COLS; i += types[t].block) worst = fmax(worst, fabs(y[i + 3] - 40.0) / 40.0);
+            CHECK(worst < 0.1, "%s %s outlier: relative error %.4f", name, how, worst);
+
+            /* an imatrix of ones is a valid weighting too (and not the reference path) */
+            if (with) {
+                for (size_t i = 0; i < COLS; i++) x[i] = gaussian();
+                e = round_trip(t, x, ones, q, y);
+                CHECK(e >= 0 && e <= types[t].rel_rmse, "%s imatrix ones: relative rmse %.4f", name, e);
+            }
+        }
+        /* no hidden state: the same row twice gives the same bytes */
+        for (size_t i = 0; i < COLS; i++) x[i] = gaussian();
+        static uint8_t a[COLS], b[COLS];
+        types[t].quant(x, a, COLS, im);
+        types[t].quant(x, b, COLS, im);
+        CHECK(memcmp(a, b, nbytes) == 0, "%s: quantizing twice gives the same bytes", name);
+    }
+    return check_summary();
+}
