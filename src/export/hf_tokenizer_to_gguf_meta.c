@@ -50,6 +50,34 @@ static int32_t added_id(const lb__hf_meta *m, const char *s)
     return a && lb__json_u64(lb__json_get(a, "id"), &id) && id < m->n_vocab ? (int32_t)id : -1;
 }
 
+/* The id of template entry e when it is a special token of one id; -1 otherwise. */
+static int64_t template_token(const lb__json *p, const lb__json *e)
+{
+    const char *tok = lb__json_str(lb__json_get(e, "SpecialToken"), "id");
+    const lb__json *ids = lb__json_get(lb__json_get(lb__json_get(p, "special_tokens"), tok ? tok : ""), "ids");
+    uint64_t id;
+    return tok && ids && ids->type == LB_JSON_ARRAY && ids->len == 1 && lb__json_u64(&ids->items[0], &id) &&
+                   id < INT32_MAX ? (int64_t)id : -1;
+}
+
+/* add_sep as the converter reads the pair template: between A and B (what
+ * the single template adds set aside), a separator that is the SEP or EOS
+ * token. It changes no single text's ids (llama.cpp adds SEP only when
+ * joining a pair, as for rerankers). */
+static void template_sep(lb__hf_meta *m, const lb__json *p)
+{
+    const lb__json *pair = lb__json_get(p, "pair");
+    size_t n = pair && pair->type == LB_JSON_ARRAY ? pair->len : 0, a = m->add[BOS] > 0, b = n - (m->add[EOS] > 0);
+    if (n < 2 || b <= a + 1 || !lb__json_get(&pair->items[a], "Sequence") || !lb__json_get(&pair->items[b - 1], "Sequence"))
+        return;
+    size_t mid = b - a - 2; /* entries between A and B */
+    if (mid == 0) return;
+    int64_t e0 = template_token(p, &pair->items[a + 1]), e1 = mid == 2 ? template_token(p, &pair->items[a + 2]) : -1;
+    int sep0 = e0 >= 0 && (e0 == m->special[SEP] || e0 == m->special[EOS]);
+    int sep1 = e1 >= 0 && (e1 == m->special[SEP] || e1 == m->special[EOS]);
+    m->add[2] = (sep0 && m->add[EOS] <= 0) || sep1;
+}
+
 /* TemplateProcessing's single-sequence template: a special token before
  * the text is an added BOS, one after it an added EOS. GGUF can say only
  * those, with the tokenizer's own BOS/EOS. */
@@ -70,9 +98,8 @@ static lb_status template_processing(lb__hf_meta *m, const lb__json *p, const ch
             continue;
         }
         const char *tok = lb__json_str(lb__json_get(&single->items[i], "SpecialToken"), "id");
-        const lb__json *ids = lb__json_get(lb__json_get(lb__json_get(p, "special_tokens"), tok ? tok : ""), "ids");
-        uint64_t id;
-        if (!tok || !ids || ids->type != LB_JSON_ARRAY || ids->len != 1 || !lb__json_u64(&ids->items[0], &id))
+        int64_t id = template_token(p, &single->items[i]);
+        if (id < 0)
             return lb__fail(LB_ERR_UNSUPPORTED, "%s: post_processor TemplateProcessing adds '%s', not one known token; "
                             "GGUF cannot say it (no tokenizer written)", what, tok ? tok : "?");
         if (m->special[which] < 0) m->special[which] = (int32_t)id;
@@ -82,6 +109,7 @@ static lb_status template_processing(lb__hf_meta *m, const lb__json *p, const ch
                             (unsigned long long)id, side ? "after" : "before", special_names[which], m->special[which]);
         m->add[which] = 1;
     }
+    template_sep(m, p);
     return LB_OK;
 }
 
@@ -199,8 +227,8 @@ static lb_status chat_template(const lb__hf_meta *m, const char *dir, lb__gguf_w
     const lb__json *c = m->cfg ? lb__json_get(m->cfg, "chat_template") : NULL;
     lb_status st = LB_OK;
     if (c && c->type == LB_JSON_STRING) return lb__gguf_set_str(w, "tokenizer.chat_template", c->str, c->len);
-    if (c && c->type == LB_JSON_ARRAY) {
-        const char **names = malloc((c->len ? c->len : 1) * sizeof *names);
+    if (c && c->type == LB_JSON_ARRAY) { /* named templates, as gguf-py writes them */
+        char **names = calloc(c->len ? c->len : 1, sizeof *names);
         size_t n = 0;
         char key[160];
         st = names ? LB_OK : lb__fail(LB_ERR_NOMEM, "out of memory");
@@ -212,13 +240,17 @@ static lb_status chat_template(const lb__hf_meta *m, const char *dir, lb__gguf_w
                 st = lb__gguf_set_str(w, "tokenizer.chat_template", tmpl->str, tmpl->len);
                 continue;
             }
-            int len = snprintf(key, sizeof key, "tokenizer.chat_template.%s", name);
-            for (char *p = key + len - strlen(name); *p; p++) /* as gguf-py: only letters and digits in the name */
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))) *p = '_';
-            names[n++] = name;
+            if (!(names[n] = strdup(name))) {
+                st = lb__fail(LB_ERR_NOMEM, "out of memory");
+                break;
+            }
+            for (char *q = names[n]; *q; q++) /* only letters and digits in a name */
+                if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9'))) *q = '_';
+            snprintf(key, sizeof key, "tokenizer.chat_template.%s", names[n++]);
             st = lb__gguf_set_str(w, key, tmpl->str, tmpl->len);
         }
-        if (st == LB_OK && n) st = lb__gguf_set_arr_str(w, "tokenizer.chat_templates", names, NULL, n);
+        if (st == LB_OK && n) st = lb__gguf_set_arr_str(w, "tokenizer.chat_templates", (const char *const *)names, NULL, n);
+        for (size_t i = 0; i < n; i++) free(names[i]);
         free(names);
         return st;
     }
