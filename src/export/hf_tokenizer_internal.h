@@ -76,9 +76,10 @@ typedef struct lb__hf_meta {
 /* t: the tokenizer read from dir's tokenizer.json; what names it. */
 lb_status lb__hf_meta_read(const char *dir, const lb_tokenizer *t, const char *what, lb__hf_meta *m);
 void lb__hf_meta_free(lb__hf_meta *m);
-/* Sets types[id] of every added token: 3 (control) when special or when it
- * looks special to convert_hf_to_gguf.py (<|...|>), else 4 (user-defined). */
-void lb__hf_meta_added_types(const lb__hf_meta *m, int32_t *types);
+/* Sets types[id] of every added token: 3 (control) when special or (looks:
+ * as the converter's byte-level path judges) when it looks special to
+ * convert_hf_to_gguf.py (<|...|>), else 4 (user-defined). */
+void lb__hf_meta_added_types(const lb__hf_meta *m, int looks, int32_t *types);
 /* The special ids, add_bos/add_eos (always) and add_sep (when said) and
  * the chat template (tokenizer_config.json's, else chat_template.jinja). */
 lb_status lb__hf_meta_keys(const lb__hf_meta *m, const char *dir, lb__gguf_writer *w);

@@ -111,7 +111,7 @@ static lb_status bpe_keys(const lb_tokenizer *t, const lb__hf_meta *m, const cha
     char **ms = calloc(n ? n : 1, sizeof *ms);
     lb_status st = mg && ms ? pre_name(t, what, &pre) : lb__fail(LB_ERR_NOMEM, "out of memory (merges)");
     if (st == LB_OK) st = token_list_make(t, m, &l);
-    if (st == LB_OK) lb__hf_meta_added_types(m, l.types);
+    if (st == LB_OK) lb__hf_meta_added_types(m, 1, l.types);
     for (size_t i = 0; st == LB_OK && i < n; i++) { /* "left right", by rank */
         uint64_t key = mg[i]->key - 1;
         uint32_t a = (uint32_t)(key >> 32), b = (uint32_t)key;
@@ -183,7 +183,7 @@ static lb_status spm_keys(const lb_tokenizer *t, const lb__hf_meta *m, const cha
         for (uint32_t i = t->n; i < m->n_vocab; i++) scores[i] = -1000.0f;
         for (int b = 0; b < 256; b++) l.types[t->byte_id[b]] = 6;
         if (t->unk >= 0) l.types[t->unk] = 2;
-        lb__hf_meta_added_types(m, l.types);
+        lb__hf_meta_added_types(m, 0, l.types); /* as LlamaHfVocab: by the special flag alone */
     }
     if (st == LB_OK) st = lb__gguf_set_str(w, "tokenizer.ggml.model", "llama", 5);
     if (st == LB_OK) st = lb__gguf_set_str(w, "tokenizer.ggml.pre", "default", 7);

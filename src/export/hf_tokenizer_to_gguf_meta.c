@@ -68,7 +68,8 @@ static void template_sep(lb__hf_meta *m, const lb__json *p)
 {
     const lb__json *pair = lb__json_get(p, "pair");
     size_t n = pair && pair->type == LB_JSON_ARRAY ? pair->len : 0, a = m->add[BOS] > 0, b = n - (m->add[EOS] > 0);
-    if (n < 2 || b <= a + 1 || !lb__json_get(&pair->items[a], "Sequence") || !lb__json_get(&pair->items[b - 1], "Sequence"))
+    if (n < 2 || b <= a + 1 || !lb__json_get(&pair->items[a], "Sequence") ||
+        !lb__json_get(&pair->items[b - 1], "Sequence"))
         return;
     size_t mid = b - a - 2; /* entries between A and B */
     if (mid == 0) return;
@@ -104,9 +105,9 @@ static lb_status template_processing(lb__hf_meta *m, const lb__json *p, const ch
                             "GGUF cannot say it (no tokenizer written)", what, tok ? tok : "?");
         if (m->special[which] < 0) m->special[which] = (int32_t)id;
         if (m->special[which] != (int32_t)id)
-            return lb__fail(LB_ERR_UNSUPPORTED, "%s: post_processor TemplateProcessing adds '%s' (id %llu) %s the text, "
-                            "but the %s token is id %d; GGUF adds only that one (no tokenizer written)", what, tok,
-                            (unsigned long long)id, side ? "after" : "before", special_names[which], m->special[which]);
+            return lb__fail(LB_ERR_UNSUPPORTED, "%s: post_processor TemplateProcessing adds '%s' (id %lld) %s the "
+                            "text, but the %s token is id %d; GGUF adds only that one (no tokenizer written)", what,
+                            tok, (long long)id, side ? "after" : "before", special_names[which], m->special[which]);
         m->add[which] = 1;
     }
     template_sep(m, p);
@@ -156,13 +157,17 @@ lb_status lb__hf_meta_read(const char *dir, const lb_tokenizer *t, const char *w
     /* ids the embedding has beyond the tokenizer's: written as unused [PAD<id>] tokens */
     if (st == LB_OK && lb__json_u64(lb__json_get(m->config, "vocab_size"), &v) && v > t->n && v < INT32_MAX)
         m->n_vocab = (uint32_t)v;
+    /* fewer: llama.cpp would refuse the embedding's shape (and the converter refuses the directory) */
+    if (st == LB_OK && lb__json_u64(lb__json_get(m->config, "vocab_size"), &v) && v < t->n)
+        st = lb__fail(LB_ERR_UNSUPPORTED, "%s: %u token ids, but config.json's vocab_size is %llu; no tokenizer "
+                      "written", what, t->n, (unsigned long long)v);
     /* an added token whose match swallows neighbouring whitespace: GGUF has no key for it */
     const lb__json *added = m->tok ? lb__json_get(m->tok, "added_tokens") : NULL;
     for (size_t i = 0; st == LB_OK && added && added->type == LB_JSON_ARRAY && i < added->len; i++)
         if (is_true(lb__json_get(&added->items[i], "lstrip")) || is_true(lb__json_get(&added->items[i], "rstrip")))
             st = lb__fail(LB_ERR_UNSUPPORTED, "%s: added token '%s' strips whitespace (lstrip/rstrip), which llama.cpp "
                           "does not read from GGUF; no tokenizer written", what,
-                          lb__json_str(&added->items[i], "content"));
+                          lb__json_str(&added->items[i], "content") ? lb__json_str(&added->items[i], "content") : "?");
     /* tokenizer_config.json: <kind>_token names an added token (cls and sep stand in for missing bos and eos) */
     char key[32];
     for (int k = 0; st == LB_OK && m->cfg && k < LB__HF_N_SPECIAL; k++) {
@@ -204,19 +209,20 @@ static int looks_special(const char *s)
     static const char *const ends[][2] = {{"<|", "|>"}, {"<\xEF\xBD\x9C", "\xEF\xBD\x9C>"}, {"<unused", ">"}};
     for (size_t i = 0; i < sizeof ends / sizeof *ends; i++) {
         size_t a = strlen(ends[i][0]), b = strlen(ends[i][1]);
-        if (n >= a + b && memcmp(s, ends[i][0], a) == 0 && memcmp(s + n - b, ends[i][1], b) == 0) return 1;
+        if (n >= a && n >= b && memcmp(s, ends[i][0], a) == 0 && memcmp(s + n - b, ends[i][1], b) == 0)
+            return 1; /* the ends may overlap, as Python's startswith/endswith let them ("<|>") */
     }
     return 0;
 }
 
-void lb__hf_meta_added_types(const lb__hf_meta *m, int32_t *types)
+void lb__hf_meta_added_types(const lb__hf_meta *m, int looks, int32_t *types)
 {
     const lb__json *added = m->tok ? lb__json_get(m->tok, "added_tokens") : NULL;
     for (size_t i = 0; added && added->type == LB_JSON_ARRAY && i < added->len; i++) {
         uint64_t id;
         const char *c = lb__json_str(&added->items[i], "content");
         if (!c || !lb__json_u64(lb__json_get(&added->items[i], "id"), &id) || id >= m->n_vocab) continue;
-        types[id] = is_true(lb__json_get(&added->items[i], "special")) || looks_special(c) ? 3 : 4;
+        types[id] = is_true(lb__json_get(&added->items[i], "special")) || (looks && looks_special(c)) ? 3 : 4;
     }
 }
 
@@ -249,7 +255,8 @@ static lb_status chat_template(const lb__hf_meta *m, const char *dir, lb__gguf_w
             snprintf(key, sizeof key, "tokenizer.chat_template.%s", names[n++]);
             st = lb__gguf_set_str(w, key, tmpl->str, tmpl->len);
         }
-        if (st == LB_OK && n) st = lb__gguf_set_arr_str(w, "tokenizer.chat_templates", (const char *const *)names, NULL, n);
+        if (st == LB_OK && n)
+            st = lb__gguf_set_arr_str(w, "tokenizer.chat_templates", (const char *const *)names, NULL, n);
         for (size_t i = 0; i < n; i++) free(names[i]);
         free(names);
         return st;
@@ -270,9 +277,10 @@ lb_status lb__hf_meta_keys(const lb__hf_meta *m, const char *dir, lb__gguf_write
     lb_status st = LB_OK;
     for (int k = 0; st == LB_OK && k < LB__HF_N_SPECIAL; k++)
         if (m->special[k] >= 0) st = lb__gguf_set_u32(w, special_keys[k], (uint32_t)m->special[k]);
-    /* unsaid: nothing is added, as tokenizers adds nothing without a post-processor */
-    if (st == LB_OK) st = lb__gguf_set_bool(w, "tokenizer.ggml.add_bos_token", m->add[BOS] > 0);
-    if (st == LB_OK) st = lb__gguf_set_bool(w, "tokenizer.ggml.add_eos_token", m->add[EOS] > 0);
+    /* unsaid: nothing is added, as tokenizers adds nothing without a post-processor; nor without the token
+     * (llama.cpp would stop on an added BOS it has no id for) */
+    if (st == LB_OK) st = lb__gguf_set_bool(w, "tokenizer.ggml.add_bos_token", m->add[BOS] > 0 && m->special[BOS] >= 0);
+    if (st == LB_OK) st = lb__gguf_set_bool(w, "tokenizer.ggml.add_eos_token", m->add[EOS] > 0 && m->special[EOS] >= 0);
     if (st == LB_OK && m->add[2] >= 0) st = lb__gguf_set_bool(w, "tokenizer.ggml.add_sep_token", m->add[2]);
     if (st == LB_OK) st = chat_template(m, dir, w);
     return st;

@@ -6,8 +6,9 @@ llama.cpp itself tokenizes with it exactly as Hugging Face `tokenizers` does:
   (with its post-processor, so BOS/EOS as each adds them) on the whole of
   wiki.test.raw as one text, on single lines of it, and on texts with added
   and special tokens in them; for SmolLM2 (byte-level BPE, "smollm"),
-  stories260K (SentencePiece-style, "llama"), and two synthetic variants of
-  them (user-defined and special added tokens, ids beyond the tokenizer's
+  stories260K (SentencePiece-style, "llama"), SmolLM2's vocabulary with
+  GPT-2's pre-tokenizer ("gpt-2"), and two synthetic variants of them
+  (user-defined and special added tokens, ids beyond the tokenizer's
   padded as convert_hf_to_gguf.py pads them, a BOS template, named chat
   templates);
 - keys: the values llama.cpp's convert_hf_to_gguf.py would write for the same
@@ -54,7 +55,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 CONTROL, USER_DEFINED, UNUSED, NORMAL, BYTE = 3, 4, 5, 1, 6
 # the texts with added tokens in them (the synthetic tokenizers add <tool> and [[x]])
-SPECIAL_TEXTS = ["<|im_start|>user\nHi there<|im_end|>\n", "a<tool>b <tool> c<tool>", "x [[x]] y<|endoftext|>z",
+SPECIAL_TEXTS = ["<|im_start|>user\nHi there<|im_end|>\n", "a<tool>b <tool> c<tool>", "x [[x]] y<|endoftext|>z<|x|>",
                  "<s> once </s>upon<unk>a time", " <|im_start|>  <repo_name>3 4<tool>\n\n"]
 
 
@@ -96,8 +97,9 @@ def derive(base, name, edit):
 
 
 def add_tokens(files, first_id, specials):
-    """Appends added tokens <tool> (user-defined) and [[x]] (special) from first_id."""
-    for i, (c, sp) in enumerate([("<tool>", False), ("[[x]]", True)]):
+    """Appends added tokens <tool> (user-defined), [[x]] (special) and <|x|> (not special, but control:
+    it looks special to the converter) from first_id."""
+    for i, (c, sp) in enumerate([("<tool>", False), ("[[x]]", True), ("<|x|>", False)]):
         files["tokenizer.json"]["added_tokens"].append(
             {"id": first_id + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
              "normalized": False, "special": sp})
@@ -123,6 +125,11 @@ def synth_bpe(files):
     files["tokenizer_config.json"]["add_bos_token"] = True
 
 
+def synth_gpt2(files):
+    # ByteLevel alone (GPT-2's regex, digit runs kept together): "gpt-2"
+    files["tokenizer.json"]["pre_tokenizer"] = files["tokenizer.json"]["pre_tokenizer"]["pretokenizers"][1]
+
+
 def synth_spm(files):
     add_tokens(files, 512, ())
     files["config.json"]["vocab_size"] = 520
@@ -138,7 +145,7 @@ def dirs(tmp_path_factory):
     lowbit("convert", SMOLLM2, smol, "--dtype", "bf16", "--quiet")
     lowbit("convert", STORIES, stories, "--quiet")
     out = {"smollm2": smol, "stories": stories, "synth_bpe": derive(smol, "synth_bpe", synth_bpe),
-           "synth_spm": derive(stories, "synth_spm", synth_spm)}
+           "synth_gpt2": derive(smol, "synth_gpt2", synth_gpt2), "synth_spm": derive(stories, "synth_spm", synth_spm)}
     return {k: (d, hf_dir_to_gguf(d)) for k, d in out.items()}
 
 
@@ -153,7 +160,7 @@ def hf_tok(d):
 
 # ===== the same ids =====
 
-MODELS = ["smollm2", "stories", "synth_bpe", "synth_spm"]
+MODELS = ["smollm2", "stories", "synth_bpe", "synth_gpt2", "synth_spm"]
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -255,7 +262,7 @@ def check_special_vocab(f, sv):
         assert f.get("tokenizer.chat_template") == tmpl
 
 
-@pytest.mark.parametrize("name", ["smollm2", "synth_bpe"])
+@pytest.mark.parametrize("name", ["smollm2", "synth_bpe", "synth_gpt2"])
 def test_bpe_keys_as_converter(dirs, name):
     d, g = dirs[name]
     f = fields(g)
@@ -268,17 +275,23 @@ def test_bpe_keys_as_converter(dirs, name):
         j = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
         j["post_processor"] = None
         assert converter_pre(tokenizers.Tokenizer.from_str(json.dumps(j))) == "smollm"
+    elif name == "synth_gpt2":
+        # SmolLM2's vocabulary with GPT-2's pre-tokenizer: no token holds two digits, so the check text's ids,
+        # hence the converter's hash, are SmolLM's and it says "smollm" (the same ids here, as test_wiki_* shows
+        # for "gpt-2"); lowbit names the pre-tokenizer by what tokenizer.json says
+        assert converter_pre(hf_tok(d)) == "smollm"
+        assert not any(re.search("[0-9].*[0-9]", t) for t in hf_tok(d).get_vocab())
     else:
         assert converter_pre(hf_tok(d)) == "smollm"
-    assert f["tokenizer.ggml.pre"] == "smollm"
+    assert f["tokenizer.ggml.pre"] == ("gpt-2" if name == "synth_gpt2" else "smollm")
     assert f["tokenizer.ggml.tokens"] == tokens
     assert f["tokenizer.ggml.token_type"] == types
     sv = special_vocab(d, len(tokens))
     assert f["tokenizer.ggml.merges"] == sv.merges and len(sv.merges) > 40000
     check_special_vocab(f, sv)
     if name == "synth_bpe":  # the edges the synthetic directory has
-        assert types[3] == USER_DEFINED and types[49152] == USER_DEFINED and types[49153] == CONTROL
-        assert tokens[49154:] == [f"[PAD{i}]" for i in range(49154, 49160)] and types[49154:] == [UNUSED] * 6
+        assert types[3] == USER_DEFINED and types[49152:49155] == [USER_DEFINED, CONTROL, CONTROL]
+        assert tokens[49155:] == [f"[PAD{i}]" for i in range(49155, 49160)] and types[49155:] == [UNUSED] * 5
         assert f["tokenizer.ggml.add_bos_token"] is True and f["tokenizer.ggml.bos_token_id"] == 0
 
 
@@ -342,13 +355,13 @@ def test_original_smollm2_same_keys(dirs):
 
 # ===== refused, never written differently =====
 
-def refuses(base, tmp_path, edit, words):
+def refuses(base, tmp_path, edit, words, name="tokenizer.json"):
     d = tmp_path / "bad"
     shutil.copytree(base, d, ignore=shutil.ignore_patterns("model.safetensors"))
     os.symlink(base / "model.safetensors", d / "model.safetensors")
-    j = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+    j = json.loads((d / name).read_text(encoding="utf-8"))
     edit(j)
-    (d / "tokenizer.json").write_text(json.dumps(j), encoding="utf-8")
+    (d / name).write_text(json.dumps(j), encoding="utf-8")
     p = lowbit("convert", d, tmp_path / "bad.gguf", "--quiet", ok=False)
     assert p.returncode != 0 and not (tmp_path / "bad.gguf").exists()
     for w in words:
@@ -374,6 +387,10 @@ def test_refused(dirs, tmp_path):
         j["added_tokens"].append({"id": 49160, "content": "<gap>", "special": False, "lstrip": False,
                                   "rstrip": False, "normalized": False, "single_word": False})
     refuses(smol, tmp_path / "e", gap, ["<gap>", "49160", "49152"])
+
+    def fewer_ids(c):  # the embedding would have fewer rows than the tokenizer has ids
+        c["vocab_size"] = 49000
+    refuses(smol, tmp_path / "f", fewer_ids, ["49152 token ids", "vocab_size is 49000"], "config.json")
 
     def template(j):
         j["post_processor"] = {"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}},
