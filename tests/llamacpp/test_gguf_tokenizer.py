@@ -49,7 +49,6 @@ STORIES = ROOT / "models/stories260K.bin"  # tok512.bin beside it
 WIKI = ROOT / "data/wikitext-2-raw/wiki.test.raw"
 # the sources of the llama.cpp whose tools LOWBIT_LLAMACPP holds (build/bin)
 SRC = pathlib.Path(os.environ["LOWBIT_LLAMACPP"]).resolve().parents[1] / "src"
-sys.path.insert(0, str(SRC / "gguf-py"))  # the sdist's gguf-py: the converter's own SpecialVocab
 gguf = pytest.importorskip("gguf")
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -233,9 +232,21 @@ def converter_vocab(d):
     return tokens, types
 
 
+SPECIAL_VOCAB = """
+import json, sys, gguf
+sv = gguf.SpecialVocab(sys.argv[1], load_merges=True, n_vocab=int(sys.argv[2]))
+print(json.dumps({"file": gguf.__file__, "merges": sv.merges, "special_token_ids": sv.special_token_ids,
+                  "add_special_token": sv.add_special_token, "chat_template": sv.chat_template}))
+"""
+
+
 def special_vocab(d, n_vocab):
-    sv = gguf.SpecialVocab(d, load_merges=True, n_vocab=n_vocab)
-    assert pathlib.Path(gguf.__file__).is_relative_to(SRC), gguf.__file__
+    """gguf-py's SpecialVocab of the sdist (the converter's own), run apart so this process keeps its gguf."""
+    p = subprocess.run([sys.executable, "-c", SPECIAL_VOCAB, str(d), str(n_vocab)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(SRC / "gguf-py")})
+    assert p.returncode == 0, p.stderr[-3000:]
+    sv = json.loads(p.stdout.strip().splitlines()[-1])
+    assert pathlib.Path(sv["file"]).resolve().is_relative_to(SRC), sv["file"]
     return sv
 
 
@@ -245,13 +256,13 @@ ID_KEYS = {"bos": "bos_token_id", "eos": "eos_token_id", "unk": "unknown_token_i
 
 def check_special_vocab(f, sv):
     for typ, key in ID_KEYS.items():
-        assert f.get("tokenizer.ggml." + key) == sv.special_token_ids.get(typ), typ
+        assert f.get("tokenizer.ggml." + key) == sv["special_token_ids"].get(typ), typ
     for typ in ("bos", "eos", "sep"):
-        want = sv.add_special_token.get(typ)
+        want = sv["add_special_token"].get(typ)
         # lowbit always says add_bos/add_eos (unsaid: false, what tokenizers does without a post-processor)
         got = f.get(f"tokenizer.ggml.add_{typ}_token")
         assert got == want or (want is None and typ != "sep" and got is False), (typ, got, want)
-    tmpl = sv.chat_template
+    tmpl = sv["chat_template"]
     if isinstance(tmpl, list):
         named = {t["name"]: t["template"] for t in tmpl}
         assert f.get("tokenizer.chat_template") == named.pop("default", None)
@@ -287,7 +298,7 @@ def test_bpe_keys_as_converter(dirs, name):
     assert f["tokenizer.ggml.tokens"] == tokens
     assert f["tokenizer.ggml.token_type"] == types
     sv = special_vocab(d, len(tokens))
-    assert f["tokenizer.ggml.merges"] == sv.merges and len(sv.merges) > 40000
+    assert f["tokenizer.ggml.merges"] == sv["merges"] and len(sv["merges"]) > 40000
     check_special_vocab(f, sv)
     if name == "synth_bpe":  # the edges the synthetic directory has
         assert types[3] == USER_DEFINED and types[49152:49155] == [USER_DEFINED, CONTROL, CONTROL]
