@@ -34,7 +34,7 @@ typedef struct synth {
     size_t n_added;
     char *buf; /* one NUL-terminated string at a time */
     size_t cap;
-    int32_t pad;
+    int32_t pad, unk;       /* a byte-level GGUF's padding and unknown tokens (HF's BPE model has no unk) */
     unsigned char *special; /* id -> 1 control, 2 user-defined */
 } synth;
 
@@ -261,7 +261,7 @@ static lb_status tokenizer_json(synth *s, lb__jsonw *w)
 static lb_status named_tokens(synth *s, lb__jsonw *w)
 {
     const char *keys[] = {"bos_token", "eos_token", "unk_token", "pad_token"};
-    int32_t ids[] = {s->t->bos, s->t->eos, s->t->unk, s->pad};
+    int32_t ids[] = {s->t->bos, s->t->eos, s->unk, s->pad};
     lb_status st = LB_OK;
     for (int k = 0; k < 4 && st == LB_OK; k++)
         if (ids[k] >= 0) lb__jsonw_key(w, keys[k]), st = put_tok(s, w, ids[k]);
@@ -276,6 +276,11 @@ static lb_status tokenizer_config(synth *s, lb__jsonw *w)
     lb__jsonw_key(w, "add_bos_token"), lb__jsonw_bool(w, lb_tokenizer_add_bos(t));
     lb__jsonw_key(w, "add_eos_token"), lb__jsonw_bool(w, 0);
     lb__jsonw_key(w, "clean_up_tokenization_spaces"), lb__jsonw_bool(w, 0);
+    /* a GGUF that says add_space_prefix: the ByteLevel flag of the tokenizer.json written beside (as HF's own
+     * SmolLM2 files say it; a GGUF written back carries it again) */
+    int aps;
+    if (!s->spm && s->f && lb__gguf_get_bool(s->f, "tokenizer.ggml.add_space_prefix", &aps))
+        lb__jsonw_key(w, "add_prefix_space"), lb__jsonw_bool(w, t->add_prefix_space);
     lb_status st = named_tokens(s, w);
     lb__jsonw_key(w, "added_tokens_decoder");
     lb__jsonw_object(w);
@@ -366,11 +371,15 @@ static lb_status added_list(synth *s)
 lb_status lb__hf_tokenizer_from_tok(const lb_tokenizer *t, const lb__gguf_file *f, const char *what, const char *dir,
                                     int *written)
 {
-    synth s = {.f = f, .what = what, .t = t, .pad = -1, .spm = t->kind == LB__TOK_SPM};
+    synth s = {.f = f, .what = what, .t = t, .pad = -1, .unk = t->unk, .spm = t->kind == LB__TOK_SPM};
     lb_status st = s.spm ? lb__hf_spm_prepare(t, what, &s.hf) : LB_OK;
     int64_t pad;
     if (st == LB_OK && f && lb__gguf_get_i64(f, "tokenizer.ggml.padding_token_id", &pad) && pad >= 0 && pad < t->n)
         s.pad = (int32_t)pad;
+    /* named in tokenizer_config.json only, so that a GGUF written back carries it (it changes no ids) */
+    if (st == LB_OK && !s.spm && f && lb__gguf_get_i64(f, "tokenizer.ggml.unknown_token_id", &pad) && pad >= 0 &&
+        pad < t->n)
+        s.unk = (int32_t)pad;
     if (st == LB_OK) st = added_list(&s);
     static const struct { const char *name; file_fn fn; } files[] = {
         {"tokenizer.json", tokenizer_json},

@@ -9,6 +9,7 @@
 
 #include "export/exporter.h"
 #include "io/gguf.h"
+#include "io/json.h"
 #include "lowbit.h"
 #include "model/tokenizer_internal.h"
 
@@ -54,9 +55,33 @@ void lb__hf_spm_normalizer(lb__jsonw *w, int prefix);
 void lb__hf_spm_decoder(lb__jsonw *w, int prefix);
 
 /* Adds tokenizer.ggml.* keys (and tokenizer.chat_template) from the
- * tokenizer.json / tokenizer_config.json in src_dir, when lowbit's GGUF
- * tokenizer can say that tokenizer exactly (hf_tokenizer_to_gguf.c);
- * LB_OK adding nothing otherwise, or when there is no tokenizer.json. */
+ * tokenizer.json / tokenizer_config.json / config.json in src_dir, with the
+ * values llama.cpp's convert_hf_to_gguf.py writes, so that llama.cpp
+ * tokenizes as `tokenizers` does (hf_tokenizer_to_gguf.c). LB_OK adding
+ * nothing when there is no tokenizer.json; LB_ERR_UNSUPPORTED, naming why
+ * and writing nothing, for a tokenizer llama.cpp would run differently. */
 lb_status lb__hf_tokenizer_to_gguf(const char *src_dir, lb__gguf_writer *w);
+
+/* What the directory says beside the vocabulary, read as llama.cpp's
+ * converter (gguf-py SpecialVocab) reads it (hf_tokenizer_to_gguf_meta.c).
+ * special: bos, eos, unk, sep, pad, mask ids (-1: none); add: whether BOS,
+ * EOS, SEP are added (-1: unsaid). */
+#define LB__HF_N_SPECIAL 6
+typedef struct lb__hf_meta {
+    lb__json *tok, *cfg, *config; /* tokenizer.json, tokenizer_config.json, config.json (NULL: absent) */
+    uint32_t n_vocab;             /* ids to write: config.json vocab_size when above the tokenizer's */
+    int32_t special[LB__HF_N_SPECIAL];
+    int add[3];
+} lb__hf_meta;
+/* t: the tokenizer read from dir's tokenizer.json; what names it. */
+lb_status lb__hf_meta_read(const char *dir, const lb_tokenizer *t, const char *what, lb__hf_meta *m);
+void lb__hf_meta_free(lb__hf_meta *m);
+/* Sets types[id] of every added token: 3 (control) when special or (looks:
+ * as the converter's byte-level path judges) when it looks special to
+ * convert_hf_to_gguf.py (<|...|>), else 4 (user-defined). */
+void lb__hf_meta_added_types(const lb__hf_meta *m, int looks, int32_t *types);
+/* The special ids, add_bos/add_eos (always) and add_sep (when said) and
+ * the chat template (tokenizer_config.json's, else chat_template.jinja). */
+lb_status lb__hf_meta_keys(const lb__hf_meta *m, const char *dir, lb__gguf_writer *w);
 
 #endif

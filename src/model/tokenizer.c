@@ -188,8 +188,11 @@ static lb_status gguf_array(const lb__gguf_file *f, const char *key, const char 
 }
 
 /* Pre-tokenizers by llama.cpp's tokenizer.ggml.pre names: those that are
- * the GPT-2 regex alone, and those that first isolate each \p{N}. */
-static const char *const pre_gpt2[] = {"gpt2", "gpt-2", "default", NULL};
+ * the GPT-2 regex alone ("gpt2": lowbit's own older files, which llama.cpp
+ * refuses), and those that first isolate each \p{N}. Not "default", nor a
+ * missing name: llama.cpp then runs other regexes (punctuation runs, digit
+ * runs and triples split first). */
+static const char *const pre_gpt2[] = {"gpt2", "gpt-2", NULL};
 static const char *const pre_digits[] = {"smollm", "starcoder", "refact", "command-r", "codeshell", NULL};
 
 static int in_list(const char *const *list, const char *s, size_t len)
@@ -201,15 +204,15 @@ static int in_list(const char *const *list, const char *s, size_t len)
 
 static lb_status gguf_bpe(const lb__gguf_file *f, const char *what, lb_tokenizer *t)
 {
-    const char *pre = "gpt2";
-    uint64_t pre_len = 4;
+    const char *pre = "default";
+    uint64_t pre_len = 7;
     if (lb__gguf_find(f, "tokenizer.ggml.pre") && !lb__gguf_get_str(f, "tokenizer.ggml.pre", &pre, &pre_len))
         return lb__fail(LB_ERR_PARSE, "%s: tokenizer.ggml.pre is not a string", what);
     if (in_list(pre_digits, pre, pre_len)) t->split_digits = 1;
     else if (!in_list(pre_gpt2, pre, pre_len))
         return lb__fail(LB_ERR_UNSUPPORTED,
-                        "%s: pre-tokenizer tokenizer.ggml.pre = '%.*s' is not supported (supported: gpt2, gpt-2, "
-                        "default, smollm, starcoder, refact, command-r, codeshell)", what, (int)pre_len, pre);
+                        "%s: pre-tokenizer tokenizer.ggml.pre = '%.*s' (absent: 'default') is not supported (supported: "
+                        "gpt-2, gpt2, smollm, starcoder, refact, command-r, codeshell)", what, (int)pre_len, pre);
     t->pre = LB__PRE_GPT2;
     const lb__gguf_kv *merges;
     lb_status st = gguf_array(f, "tokenizer.ggml.merges", what, 1, 0, &merges);

@@ -246,11 +246,19 @@ static lb_status load(const lb__json *root, const char *what, lb_tokenizer *t)
                             vocab->items[i].offset);
         if ((st = lb__tok_set(t, id, vocab->keys[i], vocab->key_lens[i])) != LB_OK) return st;
     }
+    /* tokenizers ignores the id of an added token that is not in model.vocab: it numbers it after the
+     * vocabulary and the added tokens before it. A file whose ids say otherwise is refused. */
+    uint32_t max_added = 0;
     for (size_t i = 0; i < n_added; i++) {
         const lb__json *a = &added->items[i], *content = lb__json_get(a, "content");
         id_of(lb__json_get(a, "id"), what, "added_tokens", &id);
         if (!content || content->type != LB_JSON_STRING || content->len == 0)
             return lb__fail(LB_ERR_PARSE, "%s: added_tokens[%zu] (byte %zu) has no content", what, i, a->offset);
+        uint32_t next = i && max_added >= vocab->len ? max_added + 1 : (uint32_t)vocab->len;
+        if (t->str_off[id] == SIZE_MAX && id != next)
+            return lb__fail(LB_ERR_UNSUPPORTED, "%s: added token '%s' says id %u, but tokenizers gives it id %u (the "
+                            "next after the vocabulary and the added tokens before it)", what, content->str, id, next);
+        if (!i || id > max_added) max_added = id;
         if (t->str_off[id] == SIZE_MAX && (st = lb__tok_set(t, id, content->str, content->len)) != LB_OK) return st;
         if (t->str_len[id] != content->len || memcmp(lb__tok_str(t, id), content->str, content->len) != 0)
             return lb__fail(LB_ERR_UNSUPPORTED, "%s: added token '%s' reuses id %u of another vocabulary token", what,

@@ -105,10 +105,12 @@ def test_special_tokens(hf, lb, meta):
 
 def test_config_files(smol_dir, meta):
     tokens = meta("tokenizer.ggml.tokens")
-    bos, eos, pad = (meta(f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos", "padding"))
+    bos, eos, pad, unk = (meta(f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos", "padding", "unknown"))
     cfg = json.loads((smol_dir / "tokenizer_config.json").read_text())
     assert cfg["tokenizer_class"] == "PreTrainedTokenizerFast"
     assert (cfg["bos_token"], cfg["eos_token"], cfg["pad_token"]) == (tokens[bos], tokens[eos], tokens[pad])
+    # the GGUF's unknown token is named (HF's byte-level BPE model has none; a GGUF written back keeps it)
+    assert cfg["unk_token"] == tokens[unk] and cfg["add_prefix_space"] is False
     assert cfg["add_bos_token"] is bool(meta("tokenizer.ggml.add_bos_token"))
     assert cfg["chat_template"] == meta("tokenizer.chat_template")
     assert cfg["model_max_length"] == meta("llama.context_length")
@@ -116,7 +118,8 @@ def test_config_files(smol_dir, meta):
     assert {int(k): v["content"] for k, v in dec.items()} == {i: tokens[i] for i in range(17)}
     assert all(v["special"] for v in dec.values())
     stm = json.loads((smol_dir / "special_tokens_map.json").read_text())
-    assert stm == {"bos_token": tokens[bos], "eos_token": tokens[eos], "pad_token": tokens[pad]}
+    assert stm == {"bos_token": tokens[bos], "eos_token": tokens[eos], "pad_token": tokens[pad],
+                   "unk_token": tokens[unk]}
     gen = json.loads((smol_dir / "generation_config.json").read_text())
     assert gen == {"bos_token_id": bos, "eos_token_id": eos, "pad_token_id": pad}
 

@@ -587,7 +587,11 @@ def test_bad_files(tmp_path, smollm_json):
     # GGUF without a tokenizer, and with one lowbit does not run
     for name, kv, fragment, status in [("none", {}, "tokenizer.ggml.model", LB_ERR_PARSE),
                                        ("bert", {"model": "bert"}, "bert", LB_ERR_UNSUPPORTED),
-                                       ("qwen2", {"model": "gpt2", "pre": "qwen2"}, "qwen2", LB_ERR_UNSUPPORTED)]:
+                                       ("qwen2", {"model": "gpt2", "pre": "qwen2"}, "qwen2", LB_ERR_UNSUPPORTED),
+                                       # llama.cpp's "default" (also what a missing name means) is not GPT-2's regex
+                                       ("default", {"model": "gpt2", "pre": "default"}, "'default'",
+                                        LB_ERR_UNSUPPORTED),
+                                       ("nopre", {"model": "gpt2"}, "absent: 'default'", LB_ERR_UNSUPPORTED)]:
         p = tmp_path / f"{name}.gguf"
         w = gguf.GGUFWriter(str(p), "llama")
         if "model" in kv:
