@@ -981,6 +981,8 @@ typedef struct lb_qentry {
     int fused_group;         /* -1, or an id shared by the layers an engine fuses (q/k/v, gate/up) */
     float group_amax;        /* two-level specs: the largest |w| over the fused group, from which the
                                 shared tensor (global) scale is made; 0: the tensor's own */
+    lb_dtype ggml;           /* stored in a GGUF as this ggml type (lb_qmodel_set_ggml); LB_DT_COUNT: not */
+    int has_imatrix;         /* an importance vector was set (lb_qmodel_set_imatrix) */
 } lb_qentry;
 
 /* A qmodel over m with every tensor STORED, fused groups found from the
@@ -1006,6 +1008,18 @@ LB_API lb_status lb_qmodel_replace(lb_qmodel *q, size_t i, const float *values);
 LB_API lb_status lb_qmodel_set_qtensor(lb_qmodel *q, size_t i, lb_qtensor *qt);
 LB_API lb_status lb_qmodel_set_act(lb_qmodel *q, size_t i, const lb_qact *act);
 LB_API lb_status lb_qmodel_set_input_amax(lb_qmodel *q, size_t i, float amax);
+/* Store tensor i as ggml type t in a GGUF (lb_export_gguf): its values in
+ * the quantized model become dequantize(quantize(source)) in t, so the
+ * runner evaluates what the file holds. Drops a spec (the entry is KEPT,
+ * or REPLACED, or STORED for a tensor that is no weight); t = LB_DT_COUNT
+ * undoes it. LB_ERR_ARG when t has no ggml id or a row (the innermost
+ * dimension) is not whole blocks of t. The Hugging Face writers
+ * (lb_export) refuse a qmodel with such entries. */
+LB_API lb_status lb_qmodel_set_ggml(lb_qmodel *q, size_t i, lb_dtype t);
+/* Per-column importance of tensor i (n = its row length, or row length x
+ * experts; copied; finite, >= 0) for quantizers that weigh errors by it
+ * (the K-quants and IQ4 in ggml); NULL clears it. */
+LB_API lb_status lb_qmodel_set_imatrix(lb_qmodel *q, size_t i, const float *w, size_t n);
 
 /* The values tensor i has before quantization: the replacement, or the
  * stored values as fp32 (dst: n_elements floats). */

@@ -1,0 +1,52 @@
+/* lb__ggml_rows (ggml_rows.h): the single call to switch to the ggml
+ * quantizers at merge. */
+#include "io/ggml_rows.h"
+
+#include <math.h>
+
+#include "util/error.h"
+#include "util/parallel.h"
+
+int lb__ggml_rows_can(lb_dtype t)
+{
+    const lb_dtype_info *d = lb_dtype_get(t);
+    return d && d->ggml_type >= 0 && d->can_write;
+}
+
+lb_status lb__ggml_rows(lb_dtype t, const float *src, size_t rows, size_t cols, const float *imatrix, void *dst)
+{
+    (void)imatrix; /* lb_dtype_from_f32's quantizers take none: ggml's reference ones without an imatrix */
+    const lb_dtype_info *d = lb_dtype_get(t);
+    if (!d || d->ggml_type < 0) return lb__fail(LB_ERR_UNSUPPORTED, "no ggml type for dtype %d", (int)t);
+    if (!lb__ggml_rows_can(t)) return lb__fail(LB_ERR_UNSUPPORTED, "lowbit does not write %s yet", d->name);
+    if (cols % d->block) return lb__fail(LB_ERR_ARG, "rows of %zu are not whole %s blocks of %u", cols, d->name, d->block);
+    for (size_t k = 0; k < rows * cols; k++)
+        if (!isfinite(src[k]))
+            return lb__fail(LB_ERR_NAN, "row %zu, column %zu is %s", k / cols, k % cols, isnan(src[k]) ? "NaN" : "infinite");
+    return lb_dtype_from_f32(t, src, rows * cols, dst);
+}
+
+typedef struct rows_job {
+    lb_dtype t;
+    const float *src;
+    size_t cols, row_bytes;
+    const float *imatrix;
+    unsigned char *dst;
+} rows_job;
+
+static lb_status rows_range(void *ctx, size_t begin, size_t end)
+{
+    const rows_job *j = ctx;
+    return lb__ggml_rows(j->t, j->src + begin * j->cols, end - begin, j->cols, j->imatrix, j->dst + begin * j->row_bytes);
+}
+
+lb_status lb__ggml_rows_parallel(lb_dtype t, const float *src, size_t rows, size_t cols, const float *imatrix,
+                                 void *dst, int threads)
+{
+    const lb_dtype_info *d = lb_dtype_get(t);
+    if (!d || d->ggml_type < 0 || !d->block) return lb__ggml_rows(t, src, rows, cols, imatrix, dst);
+    if (cols % d->block) return lb__ggml_rows(t, src, rows, cols, imatrix, dst); /* its error */
+    rows_job j = {t, src, cols, cols / d->block * d->block_bytes, imatrix, dst};
+    int n = lb__threads_for(threads, rows * cols * sizeof *src);
+    return lb__parallel_for(rows, 1, n, rows_range, &j);
+}

@@ -1,0 +1,26 @@
+/* Rows of fp32 into a ggml type, the one place lowbit's GGUF writer and
+ * the quantized model's round trip (weights/qmodel.c) quantize through, so
+ * that what `ppl` evaluates is what the file holds. Today it takes the
+ * types lb_dtype_from_f32 writes (f32, f16, bf16, q8_0, q4_0, mxfp4); the
+ * ggml quantizers (io/ggml_quants.h: lb__ggml_quantize_rows, byte-identical
+ * to ggml_quantize_chunk, imatrix included) replace that call at merge. */
+#ifndef LB_IO_GGML_ROWS_H
+#define LB_IO_GGML_ROWS_H
+
+#include <stddef.h>
+
+#include "lowbit.h"
+
+/* rows x cols fp32 (row-major) into dst (rows * the row's bytes); imatrix:
+ * cols importance weights or NULL. LB_ERR_ARG when cols is not whole
+ * blocks, LB_ERR_UNSUPPORTED for a type lowbit cannot write, LB_ERR_NAN
+ * for a non-finite value. Single-threaded. */
+lb_status lb__ggml_rows(lb_dtype t, const float *src, size_t rows, size_t cols, const float *imatrix, void *dst);
+/* The same over up to `threads` threads (<= 0: one per CPU), split on
+ * whole rows: the bytes do not depend on the thread count. */
+lb_status lb__ggml_rows_parallel(lb_dtype t, const float *src, size_t rows, size_t cols, const float *imatrix,
+                                 void *dst, int threads);
+/* Whether lb__ggml_rows takes type t (the writer asks before writing). */
+int lb__ggml_rows_can(lb_dtype t);
+
+#endif
