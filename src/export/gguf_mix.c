@@ -420,6 +420,16 @@ static int override_of(const lb__mix_options *o, const regex_t *re, const char *
     return -1;
 }
 
+/* --token-embedding-type and --output-tensor-type: llama.cpp takes them
+ * as they are, and fails quantizing when the row does not fit the block;
+ * lowbit falls back there as for any other type instead (the one place it
+ * differs from llama-quantize, which writes no file then). */
+static void explicit_type(int want, const lb__mix_tensor *t, int *type, lb__mix_reason *why)
+{
+    *type = fallback(want, t->ne[0]);
+    *why = *type == want ? LB_MIX_OVERRIDE : LB_MIX_FALLBACK;
+}
+
 /* One tensor (llama.cpp's llama_tensor_get_type). */
 static lb_status choose(state *s, const regex_t *re, const lb__mix_tensor *t, int *type, lb__mix_reason *why)
 {
@@ -431,11 +441,11 @@ static lb_status choose(state *s, const regex_t *re, const lb__mix_tensor *t, in
     }
     if (o->token_embd_type >= 0 && c == CAT_TOKEN_EMBD &&
         !(strcmp(t->name, "per_layer_token_embd.weight") == 0 && override_of(o, re, t->name) >= 0)) {
-        *type = o->token_embd_type, *why = LB_MIX_OVERRIDE;
+        explicit_type(o->token_embd_type, t, type, why);
         return LB_OK;
     }
     if (o->output_type >= 0 && c == CAT_OUTPUT) {
-        *type = o->output_type, *why = LB_MIX_OVERRIDE;
+        explicit_type(o->output_type, t, type, why);
         return LB_OK;
     }
     int chosen;

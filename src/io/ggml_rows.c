@@ -6,6 +6,7 @@
 
 #include "util/error.h"
 #include "util/parallel.h"
+#include "weights/engine_scales.h"
 
 int lb__ggml_rows_can(lb_dtype t)
 {
@@ -24,6 +25,13 @@ lb_status lb__ggml_rows(lb_dtype t, const float *src, size_t rows, size_t cols, 
         if (!isfinite(src[k]))
             return lb__fail(LB_ERR_NAN, "row %zu, column %zu is %s", k / cols, k % cols, isnan(src[k]) ? "NaN" : "infinite");
     return lb_dtype_from_f32(t, src, rows * cols, dst);
+}
+
+float lb__ggml_nvfp4_scale(const float *x, size_t n)
+{
+    float amax = 0;
+    for (size_t k = 0; k < n; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
+    return amax > 0 ? lb__nvfp4_tensor_scale(amax) : 1.0f; /* the engines' convention (weights/engine_scales.h) */
 }
 
 typedef struct rows_job {

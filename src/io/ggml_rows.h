@@ -20,6 +20,11 @@ lb_status lb__ggml_rows(lb_dtype t, const float *src, size_t rows, size_t cols, 
  * whole rows: the bytes do not depend on the thread count. */
 lb_status lb__ggml_rows_parallel(lb_dtype t, const float *src, size_t rows, size_t cols, const float *imatrix,
                                  void *dst, int threads);
+/* NVFP4 weights go into their blocks divided by one per-tensor scale
+ * (GGUF: the "<name>.scale" tensor llama.cpp multiplies back): the largest
+ * magnitude over 6 * 448, so the largest block scale is E4M3's largest;
+ * 1 when every value is 0. */
+float lb__ggml_nvfp4_scale(const float *x, size_t n);
 /* Whether lb__ggml_rows takes type t (the writer asks before writing). */
 int lb__ggml_rows_can(lb_dtype t);
 

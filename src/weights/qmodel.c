@@ -553,8 +553,12 @@ static lb_status ggml_round_trip(const lb_qmodel *q, size_t i, float *dst, int t
     void *packed = malloc(bytes ? bytes : 1);
     if (!packed) return lb__fail(LB_ERR_NOMEM, "cannot allocate %s's %s bytes", t->name, lb_dtype_get(s->e.ggml)->name);
     const float *imatrix = s->imatrix && s->n_imatrix == cols ? s->imatrix : NULL;
+    size_t n = (size_t)t->n_elements;
+    float scale = s->e.ggml == LB_DT_NVFP4 ? lb__ggml_nvfp4_scale(dst, n) : 1.0f;
+    for (size_t k = 0; scale != 1.0f && k < n; k++) dst[k] /= scale;
     st = lb__ggml_rows_parallel(s->e.ggml, dst, (size_t)rows, (size_t)cols, imatrix, packed, threads);
-    if (st == LB_OK) st = lb_dtype_to_f32(s->e.ggml, packed, (size_t)t->n_elements, dst);
+    if (st == LB_OK) st = lb_dtype_to_f32(s->e.ggml, packed, n, dst);
+    for (size_t k = 0; st == LB_OK && scale != 1.0f && k < n; k++) dst[k] *= scale;
     if (st != LB_OK) st = lb__fail(st, "%s as %s: %s", t->name, lb_dtype_get(s->e.ggml)->name, lb_last_error());
     free(packed);
     return st;
