@@ -7,6 +7,7 @@
 #define LOWBIT_CLI_GGUF_H
 
 #include "cli.h"
+#include "cli_recipe.h"
 
 #define CLI_GGUF_MAX_OVERRIDES 64
 
@@ -16,13 +17,16 @@ typedef struct cli_gguf_args {
     const char *output_type, *embd_type;
     const char *tensor_types[CLI_GGUF_MAX_OVERRIDES];
     size_t n_tensor_types;
-    const char *rules[CLI_GGUF_MAX_OVERRIDES]; /* --rule PATTERN=GGMLTYPE (canonical names) */
+    const char *rules[CLI_GGUF_MAX_OVERRIDES]; /* --rule PATTERN=GGMLTYPE (canonical names; cli_gguf_take_rules) */
     size_t n_rules;
 } cli_gguf_args;
 
-/* Consumes argv[*i] (and its value) if it is a GGUF option, or a --rule
- * whose SPEC is a ggml type name: 1 consumed, 0 not ours, -1 reported. */
+/* Consumes argv[*i] (and its value) if it is a GGUF option: 1 consumed,
+ * 0 not ours, -1 reported. */
 int cli_gguf_option(const char *cmd, int json, int argc, char **argv, int *i, cli_gguf_args *g);
+/* Writing a GGUF: moves the recipe's --rule P=X whose X is a ggml type
+ * name (the text after the first '=', as recipe rules split) into g. */
+void cli_gguf_take_rules(cli_recipe_args *ra, cli_gguf_args *g);
 /* Opens model, chooses the types and prints them (dry run) or writes out. */
 int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *out, const cli_gguf_args *g,
                       int threads);

@@ -110,6 +110,7 @@ static int run(int argc, char **argv)
     size_t out_len = out ? strlen(out) : 0;
     if (!format) format = (out_len >= 5 && strcasecmp(out + out_len - 5, ".gguf") == 0) || gg.given ? "gguf" : "compressed-tensors";
     if (strcmp(format, "gguf") == 0) {
+        cli_gguf_take_rules(&ra, &gg);
         if (!model) return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "need MODEL\n%s", usage);
         if (cli_recipe_given(&ra))
             return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",

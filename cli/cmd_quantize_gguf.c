@@ -8,6 +8,7 @@
 
 #include "cli_gguf.h"
 #include "cli_output.h"
+#include "cli_recipe.h"
 
 static int value_of(const char *cmd, int json, int argc, char **argv, int *i, const char **out)
 {
@@ -37,16 +38,23 @@ int cli_gguf_option(const char *cmd, int json, int argc, char **argv, int *i, cl
     else if (strcmp(a, "--tensor-type") == 0) {
         if ((r = value_of(cmd, json, argc, argv, i, &v)) > 0)
             r = add(cmd, json, g->tensor_types, &g->n_tensor_types, v, "--tensor-type");
-    } else if (strcmp(a, "--rule") == 0 && *i + 1 < argc) {
-        /* a rule whose SPEC is a ggml type is a GGUF choice; any other is the recipe's */
-        const char *eq = strrchr(argv[*i + 1], '=');
-        if (eq && lb_ggml_type_by_name(eq + 1) >= 0) {
-            (*i)++;
-            r = add(cmd, json, g->rules, &g->n_rules, argv[*i], "--rule");
-        }
     }
     if (r > 0) g->given = 1;
     return r;
+}
+
+void cli_gguf_take_rules(cli_recipe_args *ra, cli_gguf_args *g)
+{
+    size_t kept = 0;
+    for (size_t k = 0; k < ra->n_rules; k++) {
+        const char *eq = ra->rule_is_keep[k] ? NULL : strchr(ra->rules[k], '=');
+        if (eq && lb_ggml_type_by_name(eq + 1) >= 0 && g->n_rules < CLI_GGUF_MAX_OVERRIDES) {
+            g->rules[g->n_rules++] = ra->rules[k];
+            continue;
+        }
+        ra->rules[kept] = ra->rules[k], ra->rule_is_keep[kept] = ra->rule_is_keep[k], kept++;
+    }
+    ra->n_rules = kept;
 }
 
 /* "^name$" with every character outside [a-z0-9_] in a bracket, so a GGUF
@@ -81,7 +89,7 @@ static int rule_overrides(const char *cmd, int json, const lb_qmodel *q, const c
     *n_owned = 0;
     if (!*owned) return cli_fail(cmd, json, EXIT_RUNTIME, "out_of_memory", "out of memory");
     for (size_t k = 0; k < g->n_rules; k++) {
-        const char *eq = strrchr(g->rules[k], '=');
+        const char *eq = strchr(g->rules[k], '=');
         char pattern[1024], anchored[1040];
         snprintf(pattern, sizeof pattern, "%.*s", (int)(eq - g->rules[k]), g->rules[k]);
         int is_re = strncmp(pattern, "re:", 3) == 0;

@@ -107,7 +107,7 @@ lb_status lb__gguf_mix_options(const lb_gguf_options *o, lb__mix_options *mo, lb
     *ov = calloc(o->n_tensor_types, sizeof **ov);
     if (!*ov) return lb__fail(LB_ERR_NOMEM, "out of memory");
     for (size_t k = 0; k < o->n_tensor_types; k++) {
-        const char *spec = o->tensor_types[k], *eq = spec ? strrchr(spec, '=') : NULL;
+        const char *spec = o->tensor_types[k], *eq = spec ? strchr(spec, '=') : NULL; /* the first, as llama-quantize */
         if (!eq || eq == spec || !eq[1])
             return lb__fail(LB_ERR_ARG, "--tensor-type '%s': expected PATTERN=TYPE", spec ? spec : "");
         (*ov)[k].pattern = spec; /* the '=' ends it: copied below */
@@ -131,7 +131,7 @@ lb_status lb_gguf_choose(lb_qmodel *q, const lb_gguf_options *o, int *ggml_types
     if (st == LB_OK && mo.n_overrides) { /* the pattern without its "=TYPE" */
         patterns = calloc(mo.n_overrides, sizeof *patterns);
         for (size_t k = 0; patterns && k < mo.n_overrides; k++) {
-            const char *eq = strrchr(ov[k].pattern, '=');
+            const char *eq = strchr(ov[k].pattern, '=');
             if ((patterns[k] = strndup(ov[k].pattern, (size_t)(eq - ov[k].pattern))) != NULL) ov[k].pattern = patterns[k];
             else st = lb__fail(LB_ERR_NOMEM, "out of memory");
         }
