@@ -138,6 +138,10 @@ lb_status lb_gguf_choose(lb_qmodel *q, const lb_gguf_options *o, int *ggml_types
         if (!patterns) st = lb__fail(LB_ERR_NOMEM, "out of memory");
     }
     if (st == LB_OK) st = lb__gguf_view_make(q, &v);
+    for (size_t i = 0; st == LB_OK && i < n; i++) { /* llama-quantize's rules change once an imatrix is given */
+        lb_qentry e;
+        if ((st = lb_qmodel_entry(q, i, &e)) == LB_OK && e.has_imatrix) mo.has_imatrix = 1;
+    }
     if (st == LB_OK) st = lb__gguf_mix(&v.model, v.t, n, &mo, types, NULL);
     if (st == LB_OK && ggml_types) memcpy(ggml_types, types, n * sizeof *types);
     /* every type must be one lowbit names before anything changes */

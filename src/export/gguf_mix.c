@@ -268,7 +268,7 @@ static lb_status ffn_down_rule(state *s, const char *name, int *type)
     lb_status st = layer_info(s, s->i_ffn_down, name, &i);
     if (st != LB_OK) return st;
     lb__ftype f = s->o->ftype;
-    int has_imatrix = 0; /* lowbit's mixes take no importance matrix yet */
+    int has_imatrix = s->o->has_imatrix;
     if (f == LB_FTYPE_Q2_K) *type = LB_GGML_Q3_K;
     else if (f == LB_FTYPE_Q3_K_M)
         *type = i < n / 16 ? LB_GGML_Q5_K : !s->falcon || more_bits(i, n) ? LB_GGML_Q4_K : LB_GGML_Q3_K;

@@ -85,6 +85,7 @@ typedef struct lb__mix_options {
     int output_type;            /* --output-tensor-type, or -1 */
     int token_embd_type;        /* --token-embedding-type, or -1 */
     int leave_output;           /* --leave-output-tensor: output.weight keeps its type */
+    int has_imatrix;            /* an importance matrix is given (llama-quantize's --imatrix): some rules differ */
     const lb__mix_override *overrides;
     size_t n_overrides;
 } lb__mix_options;
