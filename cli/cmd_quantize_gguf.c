@@ -120,12 +120,35 @@ static int rule_overrides(const char *cmd, int json, const lb_qmodel *q, const c
     return EXIT_OK;
 }
 
+/* The order of the file (and of llama-quantize's listing): by the layer
+ * number of "blk.N.", the rest first, then by name. */
+typedef struct listed {
+    char name[160];
+    int layer;
+    size_t i;
+} listed;
+
+static int cmp_listed(const void *a, const void *b)
+{
+    const listed *x = a, *y = b;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
 static void print_dry_run(int json, const lb_qmodel *q, const int *types, const char *type)
 {
     size_t n = lb_qmodel_count(q);
     uint64_t bytes = 0, params = 0;
+    listed *order = calloc(n ? n : 1, sizeof *order);
+    for (size_t i = 0; order && i < n; i++) {
+        order[i].i = i, order[i].layer = -1;
+        if (lb_qmodel_gguf_name(q, i, order[i].name, sizeof order[i].name) != LB_OK) continue;
+        if (sscanf(order[i].name, "blk.%d.", &order[i].layer) != 1) order[i].layer = -1;
+    }
+    if (order) qsort(order, n, sizeof *order, cmp_listed);
     if (json) printf("{\"type\": "), json_string(stdout, type), printf(", \"tensors\": [");
-    for (size_t i = 0; i < n; i++) {
+    for (size_t k = 0; k < n; k++) {
+        size_t i = order ? order[k].i : k;
         lb_qentry e;
         char name[160];
         if (lb_qmodel_entry(q, i, &e) != LB_OK || lb_qmodel_gguf_name(q, i, name, sizeof name) != LB_OK) continue;
@@ -136,12 +159,12 @@ static void print_dry_run(int json, const lb_qmodel *q, const int *types, const 
         if (lb_dtype_from_ggml(types[i], &d) == LB_OK) lb_dtype_bytes(d, t->n_elements, &b);
         bytes += b, params += t->n_elements;
         if (json) {
-            printf("%s\n  {\"name\": ", i ? "," : "");
+            printf("%s\n  {\"name\": ", k ? "," : "");
             json_string(stdout, name);
             printf(", \"hf_name\": ");
             json_string(stdout, t->name);
             printf(", \"ne\": [");
-            for (int k = t->n_dims - 1; k >= 0; k--) printf("%s%llu", k == t->n_dims - 1 ? "" : ", ", (unsigned long long)t->shape[k]);
+            for (int d = t->n_dims - 1; d >= 0; d--) printf("%s%llu", d == t->n_dims - 1 ? "" : ", ", (unsigned long long)t->shape[d]);
             printf("], \"from\": ");
             json_string(stdout, src->ggml_type >= 0 ? lb_ggml_type_name(src->ggml_type) : src->name);
             printf(", \"type\": ");
@@ -149,13 +172,14 @@ static void print_dry_run(int json, const lb_qmodel *q, const int *types, const 
             printf("}");
         } else {
             char shape[64] = "";
-            for (int k = t->n_dims - 1; k >= 0; k--)
-                snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%llu", k == t->n_dims - 1 ? "" : " x ",
-                         (unsigned long long)t->shape[k]);
+            for (int d = t->n_dims - 1; d >= 0; d--)
+                snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%llu", d == t->n_dims - 1 ? "" : " x ",
+                         (unsigned long long)t->shape[d]);
             printf("%-36s %-20s %-8s -> %s\n", name, shape,
                    src->ggml_type >= 0 ? lb_ggml_type_name(src->ggml_type) : src->name, lb_ggml_type_name(types[i]));
         }
     }
+    free(order);
     if (json) printf("\n], \"bytes\": %llu}\n", (unsigned long long)bytes);
     else printf("%zu tensors, %.1f MB, %.3f bits per parameter\n", n, (double)bytes / 1e6,
                 params ? 8.0 * (double)bytes / (double)params : 0.0);
