@@ -164,7 +164,7 @@ static void print_dry_run(int json, const lb_qmodel *q, const int *types, const 
             printf(", \"hf_name\": ");
             json_string(stdout, t->name);
             printf(", \"ne\": [");
-            for (int d = t->n_dims - 1; d >= 0; d--) printf("%s%llu", d == t->n_dims - 1 ? "" : ", ", (unsigned long long)t->shape[d]);
+            for (int a = t->n_dims - 1; a >= 0; a--) printf("%s%llu", a == t->n_dims - 1 ? "" : ", ", (unsigned long long)t->shape[a]);
             printf("], \"from\": ");
             json_string(stdout, src->ggml_type >= 0 ? lb_ggml_type_name(src->ggml_type) : src->name);
             printf(", \"type\": ");
@@ -172,9 +172,9 @@ static void print_dry_run(int json, const lb_qmodel *q, const int *types, const 
             printf("}");
         } else {
             char shape[64] = "";
-            for (int d = t->n_dims - 1; d >= 0; d--)
-                snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%llu", d == t->n_dims - 1 ? "" : " x ",
-                         (unsigned long long)t->shape[d]);
+            for (int a = t->n_dims - 1; a >= 0; a--)
+                snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%llu", a == t->n_dims - 1 ? "" : " x ",
+                         (unsigned long long)t->shape[a]);
             printf("%-36s %-20s %-8s -> %s\n", name, shape,
                    src->ggml_type >= 0 ? lb_ggml_type_name(src->ggml_type) : src->name, lb_ggml_type_name(types[i]));
         }
