@@ -86,12 +86,12 @@ def smol_f32(tmp_path_factory):
     return out
 
 
-def check_identical(llamacpp_bin, model, tmp_path, ftype, *opts):
+def check_identical(llamacpp_bin, model, tmp_path, ftype, *opts, llama_only=()):
     missing = sorted(t for t in chosen_types(model, ftype, *opts) if not lowbit_writes(t))
     if missing:
         pytest.skip(f"lowbit does not write {', '.join(missing)} yet")
     ref, ours = tmp_path / "llama.gguf", tmp_path / "lowbit.gguf"
-    r = subprocess.run([str(llamacpp_bin / "llama-quantize"), *opts, str(model), str(ref), ftype, "2"],
+    r = subprocess.run([str(llamacpp_bin / "llama-quantize"), *llama_only, *opts, str(model), str(ref), ftype, "2"],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0 and ref.exists(), r.stdout[-2000:] + r.stderr[-2000:]
     r = subprocess.run([LOWBIT, "quantize", str(model), "-o", str(ours), "--type", ftype, *opts, "--quiet",
@@ -117,6 +117,14 @@ def test_mix_is_byte_identical(llamacpp_bin, smol_f32, tmp_path, ftype):
 def test_overrides_are_byte_identical(llamacpp_bin, smol_f32, tmp_path):
     check_identical(llamacpp_bin, smol_f32, tmp_path, "Q8_0", "--tensor-type", r"blk\.[0-4]\.ffn=q4_0",
                     "--token-embedding-type", "f16")
+
+
+@pytest.mark.parametrize("ftype", ["Q8_0", "Q4_0"])
+def test_requantized_is_byte_identical(llamacpp_bin, tmp_path, ftype):
+    """from the Q4_1 file itself (lowbit dequantizes as ggml does)"""
+    if not SMOL_Q41.exists():
+        pytest.skip("SmolLM2 GGUF not fetched (tests/fetch_smollm2.sh)")
+    check_identical(llamacpp_bin, SMOL_Q41, tmp_path, ftype, llama_only=("--allow-requantize",))
 
 
 def test_from_hugging_face_same_tensors(smol_f32, tmp_path):
