@@ -27,6 +27,11 @@ int cli_gguf_option(const char *cmd, int json, int argc, char **argv, int *i, cl
 /* Writing a GGUF: moves the recipe's --rule P=X whose X is a ggml type
  * name (the text after the first '=', as recipe rules split) into g. */
 void cli_gguf_take_rules(cli_recipe_args *ra, cli_gguf_args *g);
+/* lb_gguf_choose with g's options, --rule P=X made overrides of the
+ * weights P matches (a rule matching none is a usage error); types (may be
+ * NULL): each entry's ggml type, also filled (and not an error) on a dry
+ * run whose types lowbit cannot write yet. EXIT_OK or reported. */
+int cli_gguf_choose(const char *cmd, int json, lb_qmodel *q, const cli_gguf_args *g, int threads, int *types);
 /* Opens model, chooses the types and prints them (dry run) or writes out. */
 int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *out, const cli_gguf_args *g,
                       int threads);

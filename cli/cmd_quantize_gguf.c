@@ -192,6 +192,31 @@ static double now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+int cli_gguf_choose(const char *cmd, int json, lb_qmodel *q, const cli_gguf_args *g, int threads, int *types)
+{
+    char **owned = NULL;
+    size_t n_owned = 0;
+    const char **overrides = NULL;
+    int rc = rule_overrides(cmd, json, q, g, &owned, &n_owned);
+    if (rc == EXIT_OK && !(overrides = calloc(n_owned + g->n_tensor_types + 1, sizeof *overrides)))
+        rc = cli_fail(cmd, json, EXIT_RUNTIME, "out_of_memory", "out of memory");
+    if (rc == EXIT_OK) {
+        for (size_t k = 0; k < n_owned; k++) overrides[k] = owned[k];
+        for (size_t k = 0; k < g->n_tensor_types; k++) overrides[n_owned + k] = g->tensor_types[k];
+        lb_gguf_options o = {.type = g->type, .pure = g->pure, .output_tensor_type = g->output_type,
+                             .token_embedding_type = g->embd_type, .leave_output = g->leave_output,
+                             .threads = threads, .tensor_types = overrides, .n_tensor_types = n_owned + g->n_tensor_types};
+        lb_status st = lb_gguf_choose(q, &o, types);
+        if (st == LB_ERR_UNSUPPORTED && types && g->dry_run) {
+            if (!json) fprintf(stderr, "lowbit %s: note: %s\n", cmd, lb_last_error());
+        } else if (st != LB_OK)
+            rc = cli_fail_lb(cmd, json, st == LB_ERR_ARG || st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
+    }
+    for (size_t k = 0; k < n_owned; k++) free(owned[k]);
+    free(owned), free(overrides);
+    return rc;
+}
+
 int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *out, const cli_gguf_args *g,
                       int threads)
 {
@@ -203,32 +228,15 @@ int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *
     double t0 = now();
     lb_model *m = NULL;
     lb_qmodel *q = NULL;
-    char **owned = NULL;
-    size_t n_owned = 0;
-    const char **overrides = NULL;
     int *types = NULL;
     lb_status st = lb_model_open(model, &m);
     if (st != LB_OK) rc = cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
     if (rc == EXIT_OK && (st = lb_qmodel_new(m, &q)) != LB_OK) rc = cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
-    if (rc == EXIT_OK) rc = rule_overrides(cmd, json, q, g, &owned, &n_owned);
-    if (rc == EXIT_OK) {
-        overrides = calloc(n_owned + g->n_tensor_types + 1, sizeof *overrides);
-        types = calloc(lb_qmodel_count(q) + 1, sizeof *types);
-        if (!overrides || !types) rc = cli_fail(cmd, json, EXIT_RUNTIME, "out_of_memory", "out of memory");
-    }
-    lb_gguf_options o = {.type = g->type, .pure = g->pure, .output_tensor_type = g->output_type,
-                         .token_embedding_type = g->embd_type, .leave_output = g->leave_output, .threads = threads};
-    if (rc == EXIT_OK) {
-        for (size_t k = 0; k < n_owned; k++) overrides[k] = owned[k];
-        for (size_t k = 0; k < g->n_tensor_types; k++) overrides[n_owned + k] = g->tensor_types[k];
-        o.tensor_types = overrides, o.n_tensor_types = n_owned + g->n_tensor_types;
-        st = lb_gguf_choose(q, &o, types);
-        if (g->dry_run && (st == LB_OK || st == LB_ERR_UNSUPPORTED)) {
-            if (st != LB_OK && !json) fprintf(stderr, "lowbit %s: note: %s\n", cmd, lb_last_error());
-            print_dry_run(json, q, types, g->type);
-        } else if (st != LB_OK)
-            rc = cli_fail_lb(cmd, json, st == LB_ERR_ARG || st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
-    }
+    if (rc == EXIT_OK && !(types = calloc(lb_qmodel_count(q) + 1, sizeof *types)))
+        rc = cli_fail(cmd, json, EXIT_RUNTIME, "out_of_memory", "out of memory");
+    if (rc == EXIT_OK) rc = cli_gguf_choose(cmd, json, q, g, threads, types);
+    if (rc == EXIT_OK && g->dry_run) print_dry_run(json, q, types, g->type);
+    lb_gguf_options o = {.type = g->type, .threads = threads};
     if (rc == EXIT_OK && !g->dry_run) {
         cli_progress_ctx progress = {cmd, "tensor", NULL};
         o.progress = cli_progress_fn, o.progress_ctx = &progress;
@@ -251,8 +259,7 @@ int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *
             printf("wrote %s (gguf %s): %llu tensors, %llu quantized, %.3f bits per weight, %.1f s\n", out, g->type,
                    (unsigned long long)r.tensors, (unsigned long long)r.quantized, r.bits_per_weight, now() - t0);
     }
-    for (size_t k = 0; k < n_owned; k++) free(owned[k]);
-    free(owned), free(overrides), free(types);
+    free(types);
     lb_qmodel_free(q);
     lb_model_close(m);
     return rc;

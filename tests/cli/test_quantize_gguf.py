@@ -100,3 +100,24 @@ def test_rule_with_ggml_type_on_canonical_names(tmp_path):
     assert t["model.layers.0.self_attn.k_proj.weight"] == "q8_0"
     r = run(STORIES, "--type", "Q8_0", "--dry-run", "--rule", "*.nothing.weight=q4_0")
     assert r.returncode == 2 and "matches no" in r.stderr
+
+
+def ppl(*args):
+    r = subprocess.run([LOWBIT, "ppl", *map(str, args), "--text", ROOT / "models/tinystories-valid-excerpt.txt",
+                        "--tokenizer", ROOT / "models/tok512.bin", "--json", "--quiet", "--ctx", "128", "--chunks", "8"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["ppl"]
+
+
+def test_ppl_with_type_evaluates_the_file(tmp_path):
+    """ppl MODEL --type T (the qmodel holding each tensor's ggml round trip)
+    equals ppl of the GGUF quantize --type T writes, and differs from fp32"""
+    out = tmp_path / "s.gguf"
+    assert run(STORIES, "-o", out, "--type", "Q4_0", "--tensor-type", "attn_v=q8_0", "--quiet").returncode == 0
+    file = ppl(out)
+    assert ppl(STORIES, "--type", "q4_0", "--tensor-type", "attn_v=q8_0") == file
+    assert ppl(STORIES) != file
+    r = subprocess.run([LOWBIT, "ppl", STORIES, "--text", ROOT / "models/tinystories-valid-excerpt.txt", "--type",
+                        "Q8_0", "--scheme", "W4A16"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--type" in r.stderr
