@@ -199,7 +199,7 @@ static lb_status plan(wjob *j, const lb__gguf_view *v)
         }
     }
     size_t total = n + n_scale;
-    for (size_t i = 0; st == LB_OK && i < total; i++) mt[i].name = (i < n ? t[i] : t[n + (i - n)]).name;
+    for (size_t i = 0; st == LB_OK && i < total; i++) mt[i].name = t[i].name; /* entries, then scales */
     if (st == LB_OK) st = lb__gguf_order(mt, total, order);
     if (st == LB_OK) {
         j->t = malloc((total ? total : 1) * sizeof *j->t);

@@ -547,7 +547,9 @@ static lb_status ggml_round_trip(const lb_qmodel *q, size_t i, float *dst, int t
     const qslot *s = &q->s[i];
     const lb_tensor *t = s->e.tensor;
     lb_status st = source_f32(q, i, dst);
-    if (st != LB_OK || s->e.ggml == LB_DT_F32 || t->n_elements == 0) return st;
+    /* stored in its own type: the file copies the bytes, so the values are the stored ones */
+    int as_stored = s->e.ggml == t->dtype && !s->replacement;
+    if (st != LB_OK || as_stored || s->e.ggml == LB_DT_F32 || t->n_elements == 0) return st;
     uint64_t cols = t->n_dims >= 1 ? t->shape[t->n_dims - 1] : 1, rows = t->n_elements / cols, bytes = 0;
     if ((st = lb_dtype_bytes(s->e.ggml, t->n_elements, &bytes)) != LB_OK) return st;
     void *packed = malloc(bytes ? bytes : 1);
