@@ -10,8 +10,14 @@
  * checkpoint, 1 as the engine computes it, 2 its weights alone. */
 static int checkpoint_mode;
 
+static int gguf_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e);
+
 int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cli_eval_args *a)
 {
+    /* compare sweeps --spec rows: a GGUF type is no row */
+    int g = strcmp(argv[*i], "--dry-run") == 0 || strcmp(cmd, "compare") == 0
+                ? 0 : cli_gguf_option(cmd, json, argc, argv, i, &a->gguf);
+    if (g) return g;
     const char *o = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     const char **slot = strcmp(o, "--spec") == 0         ? &a->spec
                         : strcmp(o, "--spec-attn") == 0  ? &a->spec_attn
@@ -212,6 +218,7 @@ int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_
         return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--weights-only evaluates a quantized checkpoint "
                         "directory's weights without its activation and KV-cache quantization; this model is not "
                         "one (it has no quantization_config)");
+    if (a->gguf.given) return gguf_runner(cmd, json, a, e);
     if (cli_recipe_given(&a->recipe)) return recipe_runner(cmd, json, a, e);
     lb_qspec attn, mlp, embed, head;
     cli_progress_ctx loading = {cmd, "loading layer", NULL};
@@ -369,6 +376,41 @@ void cli_eval_print_saturation(const char *cmd, FILE *out, const lb_runner *r, c
                 (unsigned long long)s.act_saturated, (unsigned long long)s.act_values, act);
 }
 
+/* With GGUF options, the recipe's --rule P=X whose X is a ggml type are
+ * GGUF choices (gg); what remains (ra) must be empty. */
+static void split_gguf(const cli_eval_args *a, cli_recipe_args *ra, cli_gguf_args *gg)
+{
+    *ra = a->recipe, *gg = a->gguf;
+    if (gg->given) cli_gguf_take_rules(ra, gg);
+}
+
+/* The weights as `lowbit quantize --format gguf --type T` writes them: each
+ * tensor in the ggml type llama-quantize picks, held as that type's round
+ * trip (lb_qmodel_set_ggml). */
+static int gguf_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
+{
+    cli_recipe_args ra;
+    cli_gguf_args gg;
+    split_gguf(a, &ra, &gg);
+    if (cli_recipe_given(&ra) || a->spec || a->spec_attn || a->spec_mlp || a->spec_embed || a->spec_head || a->act ||
+        a->calib || a->fake || (a->kv && strcmp(a->kv, "fp32") != 0))
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--type T says how every weight is stored (as in the "
+                        "GGUF lowbit quantize writes): it does not combine with --scheme, --recipe, --keep, lowbit "
+                        "--rule specs, --spec*, --act, --calib, --fake or --kv");
+    if (!gg.type) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "the GGUF options need --type T");
+    lb_status st = lb_runner_supports(e->model, a->max_ctx);
+    if (st != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+    if ((st = lb_qmodel_new(e->model, &e->qmodel)) != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+    int rc = cli_gguf_choose(cmd, json, e->qmodel, &gg, a->threads, NULL);
+    if (rc != EXIT_OK) return rc;
+    cli_progress_ctx loading = {cmd, "loading layer", NULL};
+    lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .progress = cli_progress_fn,
+                           .progress_ctx = &loading};
+    st = lb_runner_from_qmodel(e->qmodel, &o, &e->runner);
+    if (st != LB_OK) return cli_fail_lb(cmd, json, st == LB_ERR_ARG || st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
+    return EXIT_OK;
+}
+
 int cli_eval_open(const char *cmd, int json, const char *path, const cli_eval_args *a, int want_runner,
                   cli_eval_model *out)
 {
@@ -380,7 +422,7 @@ int cli_eval_open(const char *cmd, int json, const char *path, const cli_eval_ar
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_mlp, &probe, &slot);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_embed, &probe, &slot);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_head, &probe, &slot);
-    if (rc == EXIT_OK && cli_recipe_given(&a->recipe)) { /* a bad rule or recipe file, before any work */
+    if (rc == EXIT_OK && !a->gguf.given && cli_recipe_given(&a->recipe)) { /* a bad rule or recipe file, before any work */
         cli_recipe_args ra = a->recipe;
         ra.kv = NULL;
         lb_recipe *r;

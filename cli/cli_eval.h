@@ -4,6 +4,7 @@
 #define LOWBIT_CLI_EVAL_H
 
 #include "cli.h"
+#include "cli_gguf.h"
 #include "cli_recipe.h"
 
 typedef struct cli_eval_args {
@@ -25,6 +26,8 @@ typedef struct cli_eval_args {
                                (instead of the --spec options; --kv fp8 then gives its calibrated KV cache) */
     int weights_only;       /* --weights-only: a quantized checkpoint's weights alone (no activation or KV
                                quantization) */
+    cli_gguf_args gguf;     /* --type T and llama-quantize's options: the weights as lowbit quantize --format
+                               gguf writes them (--rule P=X with X a ggml type joins them) */
 } cli_eval_args;
 
 typedef struct cli_eval_model {
@@ -85,7 +88,10 @@ int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, u
     "--scheme S, --recipe FILE, --rule PATTERN=SPEC and --keep PATTERN (instead of --spec)\n"   \
     "evaluate exactly the model `lowbit quantize` writes with the same options; schemes\n"    \
     "with static scales (W8A8-FP8-STATIC, NVFP4) and --kv fp8 then need --calib FILE\n"       \
-    "(calibrated as quantize does: the first " CLI_STR(CLI_CALIB_DEFAULT_TOKENS) " tokens, windows of " CLI_STR(CLI_CALIB_CTX) ").\n"
+    "(calibrated as quantize does: the first " CLI_STR(CLI_CALIB_DEFAULT_TOKENS) " tokens, windows of " CLI_STR(CLI_CALIB_CTX) ").\n" \
+    "--type T (a llama.cpp file type: Q8_0, Q4_K_M, ...) with --pure, --output-tensor-type X,\n"   \
+    "--token-embedding-type X, --tensor-type P=X, --leave-output-tensor and --rule P=X (X a ggml\n" \
+    "type) evaluate the GGUF `lowbit quantize --type T` writes with the same options.\n"
 
 /* How the runner was asked to run, beyond --spec: JSON fields (leading
  * comma: "fake", "act", "kv", "calib") with json, else a short text such as

@@ -12,6 +12,8 @@ static const char usage[] =
     "                      [--spec-attn SPEC] [--spec-mlp SPEC] [--spec-embed SPEC] [--spec-head SPEC]\n"
     "                      [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]] [--kv FORMAT]\n"
     "                      [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
+    "                      [--type T [--pure] [--output-tensor-type X] [--token-embedding-type X] [--tensor-type P=X]...\n"
+    "                       [--leave-output-tensor]]\n"
     "                      [--tokenizer FILE] [--threads N] [--quiet]\n\n"
     "Prints PROMPT's continuation as it is generated: greedy at --temp 0 (the\n"
     "default), otherwise sampled from softmax(logits / temp) with a seeded\n"

@@ -10,6 +10,8 @@ static const char usage[] =
     "usage: lowbit kld BASE [QUANT] --text FILE [--spec SPEC] [--spec-attn|--spec-mlp|--spec-embed|--spec-head SPEC]\n"
     "                 [--save-base FILE | --base FILE] [--save-tokens FILE] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
     "                 [--kv FORMAT] [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
+    "                 [--type T [--pure] [--output-tensor-type X] [--token-embedding-type X] [--tensor-type P=X]...\n"
+    "                  [--leave-output-tensor]]\n"
     "                 [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--force] [--json] [--quiet]\n\n"
     "KL divergence KL(base || quant) of the next-token distributions, per scored\n"
     "token of lowbit ppl's windows: mean +- standard error, median, p99, max; the\n"
@@ -50,9 +52,9 @@ static int run(int argc, char **argv)
     if (!paths[0] || !text) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "need BASE and --text FILE\n%s", usage);
     if (save && load) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "--save-base and --base exclude each other");
     if (!paths[1] && !ea.spec && !ea.spec_attn && !ea.spec_mlp && !ea.spec_embed && !ea.spec_head && !ea.kv && !ea.act &&
-        !cli_recipe_given(&ea.recipe))
+        !cli_recipe_given(&ea.recipe) && !ea.gguf.given)
         return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "nothing to compare: give QUANT, --spec, --scheme, "
-                        "--recipe, --rule, --kv or --act");
+                        "--recipe, --rule, --kv, --act or --type");
     ea.max_ctx = ctx;
     /* every input, before any work: --save-base must not land on one */
     lb_output_allow_replace(force);
@@ -75,6 +77,7 @@ static int run(int argc, char **argv)
     base_args.kv = base_args.act = base_args.calib = NULL;
     base_args.fake = base_args.weights_only = 0;
     memset(&base_args.recipe, 0, sizeof base_args.recipe);
+    memset(&base_args.gguf, 0, sizeof base_args.gguf);
     cli_eval_model base, quant = {0};
     rc = cli_eval_open("kld", json, paths[0], &base_args, 0, &base);
     if (rc != EXIT_OK) return rc;

@@ -10,6 +10,8 @@ static const char usage[] =
     "                 [--spec-mlp SPEC] [--spec-embed SPEC] [--spec-head SPEC] [--tokenizer FILE]\n"
     "                 [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]] [--kv FORMAT]\n"
     "                 [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
+    "                 [--type T [--pure] [--output-tensor-type X] [--token-embedding-type X] [--tensor-type P=X]...\n"
+    "                  [--leave-output-tensor]]\n"
     "                 [--threads N] [--json] [--quiet]\n\n"
     "Perplexity as llama.cpp's perplexity tool measures it: the text is tokenized\n"
     "(BOS first), cut into non-overlapping windows of --ctx tokens whose first token\n"

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cli_gguf.h"
 #include "cli_output.h"
 #include "cli_recipe.h"
 
@@ -17,18 +18,21 @@ static const char usage[] =
     "usage: lowbit quantize MODEL -o OUT [--scheme S] [--recipe FILE] [--rule P=SPEC]... [--keep P]...\n"
     "                       [--kv fp8] [--format compressed-tensors|modelopt|gguf] [--calib FILE]\n"
     "                       [--calib-tokens N] [--max-shard-size SIZE] [--threads N] [--force] [--json] [--quiet]\n"
+    "       lowbit quantize MODEL -o OUT.gguf --type T [--pure] [--output-tensor-type X]\n"
+    "                       [--token-embedding-type X] [--tensor-type P=X]... [--rule P=X]... [--dry-run]\n"
     "       lowbit quantize --list [--json]\n\n"
     "Writes MODEL (GGUF, safetensors, a Hugging Face directory or llama2.c) quantized as a Hugging Face\n"
-    "directory an engine loads: compressed-tensors (vLLM, SGLang; the default) or modelopt (TensorRT-LLM).\n"
-    "The directory appears only when complete, and every tensor is read back and checked.\n\n" CLI_RECIPE_HELP
-    "  -o, --output OUT    the output directory (must not exist, or be empty; --force replaces one lowbit wrote)\n"
-    "  --format F          compressed-tensors (default) or modelopt; gguf is not written yet (issue 14)\n"
+    "directory an engine loads: compressed-tensors (vLLM, SGLang; the default) or modelopt (TensorRT-LLM),\n"
+    "or as one GGUF file llama.cpp loads, with the types llama-quantize picks for each tensor.\n"
+    "The output appears only when complete; every tensor of a directory is read back and checked.\n\n" CLI_RECIPE_HELP
+    "  -o, --output OUT    the output directory, or .gguf file (must not exist; --force replaces one lowbit wrote)\n"
+    "  --format F          compressed-tensors (default), modelopt, or gguf (the default for an OUT ending in .gguf)\n"
     "  --calib FILE        text to calibrate static scales on (NVFP4 activations, W8A8-FP8-STATIC, --kv fp8);\n"
     "                      never the text you evaluate on\n"
     "  --calib-tokens N    tokens of it to run (default 4096: 8 windows of 512)\n"
     "  --max-shard-size S  largest safetensors shard: bytes, or with KB/MB/GB (default 5GB, as Hugging Face)\n"
     "  --threads N         worker threads (0: one per CPU)\n"
-    "  --list              every scheme with its bits per weight\n";
+    "  --list              every scheme with its bits per weight\n" CLI_GGUF_HELP;
 
 /* "5GB", "500MB", "123" (decimal units, as Hugging Face's max_shard_size). */
 static int parse_size(const char *s, uint64_t *out)
@@ -56,7 +60,9 @@ static double now(void)
 
 static int run(int argc, char **argv)
 {
-    const char *model = NULL, *out = NULL, *format = "compressed-tensors", *calib = NULL;
+    const char *model = NULL, *out = NULL, *format = NULL, *calib = NULL;
+    cli_gguf_args gg;
+    memset(&gg, 0, sizeof gg);
     int json = 0, force = 0, list = 0, threads = 0;
     uint64_t shard = 0;
     size_t calib_tokens = 0;
@@ -66,7 +72,10 @@ static int run(int argc, char **argv)
         if (strcmp(argv[i], "--json") == 0) json = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int r = cli_recipe_option("quantize", json, argc, argv, &i, &ra);
+        int r = cli_gguf_option("quantize", json, argc, argv, &i, &gg);
+        if (r < 0) return EXIT_USAGE;
+        if (r > 0) continue;
+        r = cli_recipe_option("quantize", json, argc, argv, &i, &ra);
         if (r < 0) return EXIT_USAGE;
         if (r > 0) continue;
         int has = i + 1 < argc;
@@ -98,17 +107,31 @@ static int run(int argc, char **argv)
         else model = a;
     }
     if (list) return cli_scheme_list(json);
+    size_t out_len = out ? strlen(out) : 0;
+    if (!format) format = (out_len >= 5 && strcasecmp(out + out_len - 5, ".gguf") == 0) || gg.given ? "gguf" : "compressed-tensors";
+    if (strcmp(format, "gguf") == 0) {
+        cli_gguf_take_rules(&ra, &gg);
+        if (!model) return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "need MODEL\n%s", usage);
+        if (cli_recipe_given(&ra))
+            return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
+                            "a GGUF holds ggml types: give --type T (and --rule P=X with X a ggml type), not lowbit "
+                            "schemes (--scheme, --recipe, --keep, --kv, --rule P=SPEC)");
+        if (calib || shard)
+            return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--calib and --max-shard-size are not GGUF options");
+        lb_output_allow_replace(force);
+        if (out) cli_note_leftovers("quantize", out);
+        return cli_quantize_gguf("quantize", json, model, out, &gg, threads);
+    }
+    if (gg.given)
+        return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
+                        "--type, --pure, --dry-run and the other GGUF options need --format gguf (or an OUT ending in .gguf)");
     if (!model || !out) return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "need MODEL and -o OUT\n%s", usage);
     lb_export_format fmt;
     if (strcmp(format, "compressed-tensors") == 0) fmt = LB_EXPORT_COMPRESSED_TENSORS;
     else if (strcmp(format, "modelopt") == 0) fmt = LB_EXPORT_MODELOPT;
-    else if (strcmp(format, "gguf") == 0)
-        return cli_fail("quantize", json, EXIT_USAGE, "unsupported",
-                        "--format gguf is not written yet (issue 14 builds it); use compressed-tensors or modelopt, or "
-                        "lowbit convert --dtype q4_0|q8_0|iq4_xs|... for a GGUF");
     else
         return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
-                        "unknown --format '%s' (compressed-tensors, modelopt)", format);
+                        "unknown --format '%s' (compressed-tensors, modelopt, gguf)", format);
     if (!cli_recipe_given(&ra))
         return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
                         "say what to quantize: --scheme S (lowbit quantize --list), --recipe FILE or --rule P=SPEC");

@@ -983,6 +983,8 @@ typedef struct lb_qentry {
     int fused_group;         /* -1, or an id shared by the layers an engine fuses (q/k/v, gate/up) */
     float group_amax;        /* two-level specs: the largest |w| over the fused group, from which the
                                 shared tensor (global) scale is made; 0: the tensor's own */
+    lb_dtype ggml;           /* stored in a GGUF as this ggml type (lb_qmodel_set_ggml); LB_DT_COUNT: not */
+    int has_imatrix;         /* an importance vector was set (lb_qmodel_set_imatrix) */
 } lb_qentry;
 
 /* A qmodel over m with every tensor STORED, fused groups found from the
@@ -1008,6 +1010,18 @@ LB_API lb_status lb_qmodel_replace(lb_qmodel *q, size_t i, const float *values);
 LB_API lb_status lb_qmodel_set_qtensor(lb_qmodel *q, size_t i, lb_qtensor *qt);
 LB_API lb_status lb_qmodel_set_act(lb_qmodel *q, size_t i, const lb_qact *act);
 LB_API lb_status lb_qmodel_set_input_amax(lb_qmodel *q, size_t i, float amax);
+/* Store tensor i as ggml type t in a GGUF (lb_export_gguf): its values in
+ * the quantized model become dequantize(quantize(source)) in t, so the
+ * runner evaluates what the file holds. Drops a spec (the entry is KEPT,
+ * or REPLACED, or STORED for a tensor that is no weight); t = LB_DT_COUNT
+ * undoes it. LB_ERR_ARG when t has no ggml id or a row (the innermost
+ * dimension) is not whole blocks of t. The Hugging Face writers
+ * (lb_export) refuse a qmodel with such entries. */
+LB_API lb_status lb_qmodel_set_ggml(lb_qmodel *q, size_t i, lb_dtype t);
+/* Per-column importance of tensor i (n = its row length, or row length x
+ * experts; copied; finite, >= 0) for quantizers that weigh errors by it
+ * (the K-quants and IQ4 in ggml); NULL clears it. */
+LB_API lb_status lb_qmodel_set_imatrix(lb_qmodel *q, size_t i, const float *w, size_t n);
 
 /* The values tensor i has before quantization: the replacement, or the
  * stored values as fp32 (dst: n_elements floats). */
@@ -1258,6 +1272,46 @@ typedef struct lb_export_result {
 LB_API lb_status lb_export_check(const lb_qmodel *q, const lb_export_options *o);
 /* Writes dir (the rule of "Outputs": complete or absent). */
 LB_API lb_status lb_export(const lb_qmodel *q, const char *dir, const lb_export_options *o, lb_export_result *out);
+
+/* ===== GGUF (llama.cpp) =====
+ * A quantized model as one GGUF file llama.cpp loads, in the types
+ * llama-quantize writes: lb_gguf_choose gives every tensor the ggml type
+ * llama-quantize would for a file type ("Q4_K_M") and records it in the
+ * qmodel (lb_qmodel_set_ggml), so ppl/kld on the qmodel evaluate the file;
+ * lb_export_gguf writes it. From a GGUF input the output is what
+ * `llama-quantize` writes (metadata in its order, tensors in its order and
+ * alignment), byte for byte where lowbit's quantizer matches ggml's. */
+typedef struct lb_gguf_options {
+    const char *type;                  /* llama-quantize's file type name ("Q4_K_M", "q8_0", "NVFP4") */
+    int pure;                          /* every quantized tensor the file type's default type */
+    const char *output_tensor_type;    /* ggml type name ("q8_0") for output.weight, or NULL */
+    const char *token_embedding_type;  /* ggml type name for token_embd.weight, or NULL */
+    const char *const *tensor_types;   /* "PATTERN=TYPE" as llama-quantize's --tensor-type (GGUF names) */
+    size_t n_tensor_types;
+    int leave_output;                  /* output.weight keeps its type (--leave-output-tensor) */
+    int threads;
+    lb_progress_fn progress;           /* lb_export_gguf: after each tensor (done of total) */
+    void *progress_ctx;
+} lb_gguf_options;
+
+/* Chooses each tensor's ggml type (o->type's mix and the overrides) and
+ * sets it on q. ggml_types (may be NULL): lb_qmodel_count ints, each
+ * entry's ggml type id, filled even when a type has no lb_dtype yet (then
+ * LB_ERR_UNSUPPORTED, q unchanged), so a dry run can show the choice.
+ * LB_ERR_ARG for an unknown file type, ggml type or a bad pattern. */
+LB_API lb_status lb_gguf_choose(lb_qmodel *q, const lb_gguf_options *o, int *ggml_types);
+/* ggml's name of a ggml type id ("q4_K"); "?" if lowbit does not know it. */
+LB_API const char *lb_ggml_type_name(int ggml_type);
+/* The ggml type id of a name ("q4_k", "Q8_0", case-insensitive), or -1. */
+LB_API int lb_ggml_type_by_name(const char *name);
+/* The GGUF name of entry i ("blk.0.attn_q.weight"). */
+LB_API lb_status lb_qmodel_gguf_name(const lb_qmodel *q, size_t i, char *buf, size_t size);
+/* Writes path (complete or absent; never over an input). Every entry in
+ * its ggml type (lb_gguf_choose); an entry with none as stored (F32 if GGUF
+ * has no such type); a QUANTIZED entry (a lowbit spec) is refused.
+ * o->type names general.file_type (NULL: none written). out may be NULL. */
+LB_API lb_status lb_export_gguf(const lb_qmodel *q, const char *path, const lb_gguf_options *o,
+                                lb_export_result *out);
 
 /* ===== Instruction sets ===== */
 

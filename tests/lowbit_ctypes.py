@@ -298,7 +298,16 @@ class QAct(ctypes.Structure):
 class QEntry(ctypes.Structure):
     _fields_ = [("tensor", ctypes.POINTER(Tensor)), ("state", ctypes.c_int), ("spec", QSpec),
                 ("replaced", ctypes.c_int), ("has_qtensor", ctypes.c_int), ("act", QAct),
-                ("input_amax", ctypes.c_float), ("fused_group", ctypes.c_int), ("group_amax", ctypes.c_float)]
+                ("input_amax", ctypes.c_float), ("fused_group", ctypes.c_int), ("group_amax", ctypes.c_float),
+                ("ggml", ctypes.c_int), ("has_imatrix", ctypes.c_int)]
+
+
+class GGUFOptions(ctypes.Structure):
+    """lb_gguf_options"""
+    _fields_ = [("type", ctypes.c_char_p), ("pure", ctypes.c_int), ("output_tensor_type", ctypes.c_char_p),
+                ("token_embedding_type", ctypes.c_char_p), ("tensor_types", ctypes.POINTER(ctypes.c_char_p)),
+                ("n_tensor_types", ctypes.c_size_t), ("leave_output", ctypes.c_int), ("threads", ctypes.c_int),
+                ("progress", ctypes.c_void_p), ("progress_ctx", ctypes.c_void_p)]
 
 
 class RunnerOptions(ctypes.Structure):
@@ -335,6 +344,11 @@ for _name, _args, _res in [
     ("lb_qmodel_set_kv_amax", [_P, ctypes.c_uint32, ctypes.c_float, ctypes.c_float], ctypes.c_int),
     ("lb_qmodel_kv_amax", [_P, ctypes.c_uint32, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_float)],
      ctypes.c_int),
+    ("lb_qmodel_set_ggml", [_P, ctypes.c_size_t, ctypes.c_int], ctypes.c_int),
+    ("lb_qmodel_set_imatrix", [_P, ctypes.c_size_t, _P, ctypes.c_size_t], ctypes.c_int),
+    ("lb_gguf_choose", [_P, ctypes.POINTER(GGUFOptions), _P], ctypes.c_int),
+    ("lb_export_gguf", [_P, ctypes.c_char_p, ctypes.POINTER(GGUFOptions), _P], ctypes.c_int),
+    ("lb_qmodel_gguf_name", [_P, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
     ("lb_runner_from_qmodel", [_P, ctypes.POINTER(RunnerOptions), _PP], ctypes.c_int),
     ("lb_runner_new", [_P, ctypes.POINTER(RunnerOptions), _PP], ctypes.c_int),
     ("lb_runner_free", [_P], None), ("lb_runner_reset", [_P], None),

@@ -401,7 +401,11 @@ lb_status lb_export_check(const lb_qmodel *q, const lb_export_options *o)
     lb_status st = x->check(q);
     for (size_t i = 0; st == LB_OK && i < lb_qmodel_count(q); i++) {
         lb_qentry e;
-        if ((st = lb_qmodel_entry(q, i, &e)) == LB_OK && e.state == LB_QSTATE_QUANTIZED)
+        if ((st = lb_qmodel_entry(q, i, &e)) == LB_OK && e.ggml != LB_DT_COUNT)
+            st = lb__fail(LB_ERR_UNSUPPORTED, "tensor '%s' is set to be stored as ggml type %s, which only a GGUF "
+                          "holds (lb_export_gguf; lowbit quantize --format gguf)", e.tensor->name,
+                          lb_dtype_get(e.ggml)->name);
+        if (st == LB_OK && e.state == LB_QSTATE_QUANTIZED)
             st = check_block_heads(e.tensor, &e.spec, rotary_heads(lb_qmodel_model(q), e.tensor));
     }
     return st;

@@ -29,6 +29,23 @@ struct lb_model {
     lb__hfq *hfq;                /* a quantized HF checkpoint's logical tensors (hf_quantized.c), or NULL */
 };
 
+/* Rotary layouts (model_save.c): the one llama.cpp runs architecture a in
+ * (adjacent pairs for llama and mistral, half-split for the rest); the
+ * heads whose q/k rows move when t is written in layout `to` (*heads = 0:
+ * none; LB_ERR_PARSE when rows must move but the heads do not say how);
+ * and the move itself (src and dst: rows x cols, distinct). */
+lb_rope_layout lb__gguf_rope_layout(const lb_arch *a);
+lb_status lb__rotary_permute_heads(const lb_model *m, const lb_tensor *t, lb_rope_layout to, uint32_t *heads);
+void lb__permute_rotary_rows(const float *src, float *dst, uint64_t rows, uint64_t cols, uint32_t heads,
+                             int to_adjacent);
+/* The metadata of a GGUF written from m: a GGUF input's keys (as_quantize:
+ * all of them in order, as llama-quantize copies them, less file type,
+ * quantization version and split keys, which the caller sets; else less
+ * alignment and file type, plus the architecture keys lowbit can state
+ * that it lacks), or for other inputs the architecture keys and the
+ * tokenizer converted from tokenizer.json. */
+lb_status lb__gguf_model_metadata(const lb_model *m, lb__gguf_writer *w, int as_quantize);
+
 /* Whether path is one of the files the model was read from. */
 int lb__model_reads(const lb_model *m, const char *path);
 

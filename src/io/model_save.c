@@ -47,10 +47,14 @@ static int is_float_dtype(lb_dtype d) { return d == LB_DT_F32 || d == LB_DT_F16 
 
 /* llama.cpp runs the llama family with adjacent rotary pairs; qwen2/qwen3
  * (and Hugging Face everywhere) with half-split ones. */
+lb_rope_layout lb__gguf_rope_layout(const lb_arch *a)
+{
+    return strcmp(a->name, "llama") == 0 || strcmp(a->name, "mistral") == 0 ? LB_ROPE_ADJACENT : LB_ROPE_HALF;
+}
+
 static lb_rope_layout target_layout(target to, const lb_arch *a)
 {
-    if (to != TO_GGUF) return LB_ROPE_HALF;
-    return strcmp(a->name, "llama") == 0 || strcmp(a->name, "mistral") == 0 ? LB_ROPE_ADJACENT : LB_ROPE_HALF;
+    return to == TO_GGUF ? lb__gguf_rope_layout(a) : LB_ROPE_HALF;
 }
 
 /* q and k projections (weights and biases) carry rotary pairs in their rows. */
@@ -84,7 +88,8 @@ static lb_dtype output_dtype(const lb_tensor *t, lb_dtype want)
 
 /* Rows of each head from one rotary layout to the other: half-split keeps
  * pair (j, j + hd/2) in rows j and j + hd/2; adjacent in rows 2j and 2j+1. */
-static void permute_rows(const float *src, float *dst, uint64_t rows, uint64_t cols, uint32_t heads, int to_adjacent)
+void lb__permute_rotary_rows(const float *src, float *dst, uint64_t rows, uint64_t cols, uint32_t heads,
+                             int to_adjacent)
 {
     uint64_t hd = rows / heads, half = hd / 2;
     for (uint64_t h = 0; h < heads; h++)
@@ -155,7 +160,7 @@ static lb_status fill_one(save_job *j, size_t i, void *dst, uint64_t n_bytes)
     float *vals = j->buf;
     if (o->permute_heads) {
         uint64_t rows = t->shape[0], cols = n / rows; /* plan() made sure rows > 0 */
-        permute_rows(j->buf, j->tmp, rows, cols, o->permute_heads, j->layout == LB_ROPE_ADJACENT);
+        lb__permute_rotary_rows(j->buf, j->tmp, rows, cols, o->permute_heads, j->layout == LB_ROPE_ADJACENT);
         vals = j->tmp;
     }
     return lb_dtype_from_f32(o->dtype, vals, n, dst);
@@ -184,18 +189,26 @@ static lb_status plan(const lb_model *m, target to, lb_dtype dtype, save_job *j)
         if (o->dtype != t->dtype && !lb_dtype_get(o->dtype)->can_write)
             return lb__fail(LB_ERR_UNSUPPORTED, "tensor '%s': lowbit does not write %s", t->name,
                             lb_dtype_get(o->dtype)->name);
-        if (a->rope_layout != j->layout && is_rotary(t) && t->n_elements > 0) {
-            uint32_t heads = rotary_heads(t, a);
-            uint64_t rows = t->n_dims >= 1 ? t->shape[0] : 0;
-            if (heads == 0) /* never write q/k rows in the wrong layout */
-                return lb__fail(LB_ERR_PARSE, "tensor '%s': its rows must be permuted between rotary layouts, but the "
-                                              "model does not say its number of heads", t->name);
-            if (rows == 0 || rows % heads || (rows / heads) % 2)
-                return lb__fail(LB_ERR_PARSE, "tensor '%s': %llu rows do not split into %u heads of even size",
-                                t->name, (unsigned long long)rows, heads);
-            o->permute_heads = heads;
-        }
+        lb_status st = lb__rotary_permute_heads(m, t, j->layout, &o->permute_heads);
+        if (st != LB_OK) return st;
     }
+    return LB_OK;
+}
+
+lb_status lb__rotary_permute_heads(const lb_model *m, const lb_tensor *t, lb_rope_layout to, uint32_t *heads)
+{
+    const lb_arch *a = &m->arch;
+    *heads = 0;
+    if (a->rope_layout == to || !is_rotary(t) || t->n_elements == 0) return LB_OK;
+    uint32_t h = rotary_heads(t, a);
+    uint64_t rows = t->n_dims >= 1 ? t->shape[0] : 0;
+    if (h == 0) /* never write q/k rows in the wrong layout */
+        return lb__fail(LB_ERR_PARSE, "tensor '%s': its rows must be permuted between rotary layouts, but the "
+                                      "model does not say its number of heads", t->name);
+    if (rows == 0 || rows % h || (rows / h) % 2)
+        return lb__fail(LB_ERR_PARSE, "tensor '%s': %llu rows do not split into %u heads of even size", t->name,
+                        (unsigned long long)rows, h);
+    *heads = h;
     return LB_OK;
 }
 
@@ -229,7 +242,18 @@ static size_t arch_keys(const lb_arch *a, arch_key *k)
 /* A GGUF source's metadata is carried over as it is (tokenizer, names,
  * every architecture key), alignment and file type aside; keys lowbit can
  * state that the source lacks are added. Other sources get lowbit's keys. */
-static lb_status gguf_metadata(const lb_model *m, lb__gguf_writer *w)
+/* Keys llama-quantize drops from its input's metadata: it sets the first
+ * two again (at the end), and writes one file, not a split. */
+static int quantize_drops(const char *key)
+{
+    static const char *const dropped[] = {"general.quantization_version", "general.file_type", "split.no",
+                                          "split.count", "split.tensors.count"};
+    for (size_t k = 0; k < sizeof dropped / sizeof *dropped; k++)
+        if (strcmp(key, dropped[k]) == 0) return 1;
+    return 0;
+}
+
+lb_status lb__gguf_model_metadata(const lb_model *m, lb__gguf_writer *w, int as_quantize)
 {
     const lb_arch *a = &m->arch;
     lb_status st = LB_OK;
@@ -237,9 +261,11 @@ static lb_status gguf_metadata(const lb_model *m, lb__gguf_writer *w)
     if (from_gguf)
         for (size_t i = 0; st == LB_OK && i < m->gguf.n_kv; i++) {
             const lb__gguf_kv *kv = &m->gguf.kv[i];
-            if (strcmp(kv->key, "general.alignment") != 0 && strcmp(kv->key, "general.file_type") != 0)
-                st = lb__gguf_copy_kv(w, kv);
+            int skip = as_quantize ? quantize_drops(kv->key)
+                                   : strcmp(kv->key, "general.alignment") == 0 || strcmp(kv->key, "general.file_type") == 0;
+            if (!skip) st = lb__gguf_copy_kv(w, kv);
         }
+    if (from_gguf && as_quantize) return st; /* llama-quantize adds nothing to a GGUF's keys */
     if (st == LB_OK && !from_gguf && (m->kind == LB_MODEL_HF_DIR || m->kind == LB_MODEL_SAFETENSORS) && m->path) {
         /* a Hugging Face input keeps its tokenizer (export/hf_tokenizer_to_gguf.c) */
         char *dir = NULL;
@@ -273,7 +299,7 @@ static lb_status save_gguf(const lb_model *m, save_job *j, const char *path)
     lb__gguf_writer *w;
     lb_status st = lb__gguf_writer_new(&w);
     if (st != LB_OK) return st;
-    st = gguf_metadata(m, w);
+    st = lb__gguf_model_metadata(m, w, 0);
     for (size_t i = 0; st == LB_OK && i < j->n; i++) {
         const lb_tensor *t = j->t[i].src;
         if (t->n_dims > 4) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/ggml_rows.h"
 #include "kernel/qmat.h"
 #include "quant/quant_internal.h"
 #include "util/alloc.h"
@@ -27,6 +28,8 @@ typedef struct qslot {
     int group_known;      /* e.group_amax is current */
     int has_plain;        /* lb__qmodel_keep_plain */
     lb_qspec plain;
+    float *imatrix;       /* lb_qmodel_set_imatrix, or NULL */
+    size_t n_imatrix;
 } qslot;
 
 struct lb_qmodel {
@@ -84,6 +87,7 @@ lb_status lb_qmodel_new(const lb_model *m, lb_qmodel **out)
         lb_qentry *e = &q->s[i].e;
         e->tensor = lb_model_tensor(m, i);
         e->state = LB_QSTATE_STORED;
+        e->ggml = LB_DT_COUNT;
         e->act.mode = LB_ACT_NONE;
         e->fused_group = e->tensor->n_dims == 2 ? (int)lb__fused_group_of(e->tensor->name) : -1;
     }
@@ -96,6 +100,7 @@ void lb_qmodel_free(lb_qmodel *q)
     if (!q) return;
     for (size_t i = 0; i < q->n; i++) {
         free(q->s[i].replacement);
+        free(q->s[i].imatrix);
         lb_qtensor_free(q->s[i].qt);
     }
     free(q->s);
@@ -288,6 +293,7 @@ lb_status lb_qmodel_set_spec(lb_qmodel *q, size_t i, const lb_qspec *spec)
     if ((st = lb_qspec_validate(spec)) != LB_OK) return lb__fail(st, "%s: %s", s->e.tensor->name, lb_last_error());
     drop_qtensor(s);
     s->has_plain = 0;
+    s->e.ggml = LB_DT_COUNT;
     s->e.state = LB_QSTATE_QUANTIZED;
     s->e.spec = *spec;
     group_changed(q, i);
@@ -304,6 +310,7 @@ lb_status lb_qmodel_keep(lb_qmodel *q, size_t i)
                         s->e.tensor->name);
     drop_qtensor(s);
     s->has_plain = 0;
+    s->e.ggml = LB_DT_COUNT;
     memset(&s->e.spec, 0, sizeof s->e.spec);
     s->e.state = s->replacement ? LB_QSTATE_REPLACED : LB_QSTATE_KEPT;
     group_changed(q, i);
@@ -479,12 +486,93 @@ static lb_status round_to_dtype(lb_dtype dt, float *x, uint64_t n, const char *n
     return st;
 }
 
+lb_status lb_qmodel_set_ggml(lb_qmodel *q, size_t i, lb_dtype t)
+{
+    lb_status st = check_index(q, i, "lb_qmodel_set_ggml");
+    if (st != LB_OK) return st;
+    qslot *s = &q->s[i];
+    const lb_tensor *tn = s->e.tensor;
+    if (t != LB_DT_COUNT) {
+        const lb_dtype_info *d = lb_dtype_get(t);
+        if (!d || d->ggml_type < 0)
+            return lb__fail(LB_ERR_ARG, "lb_qmodel_set_ggml: %s: dtype %s has no ggml type", tn->name,
+                            d ? d->name : "?");
+        uint64_t cols = tn->n_dims >= 1 ? tn->shape[tn->n_dims - 1] : 1;
+        if (d->block > 1 && cols % d->block)
+            return lb__fail(LB_ERR_ARG, "lb_qmodel_set_ggml: %s: rows of %llu are not whole %s blocks of %u", tn->name,
+                            (unsigned long long)cols, d->name, d->block);
+    }
+    drop_qtensor(s);
+    s->has_plain = 0;
+    memset(&s->e.spec, 0, sizeof s->e.spec);
+    s->e.ggml = t;
+    s->e.state = s->replacement ? LB_QSTATE_REPLACED : lb_tensor_is_weight(tn) ? LB_QSTATE_KEPT : LB_QSTATE_STORED;
+    group_changed(q, i);
+    return LB_OK;
+}
+
+lb_status lb_qmodel_set_imatrix(lb_qmodel *q, size_t i, const float *w, size_t n)
+{
+    lb_status st = check_index(q, i, "lb_qmodel_set_imatrix");
+    if (st != LB_OK) return st;
+    qslot *s = &q->s[i];
+    float *copy = NULL;
+    if (w) {
+        for (size_t k = 0; k < n; k++)
+            if (!isfinite(w[k]) || w[k] < 0)
+                return lb__fail(LB_ERR_ARG, "lb_qmodel_set_imatrix: %s: element %zu is %g (finite, >= 0 expected)",
+                                s->e.tensor->name, k, (double)w[k]);
+        if (!n || !(copy = malloc(n * sizeof *copy)))
+            return lb__fail(n ? LB_ERR_NOMEM : LB_ERR_ARG, "lb_qmodel_set_imatrix: %s: %s", s->e.tensor->name,
+                            n ? "out of memory" : "empty importance vector");
+        memcpy(copy, w, n * sizeof *copy);
+    }
+    free(s->imatrix);
+    s->imatrix = copy, s->n_imatrix = copy ? n : 0;
+    s->e.has_imatrix = copy != NULL;
+    return LB_OK;
+}
+
+const float *lb__qmodel_imatrix(const lb_qmodel *q, size_t i, size_t *n)
+{
+    if (!q || i >= q->n || !q->s[i].imatrix) return NULL;
+    if (n) *n = q->s[i].n_imatrix;
+    return q->s[i].imatrix;
+}
+
+/* What a GGUF holds for an entry stored as a ggml type: the source through
+ * that type and back (the importance vector when it covers one row). */
+static lb_status ggml_round_trip(const lb_qmodel *q, size_t i, float *dst, int threads)
+{
+    const qslot *s = &q->s[i];
+    const lb_tensor *t = s->e.tensor;
+    lb_status st = source_f32(q, i, dst);
+    /* stored in its own type: the file copies the bytes, so the values are the stored ones */
+    int as_stored = s->e.ggml == t->dtype && !s->replacement;
+    if (st != LB_OK || as_stored || s->e.ggml == LB_DT_F32 || t->n_elements == 0) return st;
+    uint64_t cols = t->n_dims >= 1 ? t->shape[t->n_dims - 1] : 1, rows = t->n_elements / cols, bytes = 0;
+    if ((st = lb_dtype_bytes(s->e.ggml, t->n_elements, &bytes)) != LB_OK) return st;
+    void *packed = malloc(bytes ? bytes : 1);
+    if (!packed) return lb__fail(LB_ERR_NOMEM, "cannot allocate %s's %s bytes", t->name, lb_dtype_get(s->e.ggml)->name);
+    const float *imatrix = s->imatrix && s->n_imatrix == cols ? s->imatrix : NULL;
+    size_t n = (size_t)t->n_elements;
+    float scale = s->e.ggml == LB_DT_NVFP4 ? lb__ggml_nvfp4_scale(dst, n) : 1.0f;
+    for (size_t k = 0; scale != 1.0f && k < n; k++) dst[k] /= scale;
+    st = lb__ggml_rows_parallel(s->e.ggml, dst, (size_t)rows, (size_t)cols, imatrix, packed, threads);
+    if (st == LB_OK) st = lb_dtype_to_f32(s->e.ggml, packed, n, dst);
+    for (size_t k = 0; st == LB_OK && scale != 1.0f && k < n; k++) dst[k] *= scale;
+    if (st != LB_OK) st = lb__fail(st, "%s as %s: %s", t->name, lb_dtype_get(s->e.ggml)->name, lb_last_error());
+    free(packed);
+    return st;
+}
+
 lb_status lb_qmodel_values_f32(const lb_qmodel *q, size_t i, float *dst, int threads)
 {
     lb_status st = check_index(q, i, "lb_qmodel_values_f32");
     if (st != LB_OK) return st;
     if (!dst) return lb__fail(LB_ERR_ARG, "lb_qmodel_values_f32: dst is NULL");
     const qslot *s = &q->s[i];
+    if (s->e.ggml != LB_DT_COUNT) return ggml_round_trip(q, i, dst, threads);
     switch (s->e.state) {
     case LB_QSTATE_STORED: return source_f32(q, i, dst);
     case LB_QSTATE_KEPT:

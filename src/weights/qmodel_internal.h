@@ -39,6 +39,10 @@ lb_status lb__qmodel_quantized_scratch(const lb_qmodel *q, size_t i, int threads
  * algorithm set): a runner outlives nothing it borrowed. */
 lb_status lb__qmodel_quantized_owned(const lb_qmodel *q, size_t i, int threads, lb_qtensor **out);
 
+/* The importance vector of entry i (lb_qmodel_set_imatrix) and its
+ * length, or NULL. Borrowed: valid until the entry changes. */
+const float *lb__qmodel_imatrix(const lb_qmodel *q, size_t i, size_t *n);
+
 /* The fused group id of a canonical name: 2N for
  * model.layers.N.self_attn.{q,k,v}_proj.weight, 2N + 1 for
  * model.layers.N.mlp.{gate,up}_proj.weight, -1 otherwise. */

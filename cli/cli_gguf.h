@@ -1,0 +1,52 @@
+/* lowbit quantize --format gguf: llama-quantize's options (--type, --pure,
+ * --output-tensor-type, --token-embedding-type, --tensor-type,
+ * --leave-output-tensor), --dry-run, and --rule PATTERN=GGMLTYPE on
+ * lowbit's canonical names; the choice and the writing are the library's
+ * (lb_gguf_choose, lb_export_gguf). */
+#ifndef LOWBIT_CLI_GGUF_H
+#define LOWBIT_CLI_GGUF_H
+
+#include "cli.h"
+#include "cli_recipe.h"
+
+#define CLI_GGUF_MAX_OVERRIDES 64
+
+typedef struct cli_gguf_args {
+    const char *type;
+    int pure, dry_run, leave_output, given;
+    const char *output_type, *embd_type;
+    const char *tensor_types[CLI_GGUF_MAX_OVERRIDES];
+    size_t n_tensor_types;
+    const char *rules[CLI_GGUF_MAX_OVERRIDES]; /* --rule PATTERN=GGMLTYPE (canonical names; cli_gguf_take_rules) */
+    size_t n_rules;
+} cli_gguf_args;
+
+/* Consumes argv[*i] (and its value) if it is a GGUF option: 1 consumed,
+ * 0 not ours, -1 reported. */
+int cli_gguf_option(const char *cmd, int json, int argc, char **argv, int *i, cli_gguf_args *g);
+/* Writing a GGUF: moves the recipe's --rule P=X whose X is a ggml type
+ * name (the text after the first '=', as recipe rules split) into g. */
+void cli_gguf_take_rules(cli_recipe_args *ra, cli_gguf_args *g);
+/* lb_gguf_choose with g's options, --rule P=X made overrides of the
+ * weights P matches (a rule matching none is a usage error); types (may be
+ * NULL): each entry's ggml type, also filled (and not an error) on a dry
+ * run whose types lowbit cannot write yet. EXIT_OK or reported. */
+int cli_gguf_choose(const char *cmd, int json, lb_qmodel *q, const cli_gguf_args *g, int threads, int *types);
+/* Opens model, chooses the types and prints them (dry run) or writes out. */
+int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *out, const cli_gguf_args *g,
+                      int threads);
+
+#define CLI_GGUF_HELP                                                                                           \
+    "GGUF (--format gguf, or an OUT ending in .gguf): llama-quantize's choices, tensor for tensor\n"            \
+    "  --type T            F32 F16 BF16 Q8_0 Q5_0 Q5_1 Q4_0 Q4_1 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M\n"     \
+    "                      Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS MXFP4_MOE NVFP4 (case-insensitive; Q3_K, Q4_K,\n"   \
+    "                      Q5_K are the _M mixes); types lowbit cannot write yet are refused (the dry run\n"   \
+    "                      still shows them)\n"                                                                 \
+    "  --pure              every quantized tensor in T's default type (no mix rules)\n"                         \
+    "  --output-tensor-type X, --token-embedding-type X   ggml type (q8_0, q6_K, f16, ...) of those tensors\n" \
+    "  --tensor-type P=X   tensors whose GGUF name P (a regex) occurs in get ggml type X (repeatable)\n"         \
+    "  --rule P=X          the same on lowbit's canonical names (glob, or re:REGEX), X a ggml type name\n"      \
+    "  --leave-output-tensor  output.weight keeps its type\n"                                                   \
+    "  --dry-run           print each tensor's type (a table, or JSON with --json); writes nothing\n"
+
+#endif
