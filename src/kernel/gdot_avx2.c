@@ -263,32 +263,16 @@ static block_decoder decoder_of(lb_dtype t)
     return NULL;
 }
 
-/* The products of one segment's values w[0 .. n) (n a multiple of 16, or
- * the row's end) with NX tokens' x[k0 ..], into acc[t][0..1]. */
-INL void segment_dot(const float *w, size_t n, const float *x, size_t ldx, size_t k0, const int NX, float *xtail,
-                     __m256 acc[LB__QDOT_MAX_NX][2])
-{
-    size_t e = 0;
-    for (; e + 16 <= n; e += 16) {
-        __m256 w0 = _mm256_load_ps(w + e), w1 = _mm256_load_ps(w + e + 8);
-        for (int t = 0; t < NX; t++) {
-            const float *xt = x + t * ldx + k0 + e;
-            acc[t][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xt), w0, acc[t][0]);
-            acc[t][1] = _mm256_fmadd_ps(_mm256_loadu_ps(xt + 8), w1, acc[t][1]);
-        }
-    }
-    if (e == n) return;
-    /* a block-1 type's last partial chunk: x and w padded with +0 */
-    __m256 w0 = _mm256_load_ps(w + e), w1 = _mm256_load_ps(w + e + 8);
-    for (int t = 0; t < NX; t++) {
-        float *xs = xtail + 16 * t;
-        memset(xs, 0, 16 * sizeof *xs);
-        memcpy(xs, x + t * ldx + k0 + e, (n - e) * sizeof *xs);
-        acc[t][0] = _mm256_fmadd_ps(_mm256_load_ps(xs), w0, acc[t][0]);
-        acc[t][1] = _mm256_fmadd_ps(_mm256_load_ps(xs + 8), w1, acc[t][1]);
-    }
-}
+/* One chunk of 16 products for token t: p[0..7] += x * w0, p[8..15] += x * w1. */
+#define CHUNK(t, xp)                                                  \
+    do {                                                              \
+        a##t##0 = _mm256_fmadd_ps(_mm256_loadu_ps(xp), w0, a##t##0);     \
+        a##t##1 = _mm256_fmadd_ps(_mm256_loadu_ps((xp) + 8), w1, a##t##1); \
+    } while (0)
 
+/* The tokens' partial sums live in eight named registers (an array
+ * indexed by the token was kept in memory by the compiler, which put a
+ * store and a reload on every multiply-add's dependency chain). */
 INL void run(const lb__qmat *m, const float *x, const int NX, size_t ldx, size_t r0, size_t r1, float *y, size_t ldy,
              void *scratch)
 {
@@ -297,16 +281,35 @@ INL void run(const lb__qmat *m, const float *x, const int NX, size_t ldx, size_t
     block_decoder dec = decoder_of(m->ggml);
     for (size_t r = r0; r < r1; r++) {
         const uint8_t *row = m->data + r * m->row_bytes;
-        __m256 acc[LB__QDOT_MAX_NX][2];
-        for (int t = 0; t < NX; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
         for (size_t k0 = 0; k0 < m->cols; k0 += seg) {
             size_t n = m->cols - k0 < seg ? m->cols - k0 : seg;
             const uint8_t *src = row + k0 / m->ggml_block * m->ggml_block_bytes;
             if (dec) dec(src, n / m->ggml_block, w);
             else lb_dtype_to_f32(m->ggml, src, n, w); /* whole blocks of a readable dtype: cannot fail */
-            for (size_t k = n; k % 16; k++) w[k] = 0.0f;
-            segment_dot(w, n, x, ldx, k0, NX, xtail, acc);
+            size_t e = 0;
+            for (; e + 16 <= n; e += 16) {
+                const __m256 w0 = _mm256_load_ps(w + e), w1 = _mm256_load_ps(w + e + 8);
+                const float *xe = x + k0 + e;
+                CHUNK(0, xe);
+                if (NX > 1) CHUNK(1, xe + ldx);
+                if (NX > 2) CHUNK(2, xe + 2 * ldx);
+                if (NX > 3) CHUNK(3, xe + 3 * ldx);
+            }
+            if (e < n) { /* a block-1 type's last partial chunk: x and w padded with +0 */
+                for (size_t k = n; k % 16; k++) w[k] = 0.0f;
+                for (int t = 0; t < NX; t++) {
+                    memset(xtail + 16 * t, 0, 16 * sizeof *xtail);
+                    memcpy(xtail + 16 * t, x + t * ldx + k0 + e, (n - e) * sizeof *xtail);
+                }
+                const __m256 w0 = _mm256_load_ps(w + e), w1 = _mm256_load_ps(w + e + 8);
+                CHUNK(0, xtail);
+                if (NX > 1) CHUNK(1, xtail + 16);
+                if (NX > 2) CHUNK(2, xtail + 32);
+                if (NX > 3) CHUNK(3, xtail + 48);
+            }
         }
+        const __m256 acc[LB__QDOT_MAX_NX][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
         for (int t = 0; t < NX; t++) {
             float s[16];
             _mm256_storeu_ps(s, acc[t][0]);
