@@ -234,7 +234,10 @@ lb_status lb__qmat_matmul_isa(const lb__qmat *m, const float *x, size_t n, float
     isa = lb__isa_clamp(isa); /* what this CPU runs (another architecture's set: scalar) */
     if (n < LB__QMAT_PANEL_MIN_N && m->ggml_block) {
         dot_job j = {.m = m, .x = x, .n = n, .y = y, .fn = lb__gdot_get(isa)};
-        return lb__parallel_for(m->rows, 16, lb__threads_for(threads, m->bytes * n), dot_rows, &j);
+        /* decoding ggml blocks costs about what reading the fp32 values would:
+         * split as the fp32 product of the same size is */
+        return lb__parallel_for(m->rows, 16, lb__threads_for(threads, m->rows * m->cols * sizeof(float) * n), dot_rows,
+                                &j);
     }
     if (n < LB__QMAT_PANEL_MIN_N) {
         lb_status st = lb__qdot_check(m);
