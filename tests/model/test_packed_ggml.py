@@ -138,24 +138,28 @@ lib.lb_runner_new.argtypes = [ctypes.c_void_p, ctypes.POINTER(RunnerOptions), ct
 lib.lb_runner_free.argtypes = [ctypes.c_void_p]
 lib.lb_runner_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.c_void_p,
                                   ctypes.c_int]
+lib.lb_runner_reset.argtypes = [ctypes.c_void_p]
 lib.lb_runner_memory_get.argtypes = [ctypes.c_void_p, ctypes.POINTER(Memory)]
 
 
 class Runner:
-    def __init__(self, path, fake=0):
-        self.model, self.h = ctypes.c_void_p(), ctypes.c_void_p()
+    def __init__(self, path, fake=0, max_ctx=256, vocab=VOCAB):
+        self.model, self.h, self.vocab = ctypes.c_void_p(), ctypes.c_void_p(), vocab
         assert lib.lb_model_open(str(path).encode(), ctypes.byref(self.model)) == 0, lib.lb_last_error()
-        opts = RunnerOptions(threads=2, max_ctx=256, fake=fake)
+        opts = RunnerOptions(threads=2, max_ctx=max_ctx, fake=fake)
         self.status = lib.lb_runner_new(self.model, ctypes.byref(opts), ctypes.byref(self.h))
         self.error = lib.lb_last_error().decode() if self.status else ""
 
     def forward(self, tokens):
         toks = np.ascontiguousarray(tokens, dtype=np.int32)
-        out = np.full((toks.size, VOCAB), np.nan, dtype=np.float32)
+        out = np.full((toks.size, self.vocab), np.nan, dtype=np.float32)
         st = lib.lb_runner_forward(self.h, toks.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), toks.size,
                                    out.ctypes.data, 0)
         assert st == 0, lib.lb_last_error().decode()
         return out
+
+    def reset(self):
+        lib.lb_runner_reset(self.h)
 
     def memory(self):
         m = Memory()
@@ -244,3 +248,28 @@ def test_tied_head_with_an_output_scale_is_refused(tmp_path):
         assert r.status != 0 and "lm_head.scale" in r.error, r.error
     finally:
         r.close()
+
+
+SMOLLM2 = ROOT / ".cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.mark.skipif(not SMOLLM2.exists(), reason=f"{SMOLLM2} absent (make test fetches it)")
+def test_smollm2_decode_steps_match_its_prefill():
+    """SmolLM2's own Q4_1/Q8_0 blocks: 24 single-token decode steps (the
+    register kernels) against one prefill of the same tokens (dequantized
+    panels), within the decode order's rounding."""
+    toks = [1, 504, 3458, 282, 2030, 314, 253, 1345, 28, 260, 2427, 7116, 282, 1112, 30, 378, 1078, 314, 3564, 288,
+            3421, 253, 6005, 30]
+    r = Runner(SMOLLM2, max_ctx=64, vocab=49152)
+    try:
+        assert r.status == 0, r.error
+        m = r.memory()
+        assert m.packed_matrices == 211 and m.fp32_matrices == 0
+        prefill = r.forward(toks)
+        r.reset()
+        decode = np.concatenate([r.forward([t]) for t in toks])
+    finally:
+        r.close()
+    err = rel_err(decode.astype(np.float64), prefill.astype(np.float64))
+    print(f"SmolLM2 decode vs prefill: {err:.3g} of the logits' range")
+    assert 0 < err < TOL  # not equal (another summation order), and close
