@@ -20,6 +20,8 @@ typedef struct item {
     char name[96];
     lb_qspec spec;
     lb_format act; /* W8A8 activations, or LB_FMT_FP32 */
+    int stored;    /* --decode-specs "stored": the file's tensors as stored (ggml blocks read in place);
+                      2 for "stored-fp32": the same values held as fp32 copies */
 } item;
 
 typedef struct opts {

@@ -328,6 +328,8 @@ static lb_status new_runner(const model_ctx *c, const item *it, lb_format kv, si
 {
     lb_runner_options ro = {.threads = c->o->threads, .attn = &it->spec, .mlp = &it->spec, .embed = &it->spec,
                             .max_ctx = (uint32_t)ctx, .act = it->act, .kv = kv};
+    if (it->stored) /* no spec: every weight as the file stores it; fake: as fp32 copies */
+        ro.attn = ro.mlp = ro.embed = NULL, ro.fake = it->stored == 2;
     return lb_runner_new(c->m, &ro, out);
 }
 

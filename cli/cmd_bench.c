@@ -35,6 +35,8 @@ static const char usage[] =
     "--decode-specs    model specs (default fp32,bf16,fp8_e4m3:channel,int8:channel,int4:g32,mxfp4,\n"
     "                  nvfp4,int8:channel+act=int8,fp8_e4m3:channel+act=fp8_e4m3); SPEC+act=FORMAT\n"
     "                  adds W8A8 activations (int8 or fp8_e4m3). bf16 is added when absent.\n"
+    "                  \"stored\": the model's weights as the file stores them (a GGUF's ggml\n"
+    "                  blocks read in place); \"stored-fp32\": the same values as fp32 copies.\n"
     "--kv LIST         KV cache formats (default fp32,bf16,fp16,fp8_e4m3,fp8_e5m2,int8,int4)\n"
     "--kv-spec SPEC    the weights' spec for the KV runs (default int4:g32)\n"
     "--threads N       threads (default one per CPU); --decode-tokens N (default 64),\n"
@@ -58,6 +60,12 @@ static int parse_item(const char *text, int allow_act, int json, item *it)
     snprintf(it->name, sizeof it->name, "%s", text);
     snprintf(base, sizeof base, "%s", strcmp(text, "f32") == 0 ? "fp32" : text);
     it->act = LB_FMT_FP32;
+    it->stored = 0;
+    if (allow_act && (strcmp(base, "stored") == 0 || strcmp(base, "stored-fp32") == 0)) {
+        it->stored = strcmp(base, "stored") == 0 ? 1 : 2;
+        it->spec = (lb_qspec){.element = LB_FMT_FP32, .granularity = LB_GRAN_TENSOR, .scale_format = LB_FMT_FP32};
+        return EXIT_OK;
+    }
     char *plus = strstr(base, "+act=");
     if (plus) {
         lb_format f;
@@ -91,7 +99,7 @@ static int parse_list(const char *opt, const char *text, int allow_act, int json
 
 int bench_is_plain_of(const item *it, lb_format f)
 {
-    return it->act == LB_FMT_FP32 && cli_is_plain_float(&it->spec) && it->spec.element == f;
+    return !it->stored && it->act == LB_FMT_FP32 && cli_is_plain_float(&it->spec) && it->spec.element == f;
 }
 
 /* The baselines every speedup divides by, put first (in the order given)

@@ -647,7 +647,12 @@ typedef struct lb_runner lb_runner;
  * element is bf16, fp16 or fp32 at tensor granularity (not valid for
  * lb_quantize: there is nothing to scale) rounds the weights to that
  * format (stored as 16-bit codes unless fake). Matrices without a spec
- * run on fp32 copies, as stored. */
+ * keep their stored values: a GGUF's ggml block types (Q4_K, Q8_0, MXFP4
+ * ...) are computed on in place, the file's bytes read from the model's
+ * mapping (so the model must stay open while the runner lives), with the
+ * product times the weight's "<name>.scale" tensor where the file has one
+ * (NVFP4's second level, as llama.cpp applies it); float types (and
+ * everything under fake) as fp32 copies. */
 typedef struct lb_runner_options {
     int threads;             /* 0: one per CPU */
     const lb_qspec *attn;    /* q/k/v/o projections; NULL: as stored */
@@ -655,7 +660,8 @@ typedef struct lb_runner_options {
     const lb_qspec *embed;   /* token embedding */
     const lb_qspec *head;    /* output head (an untied one) */
     uint32_t max_ctx;        /* KV cache length; 0: the model's context, capped at 4096 */
-    int fake;                /* 1: fake-quantize (fp32 copies) instead of computing on packed weights */
+    int fake;                /* 1: fake-quantize (fp32 copies) instead of computing on packed weights
+                                (a GGUF's block-typed weights too: fp32 copies of their values) */
     /* W8A8: LB_FMT_INT8 or LB_FMT_FP8_E4M3 quantizes the inputs of the
      * attention and MLP projections per token on the fly (their weights
      * must then be int8 symmetric or fp8_e4m3, channel or tensor scale);
@@ -676,8 +682,9 @@ typedef struct lb_runner_options {
 typedef void (*lb_activation_hook)(void *ctx, const char *weight_name, const float *x, size_t rows, size_t cols);
 
 /* A Llama-family model ready to run: weights packed in their quantized
- * format or as fp32 copies (dequantized from any stored type, optionally
- * fake-quantized), a KV cache in the chosen format. Only the architectures
+ * format, a GGUF's ggml blocks read in place from m (m must outlive the
+ * runner), or fp32 copies (of the float types, or fake-quantized), a KV
+ * cache in the chosen format. Only the architectures
  * the forward pass implements run (see lb_runner_supports); every tensor
  * it reads is checked, present and of the right shape, before anything is
  * allocated from the metadata, so the layer count, head sizes and

@@ -240,6 +240,17 @@ static const char *const bias_tensors[] = {"self_attn.q_proj.bias", "self_attn.k
 static const char *const qk_norm_tensors[] = {"self_attn.q_norm.weight", "self_attn.k_norm.weight"};
 static const char *const global_tensors[] = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
                                              "rope_freqs.weight"};
+/* A GGUF's per-tensor weight scales (NVFP4's second level: the runner
+ * multiplies the product by it, as llama.cpp does) and the input scales
+ * llama.cpp loads beside them and never uses (nor does the runner). */
+static const char *const layer_scale_tensors[] = {
+    "self_attn.q_proj.scale",       "self_attn.k_proj.scale",       "self_attn.v_proj.scale",
+    "self_attn.o_proj.scale",       "mlp.gate_proj.scale",          "mlp.up_proj.scale",
+    "mlp.down_proj.scale",          "self_attn.q_proj.input_scale", "self_attn.k_proj.input_scale",
+    "self_attn.v_proj.input_scale", "self_attn.o_proj.input_scale", "mlp.gate_proj.input_scale",
+    "mlp.up_proj.input_scale",      "mlp.down_proj.input_scale",
+};
+static const char *const head_scale_tensors[] = {"lm_head.scale", "lm_head.input_scale"};
 
 static int listed(const char *name, const char *const *list, size_t n)
 {
@@ -252,6 +263,7 @@ static int listed(const char *name, const char *const *list, size_t n)
 static int read_by_runner(const char *name, const arch_row *row, uint32_t n_layers)
 {
     if (listed(name, global_tensors, COUNT(global_tensors))) return 1;
+    if (listed(name, head_scale_tensors, COUNT(head_scale_tensors))) return 1; /* lb_runner_new checks the head is untied */
     const char *prefix = "model.layers.";
     size_t np = strlen(prefix);
     if (strncmp(name, prefix, np) != 0 || name[np] < '0' || name[np] > '9') return 0;
@@ -259,7 +271,7 @@ static int read_by_runner(const char *name, const arch_row *row, uint32_t n_laye
     unsigned long layer = strtoul(name + np, &end, 10);
     if (*end != '.' || layer >= n_layers) return 0;
     const char *rest = end + 1;
-    return listed(rest, layer_tensors, COUNT(layer_tensors)) ||
+    return listed(rest, layer_tensors, COUNT(layer_tensors)) || listed(rest, layer_scale_tensors, COUNT(layer_scale_tensors)) ||
            (row->qkv_bias != V_NO && listed(rest, bias_tensors, COUNT(bias_tensors))) ||
            (row->qk_norm != V_NO && listed(rest, qk_norm_tensors, COUNT(qk_norm_tensors)));
 }

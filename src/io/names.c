@@ -15,6 +15,10 @@ static const name_pair global_names[] = {
     {"token_embd.weight", "model.embed_tokens.weight"},
     {"output_norm.weight", "model.norm.weight"},
     {"output.weight", "lm_head.weight"},
+    /* a weight's per-tensor scale (NVFP4's second level) and the input
+     * scale llama.cpp loads beside it */
+    {"output.scale", "lm_head.scale"},
+    {"output.input_scale", "lm_head.input_scale"},
 };
 
 static const name_pair layer_names[] = {
@@ -32,6 +36,20 @@ static const name_pair layer_names[] = {
     {"ffn_gate.weight", "mlp.gate_proj.weight"},
     {"ffn_up.weight", "mlp.up_proj.weight"},
     {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"attn_q.scale", "self_attn.q_proj.scale"},
+    {"attn_k.scale", "self_attn.k_proj.scale"},
+    {"attn_v.scale", "self_attn.v_proj.scale"},
+    {"attn_output.scale", "self_attn.o_proj.scale"},
+    {"ffn_gate.scale", "mlp.gate_proj.scale"},
+    {"ffn_up.scale", "mlp.up_proj.scale"},
+    {"ffn_down.scale", "mlp.down_proj.scale"},
+    {"attn_q.input_scale", "self_attn.q_proj.input_scale"},
+    {"attn_k.input_scale", "self_attn.k_proj.input_scale"},
+    {"attn_v.input_scale", "self_attn.v_proj.input_scale"},
+    {"attn_output.input_scale", "self_attn.o_proj.input_scale"},
+    {"ffn_gate.input_scale", "mlp.gate_proj.input_scale"},
+    {"ffn_up.input_scale", "mlp.up_proj.input_scale"},
+    {"ffn_down.input_scale", "mlp.down_proj.input_scale"},
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))

@@ -91,6 +91,8 @@ static int is_scale_format(lb_format f)
 
 lb_status lb__qdot_check(const lb__qmat *m)
 {
+    if (m->ggml_block) /* gdot.h's kernels read those */
+        return lb__fail(LB_ERR_UNSUPPORTED, "the matrix kernels of qdot.h do not read ggml blocks");
     const lb_format_info *e = lb_format_get(m->element);
     if (!e || kind_of(m->element) < 0)
         return lb__fail(LB_ERR_UNSUPPORTED, "the matrix kernels cannot decode %s elements",

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "format/convert.h"
+#include "kernel/gdot.h"
 #include "kernel/qdot.h"
 #include "kernel/matmul.h"
 #include "quant/qkernels.h"
@@ -91,6 +92,37 @@ lb_status lb__qmat_from_f32(const float *w, size_t rows, size_t cols, const lb_q
     return LB_OK;
 }
 
+lb_status lb__qmat_from_ggml(lb_dtype t, const void *data, size_t rows, size_t cols, void *owned, lb__qmat *m)
+{
+    memset(m, 0, sizeof *m);
+    const lb_dtype_info *d = lb_dtype_get(t);
+    if (!d) return lb__fail(LB_ERR_ARG, "lb__qmat_from_ggml: unknown dtype id %d", (int)t);
+    if (!d->can_read || d->block_bytes == 0 || d->block == 0)
+        return lb__fail(LB_ERR_UNSUPPORTED, "a %s matrix cannot be held packed: it has no dequantizer over its own bytes",
+                        d->name);
+    if (cols % d->block)
+        return lb__fail(LB_ERR_ARG, "a %s matrix needs rows of whole %u-element blocks, not %zu columns", d->name,
+                        d->block, cols);
+    size_t row_bytes = cols / d->block * d->block_bytes;
+    if (row_bytes && rows > SIZE_MAX / row_bytes)
+        return lb__fail(LB_ERR_ARG, "a %zu x %zu %s matrix overflows", rows, cols, d->name);
+    if (!data && rows && row_bytes) return lb__fail(LB_ERR_ARG, "lb__qmat_from_ggml: NULL data for %s", d->name);
+    m->rows = rows;
+    m->cols = cols;
+    m->data = data;
+    m->row_bytes = row_bytes;
+    m->bytes = rows * row_bytes;
+    m->ggml = t;
+    m->ggml_block = d->block;
+    m->ggml_block_bytes = d->block_bytes;
+    m->blocks = cols / d->block;
+    m->block = d->block;
+    m->block_rows = 1;
+    m->scale_mul = 1.0f;
+    m->owned_buf = owned;
+    return LB_OK;
+}
+
 void lb__qmat_free(lb__qmat *m)
 {
     if (!m) return;
@@ -104,8 +136,13 @@ void lb__qmat_free(lb__qmat *m)
  * same order, as lb_dequantize's rows: (code value - zero point) * mul. */
 static void row_f32(const lb__qmat *m, size_t r, float *dst, float *mul, float *sub, uint8_t *codes, lb_isa isa)
 {
-    const lb_format_info *e = lb_format_get(m->element);
     const uint8_t *src = m->data + r * m->row_bytes;
+    if (m->ggml_block) { /* the dtype's own dequantizer: it cannot fail on whole blocks of a readable dtype */
+        (void)mul, (void)sub, (void)codes, (void)isa;
+        lb_dtype_to_f32(m->ggml, src, m->cols, dst);
+        return;
+    }
+    const lb_format_info *e = lb_format_get(m->element);
     if (e->bits == 6) lb__unpack6(src, m->cols, codes), src = codes;
     lb__decode_kernel(isa)(e, src, m->cols, dst);
     if (m->plain) return;
@@ -176,7 +213,7 @@ typedef struct dot_job {
 static lb_status dot_rows(void *ctx, size_t r0, size_t r1)
 {
     const dot_job *j = ctx;
-    size_t bytes = lb__qdot_scratch_bytes(j->m);
+    size_t bytes = j->m->ggml_block ? lb__gdot_scratch_bytes(j->m) : lb__qdot_scratch_bytes(j->m);
     void *scratch = bytes ? aligned_alloc(64, (bytes + 63) / 64 * 64) : NULL;
     if (bytes && !scratch) return lb__fail(LB_ERR_NOMEM, "cannot allocate %zu bytes of kernel scratch", bytes);
     for (size_t t = 0; t < j->n; t += LB__QDOT_MAX_NX) {
@@ -195,6 +232,13 @@ lb_status lb__qmat_matmul_isa(const lb__qmat *m, const float *x, size_t n, float
         return LB_OK;
     }
     isa = lb__isa_clamp(isa); /* what this CPU runs (another architecture's set: scalar) */
+    if (n < LB__QMAT_PANEL_MIN_N && m->ggml_block) {
+        dot_job j = {.m = m, .x = x, .n = n, .y = y, .fn = lb__gdot_get(isa)};
+        /* decoding ggml blocks costs about what reading the fp32 values would:
+         * split as the fp32 product of the same size is */
+        return lb__parallel_for(m->rows, 16, lb__threads_for(threads, m->rows * m->cols * sizeof(float) * n), dot_rows,
+                                &j);
+    }
     if (n < LB__QMAT_PANEL_MIN_N) {
         lb_status st = lb__qdot_check(m);
         if (st != LB_OK) return st;

@@ -12,7 +12,11 @@
  *                            times scale_mul)
  * so a kernel differs from "dequantize, then multiply in fp32" only in the
  * order it sums products (see qdot.h for the decode order, and
- * lb__qmat_matmul for the prefill order). */
+ * lb__qmat_matmul for the prefill order).
+ *
+ * Or (ggml_block > 0) a view of rows of ggml blocks as a GGUF file stores
+ * them (lb__qmat_from_ggml): the value of W[r][k] is then exactly what
+ * lb_dtype_to_f32 gives for the row, and the decode kernels are gdot.h's. */
 #ifndef LB_KERNEL_QMAT_H
 #define LB_KERNEL_QMAT_H
 
@@ -41,6 +45,12 @@ typedef struct lb__qmat {
     int nan_free;              /* 1: no element code is a NaN (checked when built from a tensor; lb_quantize
                                   never writes one): kernels may skip making NaN codes NaN */
     size_t bytes;              /* codes + scales + zero points (+ the fp32 tensor scale): what a product reads */
+    /* a ggml-typed matrix: every row is cols / ggml_block blocks of the
+       dtype, row_bytes apart from data; the fields above the codes (element,
+       scales, spec ...) are unused and zero */
+    lb_dtype ggml;             /* meaningful when ggml_block > 0 */
+    size_t ggml_block;         /* elements per ggml block; 0: not a ggml matrix */
+    size_t ggml_block_bytes;
     /* ownership: freed by lb__qmat_free (NULL for borrowed views) */
     lb_qtensor *owned_q;
     void *owned_buf;
@@ -62,6 +72,15 @@ lb_status lb__qmat_from_f32(const float *w, size_t rows, size_t cols, const lb_q
 /* Views a quantized tensor; with take_ownership the matrix frees it. */
 void lb__qmat_from_qtensor(lb_qtensor *q, int take_ownership, lb__qmat *out);
 void lb__qmat_free(lb__qmat *m);
+/* Views rows x cols of ggml dtype t: data holds rows rows of cols / block
+ * blocks each, back to back (a GGUF tensor's bytes). owned: freed by
+ * lb__qmat_free (data may point into it), or NULL when data is borrowed
+ * (a file mapping, which must outlive the matrix). Any dtype that
+ * lb_dtype_to_f32 reads and that has a byte size works (the block types,
+ * and f32/f16/bf16 ...); LB_ERR_ARG when cols is not whole blocks or the
+ * size overflows, LB_ERR_UNSUPPORTED for a dtype without bytes of its own
+ * or a dequantizer. On failure *out is zeroed and owned is not freed. */
+lb_status lb__qmat_from_ggml(lb_dtype t, const void *data, size_t rows, size_t cols, void *owned, lb__qmat *out);
 
 /* 1 for a bf16/fp16/fp32 spec with nothing to scale (lb_qspec_validate
  * refuses these; here they mean "round to the format"). */

@@ -51,6 +51,11 @@ static lb_status check_weights(const lb__qmat *m, lb_format act)
         const lb_format_info *f = lb_format_get(act);
         return lb__fail(LB_ERR_UNSUPPORTED, "W8A8 activations are int8 or fp8_e4m3, not %s", f ? f->name : "unknown");
     }
+    if (m->ggml_block) {
+        const lb_dtype_info *d = lb_dtype_get(m->ggml);
+        return lb__fail(LB_ERR_UNSUPPORTED, "W8A8 with %s activations needs lowbit's own packed weights, not ggml %s "
+                        "blocks", act == LB_FMT_INT8 ? "int8" : "fp8_e4m3", d ? d->name : "unknown");
+    }
     if (m->plain) return refuse(m, act, "unquantized");
     if (m->element != act) return refuse(m, act, "another element format");
     if (m->spec.affine || m->zero_points) return refuse(m, act, "affine: zero points");

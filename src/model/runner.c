@@ -60,6 +60,8 @@ typedef struct linear {
     float act_absmax;    /* calibration: largest input magnitude seen (finished calls) */
     float calib_absmax;  /* the same within the current lb_runner_calibrate call; -1: a non-finite input */
     float act_scale;     /* static activation scale; 0: per token */
+    int has_out_scale;   /* a GGUF's per-tensor "<weight>.scale" (NVFP4's second-level scale): */
+    float out_scale;     /* the product's outputs are multiplied by it, as llama.cpp does */
 } linear;
 
 typedef struct layer {
@@ -216,6 +218,35 @@ static lb_status setup_act(const loader *l, const lb_qentry *e, const char *name
     return LB_OK;
 }
 
+/* 1 for a tensor stored in a ggml block type (Q4_K, Q8_0, MXFP4 ...): the
+ * runner holds it as the file's bytes (lb__qmat_from_ggml). Plain types
+ * (f32, f16, bf16) keep their fp32 panels. */
+static int ggml_blocks(const lb_tensor *t)
+{
+    const lb_dtype_info *d = t->dtype == LB_DT_QUANTIZED ? NULL : lb_dtype_get(t->dtype);
+    return d && d->block > 1 && d->block_bytes > 0 && d->can_read && d->ggml_type >= 0 && t->data;
+}
+
+/* A GGUF's optional per-tensor scale of weight `name` ("X.weight" ->
+ * "X.scale", one element; llama.cpp loads it for every projection and an
+ * untied output head, and multiplies the product by it: NVFP4's second
+ * level scale). */
+static lb_status load_out_scale(const loader *l, const char *name, linear *lin)
+{
+    char sname[112];
+    size_t n = strlen(name);
+    if (n < 7 || strcmp(name + n - 7, ".weight") != 0) return LB_OK;
+    snprintf(sname, sizeof sname, "%.*s.scale", (int)(n - 7), name);
+    if (!lb_model_find(l->m, sname)) return LB_OK;
+    float *v = NULL;
+    lb_status st = load_f32(l, sname, 1, 0, &v);
+    if (st != LB_OK) return st;
+    lin->has_out_scale = 1;
+    lin->out_scale = v[0];
+    free(v);
+    return LB_OK;
+}
+
 /* A weight matrix as the qmodel says: QUANTIZED packed (dequantized fp32
  * panels when fake), KEPT/REPLACED as their 16-bit-rounded values in fp32
  * panels, STORED as stored; lb_runner_new's plain class specs as 16-bit
@@ -233,7 +264,12 @@ static lb_status load_matrix(const loader *l, const char *name, size_t out, size
     const lb_qspec *plain = lb__qmodel_plain(l->q, i);
     lin->out = out;
     lin->in = in;
-    if (e.state == LB_QSTATE_QUANTIZED && !l->o->fake) {
+    if (e.state == LB_QSTATE_STORED && !l->o->fake && ggml_blocks(e.tensor)) {
+        /* the file's blocks, read in place: no copy at all */
+        st = lb__qmat_from_ggml(e.tensor->dtype, e.tensor->data, out, in, NULL, &lin->q);
+        if (st != LB_OK) return lb__fail(st, "%s: %s", name, lb_last_error());
+        lin->packed = 1;
+    } else if (e.state == LB_QSTATE_QUANTIZED && !l->o->fake) {
         lb_qtensor *qt = NULL;
         st = lb__qmodel_quantized_owned(l->q, i, l->threads, &qt);
         if (st != LB_OK) return lb__fail(st, "quantizing %s: %s", name, lb_last_error());
@@ -267,6 +303,7 @@ static lb_status load_matrix(const loader *l, const char *name, size_t out, size
     } else if (st == LB_OK) {
         st = setup_act(l, &e, name, lin);
     }
+    if (st == LB_OK) st = load_out_scale(l, name, lin);
     if (st == LB_OK) count_matrix(mem, lin);
     return st;
 }
@@ -324,6 +361,9 @@ static lb_status check_tensors(const loader *l, const lb_runner *r)
     const lb_tensor *head = lb_model_find(l->m, "lm_head.weight");
     if (!find_shaped(l, "model.embed_tokens.weight", r->vocab, r->dim, &st)) return st;
     if (head && !r->a.tied_embeddings && !find_shaped(l, "lm_head.weight", r->vocab, r->dim, &st)) return st;
+    if (lb_model_find(l->m, "lm_head.scale") && !(head && !r->a.tied_embeddings)) /* llama.cpp refuses it too */
+        return lb__fail(LB_ERR_UNSUPPORTED, "the model has an output head scale (lm_head.scale) but its head is the "
+                        "tied embedding, which the scale cannot apply to");
     if (!find_shaped(l, "model.norm.weight", r->dim, 0, &st)) return st;
     if (lb_model_find(l->m, "rope_freqs.weight") && !find_shaped(l, "rope_freqs.weight", r->head_dim / 2, 0, &st))
         return st;
@@ -392,7 +432,11 @@ static lb_status load_embeddings(const loader *l, lb_runner *r)
         if (!find_shaped(l, ename, r->vocab, r->dim, &st)) return st;
         if ((st = lb_qmodel_find(l->q, ename, &i)) != LB_OK || (st = lb_qmodel_entry(l->q, i, &e)) != LB_OK) return st;
         const lb_qspec *plain = lb__qmodel_plain(l->q, i);
-        if (e.state == LB_QSTATE_QUANTIZED && !l->o->fake) { /* packed: only the rows a token looks up are decoded */
+        if (e.state == LB_QSTATE_STORED && !l->o->fake && ggml_blocks(e.tensor)) { /* the file's blocks, in place */
+            st = lb__qmat_from_ggml(e.tensor->dtype, e.tensor->data, r->vocab, r->dim, NULL, &r->embed_q);
+            if (st != LB_OK) return lb__fail(st, "%s: %s", ename, lb_last_error());
+            r->mem.other += r->embed_q.bytes;
+        } else if (e.state == LB_QSTATE_QUANTIZED && !l->o->fake) { /* packed: only the rows a token looks up are decoded */
             lb_qtensor *qt = NULL;
             st = lb__qmodel_quantized_owned(l->q, i, l->threads, &qt);
             if (st != LB_OK) return lb__fail(st, "quantizing %s: %s", ename, lb_last_error());
@@ -652,8 +696,19 @@ static float absmax(const float *x, size_t n)
     return m;
 }
 
-/* y[n][out] = x[n][in] . W^T on however the runner holds W. */
+static lb_status linear_product(lb_runner *r, linear *lin, const float *x, size_t n, float *y);
+
+/* y[n][out] = x[n][in] . W^T on however the runner holds W, times the
+ * weight's per-tensor output scale where the file has one. */
 static lb_status linear_matmul(lb_runner *r, linear *lin, const float *x, size_t n, float *y)
+{
+    lb_status st = linear_product(r, lin, x, n, y);
+    if (st == LB_OK && lin->has_out_scale)
+        for (size_t i = 0; i < n * lin->out; i++) y[i] *= lin->out_scale; /* ggml_mul's fp32 product */
+    return st;
+}
+
+static lb_status linear_product(lb_runner *r, linear *lin, const float *x, size_t n, float *y)
 {
     if (lin->has_a8 && r->calibrating && lin->calib_absmax >= 0) {
         float m = absmax(x, n * lin->in);

@@ -180,3 +180,22 @@ def test_model_text_on_stories260k():
         if w[0] == "int8" and w[1] == "refused":
             continue
         assert math.isfinite(float(w[2])) and float(w[2]) > 0, w
+
+
+SMOLLM2 = ROOT / ".cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.mark.skipif(not SMOLLM2.exists(), reason=f"{SMOLLM2} absent (make test fetches it)")
+def test_stored_rows_hold_the_files_blocks():
+    """--decode-specs stored: the GGUF's Q4_1/Q8_0 matrices held as the file's
+    bytes; stored-fp32: the same values as fp32 copies (4 bytes a weight)."""
+    import gguf
+    r = run("--quick", "--json", "--specs", "fp32", "--decode-specs", "stored,stored-fp32", "--kv", "fp32",
+            "--model", SMOLLM2)
+    assert r.returncode == 0, r.stderr
+    rows = {d["spec"]: d for d in json.loads(r.stdout)["model"]["decode"]}
+    mats = [t for t in gguf.GGUFReader(str(SMOLLM2)).tensors if len(t.shape) == 2]
+    assert rows["stored"]["weights_bytes"] == sum(int(t.n_bytes) for t in mats)
+    assert rows["stored-fp32"]["weights_bytes"] == sum(4 * int(t.n_elements) for t in mats)
+    for d in rows.values():
+        assert d["decode_tokens_per_s"] > 0 and d["prefill_tokens_per_s"] > 0, d
