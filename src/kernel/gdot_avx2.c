@@ -330,6 +330,8 @@ static row_kernel kernel_of(lb_dtype t)
     case LB_DT_MXFP4: return k_mxfp4;
     case LB_DT_Q2_K:
     case LB_DT_Q3_K:
+    case LB_DT_IQ4_NL:
+    case LB_DT_IQ4_XS:
     case LB_DT_NVFP4:
     case LB_DT_F32:
     case LB_DT_F16:

@@ -37,7 +37,7 @@ static const int *fp16_fields(lb_dtype t)
     static const int d0[] = {0, -1}, d0m2[] = {0, 2, -1}, q2k[] = {80, 82, -1}, q3k[] = {108, -1}, q6k[] = {208, -1},
                      none[] = {-1};
     switch (t) {
-    case LB_DT_Q4_0: case LB_DT_Q5_0: case LB_DT_Q8_0: return d0;
+    case LB_DT_Q4_0: case LB_DT_Q5_0: case LB_DT_Q8_0: case LB_DT_IQ4_NL: case LB_DT_IQ4_XS: return d0;
     case LB_DT_Q4_1: case LB_DT_Q5_1: case LB_DT_Q4_K: case LB_DT_Q5_K: return d0m2;
     case LB_DT_Q2_K: return q2k;
     case LB_DT_Q3_K: return q3k;
