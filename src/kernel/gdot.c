@@ -53,7 +53,3 @@ lb__qdot_fn lb__gdot_get(lb_isa isa)
     if ((isa == LB_ISA_AVX512 || isa == LB_ISA_AVX2) && lb__gdot_avx2_fn) return lb__gdot_avx2_fn;
     return lb__gdot_scalar;
 }
-
-/* No AVX-512 kernel of its own: an AVX-512 machine runs the AVX2 one (the
- * block decoders, not the width, are what costs). */
-const lb__qdot_fn lb__gdot_avx512_fn = NULL;
