@@ -146,22 +146,12 @@ void lb__dequantize_mxfp4(const void *restrict src, size_t nb, float *restrict d
     }
 }
 
-/* Half the value of a UE4M3 sub-block scale the way gguf decodes it: the
- * top bit is ignored, 0x00 and 0x7F (E4M3's NaN) read as zero. */
-static float nvfp4_scale_half(uint32_t code)
-{
-    if (code == 0x00 || code == 0x7F) return 0.0f;
-    uint32_t exp = (code >> 3) & 0x0F, man = code & 0x07;
-    if (exp == 0) return (float)man * 0x1p-10f;     /* man * 2^-9, halved */
-    return lb__f32_from_bits((exp + 119u) << 23 | man << 20); /* (1 + man/8) 2^(exp-7), halved */
-}
-
 void lb__dequantize_nvfp4(const void *restrict src, size_t nb, float *restrict dst)
 {
     const lb__block_nvfp4 *x = src;
     for (size_t i = 0; i < nb; i++) {
         for (int s = 0; s < 4; s++, dst += 16) {
-            const float d = nvfp4_scale_half(x[i].d[s]);
+            const float d = lb__nvfp4_scale_half(x[i].d[s]);
             const uint8_t *qs = x[i].qs + 8 * s;
             for (int k = 0; k < 8; k++) {
                 dst[k] = d * (float)fp4_doubled(qs[k] & 0x0F);
@@ -456,7 +446,7 @@ void lb__quantize_nvfp4(const float *restrict src, size_t nb, void *restrict dst
             const float amax = absmax(src, 16); /* input is finite */
             const uint8_t code = ue4m3_code(amax / 6.0f); /* 6: the largest E2M1 value maps to amax */
             uint8_t q[16];
-            nearest_fp4(src, 16, nvfp4_scale_half(code), q);
+            nearest_fp4(src, 16, lb__nvfp4_scale_half(code), q);
             y[i].d[s] = code;
             for (int k = 0; k < 8; k++) y[i].qs[8 * s + k] = (uint8_t)(q[k] | q[k + 8] << 4);
         }
