@@ -24,6 +24,7 @@ typedef struct cli_gguf_args {
     const char *imatrix_text;  /* --imatrix-from TEXT: computed on the model, llama-imatrix's defaults */
     const char *include[CLI_GGUF_MAX_OVERRIDES], *exclude[CLI_GGUF_MAX_OVERRIDES]; /* --include/--exclude-weights */
     size_t n_include, n_exclude;
+    const char *tokenizer;     /* lowbit quantize --tokenizer FILE: for --imatrix-from on a model without one */
     lb_imatrix *imatrix;       /* cli_gguf_imatrix's (the caller frees it) */
 } cli_gguf_args;
 
@@ -66,7 +67,7 @@ int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *
     "                      quantize.imatrix.file, .dataset, .entries_count and .chunks_count\n"               \
     "  --imatrix-from TEXT the same, computed first on MODEL with lowbit imatrix's defaults (windows of 512,\n" \
     "                      all of TEXT; calibrate on other text than you evaluate on); quantize.imatrix.file\n" \
-    "                      is not written, as there is no file\n"                                               \
+    "                      is not written, as there is no file; --tokenizer FILE for a model without one\n"     \
     "  --include-weights S, --exclude-weights S   only / not the imatrix entries whose name contains S\n"     \
     "                      (repeatable; one or the other)\n"                                                     \
     "  --dry-run           print each tensor's type (a table, or JSON with --json); writes nothing\n"

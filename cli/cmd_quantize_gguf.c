@@ -275,7 +275,7 @@ int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *
     lb_status st = LB_OK;
     cli_eval_model e = {0};
     if (g->imatrix_text) { /* the tokenizer too, to compute the imatrix on the text */
-        cli_eval_args ea = {.threads = threads, .max_ctx = 512};
+        cli_eval_args ea = {.tokenizer = g->tokenizer, .threads = threads, .max_ctx = 512};
         if ((rc = cli_eval_open(cmd, json, model, &ea, 0, &e)) == EXIT_OK) m = e.model;
     } else if ((st = lb_model_open(model, &m)) != LB_OK)
         rc = cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
