@@ -259,6 +259,18 @@ int cli_gguf_choose(const char *cmd, int json, lb_qmodel *q, const cli_gguf_args
     return rc;
 }
 
+/* Tensors quantized with an importance vector (those without an entry, as
+ * token_embd usually, went without one). */
+static size_t with_imatrix(const lb_qmodel *q)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < lb_qmodel_count(q); i++) {
+        lb_qentry e;
+        n += lb_qmodel_entry(q, i, &e) == LB_OK && e.has_imatrix;
+    }
+    return n;
+}
+
 int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *out, const cli_gguf_args *given,
                       int threads)
 {
@@ -302,11 +314,15 @@ int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *
                    (unsigned long long)r.tensors, (unsigned long long)r.quantized, (unsigned long long)r.bytes,
                    (unsigned long long)r.weight_params);
             json_field(stdout, "bits_per_weight", r.bits_per_weight);
+            if (g->imatrix) printf(", \"imatrix_tensors\": %zu", with_imatrix(q));
             json_field(stdout, "seconds", now() - t0);
             printf("}\n");
-        } else
-            printf("wrote %s (gguf %s): %llu tensors, %llu quantized, %.3f bits per weight, %.1f s\n", out, g->type,
-                   (unsigned long long)r.tensors, (unsigned long long)r.quantized, r.bits_per_weight, now() - t0);
+        } else {
+            printf("wrote %s (gguf %s): %llu tensors, %llu quantized", out, g->type, (unsigned long long)r.tensors,
+                   (unsigned long long)r.quantized);
+            if (g->imatrix) printf(" (%zu with an imatrix entry)", with_imatrix(q));
+            printf(", %.3f bits per weight, %.1f s\n", r.bits_per_weight, now() - t0);
+        }
     }
     free(types);
     lb_qmodel_free(q);

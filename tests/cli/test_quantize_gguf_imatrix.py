@@ -64,6 +64,9 @@ def test_imatrix_changes_the_blocks_and_is_recorded(imatrix, tmp_path):
     assert kv["quantize.imatrix.entries_count"].contents() == 35  # 7 weights x 5 layers
     chunks = kv["quantize.imatrix.chunks_count"]
     assert chunks.types == [gguf.GGUFValueType.UINT32] and chunks.contents() >= 2
+    r = lowbit("quantize", STORIES, "-o", tmp_path / "j.gguf", "--type", "Q4_0", "--imatrix", imatrix, "--json",
+               "--quiet")
+    assert r.returncode == 0 and json.loads(r.stdout)["imatrix_tensors"] == 35, r.stdout + r.stderr
     # no entry kept: no imatrix at all, no keys (as llama-quantize)
     kv, none = quantize(tmp_path / "c.gguf", "--imatrix", imatrix, "--include-weights", "no_such_weight")
     assert none == without and not [k for k in kv if k.startswith("quantize.")]
