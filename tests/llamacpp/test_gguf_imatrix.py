@@ -55,3 +55,14 @@ def test_selected_entries_are_byte_identical(llamacpp_bin, smol_f32, imatrices, 
     """entries_count counts the kept ones; none kept is no imatrix at all
     (IQ4_XS: the mix's first-layers rule depends on one)"""
     check_identical(llamacpp_bin, smol_f32, tmp_path, "IQ4_XS", "--imatrix", imatrices["gguf"], *select)
+
+
+def test_requantized_keys_move_to_the_end(llamacpp_bin, smol_f32, imatrices, tmp_path):
+    """from a file that already records an imatrix: its quantize.imatrix.*
+    keys are set again, at the end (ggml's gguf_set_* moves a key it sets)"""
+    src = tmp_path / "src.gguf"
+    r = subprocess.run([str(llamacpp_bin / "llama-quantize"), "--imatrix", imatrices["gguf"], str(smol_f32), str(src),
+                        "Q4_K_M", "2"], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    check_identical(llamacpp_bin, src, tmp_path, "Q8_0", "--imatrix", imatrices["dat"],
+                    llama_only=("--allow-requantize",))
