@@ -50,9 +50,12 @@ static inline void fit_all(const float *x, const float *w, const float *id, floa
         float v[FITS];
         int32_t lo[FITS], hi[FITS];
         for (int t = 0; t < FITS; t++) v[t] = id[t] * x[j], lo[t] = g[0], hi[t] = g[1];
+        /* unrolled whole, so the 16 lanes' lo and hi stay in registers */
+#pragma GCC unroll 16
         for (int k = 1; k < 15; k++) {
             const float gk = (float)g[k];
             const int32_t gap_lo = g[k] - g[k - 1], gap_hi = g[k + 1] - g[k];
+#pragma GCC unroll 16
             for (int t = 0; t < FITS; t++) {
                 const int32_t not_below = -(int32_t)!(v[t] < gk);
                 lo[t] += not_below & gap_lo;
