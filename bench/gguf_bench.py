@@ -121,7 +121,7 @@ def main():
         if not lbase.exists():
             sh([llb / "llama-perplexity", "-m", f32, "-f", WIKI, *common, "--kl-divergence-base", lbase, "-t", 2])
         if not bbase.exists():
-            sh([lb, "kld", f32, "--text", WIKI, "--ctx", 512, "--chunks", a.chunks, "--save-base", bbase, "--quiet",
+            sh([lb, "kld", f32, f32, "--text", WIKI, "--ctx", 512, "--chunks", a.chunks, "--save-base", bbase, "--quiet",
                 "--json"])
         print(f"\n## Quality on SmolLM2, {a.chunks} windows of 512 of wiki.test.raw, against the F32 model")
         print("| type | bpw | size MB | PPL llama.cpp | PPL lowbit | KLD llama.cpp | KLD lowbit | top-1 llama.cpp | "

@@ -401,7 +401,10 @@ static int gguf_runner(const char *cmd, int json, const cli_eval_args *a, cli_ev
     lb_status st = lb_runner_supports(e->model, a->max_ctx);
     if (st != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
     if ((st = lb_qmodel_new(e->model, &e->qmodel)) != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
-    int rc = cli_gguf_choose(cmd, json, e->qmodel, &gg, a->threads, NULL);
+    /* --imatrix / --imatrix-from: the qmodel keeps each tensor's importance vector (copied) */
+    int rc = cli_gguf_imatrix(cmd, json, &gg, e->model, e->tok, a->threads);
+    if (rc == EXIT_OK) rc = cli_gguf_choose(cmd, json, e->qmodel, &gg, a->threads, NULL);
+    lb_imatrix_free(gg.imatrix);
     if (rc != EXIT_OK) return rc;
     cli_progress_ctx loading = {cmd, "loading layer", NULL};
     lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .progress = cli_progress_fn,

@@ -90,8 +90,10 @@ int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, u
     "with static scales (W8A8-FP8-STATIC, NVFP4) and --kv fp8 then need --calib FILE\n"       \
     "(calibrated as quantize does: the first " CLI_STR(CLI_CALIB_DEFAULT_TOKENS) " tokens, windows of " CLI_STR(CLI_CALIB_CTX) ").\n" \
     "--type T (a llama.cpp file type: Q8_0, Q4_K_M, ...) with --pure, --output-tensor-type X,\n"   \
-    "--token-embedding-type X, --tensor-type P=X, --leave-output-tensor and --rule P=X (X a ggml\n" \
-    "type) evaluate the GGUF `lowbit quantize --type T` writes with the same options.\n"
+    "--token-embedding-type X, --tensor-type P=X, --leave-output-tensor, --rule P=X (X a ggml\n" \
+    "type) and --imatrix FILE or --imatrix-from TEXT (with --include-weights S or\n"             \
+    "--exclude-weights S) evaluate the GGUF `lowbit quantize --type T` writes with the same\n"  \
+    "options.\n"
 
 /* How the runner was asked to run, beyond --spec: JSON fields (leading
  * comma: "fake", "act", "kv", "calib") with json, else a short text such as

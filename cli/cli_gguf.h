@@ -1,6 +1,7 @@
 /* lowbit quantize --format gguf: llama-quantize's options (--type, --pure,
  * --output-tensor-type, --token-embedding-type, --tensor-type,
- * --leave-output-tensor), --dry-run, and --rule PATTERN=GGMLTYPE on
+ * --leave-output-tensor, --imatrix, --include-weights, --exclude-weights),
+ * lowbit's --imatrix-from TEXT, --dry-run, and --rule PATTERN=GGMLTYPE on
  * lowbit's canonical names; the choice and the writing are the library's
  * (lb_gguf_choose, lb_export_gguf). */
 #ifndef LOWBIT_CLI_GGUF_H
@@ -19,6 +20,12 @@ typedef struct cli_gguf_args {
     size_t n_tensor_types;
     const char *rules[CLI_GGUF_MAX_OVERRIDES]; /* --rule PATTERN=GGMLTYPE (canonical names; cli_gguf_take_rules) */
     size_t n_rules;
+    const char *imatrix_file;  /* --imatrix FILE (GGUF or legacy .dat) */
+    const char *imatrix_text;  /* --imatrix-from TEXT: computed on the model, llama-imatrix's defaults */
+    const char *include[CLI_GGUF_MAX_OVERRIDES], *exclude[CLI_GGUF_MAX_OVERRIDES]; /* --include/--exclude-weights */
+    size_t n_include, n_exclude;
+    const char *tokenizer;     /* lowbit quantize --tokenizer FILE: for --imatrix-from on a model without one */
+    lb_imatrix *imatrix;       /* cli_gguf_imatrix's (the caller frees it) */
 } cli_gguf_args;
 
 /* Consumes argv[*i] (and its value) if it is a GGUF option: 1 consumed,
@@ -32,6 +39,12 @@ void cli_gguf_take_rules(cli_recipe_args *ra, cli_gguf_args *g);
  * NULL): each entry's ggml type, also filled (and not an error) on a dry
  * run whose types lowbit cannot write yet. EXIT_OK or reported. */
 int cli_gguf_choose(const char *cmd, int json, lb_qmodel *q, const cli_gguf_args *g, int threads, int *types);
+/* The imatrix of --imatrix FILE or --imatrix-from TEXT (on m, tokenized
+ * with tok) into g->imatrix (NULL without either); the combinations
+ * llama-quantize refuses, and --include/--exclude-weights without an
+ * imatrix, are usage errors. EXIT_OK or reported. */
+int cli_gguf_imatrix(const char *cmd, int json, cli_gguf_args *g, const lb_model *m, const lb_tokenizer *tok,
+                     int threads);
 /* Opens model, chooses the types and prints them (dry run) or writes out. */
 int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *out, const cli_gguf_args *g,
                       int threads);
@@ -47,6 +60,16 @@ int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *
     "  --tensor-type P=X   tensors whose GGUF name P (a regex) occurs in get ggml type X (repeatable)\n"         \
     "  --rule P=X          the same on lowbit's canonical names (glob, or re:REGEX), X a ggml type name\n"      \
     "  --leave-output-tensor  output.weight keeps its type\n"                                                   \
+    "  --imatrix FILE      importance matrix (llama-imatrix's GGUF or legacy .dat, or lowbit imatrix's) for\n"   \
+    "                      the quantizers, as llama-quantize --imatrix: each tensor that changes type gets the\n" \
+    "                      entry of its GGUF name (none without one; a length that differs is refused, but\n" \
+    "                      for token_embd), the mixes take their imatrix rules, and the file records\n"        \
+    "                      quantize.imatrix.file, .dataset, .entries_count and .chunks_count\n"               \
+    "  --imatrix-from TEXT the same, computed first on MODEL with lowbit imatrix's defaults (windows of 512,\n" \
+    "                      all of TEXT; calibrate on other text than you evaluate on); quantize.imatrix.file\n" \
+    "                      is not written, as there is no file; --tokenizer FILE for a model without one\n"     \
+    "  --include-weights S, --exclude-weights S   only / not the imatrix entries whose name contains S\n"     \
+    "                      (repeatable; one or the other)\n"                                                     \
     "  --dry-run           print each tensor's type (a table, or JSON with --json); writes nothing\n"
 
 #endif

@@ -20,6 +20,8 @@ static const char usage[] =
     "                       [--calib-tokens N] [--max-shard-size SIZE] [--threads N] [--force] [--json] [--quiet]\n"
     "       lowbit quantize MODEL -o OUT.gguf --type T [--pure] [--output-tensor-type X]\n"
     "                       [--token-embedding-type X] [--tensor-type P=X]... [--rule P=X]... [--dry-run]\n"
+    "                       [--imatrix FILE | --imatrix-from TEXT [--tokenizer FILE]]\n"
+    "                       [--include-weights S | --exclude-weights S]...\n"
     "       lowbit quantize --list [--json]\n\n"
     "Writes MODEL (GGUF, safetensors, a Hugging Face directory or llama2.c) quantized as a Hugging Face\n"
     "directory an engine loads: compressed-tensors (vLLM, SGLang; the default) or modelopt (TensorRT-LLM),\n"
@@ -86,6 +88,7 @@ static int run(int argc, char **argv)
         else if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) && has) out = argv[++i];
         else if (strcmp(a, "--format") == 0 && has) format = argv[++i];
         else if (strcmp(a, "--calib") == 0 && has) calib = argv[++i];
+        else if (strcmp(a, "--tokenizer") == 0 && has) gg.tokenizer = argv[++i];
         else if (strcmp(a, "--calib-tokens") == 0 && has) {
             char *end;
             long long v = strtoll(argv[++i], &end, 10);
@@ -118,13 +121,16 @@ static int run(int argc, char **argv)
                             "schemes (--scheme, --recipe, --keep, --kv, --rule P=SPEC)");
         if (calib || shard)
             return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--calib and --max-shard-size are not GGUF options");
+        if (gg.tokenizer && !gg.imatrix_text)
+            return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--tokenizer is for --imatrix-from TEXT");
         lb_output_allow_replace(force);
         if (out) cli_note_leftovers("quantize", out);
         return cli_quantize_gguf("quantize", json, model, out, &gg, threads);
     }
-    if (gg.given)
+    if (gg.given || gg.tokenizer)
         return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
-                        "--type, --pure, --dry-run and the other GGUF options need --format gguf (or an OUT ending in .gguf)");
+                        "--type, --pure, --dry-run, --imatrix, --imatrix-from, --tokenizer and the other GGUF options "
+                        "need --format gguf (or an OUT ending in .gguf)");
     if (!model || !out) return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "need MODEL and -o OUT\n%s", usage);
     lb_export_format fmt;
     if (strcmp(format, "compressed-tensors") == 0) fmt = LB_EXPORT_COMPRESSED_TENSORS;

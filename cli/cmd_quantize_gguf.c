@@ -6,7 +6,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli_eval.h"
 #include "cli_gguf.h"
+#include "cli_imatrix.h"
 #include "cli_output.h"
 #include "cli_recipe.h"
 
@@ -35,9 +37,15 @@ int cli_gguf_option(const char *cmd, int json, int argc, char **argv, int *i, cl
     else if (strcmp(a, "--type") == 0) r = value_of(cmd, json, argc, argv, i, &g->type);
     else if (strcmp(a, "--output-tensor-type") == 0) r = value_of(cmd, json, argc, argv, i, &g->output_type);
     else if (strcmp(a, "--token-embedding-type") == 0) r = value_of(cmd, json, argc, argv, i, &g->embd_type);
+    else if (strcmp(a, "--imatrix") == 0) r = value_of(cmd, json, argc, argv, i, &g->imatrix_file);
+    else if (strcmp(a, "--imatrix-from") == 0) r = value_of(cmd, json, argc, argv, i, &g->imatrix_text);
     else if (strcmp(a, "--tensor-type") == 0) {
         if ((r = value_of(cmd, json, argc, argv, i, &v)) > 0)
             r = add(cmd, json, g->tensor_types, &g->n_tensor_types, v, "--tensor-type");
+    } else if (strcmp(a, "--include-weights") == 0) {
+        if ((r = value_of(cmd, json, argc, argv, i, &v)) > 0) r = add(cmd, json, g->include, &g->n_include, v, a);
+    } else if (strcmp(a, "--exclude-weights") == 0) {
+        if ((r = value_of(cmd, json, argc, argv, i, &v)) > 0) r = add(cmd, json, g->exclude, &g->n_exclude, v, a);
     }
     if (r > 0) g->given = 1;
     return r;
@@ -192,6 +200,42 @@ static double now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+int cli_gguf_imatrix(const char *cmd, int json, cli_gguf_args *g, const lb_model *m, const lb_tokenizer *tok,
+                     int threads)
+{
+    g->imatrix = NULL;
+    if (g->imatrix_file && g->imatrix_text)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--imatrix FILE or --imatrix-from TEXT, not both");
+    if (g->n_include && g->n_exclude)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument",
+                        "--include-weights and --exclude-weights cannot be used together (as in llama-quantize)");
+    if ((g->n_include || g->n_exclude) && !g->imatrix_file && !g->imatrix_text)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--%s-weights selects imatrix entries: give --imatrix "
+                        "FILE or --imatrix-from TEXT", g->n_include ? "include" : "exclude");
+    int rc = cli_imatrix_get(cmd, json, g->imatrix_file, g->imatrix_text, m, tok, threads, &g->imatrix);
+    if (rc != EXIT_OK || !g->imatrix || !g->imatrix_file) return rc;
+    lb_imatrix_info info;
+    lb_imatrix_get_info(g->imatrix, &info);
+    if (!info.legacy && !info.has_metadata) { /* llama-quantize refuses it so */
+        lb_imatrix_free(g->imatrix), g->imatrix = NULL;
+        return cli_fail(cmd, json, EXIT_RUNTIME, "bad_input", "%s: a GGUF imatrix without imatrix.datasets, "
+                        "imatrix.chunk_count and imatrix.chunk_size (llama-quantize refuses it too)", g->imatrix_file);
+    }
+    return EXIT_OK;
+}
+
+/* The library's options of g (the same for choosing and for writing). */
+static lb_gguf_options options_of(const cli_gguf_args *g, int threads, const char **overrides, size_t n_overrides)
+{
+    lb_gguf_options o = {.type = g->type, .pure = g->pure, .output_tensor_type = g->output_type,
+                         .token_embedding_type = g->embd_type, .leave_output = g->leave_output, .threads = threads,
+                         .tensor_types = overrides, .n_tensor_types = n_overrides, .imatrix = g->imatrix,
+                         .imatrix_file = g->imatrix_file, .imatrix_include = g->include,
+                         .n_imatrix_include = g->n_include, .imatrix_exclude = g->exclude,
+                         .n_imatrix_exclude = g->n_exclude};
+    return o;
+}
+
 int cli_gguf_choose(const char *cmd, int json, lb_qmodel *q, const cli_gguf_args *g, int threads, int *types)
 {
     char **owned = NULL;
@@ -203,9 +247,7 @@ int cli_gguf_choose(const char *cmd, int json, lb_qmodel *q, const cli_gguf_args
     if (rc == EXIT_OK) {
         for (size_t k = 0; k < n_owned; k++) overrides[k] = owned[k];
         for (size_t k = 0; k < g->n_tensor_types; k++) overrides[n_owned + k] = g->tensor_types[k];
-        lb_gguf_options o = {.type = g->type, .pure = g->pure, .output_tensor_type = g->output_type,
-                             .token_embedding_type = g->embd_type, .leave_output = g->leave_output,
-                             .threads = threads, .tensor_types = overrides, .n_tensor_types = n_owned + g->n_tensor_types};
+        lb_gguf_options o = options_of(g, threads, overrides, n_owned + g->n_tensor_types);
         lb_status st = lb_gguf_choose(q, &o, types);
         if (st == LB_ERR_UNSUPPORTED && types && g->dry_run) {
             if (!json) fprintf(stderr, "lowbit %s: note: %s\n", cmd, lb_last_error());
@@ -217,9 +259,22 @@ int cli_gguf_choose(const char *cmd, int json, lb_qmodel *q, const cli_gguf_args
     return rc;
 }
 
-int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *out, const cli_gguf_args *g,
+/* Tensors quantized with an importance vector (those without an entry, as
+ * token_embd usually, went without one). */
+static size_t with_imatrix(const lb_qmodel *q)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < lb_qmodel_count(q); i++) {
+        lb_qentry e;
+        n += lb_qmodel_entry(q, i, &e) == LB_OK && e.has_imatrix;
+    }
+    return n;
+}
+
+int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *out, const cli_gguf_args *given,
                       int threads)
 {
+    cli_gguf_args ga = *given, *g = &ga;
     if (!g->type) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--format gguf needs --type T (Q4_K_M, Q8_0, ...)");
     if (!g->dry_run && !out) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "need -o OUT.gguf (or --dry-run)");
     int rc = cli_protect(cmd, json, model, "MODEL");
@@ -229,14 +284,20 @@ int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *
     lb_model *m = NULL;
     lb_qmodel *q = NULL;
     int *types = NULL;
-    lb_status st = lb_model_open(model, &m);
-    if (st != LB_OK) rc = cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+    lb_status st = LB_OK;
+    cli_eval_model e = {0};
+    if (g->imatrix_text) { /* the tokenizer too, to compute the imatrix on the text */
+        cli_eval_args ea = {.tokenizer = g->tokenizer, .threads = threads, .max_ctx = 512};
+        if ((rc = cli_eval_open(cmd, json, model, &ea, 0, &e)) == EXIT_OK) m = e.model;
+    } else if ((st = lb_model_open(model, &m)) != LB_OK)
+        rc = cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+    if (rc == EXIT_OK) rc = cli_gguf_imatrix(cmd, json, g, m, e.tok, threads);
     if (rc == EXIT_OK && (st = lb_qmodel_new(m, &q)) != LB_OK) rc = cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
     if (rc == EXIT_OK && !(types = calloc(lb_qmodel_count(q) + 1, sizeof *types)))
         rc = cli_fail(cmd, json, EXIT_RUNTIME, "out_of_memory", "out of memory");
     if (rc == EXIT_OK) rc = cli_gguf_choose(cmd, json, q, g, threads, types);
     if (rc == EXIT_OK && g->dry_run) print_dry_run(json, q, types, g->type);
-    lb_gguf_options o = {.type = g->type, .threads = threads};
+    lb_gguf_options o = options_of(g, threads, NULL, 0);
     if (rc == EXIT_OK && !g->dry_run) {
         cli_progress_ctx progress = {cmd, "tensor", NULL};
         o.progress = cli_progress_fn, o.progress_ctx = &progress;
@@ -253,14 +314,20 @@ int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *
                    (unsigned long long)r.tensors, (unsigned long long)r.quantized, (unsigned long long)r.bytes,
                    (unsigned long long)r.weight_params);
             json_field(stdout, "bits_per_weight", r.bits_per_weight);
+            if (g->imatrix) printf(", \"imatrix_tensors\": %zu", with_imatrix(q));
             json_field(stdout, "seconds", now() - t0);
             printf("}\n");
-        } else
-            printf("wrote %s (gguf %s): %llu tensors, %llu quantized, %.3f bits per weight, %.1f s\n", out, g->type,
-                   (unsigned long long)r.tensors, (unsigned long long)r.quantized, r.bits_per_weight, now() - t0);
+        } else {
+            printf("wrote %s (gguf %s): %llu tensors, %llu quantized", out, g->type, (unsigned long long)r.tensors,
+                   (unsigned long long)r.quantized);
+            if (g->imatrix) printf(" (%zu with an imatrix entry)", with_imatrix(q));
+            printf(", %.3f bits per weight, %.1f s\n", r.bits_per_weight, now() - t0);
+        }
     }
     free(types);
     lb_qmodel_free(q);
-    lb_model_close(m);
+    lb_imatrix_free(g->imatrix);
+    if (e.model) cli_eval_close(&e);
+    else lb_model_close(m);
     return rc;
 }

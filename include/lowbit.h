@@ -1195,6 +1195,9 @@ typedef struct lb_imatrix_info {
     uint32_t chunk_size;     /* tokens per window (0 when the file does not say: legacy) */
     int legacy;              /* read from the legacy binary .dat format */
     size_t n_datasets;       /* lb_imatrix_dataset(im, 0 .. n_datasets-1) */
+    int has_metadata;        /* GGUF: imatrix.datasets, imatrix.chunk_count and imatrix.chunk_size are all
+                                there (llama-quantize refuses a GGUF imatrix without them); computed: 1;
+                                legacy: 0 (that format has none to miss) */
 } lb_imatrix_info;
 
 /* Reads a GGUF imatrix (<name>.in_sum2 and <name>.counts F32 tensors,
@@ -1299,6 +1302,20 @@ typedef struct lb_gguf_options {
     int threads;
     lb_progress_fn progress;           /* lb_export_gguf: after each tensor (done of total) */
     void *progress_ctx;
+    /* llama-quantize --imatrix. lb_gguf_choose: the mix takes its rules for a file type quantized with an
+     * imatrix (when at least one entry is selected), and every tensor whose type changes gets the entry
+     * of its GGUF name (lb_qmodel_set_imatrix), or none when there is no such entry; an entry whose length
+     * is not the row length times the experts is LB_ERR_ARG, but for token_embd.weight (then none), as
+     * llama-quantize has it. lb_export_gguf (given the same options) records quantize.imatrix.file,
+     * .dataset (the first; both cut to 127 bytes), .entries_count (entries selected) and .chunks_count
+     * (when not 0) after general.file_type. NULL: entries keep what lb_qmodel_set_imatrix gave them. */
+    const lb_imatrix *imatrix;
+    const char *imatrix_file;          /* quantize.imatrix.file: the path as given (NULL: not written) */
+    const char *const *imatrix_include; /* --include-weights: only the entries whose name contains one */
+    size_t n_imatrix_include;
+    const char *const *imatrix_exclude; /* --exclude-weights: not the entries whose name contains one
+                                           (not with imatrix_include: LB_ERR_ARG) */
+    size_t n_imatrix_exclude;
 } lb_gguf_options;
 
 /* Chooses each tensor's ggml type (o->type's mix and the overrides) and

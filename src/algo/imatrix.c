@@ -119,6 +119,7 @@ lb_status lb_imatrix_compute(const lb_model *m, const int32_t *tokens, size_t n,
         int64_t max_count = 0;
         for (size_t i = 0; i < c.im->n; i++) max_count = c.im->e[i].counts[0] > max_count ? c.im->e[i].counts[0] : max_count;
         c.im->chunk_size = (uint32_t)ctx;
+        c.im->has_metadata = 1; /* what lb_imatrix_save writes */
         c.im->chunk_count = (uint32_t)(max_count / (int64_t)ctx);
         if (o->dataset) st = lb__imatrix_add_dataset(c.im, o->dataset, strlen(o->dataset));
     }

@@ -117,6 +117,52 @@ lb_status lb__gguf_mix_options(const lb_gguf_options *o, lb__mix_options *mo, lb
     return LB_OK;
 }
 
+int lb__gguf_imatrix_keeps(const lb_gguf_options *o, const char *name)
+{
+    for (size_t k = 0; k < o->n_imatrix_exclude; k++)
+        if (o->imatrix_exclude[k] && strstr(name, o->imatrix_exclude[k])) return 0;
+    for (size_t k = 0; k < o->n_imatrix_include; k++)
+        if (o->imatrix_include[k] && strstr(name, o->imatrix_include[k])) return 1;
+    return o->n_imatrix_include == 0;
+}
+
+size_t lb__gguf_imatrix_kept(const lb_gguf_options *o)
+{
+    size_t n = 0, all = o->imatrix ? lb_imatrix_count(o->imatrix) : 0;
+    for (size_t i = 0; i < all; i++) {
+        lb_imatrix_entry e;
+        if (lb_imatrix_entry_at(o->imatrix, i, &e) == LB_OK && lb__gguf_imatrix_keeps(o, e.name)) n++;
+    }
+    return n;
+}
+
+static int is_token_embd(const char *name)
+{
+    return strcmp(name, "token_embd.weight") == 0 || strcmp(name, "per_layer_token_embd.weight") == 0;
+}
+
+/* The importance llama-quantize hands tensor i (converted to another
+ * type): its entry when kept and as long as a row times the experts; none
+ * without an entry; a length that differs is an error, but for the token
+ * embedding (none: llama.cpp expects that one to differ). */
+static lb_status imatrix_for(const lb_gguf_options *o, const lb__gguf_view *v, size_t i, const float **w, size_t *n)
+{
+    *w = NULL, *n = 0;
+    lb_imatrix_entry e;
+    if (!lb_imatrix_find(o->imatrix, v->names[i], &e) || !lb__gguf_imatrix_keeps(o, e.name)) return LB_OK;
+    uint64_t want = v->t[i].ne[0] * v->t[i].ne[2];
+    size_t have = e.cols * e.n_mat;
+    if (have == want) {
+        *w = e.values, *n = have;
+        return LB_OK;
+    }
+    if (is_token_embd(v->names[i])) return LB_OK;
+    return lb__fail(LB_ERR_ARG, "imatrix entry '%s' holds %zu values; tensor '%s' needs %llu (its rows of %llu "
+                    "times %llu experts): an imatrix of another model? (llama-quantize refuses it too)",
+                    e.name, have, v->names[i], (unsigned long long)want, (unsigned long long)v->t[i].ne[0],
+                    (unsigned long long)v->t[i].ne[2]);
+}
+
 lb_status lb_gguf_choose(lb_qmodel *q, const lb_gguf_options *o, int *ggml_types)
 {
     if (!q || !o) return lb__fail(LB_ERR_ARG, "lb_gguf_choose: NULL argument");
@@ -126,8 +172,12 @@ lb_status lb_gguf_choose(lb_qmodel *q, const lb_gguf_options *o, int *ggml_types
     memset(&v, 0, sizeof v);
     size_t n = lb_qmodel_count(q);
     int *types = malloc((n ? n : 1) * sizeof *types);
+    const float **im = calloc(n ? n : 1, sizeof *im);
+    size_t *n_im = calloc(n ? n : 1, sizeof *n_im);
     char **patterns = NULL;
-    lb_status st = types ? lb__gguf_mix_options(o, &mo, &ov) : lb__fail(LB_ERR_NOMEM, "out of memory");
+    lb_status st = types && im && n_im ? lb__gguf_mix_options(o, &mo, &ov) : lb__fail(LB_ERR_NOMEM, "out of memory");
+    if (st == LB_OK && o->imatrix && o->n_imatrix_include && o->n_imatrix_exclude)
+        st = lb__fail(LB_ERR_ARG, "imatrix weights to include and to exclude: one or the other (as llama-quantize)");
     if (st == LB_OK && mo.n_overrides) { /* the pattern without its "=TYPE" */
         patterns = calloc(mo.n_overrides, sizeof *patterns);
         for (size_t k = 0; patterns && k < mo.n_overrides; k++) {
@@ -138,7 +188,10 @@ lb_status lb_gguf_choose(lb_qmodel *q, const lb_gguf_options *o, int *ggml_types
         if (!patterns) st = lb__fail(LB_ERR_NOMEM, "out of memory");
     }
     if (st == LB_OK) st = lb__gguf_view_make(q, &v);
-    for (size_t i = 0; st == LB_OK && i < n; i++) { /* llama-quantize's rules change once an imatrix is given */
+    /* llama-quantize's rules change once an imatrix is given: one that keeps
+     * entries, or importance vectors already set on the qmodel */
+    if (o->imatrix) mo.has_imatrix = lb__gguf_imatrix_kept(o) > 0;
+    for (size_t i = 0; st == LB_OK && !o->imatrix && i < n; i++) {
         lb_qentry e;
         if ((st = lb_qmodel_entry(q, i, &e)) == LB_OK && e.has_imatrix) mo.has_imatrix = 1;
     }
@@ -151,13 +204,19 @@ lb_status lb_gguf_choose(lb_qmodel *q, const lb_gguf_options *o, int *ggml_types
             st = lb__fail(LB_ERR_UNSUPPORTED, "tensor '%s': lowbit has no %s yet", v.names[i],
                           lb__ggml_type_name(types[i]));
     }
+    /* the importance of each tensor whose type changes (llama-quantize's
+     * `quantize`), checked before anything changes */
+    for (size_t i = 0; st == LB_OK && o->imatrix && mo.has_imatrix && i < n; i++)
+        if (types[i] != lb_dtype_get(lb_model_tensor(lb_qmodel_model(q), i)->dtype)->ggml_type)
+            st = imatrix_for(o, &v, i, &im[i], &n_im[i]);
     for (size_t i = 0; st == LB_OK && i < n; i++) {
         lb_dtype d;
         lb_dtype_from_ggml(types[i], &d);
         st = lb_qmodel_set_ggml(q, i, d);
+        if (st == LB_OK && o->imatrix) st = lb_qmodel_set_imatrix(q, i, im[i], n_im[i]);
     }
     lb__gguf_view_free(&v);
     for (size_t k = 0; patterns && k < mo.n_overrides; k++) free(patterns[k]);
-    free(patterns), free(ov), free(types);
+    free(patterns), free(ov), free(types), free(im), free(n_im);
     return st;
 }

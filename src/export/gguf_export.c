@@ -117,8 +117,7 @@ static lb_status fill_one(wjob *j, const out_t *o, void *dst, uint64_t n_bytes)
         size_t cols = (size_t)o->ne[0], rows = (size_t)t->n_elements / (cols ? cols : 1), n_im = 0;
         const float *im = lb__qmodel_imatrix(j->q, o->entry, &n_im);
         lb__tensor_prefetch(t);
-        lb_status st = lb__ggml_rows_parallel(o->dtype, t->data, rows, cols, im && n_im == cols ? im : NULL, dst,
-                                              j->o->threads);
+        lb_status st = lb__ggml_rows_stacked(o->dtype, t->data, rows, cols, im, n_im, dst, j->o->threads);
         lb_tensor_release(t);
         if (st != LB_OK) return lb__fail(st, "tensor '%s' as %s: %s", o->name, lb_dtype_get(o->dtype)->name, lb_last_error());
         return LB_OK;
@@ -136,7 +135,7 @@ static lb_status fill_one(wjob *j, const out_t *o, void *dst, uint64_t n_bytes)
     size_t cols = (size_t)o->ne[0], rows = n / (cols ? cols : 1);
     size_t n_im = 0;
     const float *im = lb__qmodel_imatrix(j->q, o->entry, &n_im);
-    st = lb__ggml_rows_parallel(o->dtype, x, rows, cols, im && n_im == cols ? im : NULL, dst, j->o->threads);
+    st = lb__ggml_rows_stacked(o->dtype, x, rows, cols, im, n_im, dst, j->o->threads);
     if (st != LB_OK) return lb__fail(st, "tensor '%s' as %s: %s", o->name, lb_dtype_get(o->dtype)->name, lb_last_error());
     return LB_OK;
 }
@@ -224,17 +223,54 @@ static lb_status plan(wjob *j, const lb__gguf_view *v)
     return st;
 }
 
+/* The keys llama-quantize records of its --imatrix (tools/quantize: KV
+ * overrides it sets after the file type, in this order): the file and
+ * first dataset cut to 127 bytes (its fixed-size override strings), the
+ * entries kept and the chunks (when the file says them) as u32. */
+#define IMATRIX_KEY_FILE "quantize.imatrix.file"
+#define IMATRIX_KEY_DATASET "quantize.imatrix.dataset"
+#define IMATRIX_KEY_ENTRIES "quantize.imatrix.entries_count"
+#define IMATRIX_KEY_CHUNKS "quantize.imatrix.chunks_count"
+#define IMATRIX_MAX_STRING 127
+
+static lb_status imatrix_keys(lb__gguf_writer *w, const lb_gguf_options *o, size_t kept)
+{
+    lb_imatrix_info info;
+    lb_imatrix_get_info(o->imatrix, &info);
+    const char *dataset = info.n_datasets ? lb_imatrix_dataset(o->imatrix, 0) : NULL;
+    lb_status st = LB_OK;
+    if (o->imatrix_file)
+        st = lb__gguf_set_str(w, IMATRIX_KEY_FILE, o->imatrix_file, strnlen(o->imatrix_file, IMATRIX_MAX_STRING));
+    if (st == LB_OK && dataset)
+        st = lb__gguf_set_str(w, IMATRIX_KEY_DATASET, dataset, strnlen(dataset, IMATRIX_MAX_STRING));
+    if (st == LB_OK) st = lb__gguf_set_u32(w, IMATRIX_KEY_ENTRIES, (uint32_t)kept);
+    if (st == LB_OK && info.chunk_count) st = lb__gguf_set_u32(w, IMATRIX_KEY_CHUNKS, info.chunk_count);
+    return st;
+}
+
 static lb_status write_file(wjob *j, const char *path)
 {
     const lb_model *m = lb_qmodel_model(j->q);
     lb__gguf_writer *w;
     lb_status st = lb__gguf_writer_new(&w);
     if (st != LB_OK) return st;
-    st = lb__gguf_model_metadata(m, w, 1);
+    /* the keys set below move to the end, as ggml's gguf_set_* moves them */
+    size_t kept = lb__gguf_imatrix_kept(j->o);
+    const char *reset[5] = {NULL}, **r = reset;
+    if (kept && j->o->imatrix_file) *r++ = IMATRIX_KEY_FILE;
+    if (kept && lb_imatrix_dataset(j->o->imatrix, 0)) *r++ = IMATRIX_KEY_DATASET;
+    if (kept) *r++ = IMATRIX_KEY_ENTRIES;
+    if (kept) {
+        lb_imatrix_info info;
+        lb_imatrix_get_info(j->o->imatrix, &info);
+        if (info.chunk_count) *r++ = IMATRIX_KEY_CHUNKS;
+    }
+    st = lb__gguf_model_metadata(m, w, 1, reset);
     if (st == LB_OK) st = lb__gguf_set_u32(w, "general.quantization_version", GGUF_QNT_VERSION);
     const lb__ftype_info *f = j->o->type ? lb__ftype_by_name(j->o->type) : NULL;
     if (st == LB_OK && j->o->type && !f) st = lb__fail(LB_ERR_ARG, "unknown GGUF type '%s'", j->o->type);
     if (st == LB_OK && f) st = lb__gguf_set_u32(w, "general.file_type", (uint32_t)f->ftype);
+    if (st == LB_OK && kept) st = imatrix_keys(w, j->o, kept); /* llama-quantize writes none when none is kept */
     for (size_t k = 0; st == LB_OK && k < j->n; k++)
         st = lb__gguf_add_tensor(w, j->t[k].name, j->t[k].dtype, j->t[k].n_dims, j->t[k].ne);
     if (st == LB_OK && j->o->progress) j->o->progress(j->o->progress_ctx, 0, j->n);

@@ -127,8 +127,8 @@ lb_status lb_dtype_from_f32(lb_dtype t, const float *src, size_t n, void *dst)
     if (st != LB_OK) return st;
     if (!info->can_write)
         return lb__fail(LB_ERR_UNSUPPORTED,
-                        "lb_dtype_from_f32: lowbit does not write %s (it writes f32, f16, bf16, q4_0, q4_1, "
-                        "q5_0, q5_1, q8_0, mxfp4, nvfp4, iq4_nl and iq4_xs)", info->name);
+                        "lb_dtype_from_f32: lowbit does not write %s (it writes f32, f16, bf16 and every ggml "
+                        "block type: q4_0 .. q8_0, q2_k .. q6_k, mxfp4, nvfp4, iq4_nl, iq4_xs)", info->name);
     if (info->block > 1) /* block scales need a finite range */
         for (size_t i = 0; i < n; i++)
             if (!isfinite(src[i]))

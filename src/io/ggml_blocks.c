@@ -11,7 +11,7 @@
 #include "io/ggml_blocks.h"
 #include "util/cpu.h"
 
-/* the quantizers' scalar build; also the helpers the dequantizers share (e8m0_half, nvfp4_scale_half) */
+/* the quantizers' scalar build; also the helpers the dequantizers share (e8m0_half) */
 #define LB__QNAME(type) lb__quantize_##type##_scalar
 #include "io/ggml_blocks_quant.h"
 
@@ -146,7 +146,7 @@ void lb__dequantize_nvfp4(const void *restrict src, size_t nb, float *restrict d
     const lb__block_nvfp4 *x = src;
     for (size_t i = 0; i < nb; i++) {
         for (int s = 0; s < 4; s++, dst += 16) {
-            const float d = nvfp4_scale_half(x[i].d[s]);
+            const float d = lb__nvfp4_scale_half(x[i].d[s]);
             const uint8_t *qs = x[i].qs + 8 * s;
             for (int k = 0; k < 8; k++) {
                 dst[k] = d * (float)fp4_doubled(qs[k] & 0x0F);

@@ -199,6 +199,37 @@ static inline float lb__fp16_to_f32(uint32_t h)
     return sign ? -sub : sub;
 }
 
+/* Half the value of a UE4M3 (NVFP4 sub-block) scale the way gguf decodes
+ * it: the top bit is ignored, 0x00 and 0x7F (E4M3's NaN) read as zero.
+ * Shared by the dequantizer and the decode kernels, which must agree bit
+ * for bit. */
+static inline float lb__nvfp4_scale_half(uint32_t code)
+{
+    if (code == 0x00 || code == 0x7F) return 0.0f;
+    uint32_t exp = (code >> 3) & 0x0F, man = code & 0x07;
+    if (exp == 0) return (float)man * 0x1p-10f;                /* man * 2^-9, halved */
+    return lb__f32_from_bits((exp + 119u) << 23 | man << 20); /* (1 + man/8) 2^(exp-7), halved */
+}
+
+/* Q3_K's sixteen 6-bit sub-block scales, each minus 32 (the packing is
+ * described at lb__block_q3_k). */
+static inline void lb__q3_k_scales(const uint8_t *sc, int out[16])
+{
+    for (int k = 0; k < 16; k++) {
+        int lo = k < 8 ? sc[k] & 0x0F : sc[k - 8] >> 4;
+        int hi = (sc[8 + k % 4] >> (2 * (k / 4))) & 3;
+        out[k] = (lo | hi << 4) - 32;
+    }
+}
+
+/* IQ4_XS sub-block ib's 6-bit scale code (0..63; the scale is code - 32). */
+static inline int lb__iq4_xs_scale_code(const lb__block_iq4_xs *b, int ib)
+{
+    int lo = b->scales_l[ib / 2] >> 4 * (ib % 2) & 0x0F;
+    int hi = (int)(lb__le16(b->scales_h) >> 2 * ib & 3u);
+    return lo | hi << 4;
+}
+
 /* fp32 to fp16 bits, round to nearest even, overflow to inf, NaN keeping
  * its top payload bits (never turning into inf): numpy's astype. */
 uint16_t lb__fp16_from_f32(float x);

@@ -32,21 +32,13 @@ void lb__dequantize_iq4_nl(const void *restrict src, size_t nb, float *restrict 
     }
 }
 
-/* Sub-block ib's 6-bit scale code (0..63; the scale is code - 32). */
-static inline int xs_scale_code(const lb__block_iq4_xs *b, int ib)
-{
-    int lo = b->scales_l[ib / 2] >> 4 * (ib % 2) & 0x0F;
-    int hi = (int)(lb__le16(b->scales_h) >> 2 * ib & 3u);
-    return lo | hi << 4;
-}
-
 void lb__dequantize_iq4_xs(const void *restrict src, size_t nb, float *restrict dst)
 {
     const lb__block_iq4_xs *x = src;
     for (size_t i = 0; i < nb; i++) {
         const float d = lb__fp16_to_f32(lb__le16(x[i].d));
         for (int ib = 0; ib < LB__QK_K / 32; ib++, dst += 32) {
-            const float dl = d * (float)(xs_scale_code(&x[i], ib) - 32);
+            const float dl = d * (float)(lb__iq4_xs_scale_code(&x[i], ib) - 32);
             const uint8_t *qs = x[i].qs + 16 * ib;
             for (int j = 0; j < 16; j++) {
                 dst[j] = dl * (float)lb__kvalues_iq4nl[qs[j] & 0x0F];

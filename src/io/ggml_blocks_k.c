@@ -25,16 +25,6 @@ void lb__dequantize_q2_k(const void *restrict src, size_t nb, float *restrict ds
     }
 }
 
-/* Q3_K's sixteen 6-bit scales, each minus 32. */
-static void q3_k_scales(const uint8_t *sc, int out[16])
-{
-    for (int k = 0; k < 16; k++) {
-        int lo = k < 8 ? sc[k] & 0x0F : sc[k - 8] >> 4;
-        int hi = (sc[8 + k % 4] >> (2 * (k / 4))) & 3;
-        out[k] = (lo | hi << 4) - 32;
-    }
-}
-
 void lb__dequantize_q3_k(const void *restrict src, size_t nb, float *restrict dst)
 {
     const lb__block_q3_k *x = src;
@@ -42,7 +32,7 @@ void lb__dequantize_q3_k(const void *restrict src, size_t nb, float *restrict ds
         const float d = lb__fp16_to_f32(lb__le16(x[i].d));
         int sc[16];
         float dl[16];
-        q3_k_scales(x[i].scales, sc);
+        lb__q3_k_scales(x[i].scales, sc);
         for (int k = 0; k < 16; k++) dl[k] = d * (float)sc[k];
         for (int h = 0; h < 2; h++)
             for (int s = 0; s < 4; s++) {

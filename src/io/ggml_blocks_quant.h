@@ -27,16 +27,6 @@ static inline float e8m0_half(uint32_t e)
     return lb__f32_from_bits(e < 2 ? 0x00200000u << e : (e - 1) << 23);
 }
 
-/* Half the value of a UE4M3 sub-block scale the way gguf decodes it: the
- * top bit is ignored, 0x00 and 0x7F (E4M3's NaN) read as zero. */
-static inline float nvfp4_scale_half(uint32_t code)
-{
-    if (code == 0x00 || code == 0x7F) return 0.0f;
-    uint32_t exp = (code >> 3) & 0x0F, man = code & 0x07;
-    if (exp == 0) return (float)man * 0x1p-10f;     /* man * 2^-9, halved */
-    return lb__f32_from_bits((exp + 119u) << 23 | man << 20); /* (1 + man/8) 2^(exp-7), halved */
-}
-
 /* ===== Quantize (ggml's quantize_row_*_ref, op for op) ===== */
 
 /* The float -> 8-bit integer casts of ggml's quantizers, as the x86-64
@@ -322,7 +312,7 @@ void LB__QNAME(nvfp4)(const float *restrict src, size_t nb, void *restrict dst)
             const float amax = absmax(src, 16); /* input is finite */
             const uint8_t code = ue4m3_code(amax / 6.0f); /* 6: the largest E2M1 value maps to amax */
             uint8_t q[16];
-            nearest_fp4(src, 16, nvfp4_scale_half(code), q);
+            nearest_fp4(src, 16, lb__nvfp4_scale_half(code), q);
             y[i].d[s] = code;
             for (int k = 0; k < 8; k++) y[i].qs[8 * s + k] = (uint8_t)(q[k] | q[k + 8] << 4);
         }

@@ -54,3 +54,19 @@ lb_status lb__ggml_rows_parallel(lb_dtype t, const float *src, size_t rows, size
     int n = lb__threads_for(threads, rows * cols * sizeof *src);
     return lb__parallel_for(rows, 1, n, rows_range, &j);
 }
+
+lb_status lb__ggml_rows_stacked(lb_dtype t, const float *src, size_t rows, size_t cols, const float *imatrix,
+                                size_t n_imatrix, void *dst, int threads)
+{
+    size_t m = imatrix && cols && n_imatrix % cols == 0 ? n_imatrix / cols : 0;
+    if (m <= 1 || rows % m) return lb__ggml_rows_parallel(t, src, rows, cols, m == 1 ? imatrix : NULL, dst, threads);
+    const lb_dtype_info *d = lb_dtype_get(t);
+    if (!d || !d->block || cols % d->block) return lb__ggml_rows(t, src, rows, cols, NULL, dst); /* its error */
+    size_t per = rows / m, row_bytes = cols / d->block * d->block_bytes;
+    for (size_t e = 0; e < m; e++) { /* each stack with its own slice, as llama-quantize's chunks never cross one */
+        lb_status st = lb__ggml_rows_parallel(t, src + e * per * cols, per, cols, imatrix + e * cols,
+                                              (unsigned char *)dst + e * per * row_bytes, threads);
+        if (st != LB_OK) return st;
+    }
+    return LB_OK;
+}

@@ -19,6 +19,13 @@ lb_status lb__ggml_rows(lb_dtype t, const float *src, size_t rows, size_t cols, 
  * whole rows: the bytes do not depend on the thread count. */
 lb_status lb__ggml_rows_parallel(lb_dtype t, const float *src, size_t rows, size_t cols, const float *imatrix,
                                  void *dst, int threads);
+/* The same for a tensor of stacked matrices (the experts of a mixture),
+ * rows in all, given the importance as llama-quantize hands it out:
+ * n_imatrix = cols (one vector for every row), or cols x m (matrix-major:
+ * the e-th of m equal stacks of rows weighed by the e-th slice). imatrix
+ * NULL or any other length: no importance. */
+lb_status lb__ggml_rows_stacked(lb_dtype t, const float *src, size_t rows, size_t cols, const float *imatrix,
+                                size_t n_imatrix, void *dst, int threads);
 /* NVFP4 weights go into their blocks divided by one per-tensor scale
  * (GGUF: the "<name>.scale" tensor llama.cpp multiplies back): the largest
  * magnitude over 6 * 448, so the largest block scale is E4M3's largest;

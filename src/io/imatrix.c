@@ -103,6 +103,7 @@ void lb_imatrix_get_info(const lb_imatrix *im, lb_imatrix_info *out)
     out->entries = im->n;
     out->chunk_count = im->chunk_count, out->chunk_size = im->chunk_size;
     out->legacy = im->legacy;
+    out->has_metadata = im->has_metadata;
     out->n_datasets = im->n_datasets;
 }
 

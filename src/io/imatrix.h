@@ -45,6 +45,7 @@ struct lb_imatrix {
     size_t n_datasets;
     uint32_t chunk_count, chunk_size;
     int legacy;
+    int has_metadata; /* lb_imatrix_info.has_metadata */
 };
 
 lb_imatrix *lb__imatrix_new(void);

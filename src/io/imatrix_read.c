@@ -48,9 +48,13 @@ static lb_status gguf_meta(const lb__gguf_file *f, const char *what, lb_imatrix 
     }
     const char *keys[2] = {"imatrix.chunk_count", "imatrix.chunk_size"};
     uint32_t *dst[2] = {&im->chunk_count, &im->chunk_size};
+    im->has_metadata = kv != NULL;
     for (int k = 0; k < 2; k++) {
         kv = lb__gguf_find(f, keys[k]);
-        if (!kv) continue;
+        if (!kv) {
+            im->has_metadata = 0;
+            continue;
+        }
         if (kv->type != LB_GGUF_U32)
             return lb__fail(LB_ERR_PARSE, "%s: %s is %s, expected u32", what, keys[k], lb__gguf_type_name(kv->type));
         *dst[k] = (uint32_t)kv->v.u;

@@ -46,8 +46,10 @@ void lb__permute_rotary_rows(const float *src, float *dst, uint64_t rows, uint64
  * quantization version and split keys, which the caller sets; else less
  * alignment and file type, plus the architecture keys lowbit can state
  * that it lacks), or for other inputs the architecture keys and the
- * tokenizer converted from tokenizer.json. */
-lb_status lb__gguf_model_metadata(const lb_model *m, lb__gguf_writer *w, int as_quantize);
+ * tokenizer converted from tokenizer.json. reset (NULL-terminated, may
+ * be NULL): more keys the caller sets again, so a GGUF input's copies are
+ * left out (ggml's gguf_set_* moves a key it sets to the end). */
+lb_status lb__gguf_model_metadata(const lb_model *m, lb__gguf_writer *w, int as_quantize, const char *const *reset);
 
 /* Whether path is one of the files the model was read from. */
 int lb__model_reads(const lb_model *m, const char *path);

@@ -253,7 +253,14 @@ static int quantize_drops(const char *key)
     return 0;
 }
 
-lb_status lb__gguf_model_metadata(const lb_model *m, lb__gguf_writer *w, int as_quantize)
+static int listed(const char *key, const char *const *list)
+{
+    for (; list && *list; list++)
+        if (strcmp(key, *list) == 0) return 1;
+    return 0;
+}
+
+lb_status lb__gguf_model_metadata(const lb_model *m, lb__gguf_writer *w, int as_quantize, const char *const *reset)
 {
     const lb_arch *a = &m->arch;
     lb_status st = LB_OK;
@@ -263,7 +270,7 @@ lb_status lb__gguf_model_metadata(const lb_model *m, lb__gguf_writer *w, int as_
             const lb__gguf_kv *kv = &m->gguf.kv[i];
             int skip = as_quantize ? quantize_drops(kv->key)
                                    : strcmp(kv->key, "general.alignment") == 0 || strcmp(kv->key, "general.file_type") == 0;
-            if (!skip) st = lb__gguf_copy_kv(w, kv);
+            if (!skip && !listed(kv->key, reset)) st = lb__gguf_copy_kv(w, kv);
         }
     if (from_gguf && as_quantize) return st; /* llama-quantize adds nothing to a GGUF's keys */
     if (st == LB_OK && !from_gguf && (m->kind == LB_MODEL_HF_DIR || m->kind == LB_MODEL_SAFETENSORS) && m->path) {
@@ -299,7 +306,7 @@ static lb_status save_gguf(const lb_model *m, save_job *j, const char *path)
     lb__gguf_writer *w;
     lb_status st = lb__gguf_writer_new(&w);
     if (st != LB_OK) return st;
-    st = lb__gguf_model_metadata(m, w, 0);
+    st = lb__gguf_model_metadata(m, w, 0, NULL);
     for (size_t i = 0; st == LB_OK && i < j->n; i++) {
         const lb_tensor *t = j->t[i].src;
         if (t->n_dims > 4) {

@@ -49,11 +49,8 @@ void lb__gdot_scalar(const lb__qmat *m, const float *x, size_t nx, size_t ldx, s
 lb__qdot_fn lb__gdot_get(lb_isa isa)
 {
     /* by name, not by >=: NEON (3) is no x86 level above AVX-512 (2) */
+    if (isa == LB_ISA_NEON) return lb__gdot_neon_fn ? lb__gdot_neon_fn : lb__gdot_scalar;
     if (isa == LB_ISA_AVX512 && lb__gdot_avx512_fn) return lb__gdot_avx512_fn;
     if ((isa == LB_ISA_AVX512 || isa == LB_ISA_AVX2) && lb__gdot_avx2_fn) return lb__gdot_avx2_fn;
     return lb__gdot_scalar;
 }
-
-/* No AVX-512 kernel of its own: an AVX-512 machine runs the AVX2 one (the
- * block decoders, not the width, are what costs). */
-const lb__qdot_fn lb__gdot_avx512_fn = NULL;

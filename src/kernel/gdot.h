@@ -42,7 +42,7 @@ size_t lb__gdot_segment_blocks(const lb__qmat *m);
 void lb__gdot_scalar(const lb__qmat *m, const float *x, size_t nx, size_t ldx, size_t r0, size_t r1, float *y,
                      size_t ldy, void *scratch);
 /* NULL where the build has no such set (lb__gdot_get falls back). */
-extern const lb__qdot_fn lb__gdot_avx2_fn, lb__gdot_avx512_fn;
+extern const lb__qdot_fn lb__gdot_avx2_fn, lb__gdot_avx512_fn, lb__gdot_neon_fn;
 
 /* The kernel for an instruction set (the next one down where missing). */
 lb__qdot_fn lb__gdot_get(lb_isa isa);

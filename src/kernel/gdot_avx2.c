@@ -3,17 +3,18 @@
  * p[8..15]) that take 16 products at a time with one fused multiply-add
  * per lane, as fmaf does.
  *
- * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K and MXFP4 are decoded in
- * registers, 16 values at a time in element order, straight into the
- * products. Each value is computed with the same fp32 operations, in the
- * same order, as the dequantizers in io/ggml_blocks.c and
- * io/ggml_blocks_k.c (-ffp-contract=off there and here): an integer code
- * converted exactly to fp32, times the block's scale (one rounding), then
- * plus or minus the block's offset where the type has one (a second
- * rounding, never fused); the per-block scales are formed in scalar code
- * with those files' very expressions. Every other dtype (Q2_K, Q3_K, NVFP4,
- * the IQ types, f16 ...) is decoded a segment at a time into scratch by
- * lb_dtype_to_f32 itself. */
+ * Every ggml block type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q6_K,
+ * IQ4_NL, IQ4_XS, MXFP4, NVFP4) is decoded in registers, 16 values at a
+ * time in element order, straight into the products. Each value is
+ * computed with the same fp32 operations, in the same order, as the
+ * dequantizers in io/ggml_blocks.c, io/ggml_blocks_k.c and
+ * io/ggml_blocks_iq4.c (-ffp-contract=off there and here): an integer code
+ * (or grid value) converted exactly to fp32, times the block's scale (one
+ * rounding), then plus or minus the block's offset where the type has one
+ * (a second rounding, never fused); the per-block scales are formed in
+ * scalar code with those files' very expressions (or the helpers they
+ * share from io/ggml_blocks.h). The plain dtypes (f16, bf16 ...) are
+ * decoded a segment at a time into scratch by lb_dtype_to_f32 itself. */
 #include "kernel/gdot.h"
 
 #if defined(__x86_64__)
@@ -268,6 +269,106 @@ DEFINE_KERNEL(k_q6_k, {
     }
 })
 
+/* IQ4_NL / IQ4_XS: 16 bytes hold 32 indices into kvalues_iq4nl (low
+ * nibbles elements 0..15, high 16..31); the grid is looked up as signed
+ * bytes by one byte shuffle per nibble half, then widened, converted and
+ * scaled as the dequantizer does (scale * (float)grid value). */
+INL __m128i iq4_grid(void) { return _mm_loadu_si128((const __m128i *)lb__kvalues_iq4nl); }
+
+#define IQ4_32(qs, scale, grid)                                                                                    \
+    do {                                                                                                           \
+        const __m128i mask_ = _mm_set1_epi8(0x0F), b_ = _mm_loadu_si128((const __m128i *)(qs));                    \
+        const __m128i lo_ = _mm_shuffle_epi8(grid, _mm_and_si128(b_, mask_));                                      \
+        const __m128i hi_ = _mm_shuffle_epi8(grid, _mm_and_si128(_mm_srli_epi16(b_, 4), mask_));                   \
+        FMA16(_mm256_mul_ps(scale, cvt(_mm256_cvtepi8_epi32(lo_))),                                                \
+              _mm256_mul_ps(scale, cvt(_mm256_cvtepi8_epi32(_mm_srli_si128(lo_, 8)))));                           \
+        FMA16(_mm256_mul_ps(scale, cvt(_mm256_cvtepi8_epi32(hi_))),                                                \
+              _mm256_mul_ps(scale, cvt(_mm256_cvtepi8_epi32(_mm_srli_si128(hi_, 8)))));                           \
+    } while (0)
+
+DEFINE_KERNEL(k_iq4_nl, {
+    const lb__block_iq4_nl *b = (const lb__block_iq4_nl *)src;
+    const __m256 d = _mm256_set1_ps(lb__fp16_to_f32(lb__le16(b->d)));
+    const __m128i grid = iq4_grid();
+    IQ4_32(b->qs, d, grid);
+})
+
+DEFINE_KERNEL(k_iq4_xs, {
+    const lb__block_iq4_xs *b = (const lb__block_iq4_xs *)src;
+    const float d = lb__fp16_to_f32(lb__le16(b->d));
+    const __m128i grid = iq4_grid();
+    for (int ib = 0; ib < 8; ib++) {
+        const __m256 dl = _mm256_set1_ps(d * (float)(lb__iq4_xs_scale_code(b, ib) - 32));
+        IQ4_32(b->qs + 16 * ib, dl, grid);
+    }
+})
+
+/* Q2_K / Q3_K: in half h the 32 bytes qs[32h ..] hold four groups of 32
+ * elements (group s: bits 2s, 2s+1 of each byte); a group's bytes 0..15
+ * and 16..31 are two sub-blocks of 16 with their own scales. */
+DEFINE_KERNEL(k_q2_k, {
+    const lb__block_q2_k *b = (const lb__block_q2_k *)src;
+    const float d = lb__fp16_to_f32(lb__le16(b->d)), dmin = lb__fp16_to_f32(lb__le16(b->dmin));
+    const __m256i three = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++) {
+        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+        for (int s = 0; s < 4; s++) {
+            const int sub = 8 * h + 2 * s;
+            const __m256i v = _mm256_and_si256(_mm256_srl_epi16(bytes, _mm_cvtsi32_si128(2 * s)), three);
+            const __m128i v0 = _mm256_castsi256_si128(v), v1 = _mm256_extracti128_si256(v, 1);
+            const __m256 d0 = _mm256_set1_ps(d * (float)(b->scales[sub] & 0x0F));
+            const __m256 m0 = _mm256_set1_ps(dmin * (float)(b->scales[sub] >> 4));
+            const __m256 d1 = _mm256_set1_ps(d * (float)(b->scales[sub + 1] & 0x0F));
+            const __m256 m1 = _mm256_set1_ps(dmin * (float)(b->scales[sub + 1] >> 4));
+            FMA16(_mm256_sub_ps(_mm256_mul_ps(d0, cvt(lane8(v0, 0))), m0),
+                  _mm256_sub_ps(_mm256_mul_ps(d0, cvt(lane8(v0, 1))), m0));
+            FMA16(_mm256_sub_ps(_mm256_mul_ps(d1, cvt(lane8(v1, 0))), m1),
+                  _mm256_sub_ps(_mm256_mul_ps(d1, cvt(lane8(v1, 1))), m1));
+        }
+    }
+})
+
+/* Q3_K: the code is the 2-bit value minus 4 where the element's hmask bit
+ * (bit 4h + s of hmask[l]) is clear, formed as signed bytes. */
+INL __m256i sx8(__m128i v, int g) { return _mm256_cvtepi8_epi32(g ? _mm_srli_si128(v, 8) : v); }
+
+DEFINE_KERNEL(k_q3_k, {
+    const lb__block_q3_k *b = (const lb__block_q3_k *)src;
+    const float d = lb__fp16_to_f32(lb__le16(b->d));
+    int sc[16];
+    lb__q3_k_scales(b->scales, sc);
+    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
+    for (int h = 0; h < 2; h++) {
+        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+        for (int s = 0; s < 4; s++) {
+            const int sub = 8 * h + 2 * s;
+            const __m256i low = _mm256_and_si256(_mm256_srl_epi16(bytes, _mm_cvtsi32_si128(2 * s)), three);
+            const __m256i clear = _mm256_andnot_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + s)), one);
+            const __m256i v = _mm256_sub_epi8(low, _mm256_slli_epi16(clear, 2));
+            const __m128i v0 = _mm256_castsi256_si128(v), v1 = _mm256_extracti128_si256(v, 1);
+            const __m256 d0 = _mm256_set1_ps(d * (float)sc[sub]), d1 = _mm256_set1_ps(d * (float)sc[sub + 1]);
+            FMA16(_mm256_mul_ps(d0, cvt(sx8(v0, 0))), _mm256_mul_ps(d0, cvt(sx8(v0, 1))));
+            FMA16(_mm256_mul_ps(d1, cvt(sx8(v1, 0))), _mm256_mul_ps(d1, cvt(sx8(v1, 1))));
+        }
+    }
+})
+
+/* NVFP4: four sub-blocks of 16, each 8 bytes (low nibbles elements 0..7,
+ * high 8..15) with its own UE4M3 scale, halved for the doubled E2M1
+ * values as the dequantizer does. */
+DEFINE_KERNEL(k_nvfp4, {
+    const lb__block_nvfp4 *b = (const lb__block_nvfp4 *)src;
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    for (int s = 0; s < 4; s++) {
+        const __m128i q = _mm_loadl_epi64((const __m128i *)(b->qs + 8 * s));
+        const __m256 d = _mm256_set1_ps(lb__nvfp4_scale_half(b->d[s]));
+        const __m256i lo = _mm256_cvtepu8_epi32(_mm_and_si128(q, mask));
+        const __m256i hi = _mm256_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), mask));
+        FMA16(_mm256_mul_ps(d, fp4_doubled(lo)), _mm256_mul_ps(d, fp4_doubled(hi)));
+    }
+})
+
 /* The types without a register decoder: a segment of blocks decoded into
  * scratch by the dtype's own dequantizer, then the same products. */
 INL void generic_rows(const lb__qmat *m, const float *x, const int NX, size_t ldx, size_t r0, size_t r1, float *y,
@@ -328,11 +429,11 @@ static row_kernel kernel_of(lb_dtype t)
     case LB_DT_Q5_K: return k_q5_k;
     case LB_DT_Q6_K: return k_q6_k;
     case LB_DT_MXFP4: return k_mxfp4;
-    case LB_DT_Q2_K:
-    case LB_DT_Q3_K:
-    case LB_DT_IQ4_NL:
-    case LB_DT_IQ4_XS:
-    case LB_DT_NVFP4:
+    case LB_DT_Q2_K: return k_q2_k;
+    case LB_DT_Q3_K: return k_q3_k;
+    case LB_DT_IQ4_NL: return k_iq4_nl;
+    case LB_DT_IQ4_XS: return k_iq4_xs;
+    case LB_DT_NVFP4: return k_nvfp4;
     case LB_DT_F32:
     case LB_DT_F16:
     case LB_DT_BF16:

@@ -541,7 +541,8 @@ const float *lb__qmodel_imatrix(const lb_qmodel *q, size_t i, size_t *n)
 }
 
 /* What a GGUF holds for an entry stored as a ggml type: the source through
- * that type and back (the importance vector when it covers one row). */
+ * that type and back (with the importance vector: one row's, or one per
+ * expert, as the writer uses it). */
 static lb_status ggml_round_trip(const lb_qmodel *q, size_t i, float *dst, int threads)
 {
     const qslot *s = &q->s[i];
@@ -554,11 +555,10 @@ static lb_status ggml_round_trip(const lb_qmodel *q, size_t i, float *dst, int t
     if ((st = lb_dtype_bytes(s->e.ggml, t->n_elements, &bytes)) != LB_OK) return st;
     void *packed = malloc(bytes ? bytes : 1);
     if (!packed) return lb__fail(LB_ERR_NOMEM, "cannot allocate %s's %s bytes", t->name, lb_dtype_get(s->e.ggml)->name);
-    const float *imatrix = s->imatrix && s->n_imatrix == cols ? s->imatrix : NULL;
     size_t n = (size_t)t->n_elements;
     float scale = s->e.ggml == LB_DT_NVFP4 ? lb__ggml_nvfp4_scale(dst, n) : 1.0f;
     for (size_t k = 0; scale != 1.0f && k < n; k++) dst[k] /= scale;
-    st = lb__ggml_rows_parallel(s->e.ggml, dst, (size_t)rows, (size_t)cols, imatrix, packed, threads);
+    st = lb__ggml_rows_stacked(s->e.ggml, dst, (size_t)rows, (size_t)cols, s->imatrix, s->n_imatrix, packed, threads);
     if (st == LB_OK) st = lb_dtype_to_f32(s->e.ggml, packed, n, dst);
     for (size_t k = 0; st == LB_OK && scale != 1.0f && k < n; k++) dst[k] *= scale;
     if (st != LB_OK) st = lb__fail(st, "%s as %s: %s", t->name, lb_dtype_get(s->e.ggml)->name, lb_last_error());

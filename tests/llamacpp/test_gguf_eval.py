@@ -49,7 +49,8 @@ def bases(tmp_path_factory, llamacpp_bin):
     run([llamacpp_bin / "llama-perplexity", "-m", f32, "-f", WIKI, "-c", CTX, "--chunks", CHUNKS,
          "--kl-divergence-base", llama_base, "-t", "2"])
     lowbit_base = d / "lowbit.kldb"
-    run([LOWBIT, "kld", f32, "--text", WIKI, "--ctx", CTX, "--chunks", CHUNKS, "--save-base", lowbit_base,
+    # kld stores the base while comparing with something: the F32 model itself (KLD 0)
+    run([LOWBIT, "kld", f32, f32, "--text", WIKI, "--ctx", CTX, "--chunks", CHUNKS, "--save-base", lowbit_base,
          "--quiet", "--json"])
     return d, f32, llama_base, lowbit_base
 

@@ -29,7 +29,7 @@ class Entry(ctypes.Structure):
 
 class Info(ctypes.Structure):
     _fields_ = [("entries", ctypes.c_size_t), ("chunk_count", ctypes.c_uint32), ("chunk_size", ctypes.c_uint32),
-                ("legacy", ctypes.c_int), ("n_datasets", ctypes.c_size_t)]
+                ("legacy", ctypes.c_int), ("n_datasets", ctypes.c_size_t), ("has_metadata", ctypes.c_int)]
 
 
 lib = ctypes.CDLL(str(BUILD / "liblowbit.so"))

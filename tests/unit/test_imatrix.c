@@ -96,6 +96,7 @@ static void test_entries(const lb_model *m, const lb_imatrix *im, size_t chunks)
     CHECK(info.chunk_count == chunks && info.chunk_size == CTX && !info.legacy, "info %u x %u", info.chunk_count,
           info.chunk_size);
     CHECK(info.n_datasets == 1 && strcmp(lb_imatrix_dataset(im, 0), "tokens.txt") == 0, "dataset");
+    CHECK(info.has_metadata, "a computed imatrix has what a saved one records");
 }
 
 static void test_save_load(const lb_imatrix *im)
@@ -116,6 +117,9 @@ static void test_save_load(const lb_imatrix *im)
                    memcmp(x.values, y.values, x.cols * sizeof *x.values) == 0;
         }
         CHECK(same, "the saved imatrix reads back equal");
+        lb_imatrix_info info;
+        lb_imatrix_get_info(back, &info);
+        CHECK(info.has_metadata && !info.legacy, "the saved file has imatrix.datasets, chunk_count, chunk_size");
     }
     lb_imatrix_free(back);
     unlink(path);
