@@ -58,6 +58,7 @@ typedef struct out_t {
     int n_dims;
     uint64_t ne[4];
     int copy;             /* the stored bytes as they are */
+    int borrow;           /* quantized straight from the stored fp32 (no copy of the values) */
     uint32_t permute;     /* rotary heads whose rows move, or 0 */
 } out_t;
 
@@ -112,6 +113,15 @@ static lb_status fill_one(wjob *j, const out_t *o, void *dst, uint64_t n_bytes)
         return LB_OK;
     }
     if (t->n_elements == 0) return LB_OK;
+    if (o->borrow) { /* the file's fp32 values as they are: quantized from the mapping, no copy */
+        size_t cols = (size_t)o->ne[0], rows = (size_t)t->n_elements / (cols ? cols : 1), n_im = 0;
+        const float *im = lb__qmodel_imatrix(j->q, o->entry, &n_im);
+        lb__tensor_prefetch(t);
+        lb_status st = lb__ggml_rows_stacked(o->dtype, t->data, rows, cols, im, n_im, dst, j->o->threads);
+        lb_tensor_release(t);
+        if (st != LB_OK) return lb__fail(st, "tensor '%s' as %s: %s", o->name, lb_dtype_get(o->dtype)->name, lb_last_error());
+        return LB_OK;
+    }
     float *x;
     lb_status st = file_values(j, o, &x);
     if (st != LB_OK) return st;
@@ -158,6 +168,8 @@ static lb_status plan_entry(wjob *j, const lb__gguf_view *v, size_t i, out_t *o)
     else if (lb_dtype_from_ggml(v->t[i].type, &o->dtype) != LB_OK) o->dtype = LB_DT_F32;
     if ((st = lb__rotary_permute_heads(m, t, j->layout, &o->permute)) != LB_OK) return st;
     o->copy = o->dtype == t->dtype && !o->permute && !e.replaced;
+    /* NVFP4 divides the values by the tensor's scale first, so it needs its own copy */
+    o->borrow = !o->copy && t->dtype == LB_DT_F32 && !o->permute && !e.replaced && o->dtype != LB_DT_NVFP4;
     const lb_dtype_info *d = lb_dtype_get(o->dtype);
     if (!o->copy && !lb__ggml_rows_can(o->dtype))
         return lb__fail(LB_ERR_UNSUPPORTED, "tensor '%s': lowbit does not write %s yet", o->name, d->name);

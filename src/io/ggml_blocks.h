@@ -306,6 +306,25 @@ void lb__quantize_q8_0(const float *restrict src, size_t nb, void *restrict dst)
 void lb__quantize_mxfp4(const float *restrict src, size_t nb, void *restrict dst);
 void lb__quantize_nvfp4(const float *restrict src, size_t nb, void *restrict dst);
 
+/* The two builds of those seven (ggml_blocks_quant.h): the scalar one, and
+ * the AVX2 one (ggml_blocks_avx2.c), which exists when
+ * lb__ggml_blocks_avx2_built() is 1 (an x86-64 compiler that takes -mavx2).
+ * The functions above choose by lb_isa_active; the two give the same bytes. */
+#define LB__CLASSIC_QUANTIZERS(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(mxfp4) X(nvfp4)
+#define LB__DECLARE_TWINS(type)                                                                  \
+    void lb__quantize_##type##_scalar(const float *restrict src, size_t nb, void *restrict dst); \
+    void lb__quantize_##type##_avx2(const float *restrict src, size_t nb, void *restrict dst);
+LB__CLASSIC_QUANTIZERS(LB__DECLARE_TWINS)
+int lb__ggml_blocks_avx2_built(void);
+/* The same two builds of the IQ4 quantizers (ggml_blocks_iq4_quant.h). */
+#define LB__IQ4_QUANTIZERS(X) X(iq4_nl) X(iq4_xs)
+#define LB__DECLARE_IQ4_TWINS(type)                                                                    \
+    void lb__quantize_##type##_scalar(const float *restrict src, size_t nb, const float *restrict imatrix, \
+                                      void *restrict dst);                                              \
+    void lb__quantize_##type##_avx2(const float *restrict src, size_t nb, const float *restrict imatrix,   \
+                                    void *restrict dst);
+LB__IQ4_QUANTIZERS(LB__DECLARE_IQ4_TWINS)
+
 /* ggml's quantize_iq4_nl / quantize_iq4_xs: nb blocks (32 / 256 values)
  * of finite src; imatrix, when not NULL, holds one importance weight per
  * element of src (the caller repeats a row's weights for each row). */

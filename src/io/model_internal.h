@@ -35,6 +35,9 @@ struct lb_model {
  * none; LB_ERR_PARSE when rows must move but the heads do not say how);
  * and the move itself (src and dst: rows x cols, distinct). */
 lb_rope_layout lb__gguf_rope_layout(const lb_arch *a);
+/* Maps a stored tensor's pages in one call before it is read whole (advice
+ * only: without it the reads fault them in, a few pages a fault). */
+void lb__tensor_prefetch(const lb_tensor *t);
 lb_status lb__rotary_permute_heads(const lb_model *m, const lb_tensor *t, lb_rope_layout to, uint32_t *heads);
 void lb__permute_rotary_rows(const float *src, float *dst, uint64_t rows, uint64_t cols, uint32_t heads,
                              int to_adjacent);

@@ -13,6 +13,7 @@
 #include "io/ggml_blocks.h"
 #include "io/ggml_quants.h"
 #include "lowbit.h"
+#include "util/cpu.h"
 
 static const lb_dtype writable[] = {LB_DT_F32,  LB_DT_F16,   LB_DT_BF16,  LB_DT_Q8_0,   LB_DT_Q4_0,  LB_DT_Q4_1,
                                     LB_DT_Q5_0, LB_DT_Q5_1,  LB_DT_MXFP4, LB_DT_NVFP4,  LB_DT_IQ4_NL, LB_DT_IQ4_XS};
@@ -231,8 +232,77 @@ static void test_mxfp4_scale(void)
     CHECK(bad == 0 && n > 130000, "%ld of %ld mxfp4 scales differ from floor(log2)", bad, n);
 }
 
+/* The AVX2 build of the classic quantizers against the scalar one
+ * (ggml_blocks_quant.h): the same bytes on gaussian blocks and on the cases
+ * that take the other paths (zero, constant, tiny blocks whose 1/d is
+ * infinite, outliers, exact halves, values near powers of two for MXFP4's
+ * exponent, huge values for NVFP4's scale clamp). */
+static void test_avx2_twins(void)
+{
+    if (!lb__ggml_blocks_avx2_built() || lb__isa_x86(lb_isa_detected()) < LB_ISA_AVX2) {
+        printf("no AVX2 build or CPU here: the twin check is skipped\n");
+        return;
+    }
+    enum { NB = 64, N = NB * 64 };
+    static float v[N];
+    static uint8_t a[N * 2], b[N * 2];
+    typedef void (*qfn)(const float *restrict, size_t, void *restrict);
+    static const struct { const char *name; qfn scalar, avx2; } q[] = {
+#define TWIN(type) {#type, lb__quantize_##type##_scalar, lb__quantize_##type##_avx2},
+        LB__CLASSIC_QUANTIZERS(TWIN)
+#undef TWIN
+    };
+    for (int kind = 0; kind < 8; kind++) {
+        for (size_t i = 0; i < N; i++) {
+            float g = (float)((int32_t)next_u32()) / 2147483648.0f + (float)((int32_t)next_u32()) / 4294967296.0f;
+            switch (kind) {
+            case 0: v[i] = g; break;
+            case 1: v[i] = (i / 32) % 3 == 0 ? 0.0f : g; break;                           /* zero blocks */
+            case 2: v[i] = (i / 32) % 2 ? -1.5f : g * 1e-3f; break;                       /* constant blocks */
+            case 3: v[i] = g * 1e-39f; break;                                             /* 1/d infinite */
+            case 4: v[i] = i % 37 == 0 ? 300.0f * g : g; break;                           /* outliers */
+            case 5: v[i] = (float)((int)(g * 16)) * 0.5f; break;                          /* exact halves */
+            case 6: v[i] = (i % 32 == 0 ? 0.99999994f : 0.5f) * (g < 0 ? -1.0f : 1.0f); break; /* near 2^k */
+            default: v[i] = g * 1e6f; break;                                              /* big scales */
+            }
+        }
+        for (size_t t = 0; t < sizeof q / sizeof q[0]; t++) {
+            size_t nb = strcmp(q[t].name, "nvfp4") == 0 ? N / 64 : N / 32; /* NVFP4 blocks hold 64 */
+            memset(a, 0x5A, sizeof a), memset(b, 0xA5, sizeof b);
+            q[t].scalar(v, nb, a);
+            q[t].avx2(v, nb, b);
+            const lb_dtype_info *d = NULL;
+            for (int k = 0; k < LB_DT_COUNT && !d; k++) {
+                const lb_dtype_info *e = lb_dtype_get((lb_dtype)k);
+                if (e && strcmp(e->name, q[t].name) == 0) d = e;
+            }
+            size_t bytes = d ? nb * d->block_bytes : 0;
+            CHECK(d != NULL, "%s: no dtype of that name", q[t].name);
+            CHECK(bytes && memcmp(a, b, bytes) == 0, "%s kind %d: AVX2 bytes differ from scalar", q[t].name, kind);
+        }
+        /* the IQ4 search, with and without an importance matrix */
+        typedef void (*ifn)(const float *restrict, size_t, const float *restrict, void *restrict);
+        static const struct { const char *name; ifn scalar, avx2; size_t block, bytes; } iq[] = {
+            {"iq4_nl", lb__quantize_iq4_nl_scalar, lb__quantize_iq4_nl_avx2, 32, 18},
+            {"iq4_xs", lb__quantize_iq4_xs_scalar, lb__quantize_iq4_xs_avx2, 256, 136},
+        };
+        static float wts[N];
+        for (size_t i = 0; i < N; i++) wts[i] = i % 7 == 0 ? 0.0f : (float)(next_u32() % 1000) / 250.0f;
+        for (size_t t = 0; t < sizeof iq / sizeof iq[0]; t++)
+            for (int with = 0; with <= 1; with++) {
+                size_t nb = N / iq[t].block;
+                memset(a, 0x5A, sizeof a), memset(b, 0xA5, sizeof b);
+                iq[t].scalar(v, nb, with ? wts : NULL, a);
+                iq[t].avx2(v, nb, with ? wts : NULL, b);
+                CHECK(memcmp(a, b, nb * iq[t].bytes) == 0, "%s kind %d imatrix %d: AVX2 bytes differ from scalar",
+                      iq[t].name, kind, with);
+            }
+    }
+}
+
 int main(void)
 {
+    test_avx2_twins();
     test_iq4_nearest();
     test_mxfp4_scale();
     test_refusals();

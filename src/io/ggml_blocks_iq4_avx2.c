@@ -1,0 +1,24 @@
+/* The AVX2 build of the IQ4 quantizers (ggml_blocks_iq4_quant.h): the same
+ * C as the scalar build in ggml_blocks_iq4.c, compiled with -mavx2 -mfma
+ * -mf16c (the Makefile's rule for *_avx2.c; -ffp-contract=off keeps every
+ * multiply and add separate). The search's 16 fits fill two 8-wide lanes. */
+#include "io/ggml_blocks.h"
+
+#if defined(__x86_64__) && defined(__AVX2__)
+
+#define LB__QNAME(type) lb__quantize_##type##_avx2
+#include "io/ggml_blocks_iq4_quant.h"
+
+#else /* no AVX2 build here (lb__ggml_blocks_avx2_built() is 0): the names exist, the scalar build runs */
+
+void lb__quantize_iq4_nl_avx2(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst)
+{
+    lb__quantize_iq4_nl_scalar(src, nb, imatrix, dst);
+}
+
+void lb__quantize_iq4_xs_avx2(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst)
+{
+    lb__quantize_iq4_xs_scalar(src, nb, imatrix, dst);
+}
+
+#endif

@@ -1,0 +1,168 @@
+/* ggml's IQ4_NL / IQ4_XS quantizer (quantize_iq4_nl / quantize_iq4_xs and
+ * the scale search they share), included twice: by ggml_blocks_iq4.c,
+ * compiled for baseline x86-64 (the scalar twin), and by
+ * ggml_blocks_iq4_avx2.c, compiled with -mavx2. Plain C that the compiler
+ * vectorizes; with -ffp-contract=off and no fast-math both builds do each
+ * lane's IEEE operations in the same order, so they give the same bytes
+ * (tested in tests/unit/test_ggml_quants.c). The includer defines
+ * LB__QNAME(type) to the name of each function. */
+#ifndef LB_IO_GGML_BLOCKS_IQ4_QUANT_H
+#define LB_IO_GGML_BLOCKS_IQ4_QUANT_H
+
+#include <math.h>
+
+#include "io/ggml_blocks.h"
+
+#ifndef LB__QNAME
+#error "define LB__QNAME(type) before including ggml_blocks_iq4_quant.h"
+#endif
+
+#define IQ4_TRIES 7           /* scales tried either side of the first guess (ggml's ntry) */
+#define IQ4_MIN_AMAX 1e-15f   /* smaller sub-blocks get scale 0 (ggml's GROUP_MAX_EPS) */
+
+/* ===== Quantize ===== */
+
+/* ggml's nearest_int: round to nearest even through the fp32 adder (the
+ * magic constant 1.5 * 2^23 leaves the integer in the low mantissa bits).
+ * Kept as the bit trick so that even inf and NaN give ggml's result. */
+static inline int magic_round(float v)
+{
+    uint32_t u = lb__bits_from_f32(v + 12582912.0f);
+    return (int)(u & 0x007FFFFFu) - 0x00400000;
+}
+
+/* The weighted fits of sub-block x at FITS inverse scales at once: for
+ * each id[t], the grid codes q of id[t] * x (ggml's best_index_int8, as
+ * lb__iq4_nearest32 computes it branch-free) and the sums sum w q x and
+ * sum w q^2 over the elements in order. The fits are independent, so the
+ * loops over t run them side by side (vector lanes); each lane does one
+ * fit's operations in ggml's order (w q first, then times x and times q,
+ * added element by element), so every sum has ggml's bits. Doing them one
+ * at a time instead leaves the adder waiting on each sum's previous add. */
+#define FITS 16 /* the first guess and the 2 * IQ4_TRIES + 1 tries */
+
+static inline void fit_all(const float *x, const float *w, const float *id, float *sumqx, float *sumq2)
+{
+    const int8_t *g = lb__kvalues_iq4nl;
+    float sx[FITS], s2[FITS];
+    for (int t = 0; t < FITS; t++) sx[t] = 0.0f, s2[t] = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        float v[FITS];
+        int32_t lo[FITS], hi[FITS];
+        for (int t = 0; t < FITS; t++) v[t] = id[t] * x[j], lo[t] = g[0], hi[t] = g[1];
+        /* unrolled whole, so the 16 lanes' lo and hi stay in registers */
+#pragma GCC unroll 16
+        for (int k = 1; k < 15; k++) {
+            const float gk = (float)g[k];
+            const int32_t gap_lo = g[k] - g[k - 1], gap_hi = g[k + 1] - g[k];
+#pragma GCC unroll 16
+            for (int t = 0; t < FITS; t++) {
+                const int32_t not_below = -(int32_t)!(v[t] < gk);
+                lo[t] += not_below & gap_lo;
+                hi[t] += not_below & gap_hi;
+            }
+        }
+        for (int t = 0; t < FITS; t++) {
+            const int32_t up = -(int32_t)!(v[t] - (float)lo[t] < (float)hi[t] - v[t]);
+            const float q = (float)((hi[t] & up) | (lo[t] & ~up));
+            const float wq = w[j] * q;
+            sx[t] += wq * x[j];
+            s2[t] += wq * q;
+        }
+    }
+    for (int t = 0; t < FITS; t++) sumqx[t] = sx[t], sumq2[t] = s2[t];
+}
+
+/* The scale of one 32-element sub-block x with weights w; 0 when its
+ * largest magnitude is below IQ4_MIN_AMAX. */
+static float sub_block_scale(const float *x, const float *w)
+{
+    float amax = 0.0f, max = 0.0f; /* magnitude and signed value of the first largest */
+    for (int j = 0; j < 32; j++)
+        if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
+    if (amax < IQ4_MIN_AMAX) return 0.0f;
+    const float g0 = (float)lb__kvalues_iq4nl[0];
+    float id[FITS], sumqx[FITS], sumq2[FITS];
+    id[0] = 1.0f / (-max / g0);
+    for (int t = -IQ4_TRIES; t <= IQ4_TRIES; t++) id[t + IQ4_TRIES + 1] = (float)(t + lb__kvalues_iq4nl[0]) / max;
+    fit_all(x, w, id, sumqx, sumq2);
+    float d = sumq2[0] > 0.0f ? sumqx[0] / sumq2[0] : 0.0f;
+    float best = d * sumqx[0];
+    for (int t = 1; t < FITS; t++) /* ggml's order: the tries after the first guess */
+        if (sumq2[t] > 0.0f && sumqx[t] * sumqx[t] > best * sumq2[t]) { /* sumqx^2 / sumq2 > best, no division */
+            d = sumqx[t] / sumq2[t];
+            best = d * sumqx[t];
+        }
+    return d;
+}
+
+/* The weights of the fit for sub-block x: x^2 without an importance
+ * matrix, else imatrix * sqrt(sigma2 + x^2) with sigma2 twice the mean
+ * square of the super-block. */
+static inline void fit_weights(const float *x, const float *imatrix, float sigma2, float *w)
+{
+    if (imatrix)
+        for (int j = 0; j < 32; j++) w[j] = imatrix[j] * sqrtf(sigma2 + x[j] * x[j]);
+    else
+        for (int j = 0; j < 32; j++) w[j] = x[j] * x[j];
+}
+
+static float twice_mean_square(const float *x, int n)
+{
+    float s = 0.0f;
+    for (int j = 0; j < n; j++) s += x[j] * x[j];
+    return s * (2.0f / (float)n);
+}
+
+/* Codes of 32 elements at scale d (inverse 0 for d = 0), packed. */
+static inline void codes_at(const float *x, float d, uint8_t *qs)
+{
+    uint8_t q[32];
+    lb__iq4_nearest32(x, d != 0.0f ? 1.0f / d : 0.0f, q, NULL);
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
+}
+
+void LB__QNAME(iq4_nl)(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst)
+{
+    lb__block_iq4_nl *y = dst;
+    for (size_t i = 0; i < nb; i++, src += LB__QK) {
+        float w[32];
+        fit_weights(src, imatrix ? imatrix + LB__QK * i : NULL, imatrix ? twice_mean_square(src, LB__QK) : 0.0f, w);
+        const float d = sub_block_scale(src, w);
+        lb__store_ggml_fp16(y[i].d, d);
+        codes_at(src, d, y[i].qs); /* with the unrounded scale, as ggml */
+    }
+}
+
+void LB__QNAME(iq4_xs)(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst)
+{
+    lb__block_iq4_xs *y = dst;
+    for (size_t i = 0; i < nb; i++, src += LB__QK_K) {
+        const float *qw = imatrix ? imatrix + LB__QK_K * i : NULL;
+        const float sigma2 = qw ? twice_mean_square(src, LB__QK_K) : 0.0f;
+        float scale[8], w[32];
+        float amax_scale = 0.0f, max_scale = 0.0f; /* the first scale of largest magnitude */
+        for (int ib = 0; ib < 8; ib++) {
+            fit_weights(src + 32 * ib, qw ? qw + 32 * ib : NULL, sigma2, w);
+            scale[ib] = sub_block_scale(src + 32 * ib, w);
+            if (fabsf(scale[ib]) > amax_scale) amax_scale = fabsf(scale[ib]), max_scale = scale[ib];
+        }
+        /* the super-block scale maps the largest sub-block scale to -32 */
+        const float d = -max_scale / 32.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        lb__store_ggml_fp16(y[i].d, d);
+        uint32_t h = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            int l = magic_round(id * scale[ib]);
+            l = l < -32 ? -32 : l > 31 ? 31 : l;
+            codes_at(src + 32 * ib, d * (float)l, y[i].qs + 16 * ib);
+            const unsigned code = (unsigned)(l + 32);
+            if (ib % 2 == 0) y[i].scales_l[ib / 2] = (uint8_t)(code & 0x0F);
+            else y[i].scales_l[ib / 2] |= (uint8_t)((code & 0x0F) << 4);
+            h |= (code >> 4) << 2 * ib;
+        }
+        y[i].scales_h[0] = (uint8_t)h, y[i].scales_h[1] = (uint8_t)(h >> 8);
+    }
+}
+
+#endif
