@@ -8,14 +8,18 @@ fp32 activations unless `--act ggml` rounds them the same way
     from_float of each vec_dot type (the x86 code the tools run), and the
     weight -> vec_dot type table against ggml_get_type_traits_cpu;
   - llama-perplexity vs lowbit ppl on the same GGUF files, 8 windows of 512
-    of wiki.test.raw: fp32 activations leave gaps of 0.35% (Q8_0) to 0.72%
-    (Q4_0), all one way (llama.cpp's rounding costs perplexity); --act ggml
-    brings them to about 0.05%. Once activations are rounded, any last-bit
-    difference upstream (summation order) can flip a code, so the two tools
-    agree statistically, not bit for bit. Adding --kv fp16 (llama-perplexity's
-    f16 KV cache, which its flash-attention path widens back to fp32, Q and
-    the probabilities staying fp32) measured +0.05% to +0.26%: reported and
-    bounded loosely, not understood yet."""
+    of wiki.test.raw. fp32 activations leave gaps of -0.35% (Q8_0) to -0.83%
+    (Q6_K), all one way: llama.cpp's rounding costs perplexity. --act ggml
+    removes that bias: the gaps measured -0.18% (Q8_0), -0.05% (Q4_0), -0.03%
+    (Q4_1), +0.34% (Q4_K_M), -0.26% (Q6_K), -0.06% (IQ4_XS), scattered around
+    zero. What scatters them: once activations are rounded, a last-bit
+    difference upstream (summation order) flips codes, and over 2040 scored
+    tokens that moves PPL by about 0.2% either way -- storing the KV cache in
+    fp16 (llama-perplexity's default; --kv fp16) is such a perturbation and
+    moved every type's PPL by 0.07-0.21%. So the bounds are the measured
+    spread, not bit agreement (the KLD from F32 is the steadier measure:
+    Q8_0 0.00397 llama.cpp, 0.00381 lowbit --act ggml --kv fp16, 0.00112
+    lowbit fp32 activations)."""
 import ctypes
 import os
 import pathlib
@@ -130,8 +134,8 @@ def test_vec_dot_types_match_ggml_cpu(ggml_cpu):
 
 TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q6_K", "IQ4_XS"]
 LOOSE = 0.0075  # fp32 activations: the gaps measured without the mode reach ~0.72% (Q4_0)
-TIGHT = 0.0015  # --act ggml: measured -0.05% (Q4_0), -0.03% (Q4_1)
-KV16 = 0.004    # --act ggml --kv fp16: measured up to +0.26% (Q4_K_M)
+TIGHT = 0.004   # --act ggml: measured at most 0.34% (Q4_K_M)
+KV16 = 0.006    # --act ggml --kv fp16: measured at most 0.48% (Q6_K)
 
 
 def run(args):
