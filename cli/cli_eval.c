@@ -101,7 +101,13 @@ static int runner_formats(const char *cmd, int json, const cli_eval_args *a, lb_
     static const lb_format kv[] = {LB_FMT_FP32, LB_FMT_BF16, LB_FMT_FP16, LB_FMT_FP8_E4M3, LB_FMT_FP8_E5M2, LB_FMT_INT8, LB_FMT_INT4};
     static const lb_format act[] = {LB_FMT_INT8, LB_FMT_FP8_E4M3};
     int rc = parse_format(cmd, json, "--kv", a->kv, kv, sizeof kv / sizeof *kv, &o->kv);
-    if (rc == EXIT_OK) rc = parse_format(cmd, json, "--act", a->act, act, sizeof act / sizeof *act, &o->act);
+    /* --act ggml: each GGUF block-typed weight's input rounded as llama.cpp's CPU matmul quantizes it */
+    o->ggml_act = a->act && strcmp(a->act, "ggml") == 0;
+    if (rc == EXIT_OK && !o->ggml_act)
+        rc = parse_format(cmd, json, "--act", a->act, act, sizeof act / sizeof *act, &o->act);
+    if (rc == EXIT_OK && o->ggml_act && a->calib)
+        rc = cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--act ggml rounds as llama.cpp does, per block at run "
+                      "time: it takes no --calib");
     if (rc == EXIT_OK && a->calib && !a->act)
         rc = cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--calib sets static activation scales: it needs --act");
     if (rc == EXIT_OK && a->calib_tokens && !a->calib)
@@ -298,7 +304,8 @@ void cli_eval_print_setup(FILE *out, const cli_eval_args *a, int json)
     if (!a->fake && !a->act && !a->kv) return;
     const char *sep = " (";
     if (a->fake) fprintf(out, "%sfake", sep), sep = "; ";
-    if (a->act) fprintf(out, "%sact %s%s%s", sep, a->act, a->calib ? ", static from " : ", per token", a->calib ? a->calib : ""), sep = "; ";
+    if (a->act && strcmp(a->act, "ggml") == 0) fprintf(out, "%sact as llama.cpp's CPU matmuls round it", sep), sep = "; ";
+    else if (a->act) fprintf(out, "%sact %s%s%s", sep, a->act, a->calib ? ", static from " : ", per token", a->calib ? a->calib : ""), sep = "; ";
     if (a->kv) fprintf(out, "%skv %s", sep, a->kv);
     fputc(')', out);
 }
@@ -351,10 +358,12 @@ void cli_eval_print_saturation(const char *cmd, FILE *out, const lb_runner *r, c
                 (unsigned long long)s.kv_saturated, (unsigned long long)s.kv_values,
                 (unsigned long long)s.act_saturated, (unsigned long long)s.act_values);
     } else if (out && (a->kv || a->act)) {
+        int ggml = a->act && strcmp(a->act, "ggml") == 0; /* block scales never saturate: nothing to count */
+        if (ggml && !a->kv) return;
         fprintf(out, "saturated:");
         if (a->kv) fprintf(out, " kv %llu of %llu values (%s)%s", (unsigned long long)s.kv_saturated,
-                           (unsigned long long)s.kv_values, kv, a->act ? "," : "");
-        if (a->act) fprintf(out, " act %llu of %llu values (%s)", (unsigned long long)s.act_saturated,
+                           (unsigned long long)s.kv_values, kv, a->act && !ggml ? "," : "");
+        if (a->act && !ggml) fprintf(out, " act %llu of %llu values (%s)", (unsigned long long)s.act_saturated,
                             (unsigned long long)s.act_values, act);
         fputc('\n', out);
     }

@@ -674,6 +674,12 @@ typedef struct lb_runner_options {
     lb_format kv;
     lb_progress_fn progress; /* optional: after each layer is loaded (done of n_layers) */
     void *progress_ctx;
+    /* 1: compute as llama.cpp's CPU backend does: the input of every
+     * matmul whose weight is stored in a GGUF block type (or f16/bf16) is
+     * rounded to that type's ggml vec_dot type (Q8_0, Q8_1, Q8_K, f16,
+     * bf16) first, as ggml quantizes it, and decoded back to fp32. The
+     * token embedding (a row lookup) is not. Not combinable with act. */
+    int ggml_act;
 } lb_runner_options;
 
 /* Called with each linear layer's input during a forward pass (for

@@ -15,6 +15,7 @@
 #include "io/llama2c.h"
 #include "io/safetensors.h"
 #include "lowbit.h"
+#include "model/ggml_act.h"
 
 typedef void (*any_fn)(void);
 
@@ -41,7 +42,7 @@ static const struct {
     ROW(lb__ggml_quantize_row_q2_k), ROW(lb__ggml_quantize_row_q3_k), ROW(lb__ggml_quantize_row_q4_k),
     ROW(lb__ggml_quantize_row_q5_k), ROW(lb__ggml_quantize_row_q6_k), ROW(lb__ggml_quantize_row_q4_0_imatrix),
     ROW(lb__ggml_quantize_row_q4_1_imatrix), ROW(lb__ggml_quantize_row_q5_0_imatrix),
-    ROW(lb__ggml_quantize_row_q5_1_imatrix),
+    ROW(lb__ggml_quantize_row_q5_1_imatrix), ROW(lb__ggml_act_round), ROW(lb__ggml_act_type),
 };
 
 /* The internal function called `name`, or NULL. */

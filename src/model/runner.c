@@ -32,6 +32,7 @@
 #include "kernel/qmat.h"
 #include "kernel/w8a8.h"
 #include "model/act_sim.h"
+#include "model/ggml_act.h"
 #include "model/attention.h"
 #include "model/kvcache.h"
 #include "model/runner_internal.h"
@@ -62,6 +63,7 @@ typedef struct linear {
     float act_scale;     /* static activation scale; 0: per token */
     int has_out_scale;   /* a GGUF's per-tensor "<weight>.scale" (NVFP4's second-level scale): */
     float out_scale;     /* the product's outputs are multiplied by it, as llama.cpp does */
+    lb__ggml_act ggml_act; /* options.ggml_act: inputs rounded as llama.cpp would (ggml_act.h); F32: not */
 } linear;
 
 typedef struct layer {
@@ -304,6 +306,9 @@ static lb_status load_matrix(const loader *l, const char *name, size_t out, size
         st = setup_act(l, &e, name, lin);
     }
     if (st == LB_OK) st = load_out_scale(l, name, lin);
+    /* only a tensor kept as the file stores it is one ggml would multiply in its type */
+    if (st == LB_OK && l->o->ggml_act && !l->calibration && e.state == LB_QSTATE_STORED)
+        lin->ggml_act = lb__ggml_act_type(e.tensor->dtype);
     if (st == LB_OK) count_matrix(mem, lin);
     return st;
 }
@@ -726,6 +731,15 @@ static lb_status linear_product(lb_runner *r, linear *lin, const float *x, size_
             for (size_t i = 0; i < n * lin->in; i++) r->act_saturated += fabsf(x[i]) / s >= limit && isfinite(x[i]);
         }
         return lb__w8a8_matmul(&lin->a8, x, n, lin->act_scale, y, r->threads);
+    }
+    if (lin->ggml_act != LB__GGML_ACT_F32 && !r->calibrating) {
+        float *xq = malloc((n * lin->in + 1) * sizeof *xq);
+        if (!xq) return lb__fail(LB_ERR_NOMEM, "cannot allocate rounded activations of %zu x %zu", n, lin->in);
+        lb_status st = lb__ggml_act_round((int)lin->ggml_act, x, n * lin->in, xq);
+        if (st == LB_OK) st = lin->packed ? lb__qmat_matmul(&lin->q, xq, n, y, r->threads)
+                                          : lb__matmul(xq, n, &lin->f, y, r->threads);
+        free(xq);
+        return st;
     }
     if (lin->sim.mode != LB_ACT_NONE && !r->calibrating) {
         float *xq = malloc((n * lin->in + 1) * sizeof *xq);

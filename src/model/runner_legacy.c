@@ -48,6 +48,9 @@ lb_status lb_runner_new(const lb_model *m, const lb_runner_options *o, lb_runner
     if (o->act != LB_FMT_FP32 && o->act != LB_FMT_INT8 && o->act != LB_FMT_FP8_E4M3)
         return lb__fail(LB_ERR_ARG, "activation format %d: W8A8 takes int8 or fp8_e4m3", (int)o->act);
     if (lb__kv_format_check(o->kv) != LB_OK) return LB_ERR_FORMAT;
+    if (o->ggml_act && o->act != LB_FMT_FP32)
+        return lb__fail(LB_ERR_ARG, "llama.cpp's activation rounding (ggml_act) and W8A8 activations (act) exclude "
+                        "each other: give one");
     if (o->act != LB_FMT_FP32 && o->fake)
         return lb__fail(LB_ERR_ARG, "8-bit activations run on packed weights: they do not combine with fake quantization");
     /* a private qmodel with the class specs, each tensor on its own (no
