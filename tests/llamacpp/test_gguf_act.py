@@ -132,7 +132,9 @@ def test_vec_dot_types_match_ggml_cpu(ggml_cpu):
 
 # ---- whole-model agreement ----
 
-TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q6_K", "IQ4_XS"]
+# two types here (tests/llamacpp/test_gguf_eval.py holds every type to the
+# issue's 0.5% with --act ggml); measured on six: BENCHMARKS.md, "GGUF"
+TYPES = ["Q4_0", "Q4_K_M"]
 LOOSE = 0.01    # fp32 activations: the gaps measured without the mode reach 0.83% (Q6_K)
 TIGHT = 0.004   # --act ggml: measured at most 0.34% (Q4_K_M)
 KV16 = 0.006    # --act ggml --kv fp16: measured at most 0.48% (Q6_K)

@@ -2,14 +2,17 @@
 llama.cpp's llama-perplexity and by lowbit's own ppl/kld on the same file,
 the same 8 windows of 512 tokens of wiki.test.raw, against the same F32 model.
 
-  - perplexity agrees within 0.5% (the issue's bound). The two are not
-    expected to be equal: llama.cpp's CPU matmuls quantize the activations
-    to 8 bits (q8_0/q8_K) for block-quantized weights, lowbit keeps them in
-    fp32; on SmolLM2 that alone moves PPL by about 0.4% (Q4_1: 24.596 vs 24.497).
-  - the KL divergence from the F32 model agrees within 15% + 0.005 (the same
-    activation rounding adds about 0.003 to llama.cpp's KLD): a wrong nibble
-    order or scale would change it many times over, even where it happens to
-    leave PPL close.
+  - lowbit computes as llama.cpp's CPU backend does (`--act ggml`: each
+    matmul's input rounded to the weight type's vec_dot type, q8_0/q8_1/q8_K;
+    tests/llamacpp/test_gguf_act.py checks that rounding bit for bit against
+    libggml-cpu). With fp32 activations lowbit is 0.35-0.9% below llama.cpp
+    on every type (its activation rounding alone: Q4_1 of a Q4_1-born model,
+    24.596 vs 24.497).
+  - perplexity agrees within 0.5% (the issue's bound; what remains is the
+    order of float sums, which an 8-bit rounding downstream amplifies).
+  - the KL divergence from the F32 model agrees within 10% + 0.002: a wrong
+    nibble order or scale would change it many times over, even where it
+    happens to leave PPL close.
   - NVFP4 (ggml type 40, which llama-quantize cannot write) is among the types:
     llama.cpp loads lowbit's file, per-tensor .scale tensors included."""
 import json
@@ -72,13 +75,13 @@ def test_llama_perplexity_and_lowbit_agree(bases, llamacpp_bin, ftype):
     run([LOWBIT, "quantize", f32, "-o", out, "--format", "gguf", "--type", ftype, "--quiet", "--force"])
     ppl_l, kld_l, top1_l = llama_scores(llamacpp_bin, out, llama_base)
     r = run([LOWBIT, "kld", f32, out, "--base", lowbit_base, "--text", WIKI, "--ctx", CTX, "--chunks", CHUNKS,
-             "--quiet", "--json"])
+             "--act", "ggml", "--quiet", "--json"])
     j = json.loads(r.stdout)
     ppl_b, kld_b = j["ppl"], j["kld_mean"]
     msg = f"{ftype}: llama.cpp PPL {ppl_l:.4f} KLD {kld_l:.5f} top1 {top1_l:.4f}; " \
           f"lowbit PPL {ppl_b:.4f} KLD {kld_b:.5f} top1 {j['top1_agreement']:.4f}"
     print(msg)
     assert abs(ppl_l / ppl_b - 1) < 0.005, msg
-    assert abs(kld_l - kld_b) < 0.15 * max(kld_l, kld_b) + 0.005, msg
+    assert abs(kld_l - kld_b) < 0.10 * max(kld_l, kld_b) + 0.002, msg
     # lowbit packs the weights in memory: the file's bytes, not an fp32 copy
     assert j["memory"]["fp32_matrices"] == 0, msg
