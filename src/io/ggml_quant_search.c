@@ -7,20 +7,29 @@
 #include "io/ggml_quant_search.h"
 #include "util/cpu.h"
 
+/* ggml's MIN(hi, v) then MAX(lo, .): the same as clamp_int for ints. */
 static inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* ggml's MIN(hi, v) then MAX(lo, .): the same as clamp_int for ints. */
-
-float lb__ggml_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const float *qw)
+/* The value of largest magnitude (the first one on ties, with its sign),
+ * its magnitude in *amax: the symmetric searches scale it to -nmax. */
+static float signed_max(const float *x, int n, float *amax)
 {
-    float max = 0, amax = 0;
+    float max = 0, a = 0;
     for (int i = 0; i < n; ++i) {
         float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
+        if (ax > a) {
+            a = ax;
             max = x[i];
         }
     }
+    *amax = a;
+    return max;
+}
+
+float lb__ggml_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const float *qw)
+{
+    float amax;
+    const float max = signed_max(x, n, &amax);
     if (amax < LB__GGML_GROUP_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;
@@ -58,14 +67,8 @@ float lb__ggml_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const 
 
 float lb__ggml_make_q3_quants(int n, int nmax, const float *x, int8_t *L, int do_rmse)
 {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    float amax;
+    const float max = signed_max(x, n, &amax);
     if (amax < LB__GGML_GROUP_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;
