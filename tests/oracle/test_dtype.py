@@ -65,7 +65,8 @@ SAFETENSORS = {"f64": "F64", "f32": "F32", "f16": "F16", "bf16": "BF16", "f8_e4m
                "f8_e5m2": "F8_E5M2", "i64": "I64", "i32": "I32", "i16": "I16", "i8": "I8", "u8": "U8",
                "bool": "BOOL"}
 NO_GGML = {"f8_e4m3", "f8_e5m2", "u8", "bool"}
-WRITES = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "mxfp4", "nvfp4", "iq4_nl", "iq4_xs"}
+WRITES = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "mxfp4",
+          "nvfp4", "iq4_nl", "iq4_xs"}
 BLOCK_TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "mxfp4", "nvfp4",
                "iq4_nl", "iq4_xs"]
 # byte offsets of the fp16 scale fields in each block (gguf's layouts)
