@@ -166,7 +166,8 @@ def main():
         print(f"| lowbit ppl | {tb:.1f} | {rss / 1e6:.0f} | {rss / total:.2f} | "
               f"{mem.get('weights_bytes', 0) / 1e6:.1f} |")
         print(f"| llama-perplexity | {tl:.1f} | {lrss / 1e6:.0f} | {lrss / total:.2f} | |")
-        bj = json.loads(sh([lb, "bench", "--model", q, "--threads", 2, "--json", "--quick"]).stdout)
+        bj = json.loads(sh([lb, "bench", "--model", q, "--threads", 2, "--json", "--quick", "--specs", "fp32",
+                             "--decode-specs", "stored", "--kv", "fp32"]).stdout)
         lbench = sh([llb / "llama-bench", "-m", q, "-t", 2, "-p", 512, "-n", 128, "-o", "json"]).stdout
         print("\nlowbit bench (model section):", json.dumps(bj.get("model", bj))[:1500])
         print("llama-bench:", json.dumps([{k: r.get(k) for k in ("n_prompt", "n_gen", "avg_ts")}
