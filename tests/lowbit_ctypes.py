@@ -307,14 +307,17 @@ class GGUFOptions(ctypes.Structure):
     _fields_ = [("type", ctypes.c_char_p), ("pure", ctypes.c_int), ("output_tensor_type", ctypes.c_char_p),
                 ("token_embedding_type", ctypes.c_char_p), ("tensor_types", ctypes.POINTER(ctypes.c_char_p)),
                 ("n_tensor_types", ctypes.c_size_t), ("leave_output", ctypes.c_int), ("threads", ctypes.c_int),
-                ("progress", ctypes.c_void_p), ("progress_ctx", ctypes.c_void_p)]
+                ("progress", ctypes.c_void_p), ("progress_ctx", ctypes.c_void_p),
+                ("imatrix", ctypes.c_void_p), ("imatrix_file", ctypes.c_char_p),
+                ("imatrix_include", ctypes.POINTER(ctypes.c_char_p)), ("n_imatrix_include", ctypes.c_size_t),
+                ("imatrix_exclude", ctypes.POINTER(ctypes.c_char_p)), ("n_imatrix_exclude", ctypes.c_size_t)]
 
 
 class RunnerOptions(ctypes.Structure):
     _fields_ = [("threads", ctypes.c_int), ("attn", ctypes.c_void_p), ("mlp", ctypes.c_void_p),
                 ("embed", ctypes.c_void_p), ("head", ctypes.c_void_p), ("max_ctx", ctypes.c_uint32),
                 ("fake", ctypes.c_int), ("act", ctypes.c_int), ("kv", ctypes.c_int), ("progress", ctypes.c_void_p),
-                ("progress_ctx", ctypes.c_void_p)]
+                ("progress_ctx", ctypes.c_void_p), ("ggml_act", ctypes.c_int)]
 
 
 class CalibOptions(ctypes.Structure):

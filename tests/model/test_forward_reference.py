@@ -53,6 +53,7 @@ class RunnerOptions(ctypes.Structure):
         ("kv", ctypes.c_int),
         ("progress", ctypes.c_void_p),  # lb_progress_fn, NULL here
         ("progress_ctx", ctypes.c_void_p),
+        ("ggml_act", ctypes.c_int),
     ]
 
 
