@@ -10,9 +10,7 @@
 /* ggml's MIN(hi, v) then MAX(lo, .): the same as clamp_int for ints. */
 static inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* The value of largest magnitude (the first one on ties, with its sign),
- * its magnitude in *amax: the symmetric searches scale it to -nmax. */
-static float signed_max(const float *x, int n, float *amax)
+float lb__ggml_signed_max(const float *x, int n, float *amax)
 {
     float max = 0, a = 0;
     for (int i = 0; i < n; ++i) {
@@ -29,7 +27,7 @@ static float signed_max(const float *x, int n, float *amax)
 float lb__ggml_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const float *qw)
 {
     float amax;
-    const float max = signed_max(x, n, &amax);
+    const float max = lb__ggml_signed_max(x, n, &amax);
     if (amax < LB__GGML_GROUP_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;
@@ -68,7 +66,7 @@ float lb__ggml_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const 
 float lb__ggml_make_q3_quants(int n, int nmax, const float *x, int8_t *L, int do_rmse)
 {
     float amax;
-    const float max = signed_max(x, n, &amax);
+    const float max = lb__ggml_signed_max(x, n, &amax);
     if (amax < LB__GGML_GROUP_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;

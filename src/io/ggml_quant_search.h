@@ -38,6 +38,10 @@ static inline int lb__nearest_int(float v)
  * x[i]^2 when qw is NULL), the scale from the weighted least squares of
  * the best of 19 trial inverse scales. Returns the scale (0 for a group
  * below LB__GGML_GROUP_EPS, codes 0). */
+/* The value of largest magnitude (the first one on ties, with its sign),
+ * its magnitude in *amax: the symmetric searches (and Q3_K/Q6_K's scales
+ * of scales) scale it to -nmax. */
+float lb__ggml_signed_max(const float *x, int n, float *amax);
 float lb__ggml_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const float *qw);
 
 /* Q3_K's reference search (make_q3_quants): like the above with weights

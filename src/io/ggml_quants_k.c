@@ -227,14 +227,8 @@ static void q3_k_ref_block(const lb__ggml_search8 *search, const float *x, lb__b
         search->q3(16, 4, xt, (int8_t *)Lt, scales + 8 * h);
         deinterleave8(Lt, 16, 8, 16, (uint8_t *)L + 128 * h);
     }
-    float max_scale = 0, amax = 0;
-    for (int j = 0; j < 16; ++j) {
-        float scale = fabsf(scales[j]);
-        if (scale > amax) {
-            amax = scale;
-            max_scale = scales[j];
-        }
-    }
+    float amax;
+    const float max_scale = lb__ggml_signed_max(scales, 16, &amax);
     if (max_scale != 0) {
         float iscale = -32.f / max_scale;
         int ls[16];
@@ -440,14 +434,8 @@ void lb__ggml_quantize_row_q6_k(const float *x, void *dst, size_t cols, const fl
             search->qx(16, 32, xt, qw ? wt : NULL, (int8_t *)Lt, scales + 8 * h);
             deinterleave8(Lt, 16, 8, 16, (uint8_t *)L + 128 * h);
         }
-        float max_scale = 0, max_abs_scale = 0;
-        for (int ib = 0; ib < 16; ++ib) {
-            float abs_scale = fabsf(scales[ib]);
-            if (abs_scale > max_abs_scale) {
-                max_abs_scale = abs_scale;
-                max_scale = scales[ib];
-            }
-        }
+        float max_abs_scale;
+        const float max_scale = lb__ggml_signed_max(scales, 16, &max_abs_scale);
         if (max_abs_scale < LB__GGML_GROUP_EPS) {
             memset(&y[i], 0, sizeof y[i]);
             continue;
