@@ -60,7 +60,8 @@ TORCH = {"F8_E4M3": torch.float8_e4m3fn, "U8": torch.uint8, "F32": torch.float32
 class Entry(ctypes.Structure):
     _fields_ = [("tensor", ctypes.c_void_p), ("state", ctypes.c_int), ("spec", QSpec), ("replaced", ctypes.c_int),
                 ("has_qtensor", ctypes.c_int), ("act", QAct), ("input_amax", ctypes.c_float),
-                ("fused_group", ctypes.c_int), ("group_amax", ctypes.c_float)]
+                ("fused_group", ctypes.c_int), ("group_amax", ctypes.c_float), ("ggml", ctypes.c_int),
+                ("has_imatrix", ctypes.c_int)]  # lb_qentry, every field: C writes the whole struct
 
 
 class Exporter(ctypes.Structure):
