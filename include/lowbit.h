@@ -1174,6 +1174,38 @@ typedef struct lb_calib_options {
 } lb_calib_options;
 LB_API lb_status lb_calibrate(lb_qmodel *q, const int32_t *tokens, size_t n, const lb_calib_options *o);
 
+/* ===== Outlier methods: SmoothQuant and AWQ =====
+ * Transform a quantized model whose specs are set (lb_qmodel_apply) using
+ * calibration text: scales per input channel folded into the norms and
+ * layers in front (the model computes the same before quantization, so
+ * the output needs nothing special), weights replaced by their scaled and
+ * clipped values, which the entries' specs then quantize. RTN (round to
+ * nearest) leaves the model as it is. Calibration windows are drawn from
+ * the tokens deterministically (src/algo/calib_pass.h). */
+typedef enum lb_method {
+    LB_METHOD_RTN = 0,
+    LB_METHOD_SMOOTHQUANT = 1, /* Xiao et al. 2023; for W8A8 (activations quantized) */
+    LB_METHOD_AWQ = 2,         /* Lin et al. 2024; for weight-only specs and GGUF types */
+    LB_METHOD_COUNT = 3
+} lb_method;
+/* "rtn", "smoothquant", "awq"; NULL for a value out of range. */
+LB_API const char *lb_method_name(lb_method m);
+/* LB_ERR_ARG naming the methods for an unknown name. */
+LB_API lb_status lb_method_parse(const char *name, lb_method *out);
+
+typedef struct lb_method_options {
+    lb_method method;
+    float alpha;             /* SmoothQuant's migration strength in [0, 1] (the paper: 0.5 for most models) */
+    int alpha_search;        /* 1: alpha chosen per group from a grid by the output error instead */
+    uint32_t calib_seqs;     /* calibration windows; 0: 128 */
+    uint32_t calib_len;      /* tokens per window; 0: 512, at most the model's context */
+    uint32_t sample_rows;    /* rows of each input kept for the output-error searches; 0: 4096 */
+    int threads;             /* 0: one per CPU */
+    lb_progress_fn progress; /* optional: after each layer (done of n_layers) */
+    void *progress_ctx;
+} lb_method_options;
+LB_API lb_status lb_qmodel_apply_method(lb_qmodel *q, const int32_t *tokens, size_t n, const lb_method_options *o);
+
 /* ===== Importance matrices (llama.cpp's imatrix) =====
  * Per weight, the sum over calibration tokens of each input column's
  * squared activation, and how many tokens were summed: what llama-imatrix

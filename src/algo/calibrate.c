@@ -116,7 +116,7 @@ lb_status lb_calibrate(lb_qmodel *q, const int32_t *tokens, size_t n, const lb_c
     }
     lb_runner_options ro = {.threads = o->threads, .max_ctx = ctx};
     lb_runner *r = NULL;
-    lb_status st = lb__runner_build(q, &ro, 1, &r);
+    lb_status st = lb__runner_build(q, &ro, LB__RUNNER_CALIB, &r);
     if (st != LB_OK) return st;
     calib c = {.q = q, .n_layers = lb_model_arch(lb_qmodel_model(q))->n_layers};
     c.amax = calloc(lb_qmodel_count(q) + 1, sizeof *c.amax);

@@ -96,6 +96,8 @@ struct lb_runner {
     int calibrating;        /* lb_runner_calibrate: fp32 activations, maxima recorded */
     lb_runner_memory mem;
     uint64_t act_saturated, act_values; /* W8A8 inputs clipped to the code range, of those quantized */
+    lb_runner_options opts; /* as built (progress dropped): lb__runner_reload_layer loads alike */
+    int calibration;        /* as built: lb__runner_build_ex's mode */
 };
 
 /* ---- loading ---- */
@@ -106,8 +108,18 @@ typedef struct loader {
     const lb_runner_options *o;
     int threads;
     lb_format legacy_act;     /* lb_runner_new's W8A8 format for the projections, or LB_FMT_FP32 */
-    int calibration;          /* fp32 activations and KV cache whatever the qmodel says */
+    int calibration;          /* LB__RUNNER_CALIB*: fp32 activations and KV cache whatever the qmodel says;
+                                 LB__RUNNER_SOURCE also every tensor's source values (nothing quantized) */
 } loader;
+
+/* What a tensor holds under the loader's mode: the source values (before
+ * any quantization or 16-bit rounding) in source mode, else what the
+ * quantized model holds. */
+static lb_status tensor_values(const loader *l, size_t i, float *dst)
+{
+    if (l->calibration == LB__RUNNER_SOURCE) return lb_qmodel_source_f32(l->q, i, dst);
+    return lb_qmodel_values_f32(l->q, i, dst, l->threads);
+}
 
 static const lb_tensor *find(const loader *l, const char *name, int required, lb_status *st)
 {
@@ -147,7 +159,7 @@ static lb_status load_f32(const loader *l, const char *name, size_t rows, size_t
     if (!f) return lb__fail(LB_ERR_NOMEM, "cannot allocate fp32 copy of %s", name);
     size_t i;
     st = lb_qmodel_find(l->q, t->name, &i);
-    if (st == LB_OK) st = lb_qmodel_values_f32(l->q, i, f, l->threads); /* a replacement (a folded norm) too */
+    if (st == LB_OK) st = tensor_values(l, i, f); /* a replacement (a folded norm) too */
     if (st != LB_OK) {
         free(f);
         return st;
@@ -263,7 +275,7 @@ static lb_status load_matrix(const loader *l, const char *name, size_t out, size
     if (!find_shaped(l, name, out, in, &st)) return st;
     if ((st = lb_qmodel_find(l->q, name, &i)) != LB_OK) return st;
     if ((st = lb_qmodel_entry(l->q, i, &e)) != LB_OK) return st;
-    const lb_qspec *plain = lb__qmodel_plain(l->q, i);
+    const lb_qspec *plain = l->calibration == LB__RUNNER_SOURCE ? NULL : lb__qmodel_plain(l->q, i);
     lin->out = out;
     lin->in = in;
     if (e.state == LB_QSTATE_STORED && !l->o->fake && ggml_blocks(e.tensor)) {
@@ -271,7 +283,7 @@ static lb_status load_matrix(const loader *l, const char *name, size_t out, size
         st = lb__qmat_from_ggml(e.tensor->dtype, e.tensor->data, out, in, NULL, &lin->q);
         if (st != LB_OK) return lb__fail(st, "%s: %s", name, lb_last_error());
         lin->packed = 1;
-    } else if (e.state == LB_QSTATE_QUANTIZED && !l->o->fake) {
+    } else if (e.state == LB_QSTATE_QUANTIZED && !l->o->fake && l->calibration != LB__RUNNER_SOURCE) {
         lb_qtensor *qt = NULL;
         st = lb__qmodel_quantized_owned(l->q, i, l->threads, &qt);
         if (st != LB_OK) return lb__fail(st, "quantizing %s: %s", name, lb_last_error());
@@ -281,7 +293,7 @@ static lb_status load_matrix(const loader *l, const char *name, size_t out, size
         float *w = malloc((out * in + 1) * sizeof *w);
         if (!w) return lb__fail(LB_ERR_NOMEM, "cannot allocate fp32 copy of %s", name);
         /* plain: the source rounded here (as the runner always did); else what the output holds */
-        st = plain ? lb_qmodel_source_f32(l->q, i, w) : lb_qmodel_values_f32(l->q, i, w, l->threads);
+        st = plain ? lb_qmodel_source_f32(l->q, i, w) : tensor_values(l, i, w);
         if (st == LB_OK && plain && !l->o->fake) {
             st = lb__qmat_from_f32(w, out, in, plain, l->threads, &lin->q);
             if (st != LB_OK) st = lb__fail(st, "quantizing %s: %s", name, lb_last_error());
@@ -436,12 +448,13 @@ static lb_status load_embeddings(const loader *l, lb_runner *r)
         lb_qentry e;
         if (!find_shaped(l, ename, r->vocab, r->dim, &st)) return st;
         if ((st = lb_qmodel_find(l->q, ename, &i)) != LB_OK || (st = lb_qmodel_entry(l->q, i, &e)) != LB_OK) return st;
-        const lb_qspec *plain = lb__qmodel_plain(l->q, i);
+        const lb_qspec *plain = l->calibration == LB__RUNNER_SOURCE ? NULL : lb__qmodel_plain(l->q, i);
         if (e.state == LB_QSTATE_STORED && !l->o->fake && ggml_blocks(e.tensor)) { /* the file's blocks, in place */
             st = lb__qmat_from_ggml(e.tensor->dtype, e.tensor->data, r->vocab, r->dim, NULL, &r->embed_q);
             if (st != LB_OK) return lb__fail(st, "%s: %s", ename, lb_last_error());
             r->mem.other += r->embed_q.bytes;
-        } else if (e.state == LB_QSTATE_QUANTIZED && !l->o->fake) { /* packed: only the rows a token looks up are decoded */
+        } else if (e.state == LB_QSTATE_QUANTIZED && !l->o->fake && l->calibration != LB__RUNNER_SOURCE) {
+            /* packed: only the rows a token looks up are decoded */
             lb_qtensor *qt = NULL;
             st = lb__qmodel_quantized_owned(l->q, i, l->threads, &qt);
             if (st != LB_OK) return lb__fail(st, "quantizing %s: %s", ename, lb_last_error());
@@ -450,7 +463,7 @@ static lb_status load_embeddings(const loader *l, lb_runner *r)
         } else {
             r->embed = malloc(((size_t)r->vocab * r->dim + 1) * sizeof *r->embed);
             if (!r->embed) return lb__fail(LB_ERR_NOMEM, "cannot allocate fp32 copy of %s", ename);
-            st = plain ? lb_qmodel_source_f32(l->q, i, r->embed) : lb_qmodel_values_f32(l->q, i, r->embed, l->threads);
+            st = plain ? lb_qmodel_source_f32(l->q, i, r->embed) : tensor_values(l, i, r->embed);
             if (st == LB_OK && plain && !l->o->fake) {
                 st = lb__qmat_from_f32(r->embed, r->vocab, r->dim, plain, l->threads, &r->embed_q);
                 if (st != LB_OK) st = lb__fail(st, "quantizing %s: %s", ename, lb_last_error());
@@ -525,6 +538,9 @@ lb_status lb__runner_build_ex(const lb_qmodel *q, const lb_runner_options *o, lb
     r->act = legacy_act;
     r->max_ctx = o->max_ctx ? o->max_ctx : default_ctx(&r->a);
     loader l = {m, q, o, r->threads, legacy_act, calibration};
+    r->opts = *o;
+    r->opts.progress = NULL, r->opts.progress_ctx = NULL;
+    r->calibration = calibration;
     lb_status st = lb__model_runnable(m, r->max_ctx);
     if (st == LB_OK) st = check_arch(r, m);
     if (st == LB_OK) st = check_tensors(&l, r);
@@ -587,21 +603,24 @@ void lb__runner_set_kv_hook(lb_runner *r, lb__kv_hook hook, void *ctx)
 
 size_t lb__runner_max_ctx(const lb_runner *r) { return r ? r->max_ctx : 0; }
 
+static void layer_free(layer *ly)
+{
+    for (int w = 0; w < W_COUNT; w++) linear_free(&ly->w[w]);
+    free(ly->attn_norm);
+    free(ly->ffn_norm);
+    free(ly->q_bias);
+    free(ly->k_bias);
+    free(ly->v_bias);
+    free(ly->q_norm);
+    free(ly->k_norm);
+    memset(ly, 0, sizeof *ly);
+}
+
 void lb_runner_free(lb_runner *r)
 {
     if (!r) return;
     if (r->layers)
-        for (size_t i = 0; i < r->n_layers; i++) {
-            layer *ly = &r->layers[i];
-            for (int w = 0; w < W_COUNT; w++) linear_free(&ly->w[w]);
-            free(ly->attn_norm);
-            free(ly->ffn_norm);
-            free(ly->q_bias);
-            free(ly->k_bias);
-            free(ly->v_bias);
-            free(ly->q_norm);
-            free(ly->k_norm);
-        }
+        for (size_t i = 0; i < r->n_layers; i++) layer_free(&r->layers[i]);
     free(r->layers);
     free(r->embed);
     lb__qmat_free(&r->embed_q);
@@ -819,40 +838,59 @@ static lb_status mlp_block(lb_runner *r, size_t li, acts *b, size_t n)
     return LB_OK;
 }
 
+/* One block holding the activations of n tokens; NULL when out of memory
+ * (free() the result). */
+static float *acts_alloc(const lb_runner *r, size_t n, acts *b)
+{
+    size_t per_token = 2 * r->dim + 2 * r->q_dim + 2 * r->kv_dim + 2 * r->hidden;
+    float *buf = malloc(n * per_token * sizeof(float));
+    if (!buf) return NULL;
+    b->x = buf;
+    b->xb = b->x + n * r->dim;
+    b->q = b->xb + n * r->dim;
+    b->att = b->q + n * r->q_dim;
+    b->k = b->att + n * r->q_dim;
+    b->v = b->k + n * r->kv_dim;
+    b->hb = b->v + n * r->kv_dim;
+    b->hb2 = b->hb + n * r->hidden;
+    return buf;
+}
+
+/* Row t's embedding: from the fp32 table, the packed one, or the tied head. */
+static lb_status embed_row(const lb_runner *r, int32_t token, float *row)
+{
+    if (r->embed) memcpy(row, r->embed + (size_t)token * r->dim, r->dim * sizeof *row);
+    else if (r->embed_q.data) return lb__qmat_row_f32(&r->embed_q, (size_t)token, row);
+    else if (r->head.packed) return lb__qmat_row_f32(&r->head.q, (size_t)token, row);
+    else lb__packed_row(&r->head.f, (size_t)token, row);
+    return LB_OK;
+}
+
+static lb_status check_tokens(const lb_runner *r, const char *fn, const int32_t *tokens, size_t n)
+{
+    if (n == 0) return lb__fail(LB_ERR_ARG, "%s: no tokens", fn);
+    if (!tokens) return lb__fail(LB_ERR_ARG, "%s: tokens is NULL", fn);
+    for (size_t t = 0; t < n; t++)
+        if (tokens[t] < 0 || (size_t)tokens[t] >= r->vocab)
+            return lb__fail(LB_ERR_ARG, "%s: token %zu is id %d, outside the vocabulary [0, %zu)", fn, t, tokens[t],
+                            r->vocab);
+    return LB_OK;
+}
+
 lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float *logits, int last_only)
 {
     if (!r) return lb__fail(LB_ERR_ARG, "lb_runner_forward: runner is NULL");
-    if (n == 0) return lb__fail(LB_ERR_ARG, "lb_runner_forward: no tokens");
-    if (!tokens) return lb__fail(LB_ERR_ARG, "lb_runner_forward: tokens is NULL");
-    for (size_t t = 0; t < n; t++)
-        if (tokens[t] < 0 || (size_t)tokens[t] >= r->vocab)
-            return lb__fail(LB_ERR_ARG, "lb_runner_forward: token %zu is id %d, outside the vocabulary [0, %zu)", t,
-                            tokens[t], r->vocab);
+    lb_status st = check_tokens(r, "lb_runner_forward", tokens, n);
+    if (st != LB_OK) return st;
     if (n > r->max_ctx || r->pos > r->max_ctx - n)
         return lb__fail(LB_ERR_ARG, "lb_runner_forward: %zu tokens after position %zu exceed the context of %zu", n,
                         r->pos, r->max_ctx);
 
-    size_t per_token = 2 * r->dim + 2 * r->q_dim + 2 * r->kv_dim + 2 * r->hidden;
-    float *buf = malloc(n * per_token * sizeof(float));
-    if (!buf) return lb__fail(LB_ERR_NOMEM, "lb_runner_forward: cannot allocate activations for %zu tokens", n);
     acts b;
-    b.x = buf;
-    b.xb = b.x + n * r->dim;
-    b.q = b.xb + n * r->dim;
-    b.att = b.q + n * r->q_dim;
-    b.k = b.att + n * r->q_dim;
-    b.v = b.k + n * r->kv_dim;
-    b.hb = b.v + n * r->kv_dim;
-    b.hb2 = b.hb + n * r->hidden;
+    float *buf = acts_alloc(r, n, &b);
+    if (!buf) return lb__fail(LB_ERR_NOMEM, "lb_runner_forward: cannot allocate activations for %zu tokens", n);
 
-    lb_status st = LB_OK;
-    for (size_t t = 0; t < n && st == LB_OK; t++) {
-        float *row = b.x + t * r->dim;
-        if (r->embed) memcpy(row, r->embed + (size_t)tokens[t] * r->dim, r->dim * sizeof *row);
-        else if (r->embed_q.data) st = lb__qmat_row_f32(&r->embed_q, (size_t)tokens[t], row);
-        else if (r->head.packed) st = lb__qmat_row_f32(&r->head.q, (size_t)tokens[t], row);
-        else lb__packed_row(&r->head.f, (size_t)tokens[t], row);
-    }
+    for (size_t t = 0; t < n && st == LB_OK; t++) st = embed_row(r, tokens[t], b.x + t * r->dim);
     for (size_t li = 0; li < r->n_layers && st == LB_OK; li++) {
         st = attention_block(r, li, &b, n);
         if (st == LB_OK) st = mlp_block(r, li, &b, n);
@@ -867,4 +905,54 @@ lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float
     free(buf);
     if (st == LB_OK) r->pos += n;
     return st;
+}
+
+/* ---- layer by layer (runner_internal.h) ---- */
+
+size_t lb__runner_n_layers(const lb_runner *r) { return r ? r->n_layers : 0; }
+size_t lb__runner_dim(const lb_runner *r) { return r ? r->dim : 0; }
+
+lb_status lb__runner_embed(lb_runner *r, const int32_t *tokens, size_t n, float *x)
+{
+    lb_status st = check_tokens(r, "lb__runner_embed", tokens, n);
+    for (size_t t = 0; t < n && st == LB_OK; t++) st = embed_row(r, tokens[t], x + t * r->dim);
+    return st;
+}
+
+lb_status lb__runner_layer(lb_runner *r, size_t li, float *x, size_t n)
+{
+    if (li >= r->n_layers) return lb__fail(LB_ERR_ARG, "lb__runner_layer: layer %zu of %zu", li, r->n_layers);
+    if (n == 0 || n > r->max_ctx)
+        return lb__fail(LB_ERR_ARG, "lb__runner_layer: %zu tokens (the context is %zu)", n, r->max_ctx);
+    acts b;
+    float *buf = acts_alloc(r, n, &b);
+    if (!buf) return lb__fail(LB_ERR_NOMEM, "lb__runner_layer: cannot allocate activations for %zu tokens", n);
+    memcpy(b.x, x, n * r->dim * sizeof *x);
+    size_t pos = r->pos;
+    r->pos = 0; /* the window from an empty cache: positions 0 .. n-1 */
+    lb_status st = attention_block(r, li, &b, n);
+    if (st == LB_OK) st = mlp_block(r, li, &b, n);
+    r->pos = pos;
+    if (st == LB_OK) memcpy(x, b.x, n * r->dim * sizeof *x);
+    free(buf);
+    return st;
+}
+
+lb_status lb__runner_reload_layer(lb_runner *r, const lb_qmodel *q, size_t li)
+{
+    if (li >= r->n_layers) return lb__fail(LB_ERR_ARG, "lb__runner_reload_layer: layer %zu of %zu", li, r->n_layers);
+    if (lb_model_arch(lb_qmodel_model(q))->n_layers != r->n_layers)
+        return lb__fail(LB_ERR_ARG, "lb__runner_reload_layer: the quantized model is of another model");
+    loader l = {lb_qmodel_model(q), q, &r->opts, r->threads, r->act, r->calibration};
+    layer fresh = {0};
+    lb_runner_memory mem = r->mem;
+    lb_status st = load_layer(&l, r, li, &fresh);
+    if (st != LB_OK) {
+        layer_free(&fresh);
+        return st;
+    }
+    layer_free(&r->layers[li]);
+    r->layers[li] = fresh;
+    r->mem = mem; /* the counts stay those of the build (a reloaded layer has the same shapes) */
+    return LB_OK;
 }

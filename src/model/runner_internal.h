@@ -13,8 +13,17 @@
 typedef void (*lb__kv_hook)(void *ctx, size_t layer, const float *k, const float *v, size_t n, size_t kv_dim);
 void lb__runner_set_kv_hook(lb_runner *r, lb__kv_hook hook, void *ctx);
 
-/* lb_runner_from_qmodel; calibration = 1 keeps the activations and the KV
- * cache fp32 whatever the qmodel says (what lb_calibrate measures on). */
+/* A runner's build modes (lb__runner_build's calibration):
+ *   0                   lb_runner_from_qmodel: everything as the qmodel says;
+ *   LB__RUNNER_CALIB    activations and KV cache fp32 whatever the qmodel
+ *                       says, weights as it holds them (what lb_calibrate
+ *                       measures on; the sequential calibration pass);
+ *   LB__RUNNER_SOURCE   that, and every tensor's source values too (the
+ *                       replacement or the stored values: nothing
+ *                       quantized or rounded to 16-bit): the model the
+ *                       quantized model was made from, as folded so far. */
+enum { LB__RUNNER_CALIB = 1, LB__RUNNER_SOURCE = 2 };
+/* lb_runner_from_qmodel in one of those modes. */
 lb_status lb__runner_build(const lb_qmodel *q, const lb_runner_options *o, int calibration, lb_runner **out);
 
 /* The one builder: legacy_act is lb_runner_new's W8A8 format for the
@@ -24,5 +33,22 @@ lb_status lb__runner_build_ex(const lb_qmodel *q, const lb_runner_options *o, lb
 
 /* The runner's context length (calibration windows are at most this). */
 size_t lb__runner_max_ctx(const lb_runner *r);
+
+/* Layer by layer, for the calibration pass (src/algo/calib_pass.c), which
+ * carries every window's hidden states from one layer to the next. */
+size_t lb__runner_n_layers(const lb_runner *r);
+size_t lb__runner_dim(const lb_runner *r);
+/* x[n][dim] = the embeddings of tokens (ids checked). */
+lb_status lb__runner_embed(lb_runner *r, const int32_t *tokens, size_t n, float *x);
+/* Runs decoder layer li on x[n][dim] in place: n tokens at positions
+ * 0 .. n-1 (one window, as from an empty cache; layer li's cache rows are
+ * overwritten; the position of lb_runner_forward is left as it was). The
+ * activation and KV hooks fire as in lb_runner_forward. */
+lb_status lb__runner_layer(lb_runner *r, size_t li, float *x, size_t n);
+/* Loads layer li again (weights, norms, biases) from q, a quantized model
+ * of the same model, in the runner's build mode: what an algorithm changed
+ * in that layer is what the next lb__runner_layer computes with. On
+ * failure the layer is as it was. */
+lb_status lb__runner_reload_layer(lb_runner *r, const lb_qmodel *q, size_t li);
 
 #endif

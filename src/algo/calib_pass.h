@@ -1,0 +1,102 @@
+/* The calibration pass that outlier methods (SmoothQuant, AWQ) and GPTQ
+ * build on: calibration windows run through the model one decoder layer
+ * at a time, every window's hidden states carried from layer to layer, so
+ * that at layer i the method sees statistics of that layer's four linear
+ * inputs, may change the layer in the quantized model (fold scales,
+ * replace or quantize weights), and the windows then continue through the
+ * layer as changed. Memory: the hidden states of all windows (n_windows x
+ * window x dim floats: 151 MB for SmolLM2 at 128 x 512) plus one layer's
+ * statistics and row samples -- never a layer's full activations.
+ *
+ * Which model the inputs of layer i come from (lb__calib_mode):
+ *   SOURCE     layers < i as the method left them, unquantized (the folded
+ *              and clipped source values): AutoAWQ's and SmoothQuant's
+ *              calibration (scaling is an equivalence, so these are the
+ *              original model's inputs up to fp rounding and clipping);
+ *   QUANTIZED  layers < i as the quantized model holds them (GPTQ's
+ *              sequential mode: each layer corrects the error of those
+ *              before it).
+ * Activations and the KV cache stay fp32 in both (what a quantizer of
+ * layer i must see is its input before its own activation quantization). */
+#ifndef LB_ALGO_CALIB_PASS_H
+#define LB_ALGO_CALIB_PASS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lowbit.h"
+
+/* The linear inputs of a Llama-family decoder layer, in the order the
+ * forward pass meets them. */
+typedef enum lb__calib_site {
+    LB__SITE_ATTN_IN = 0, /* input_layernorm's output: q_proj, k_proj, v_proj */
+    LB__SITE_O_IN = 1,    /* the attention output: o_proj */
+    LB__SITE_MLP_IN = 2,  /* post_attention_layernorm's output: gate_proj, up_proj */
+    LB__SITE_DOWN_IN = 3, /* silu(gate) * up: down_proj */
+    LB__SITE_COUNT = 4
+} lb__calib_site;
+
+typedef enum lb__calib_mode { LB__CALIB_SOURCE = 0, LB__CALIB_QUANTIZED = 1 } lb__calib_mode;
+
+/* One linear input of one layer over all calibration tokens. */
+typedef struct lb__site_stats {
+    size_t cols;          /* input features */
+    uint64_t rows;        /* tokens seen (n_windows x window) */
+    float *absmax;        /* [cols] max |x_j| */
+    float *mean_abs;      /* [cols] mean |x_j| (summed in double) */
+    float *mean_sq;       /* [cols] mean x_j^2 (summed in double) */
+    float *sample;        /* [n_sample][cols] rows of X: the same token positions at every site and
+                             layer (evenly spaced over all windows), for output-error searches */
+    size_t n_sample;
+    double *hessian;      /* [cols][cols] sum over all rows of x x^T (options.hessian), else NULL */
+    size_t weight[3];     /* qmodel indices of the weights that read this input, in model order */
+    size_t n_weights;     /* (q, k, v) | (o) | (gate, up) | (down) */
+} lb__site_stats;
+
+typedef struct lb__layer_stats {
+    size_t layer;
+    lb__site_stats site[LB__SITE_COUNT];
+    size_t n_kv_heads, head_dim;
+    float *k_absmax;      /* [n_kv_heads] max |k| per KV head (after the rotary embedding, as cached) */
+    float *v_absmax;      /* [n_kv_heads] max |v| per KV head */
+    /* qmodel indices of the norms in front of ATTN_IN and MLP_IN (input_layernorm,
+     * post_attention_layernorm): where SmoothQuant and AWQ fold 1/s */
+    size_t attn_norm, ffn_norm;
+} lb__layer_stats;
+
+/* Called once per layer, in order, after the layer's statistics are
+ * taken and before the windows continue through it; whatever it changes
+ * in q (lb_qmodel_replace, _set_spec, _set_qtensor ...) in this layer is
+ * what the next layers' inputs are computed with. A status other than
+ * LB_OK stops the pass (and is returned). */
+typedef lb_status (*lb__calib_layer_fn)(void *ctx, lb_qmodel *q, const lb__layer_stats *s);
+
+typedef struct lb__calib_pass_options {
+    lb__calib_mode mode;
+    size_t sample_rows;   /* rows of X kept per site (0: none) */
+    int hessian;          /* 1: accumulate each site's X^T X */
+    int threads;          /* 0: one per CPU */
+    lb_progress_fn progress; /* optional: after each layer (done of n_layers) */
+    void *progress_ctx;
+} lb__calib_pass_options;
+
+/* Runs n_windows windows of `window` tokens each (windows: n_windows x
+ * window ids, each window from position 0) through q's model layer by
+ * layer, calling fn (may be NULL: statistics only, e.g. for a test) at
+ * every layer. A non-finite activation is LB_ERR_NAN naming the layer and
+ * input. Llama-family models that lb_runner_supports. */
+lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows, size_t window,
+                         const lb__calib_pass_options *o, lb__calib_layer_fn fn, void *ctx);
+
+/* Deterministic calibration windows from a token stream (the tokenized
+ * calibration text): `seqs` windows of `len` tokens whose start positions
+ * are drawn without replacement from the non-overlapping window slots of
+ * the stream by a fixed-seed generator (the same text gives the same
+ * windows on every machine); fewer when the text is shorter (*n_out says
+ * how many; LB_ERR_ARG when not even one fits). With bos >= 0 each
+ * window's first token is replaced by bos. *out: n_out x len ids, the
+ * caller frees it. */
+lb_status lb__calib_windows(const int32_t *tokens, size_t n, size_t seqs, size_t len, int32_t bos, int32_t **out,
+                            size_t *n_out);
+
+#endif
