@@ -7,6 +7,9 @@
  * function). Add a row when a Python test needs another internal. */
 #include <string.h>
 
+#include "algo/fold.h"
+#include "algo/smooth_error.h"
+#include "algo/smoothquant.h"
 #include "export/exporter.h"
 #include "export/modelopt.h"
 #include "io/ggml_quants.h"
@@ -43,6 +46,8 @@ static const struct {
     ROW(lb__ggml_quantize_row_q5_k), ROW(lb__ggml_quantize_row_q6_k), ROW(lb__ggml_quantize_row_q4_0_imatrix),
     ROW(lb__ggml_quantize_row_q4_1_imatrix), ROW(lb__ggml_quantize_row_q5_0_imatrix),
     ROW(lb__ggml_quantize_row_q5_1_imatrix), ROW(lb__ggml_act_round), ROW(lb__ggml_act_type),
+    ROW(lb__smoothquant_scales), ROW(lb__smoothquant_layer), ROW(lb__fold_input_scale), ROW(lb__smooth_group_init),
+    ROW(lb__smooth_group_error), ROW(lb__smooth_group_free),
 };
 
 /* The internal function called `name`, or NULL. */
