@@ -48,7 +48,7 @@ static const struct {
     ROW(lb__ggml_quantize_row_q5_1_imatrix), ROW(lb__ggml_act_round), ROW(lb__ggml_act_type),
     /* AWQ (algo/awq.h) and the fake quantizer it measures through (weights/qmodel_internal.h) */
     ROW(lb__awq_search_scale), ROW(lb__awq_search_scale_ex), ROW(lb__awq_search_clip), ROW(lb__awq_layer),
-    ROW(lb__qmodel_fake_quantize), ROW(lb__qmodel_fakeq), ROW(lb__fake_quantize),
+    ROW(lb__qmodel_fake_quantize), ROW(lb__qmodel_fakeq), ROW(lb__fake_quantize), ROW(lb__qmodel_imatrix),
 };
 
 /* The internal function called `name`, or NULL. */
