@@ -28,9 +28,11 @@
  *     per-channel specs, the ggml block: 256 for the K-quants, whose
  *     sub-block scales share a super-block scale, so a super-block is
  *     clipped as one) is clamped to the best of max|w| * (1 - k / 20),
- *     k < 10, by its output error on the folded input (sample rows / s)
- *     over AutoAWQ's 512 evenly spaced sample rows, and the clamped values
- *     replace the weight's.
+ *     k < 10, by its output error on the folded input (sample rows / s),
+ *     and the clamped values replace the weight's. AutoAWQ measures on 512
+ *     of its tokens to bound the cost; through each block's Gram matrix
+ *     (awq_search.c) the cost no longer grows with the rows, so all the
+ *     sample rows are used.
  * The quantized model then quantizes the replaced (scaled, clipped)
  * values under each entry's spec: the output needs nothing AWQ-specific. */
 #include "algo/awq.h"
@@ -43,7 +45,6 @@
 #include "weights/qmodel_internal.h"
 
 #define AWQ_MAX_SHRINK 0.5f /* AutoAWQ: clipping ranges down to half of max|w| */
-#define AWQ_CLIP_ROWS 512   /* AutoAWQ's n_sample_token: sample rows the clipping search uses */
 
 /* Entry i quantized weight-only, with its quantizer in *f. */
 static int weight_only_quantized(const lb_qmodel *q, size_t i, int threads, lb__fakeq *f)
@@ -168,9 +169,7 @@ static lb_status clip_weight(const lb__awq_options *o, lb_qmodel *q, const lb__s
 {
     size_t rows = weight_rows(q, i), cols = ss->cols;
     size_t group = lb__fakeq_block(f, cols), blocks = (cols + group - 1) / group;
-    /* AutoAWQ's sample: every step-th row */
-    size_t step = ss->n_sample / AWQ_CLIP_ROWS ? ss->n_sample / AWQ_CLIP_ROWS : 1;
-    size_t n = (ss->n_sample + step - 1) / step;
+    size_t n = ss->n_sample;
     float *w = malloc(rows * cols * sizeof *w), *x = malloc(n * cols * sizeof *x);
     float *clip = malloc(rows * blocks * sizeof *clip);
     lb_status st = w && x && clip ? LB_OK : lb__fail(LB_ERR_NOMEM, "AWQ: out of memory clipping a %zu x %zu weight",
@@ -178,7 +177,7 @@ static lb_status clip_weight(const lb__awq_options *o, lb_qmodel *q, const lb__s
     if (st == LB_OK) st = lb_qmodel_source_f32(q, i, w);
     for (size_t t = 0; t < n && st == LB_OK; t++)
         for (size_t c = 0; c < cols; c++)
-            x[t * cols + c] = scale ? ss->sample[t * step * cols + c] / scale[c] : ss->sample[t * step * cols + c];
+            x[t * cols + c] = scale ? ss->sample[t * cols + c] / scale[c] : ss->sample[t * cols + c];
     if (st == LB_OK)
         st = lb__awq_search_clip(w, rows, cols, group, x, n, o->grid, AWQ_MAX_SHRINK, lb__fake_quantize, f, clip,
                                  o->threads);

@@ -120,9 +120,10 @@ def outlier_problem(seed, rows, cols, n, mag=20.0, n_out=4):
     return w, x, rng
 
 
-def test_search_scale_matches_brute_force():
+@pytest.mark.parametrize("n", [200, 40])  # more sample rows than columns: through the Gram matrix; fewer: directly
+def test_search_scale_matches_brute_force(n):
     # three members of different quantizers (the search calls each with its own context)
-    w, x, _ = outlier_problem(1, 48 + 32 + 16, 64, 200)
+    w, x, _ = outlier_problem(1, 48 + 32 + 16, 64, n)
     member_rows = [48, 32, 16]
     fakeqs = [A.fakeq("int4:g16"), A.fakeq("nvfp4"), A.fakeq("ggml:q4_0")]
     x_mean = np.abs(x).mean(0).astype(np.float32)
@@ -154,6 +155,7 @@ def brute_clip(w, group, x, grid, max_shrink, f):
     return np.array(errs), np.array(cands)
 
 
+# 150 sample rows: blocks of 16, 24 and 80 columns through their Gram matrices, q4_k's 256 directly
 @pytest.mark.parametrize("quantizer,group", [("int4:g16", 16), ("int4:g24", 24), ("ggml:q4_k", 256),
                                              ("int4:channel", 80)])
 def test_search_clip_matches_brute_force(quantizer, group):
