@@ -31,6 +31,14 @@ lb_status lb__runner_build(const lb_qmodel *q, const lb_runner_options *o, int c
 lb_status lb__runner_build_ex(const lb_qmodel *q, const lb_runner_options *o, lb_format legacy_act, int calibration,
                               lb_runner **out);
 
+/* lb_runner_forward, the logits of positions first .. n-1 computed rows
+ * positions at a time into buf (rows x vocab floats) and handed to fn
+ * (pos: the chunk's first position, count <= rows): an evaluation that
+ * only reads the logits holds one chunk, not n x vocab floats. */
+typedef lb_status (*lb__logits_fn)(void *ctx, size_t pos, const float *logits, size_t count);
+lb_status lb__runner_forward_chunked(lb_runner *r, const int32_t *tokens, size_t n, size_t first, size_t rows,
+                                     float *buf, lb__logits_fn fn, void *fn_ctx);
+
 /* The runner's context length (calibration windows are at most this). */
 size_t lb__runner_max_ctx(const lb_runner *r);
 
