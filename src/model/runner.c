@@ -968,12 +968,28 @@ lb_status lb__runner_layer(lb_runner *r, size_t li, float *x, size_t n)
     return st;
 }
 
+static lb_status reload_layer(lb_runner *r, const lb_qmodel *q, size_t li, int calibration);
+
 lb_status lb__runner_reload_layer(lb_runner *r, const lb_qmodel *q, size_t li)
+{
+    return reload_layer(r, q, li, r->calibration);
+}
+
+lb_status lb__runner_reload_layer_as(lb_runner *r, const lb_qmodel *q, size_t li, int calibration)
+{
+    if (!r->calibration || (calibration != LB__RUNNER_CALIB && calibration != LB__RUNNER_SOURCE))
+        return lb__fail(LB_ERR_ARG, "lb__runner_reload_layer_as: build mode %d on a runner built in mode %d (only "
+                        "the calibration modes, which keep fp32 activations and KV cache, mix)", calibration,
+                        r->calibration);
+    return reload_layer(r, q, li, calibration);
+}
+
+static lb_status reload_layer(lb_runner *r, const lb_qmodel *q, size_t li, int calibration)
 {
     if (li >= r->n_layers) return lb__fail(LB_ERR_ARG, "lb__runner_reload_layer: layer %zu of %zu", li, r->n_layers);
     if (lb_model_arch(lb_qmodel_model(q))->n_layers != r->n_layers)
         return lb__fail(LB_ERR_ARG, "lb__runner_reload_layer: the quantized model is of another model");
-    loader l = {lb_qmodel_model(q), q, &r->opts, r->threads, r->act, r->calibration};
+    loader l = {lb_qmodel_model(q), q, &r->opts, r->threads, r->act, calibration};
     layer fresh = {0};
     lb_runner_memory mem = r->mem;
     lb_status st = load_layer(&l, r, li, &fresh);

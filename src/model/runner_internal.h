@@ -58,5 +58,10 @@ lb_status lb__runner_layer(lb_runner *r, size_t li, float *x, size_t n);
  * in that layer is what the next lb__runner_layer computes with. On
  * failure the layer is as it was. */
 lb_status lb__runner_reload_layer(lb_runner *r, const lb_qmodel *q, size_t li);
+/* The same in build mode `calibration` (LB__RUNNER_CALIB or _SOURCE) for
+ * a runner built in one of them: the sequential calibration pass takes a
+ * layer's statistics with the layer's source values and then carries the
+ * windows on through it as the quantized model holds it. */
+lb_status lb__runner_reload_layer_as(lb_runner *r, const lb_qmodel *q, size_t li, int calibration);
 
 #endif
