@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include "algo/calib_pass.h"
+#include "algo/fold.h"
+#include "algo/smooth_error.h"
+#include "algo/smoothquant.h"
 #include "export/exporter.h"
 #include "export/modelopt.h"
 #include "io/ggml_quants.h"
@@ -58,6 +61,8 @@ static const struct {
     ROW(lb__ggml_quantize_row_q4_1_imatrix), ROW(lb__ggml_quantize_row_q5_0_imatrix),
     ROW(lb__ggml_quantize_row_q5_1_imatrix), ROW(lb__ggml_act_round), ROW(lb__ggml_act_type),
     ROW(lb__calib_pass), ROW(lb__calib_windows), ROW(lb__calib_struct_layout),
+    ROW(lb__smoothquant_scales), ROW(lb__smoothquant_layer), ROW(lb__fold_input_scale), ROW(lb__smooth_group_init),
+    ROW(lb__smooth_group_error), ROW(lb__smooth_group_free),
 };
 
 /* The internal function called `name`, or NULL. */
