@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "algo/awq.h"
 #include "algo/calib_pass.h"
 #include "algo/fold.h"
 #include "algo/smooth_error.h"
@@ -21,6 +22,7 @@
 #include "io/safetensors.h"
 #include "lowbit.h"
 #include "model/ggml_act.h"
+#include "weights/qmodel_internal.h"
 
 typedef void (*any_fn)(void);
 
@@ -63,6 +65,9 @@ static const struct {
     ROW(lb__calib_pass), ROW(lb__calib_windows), ROW(lb__calib_struct_layout),
     ROW(lb__smoothquant_scales), ROW(lb__smoothquant_layer), ROW(lb__fold_input_scale), ROW(lb__smooth_group_init),
     ROW(lb__smooth_group_error), ROW(lb__smooth_group_free),
+    /* AWQ (algo/awq.h) and the fake quantizer it measures through (weights/qmodel_internal.h) */
+    ROW(lb__awq_search_scale), ROW(lb__awq_search_scale_ex), ROW(lb__awq_search_clip), ROW(lb__awq_layer),
+    ROW(lb__qmodel_fake_quantize), ROW(lb__qmodel_fakeq), ROW(lb__fake_quantize), ROW(lb__qmodel_imatrix),
 };
 
 /* The internal function called `name`, or NULL. */
