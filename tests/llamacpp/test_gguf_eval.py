@@ -68,14 +68,19 @@ def llama_scores(llamacpp_bin, model, base):
     return ppl, kld, top1
 
 
-# Q5_K_M: measured PPL llama.cpp 26.5703, lowbit --act ggml 26.7858 (+0.81%) while their KLDs agree
-# to 0.5% (0.07299 vs 0.07332) and Q5_K_S agrees to 0.02%: not understood yet, so marked rather than
-# hidden under a looser bound for every type (issue 14's note).
+# Q5_K_M: llama.cpp PPL 26.5703, lowbit --act ggml 26.7858 (+0.81%) while their KLDs agree to 0.5%.
+# Not a lowbit error but the noise of two correct computations (bench/gguf_ppl_noise.py, BENCHMARKS.md
+# "GGUF quality"): under 8-bit matmul inputs a last-bit change anywhere flips roundings and moves each
+# token's NLL by ~0.05 nats (median), so the PPL of 8 windows scatters by ~0.3% between any two
+# arithmetics -- llama.cpp itself gives 26.8040 on this file with an f32 KV cache (+0.88% over its
+# default f16 one), lowbit -0.15% with an f16 one; over 24 windows the gap is 0.39% +- 0.16%. Marked, not
+# hidden under a looser bound for every type.
 KNOWN_PPL_GAP = {"Q5_K_M"}
 
 
 @pytest.mark.parametrize("ftype", [pytest.param(t, marks=pytest.mark.xfail(
-    reason="PPL +0.81% vs llama-perplexity, KLD within 0.5% (issue 14 note)", strict=False))
+    reason="PPL +0.81% vs llama-perplexity, KLD within 0.5%: the 8 windows' noise under 8-bit matmul inputs "
+           "(issue 14 note)", strict=False))
     if t in KNOWN_PPL_GAP else t for t in TYPES])
 def test_llama_perplexity_and_lowbit_agree(bases, llamacpp_bin, ftype):
     d, f32, llama_base, lowbit_base = bases
