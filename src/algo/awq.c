@@ -95,8 +95,8 @@ typedef struct member_q {
 } member_q;
 
 /* The importance of a column of W diag(s) is E[(x_j / s_j)^2]. An
- * importance vector of another length than the rows (or rows x experts)
- * is one the ggml quantizers ignore: left as it is. */
+ * importance vector whose length is not a multiple of the row length (one
+ * slice per expert) is one the ggml quantizers ignore: left as it is. */
 static void scale_importance(const float *base, size_t n, const float *s, size_t cols, float *out)
 {
     for (size_t k = 0; k < n; k++) out[k] = n % cols ? base[k] : base[k] / (s[k % cols] * s[k % cols]);
