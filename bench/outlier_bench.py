@@ -90,8 +90,8 @@ def main():
         if "quality" in a.sections:
             print(f"\n## {name}: KLD vs the unquantized model, {a.chunks} windows of 512 of wiki.test.raw; "
                   f"calibration {calib.name}, {a.calib_seqs} x {a.calib_len}")
-            print("| scheme | method | bpw | KLD | PPL | top-1 | seconds (method + eval) |")
-            print("|---|---|---:|---:|---:|---:|---:|")
+            print("| scheme | method | KLD | PPL | top-1 | seconds (method + eval) |")
+            print("|---|---|---:|---:|---:|---:|")
             for label, qargs, methods in rows_for(model, group):
                 qargs = [str(recipe) if x == "RECIPE" else x for x in qargs]
                 for m in methods:
@@ -100,8 +100,7 @@ def main():
                                        *qargs, *method_args(m), *calib_args, "--quiet", "--json",
                                        "--threads", a.threads]).stdout)
                     dt = time.perf_counter() - t0
-                    bpw = j.get("bits_per_weight") or j.get("bpw") or float("nan")
-                    print(f"| {label} | {m} | {bpw:.3f} | {j['kld_mean']:.5f} +- {j['kld_err']:.5f} | "
+                    print(f"| {label} | {m} | {j['kld_mean']:.5f} +- {j['kld_err']:.5f} | "
                           f"{j['ppl']:.4f} | {j['top1_agreement']:.4f} | {dt:.0f} |", flush=True)
         if "time" in a.sections:
             print(f"\n## {name}: lowbit quantize with each method ({a.calib_seqs} x {a.calib_len} calibration tokens, "
@@ -112,7 +111,7 @@ def main():
                                     (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "awq"),
                                     (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "rtn")]:
                 out = d / f"{name}-{m}-ckpt"
-                r = sh(["/usr/bin/time", "-v", lb, "quantize", path, *tokargs, "-o", out, *qargs, *method_args(m),
+                r = sh(["/usr/bin/time", "-v", lb, "quantize", path, "-o", out, *qargs, *method_args(m),
                         *calib_args, "--quiet", "--force", "--threads", a.threads])
                 wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", r.stderr).group(1)
                 secs = sum(float(x) * 60 ** i for i, x in enumerate(reversed(wall.split(":"))))
