@@ -8,6 +8,8 @@
 
 int cli_recipe_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a)
 {
+    int m = cli_method_option(cmd, json, argc, argv, i, a);
+    if (m) return m;
     const char *o = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     int scheme = strcmp(o, "--scheme") == 0, recipe = strcmp(o, "--recipe") == 0, rule = strcmp(o, "--rule") == 0,
         keep = strcmp(o, "--keep") == 0, kv = strcmp(o, "--kv") == 0;
