@@ -22,9 +22,10 @@
 
 /* Which inputs are smoothed: a bit (1u << lb__calib_site) per site. */
 #define LB__SMOOTH_SITE(site) (1u << (site))
-/* The default: the paper's (and llm-compressor's Llama mappings'): q/k/v
- * and gate/up, whose scales fold into RMSNorms (see smoothquant.c). */
-#define LB__SMOOTH_DEFAULT_SITES (LB__SMOOTH_SITE(LB__SITE_ATTN_IN) | LB__SMOOTH_SITE(LB__SITE_MLP_IN))
+/* The default: every input of the layer (see smoothquant.c for why). */
+#define LB__SMOOTH_DEFAULT_SITES                                                                             \
+    (LB__SMOOTH_SITE(LB__SITE_ATTN_IN) | LB__SMOOTH_SITE(LB__SITE_O_IN) | LB__SMOOTH_SITE(LB__SITE_MLP_IN) | \
+     LB__SMOOTH_SITE(LB__SITE_DOWN_IN))
 
 typedef struct lb__smooth_options {
     float alpha;     /* migration strength in [0, 1] */

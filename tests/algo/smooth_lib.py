@@ -18,7 +18,7 @@ import model_lib as ml  # noqa: E402
 
 SITE_ATTN_IN, SITE_O_IN, SITE_MLP_IN, SITE_DOWN_IN = 0, 1, 2, 3
 ALL_SITES = 0xF
-ACT_STATIC = 2
+ACT_DYNAMIC, ACT_STATIC = 1, 2
 DT_F32 = 0  # LB_DT_F32
 _P = ctypes.c_void_p
 _F = ctypes.POINTER(ctypes.c_float)

@@ -154,28 +154,30 @@ def test_fold_smollm2_gqa():
     print(f"SmolLM2: folded logits within {err:.3g} of the largest")
 
 
-def test_only_groups_with_quantized_activations_and_default_sites():
+def test_only_groups_with_quantized_activations_and_the_sites_asked():
     """Weight-only layers (activations 16-bit) are left as they are; with
-    quantized activations the default smooths q/k/v and gate/up only
-    (their norms change, o_proj and down_proj do not)."""
+    quantized activations the default smooths every input (all seven
+    weights and both norms change); sites = q/k/v and gate/up leaves
+    o_proj and down_proj as they were."""
     rng = np.random.default_rng(8)
-    with sl.QModel(STORIES) as q:
-        a = q.arch()
-        names = layer_names(0)
-        norms = [q.index(f"model.layers.0.{n}.weight") for n in ("input_layernorm", "post_attention_layernorm")]
-        absmax = [random_absmax(rng, a.dim), random_absmax(rng, a.n_heads * a.head_dim), random_absmax(rng, a.dim),
-                  random_absmax(rng, a.hidden_dim)]
-        for n in names:
-            q.set_spec(q.index(n), "int4:g32")
-        st = sl.Stats(q, 0, a.n_kv_heads, a.head_dim, absmax)
-        sl.check(sl.smooth_layer(q, st, alpha=0.5, sites=sl.ALL_SITES), "weight-only")
-        assert not any(q.entry(i).replaced for i in [q.index(n) for n in names] + norms)
-        for n in names:
-            q.set_act(q.index(n), sl.ACT_STATIC, "int8:tensor")
-        sl.check(sl.smooth_layer(q, st, alpha=0.5), "default sites")
-        replaced = {n: bool(q.entry(q.index(n)).replaced) for n in names}
-        assert replaced == {n: not n.endswith(("o_proj.weight", "down_proj.weight")) for n in names}
-        assert all(q.entry(i).replaced for i in norms)
+    for sites in [0, (1 << sl.SITE_ATTN_IN) | (1 << sl.SITE_MLP_IN)]:
+        with sl.QModel(STORIES) as q:
+            a = q.arch()
+            names = layer_names(0)
+            norms = [q.index(f"model.layers.0.{n}.weight") for n in ("input_layernorm", "post_attention_layernorm")]
+            absmax = [random_absmax(rng, a.dim), random_absmax(rng, a.n_heads * a.head_dim),
+                      random_absmax(rng, a.dim), random_absmax(rng, a.hidden_dim)]
+            for n in names:
+                q.set_spec(q.index(n), "int4:g32")
+            st = sl.Stats(q, 0, a.n_kv_heads, a.head_dim, absmax)
+            sl.check(sl.smooth_layer(q, st, alpha=0.5, sites=sites), "weight-only")
+            assert not any(q.entry(i).replaced for i in [q.index(n) for n in names] + norms)
+            for n in names:
+                q.set_act(q.index(n), sl.ACT_STATIC, "int8:tensor")
+            sl.check(sl.smooth_layer(q, st, alpha=0.5, sites=sites), f"sites {sites}")
+            replaced = {n: bool(q.entry(q.index(n)).replaced) for n in names}
+            assert replaced == {n: sites == 0 or not n.endswith(("o_proj.weight", "down_proj.weight")) for n in names}
+            assert all(q.entry(i).replaced for i in norms)
 
 
 def test_alpha_out_of_range_and_gqa_mismatch_are_refused():

@@ -3,8 +3,9 @@ paper (Xiao et al. 2023, eq. 4: s_j = max|X_j|^a / max|W_j|^(1-a)):
 
 * lb__smoothquant_scales on random maxima, dead channels, non-finite
   maxima and the clamp;
-* the alpha search's objective (lb__smooth_group_error) against a numpy
-  W8A8 fake-quantization of the same group;
+* the alpha search's objective (lb__smooth_group_error: static range from
+  the first half of the sample rows, error over the second) against a
+  numpy W8A8 fake-quantization of the same group;
 * a random q/k/v layer (fixed seed) whose inputs have a few channels 50x
   larger than the rest, W8A8 with int8 weights per channel and static
   per-tensor int8 activations: after lb__smoothquant_layer (alpha 0.5,
@@ -53,14 +54,42 @@ def q_act_static(x, amax):
     return (np.clip(np.rint(x / s), -128, 127) * s).astype(np.float32)
 
 
-def np_error(x, ws, s, amax_calib):
-    """sum over the weights of ||X W^T - Qa(X/s) Qw(W s)^T||^2, the static
-    activation range max_j amax_j / s_j."""
-    xs = (x / s).astype(np.float32)
-    xq = q_act_static(xs, (amax_calib / s).max()).astype(np.float64)
+def np_error(x, ws, s, amax_calib=None):
+    """sum over the weights of ||X W^T - Qa(X/s) Qw(W s)^T||^2 with static
+    per-tensor activations. amax_calib None: the search's objective
+    (smooth_error.h): the range max |x/s| over the first half of the rows,
+    the error over the second half; else the range max_j amax_j / s_j
+    (a calibration's) and every row measured."""
+    if amax_calib is None:
+        fit = x.shape[0] // 2
+        amax = np.abs(x[:fit] / s).max()
+        x = x[fit:]
+    else:
+        amax = (amax_calib / s).max()
+    xq = q_act_static((x / s).astype(np.float32), amax).astype(np.float64)
     x64 = x.astype(np.float64)
     return sum(float(((x64 @ w.T.astype(np.float64) - xq @ q_weight((w * s).astype(np.float32)).T) ** 2).sum())
                for w in ws)
+
+
+def q_act_token_full(x):
+    """int8 per token, lowbit's FULL grid (lowbit.h, lb_int_range): s =
+    -min/128 unless 127 s < max, then max/127; codes -128..127."""
+    lo = np.minimum(x.min(axis=1, keepdims=True), 0)
+    hi = np.maximum(x.max(axis=1, keepdims=True), 0)
+    s = (-lo / np.float32(128)).astype(np.float32)
+    over = (np.float32(127) * s) < hi
+    s = np.where(over, hi / np.float32(127), s).astype(np.float32)
+    s[s == 0] = 1
+    return (np.clip(np.rint(x / s), -128, 127) * s).astype(np.float32)
+
+
+def np_error_dynamic(x, ws, s):
+    xq = q_act_token_full((x / s).astype(np.float32)).astype(np.float64)
+    x64 = x.astype(np.float64)
+    return sum(float(((x64 @ w.T.astype(np.float64) - xq @ q_weight((w * s).astype(np.float32)).T) ** 2).sum())
+               for w in ws)
+
 
 def planted(rng, n, dim):
     x = rng.standard_normal((n, dim)).astype(np.float32)
@@ -87,22 +116,23 @@ def test_scales_match_numpy():
     assert sl.smoothquant_scales(x[130:132], w[130:132], 0.5).tolist() == [np.float32(1e5), np.float32(1e-5)]
 
 
-def make_group(x, absmax, ws, act=True):
+def make_group(x, absmax, ws, mode=sl.ACT_STATIC, act_spec=A_SPEC):
     g = sl.SmoothGroup(x=sl.fp(x), n=x.shape[0], cols=x.shape[1], x_absmax=sl.fp(absmax), n_members=len(ws),
                        scale_dtype=sl.DT_F32, threads=2)
     for k, w in enumerate(ws):
         g.m[k] = sl.QSpecMember(w=sl.fp(w), rows=w.shape[0], quantized=1, spec=sl.spec(W_SPEC),
-                                act=sl.lb.QAct(mode=sl.ACT_STATIC if act else 0, spec=sl.spec(A_SPEC)))
+                                act=sl.lb.QAct(mode=mode, spec=sl.spec(act_spec)))
     return g
 
 
-def test_group_error_matches_numpy():
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_group_error_matches_numpy(dynamic):
     rng = np.random.default_rng(2)
     dim = 96
     x = planted(rng, 300, dim)
-    absmax = np.abs(x).max(axis=0) * np.float32(1.25)  # the whole calibration set saw a little more
+    absmax = np.abs(x).max(axis=0) * np.float32(1.25)  # a calibration's maxima: used only should the fit rows be 0
     ws = [rng.standard_normal((r, dim)).astype(np.float32) for r in (48, 80)]
-    g = make_group(x, absmax, ws)
+    g = make_group(x, absmax, ws, *((sl.ACT_DYNAMIC, "int8:token") if dynamic else ()))
     sl.check(sl.lib.lb__smooth_group_init(ctypes.byref(g)), "init")
     try:
         wmax = np.max([np.abs(w).max(axis=0) for w in ws], axis=0)
@@ -110,8 +140,9 @@ def test_group_error_matches_numpy():
             s = s.astype(np.float32)
             err = ctypes.c_double()
             sl.check(sl.lib.lb__smooth_group_error(ctypes.byref(g), sl.fp(s), ctypes.byref(err)), "error")
-            want = np_error(x, ws, s, absmax)
-            assert err.value == pytest.approx(want, rel=2e-3), (err.value, want)
+            want = np_error_dynamic(x, ws, s) if dynamic else np_error(x, ws, s)
+            # measured within 1e-6 (the fp32 products summed in another order)
+            assert err.value == pytest.approx(want, rel=1e-5), (err.value, want)
     finally:
         sl.lib.lb__smooth_group_free(ctypes.byref(g))
 
@@ -158,19 +189,18 @@ def test_planted_outliers_alpha_half():
     np.testing.assert_allclose(s, np_scales(absmax, wmax, 0.5), rtol=1e-6)
     print(f"planted outliers, W8A8 static: held-out error RTN {rtn:.4g}, SmoothQuant a=0.5 {sq:.4g} "
           f"({sq / rtn:.3f} of RTN)")
-    assert sq < 0.25 * rtn
+    assert sq < 0.25 * rtn  # measured 0.16; s = 1 gives 1
 
 
 def test_planted_outliers_search():
     rtn, sq, s, (calib, ws, absmax, wmax) = held_out_errors(search=1)
     # the grid point the C search chose, and numpy's errors over the grid on the calibration rows
-    errs = {alpha: np_error(calib, ws, np_scales(absmax, wmax, alpha).astype(np.float32), absmax)
-            for alpha in GRID}
-    errs[None] = np_error(calib, ws, np.ones_like(absmax), absmax)
+    errs = {alpha: np_error(calib, ws, np_scales(absmax, wmax, alpha).astype(np.float32)) for alpha in GRID}
+    errs[None] = np_error(calib, ws, np.ones_like(absmax))
     chosen = [alpha for alpha in GRID if np.allclose(s, np_scales(absmax, wmax, alpha), rtol=1e-6)]
     assert len(chosen) == 1, "the folded s is not a grid point's"
     best = min(errs.values())
     assert errs[chosen[0]] <= best * (1 + 1e-3), (chosen, sorted(errs.items(), key=lambda kv: kv[1])[:3])
     print(f"planted outliers, W8A8 static: search chose alpha {chosen[0]:.2f}; held-out error RTN {rtn:.4g}, "
           f"SmoothQuant {sq:.4g} ({sq / rtn:.3f} of RTN)")
-    assert sq < 0.25 * rtn
+    assert sq < 0.5 * rtn  # measured 0.22; s = 1 gives 1
