@@ -10,6 +10,7 @@ static const char usage[] =
     "                 [--spec-mlp SPEC] [--spec-embed SPEC] [--spec-head SPEC] [--tokenizer FILE]\n"
     "                 [--fake] [--act int8|fp8_e4m3|ggml [--calib FILE [--calib-tokens N]]] [--kv FORMAT]\n"
     "                 [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
+    "                 [--keep-sensitive N] [--outlier-threshold T] (with --calib FILE [--calib-tokens N])\n"
     "                 [--type T [--pure] [--output-tensor-type X] [--token-embedding-type X] [--tensor-type P=X]...\n"
     "                  [--leave-output-tensor] [--imatrix FILE | --imatrix-from TEXT]\n"
     "                  [--include-weights S | --exclude-weights S]...]\n"
@@ -83,6 +84,7 @@ static int run(int argc, char **argv)
             json_field(stdout, "ppl_err", res.ppl_err);
             json_field(stdout, "seconds", res.seconds);
             json_field(stdout, "tokens_per_s", res.tokens_per_s);
+            cli_eval_print_recipe(stdout, &e, 1);
             cli_eval_print_memory(stdout, e.runner, 1);
             cli_eval_print_saturation("ppl", stdout, e.runner, &ea, 1);
             printf("}\n");
@@ -91,6 +93,7 @@ static int run(int argc, char **argv)
             cli_eval_print_setup(stdout, &ea, 0);
             printf(": %zu tokens of text, %zu windows of %u, %llu scored\n", n, res.chunks, ctx, (unsigned long long)res.tokens);
             printf("PPL = %.4f +/- %.4f   (%.1f s, %.0f tokens/s)\n", res.ppl, res.ppl_err, res.seconds, res.tokens_per_s);
+            cli_eval_print_recipe(stdout, &e, 0);
             cli_eval_print_memory(stdout, e.runner, 0);
             cli_eval_print_saturation("ppl", stdout, e.runner, &ea, 0);
         }

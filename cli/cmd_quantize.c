@@ -15,7 +15,7 @@
 #include "cli_recipe.h"
 
 static const char usage[] =
-    "usage: lowbit quantize MODEL -o OUT [--scheme S] [--recipe FILE] [--rule P=SPEC]... [--keep P]...\n"
+    "usage: lowbit quantize MODEL -o OUT [--scheme S] [--recipe FILE] [--rule P=SPEC]... [--keep P]... [--keep-sensitive N]\n"
     "                       [--kv fp8] [--format compressed-tensors|modelopt|gguf] [--calib FILE]\n"
     "                       [--calib-tokens N] [--max-shard-size SIZE] [--threads N] [--force] [--json] [--quiet]\n"
     "       lowbit quantize MODEL -o OUT.gguf --type T [--pure] [--output-tensor-type X]\n"
@@ -29,8 +29,8 @@ static const char usage[] =
     "The output appears only when complete; every tensor of a directory is read back and checked.\n\n" CLI_RECIPE_HELP
     "  -o, --output OUT    the output directory, or .gguf file (must not exist; --force replaces one lowbit wrote)\n"
     "  --format F          compressed-tensors (default), modelopt, or gguf (the default for an OUT ending in .gguf)\n"
-    "  --calib FILE        text to calibrate static scales on (NVFP4 activations, W8A8-FP8-STATIC, --kv fp8);\n"
-    "                      never the text you evaluate on\n"
+    "  --calib FILE        text to calibrate static scales on (NVFP4 activations, W8A8-FP8-STATIC, --kv fp8)\n"
+    "                      and to measure --keep-sensitive on; never the text you evaluate on\n"
     "  --calib-tokens N    tokens of it to run (default 4096: 8 windows of 512)\n"
     "  --max-shard-size S  largest safetensors shard: bytes, or with KB/MB/GB (default 5GB, as Hugging Face)\n"
     "  --threads N         worker threads (0: one per CPU)\n"
@@ -110,15 +110,20 @@ static int run(int argc, char **argv)
         else model = a;
     }
     if (list) return cli_scheme_list(json);
+    if (ra.outlier_threshold > 0) /* known from the options alone: refused before any work */
+        return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--outlier-threshold keeps input columns of "
+                        "each weight in 16-bit beside its quantized rest (LLM.int8()): no engine format "
+                        "(compressed-tensors, modelopt, gguf) can carry split columns, so there is nothing to "
+                        "write; evaluate it with lowbit ppl or kld --outlier-threshold");
     size_t out_len = out ? strlen(out) : 0;
     if (!format) format = (out_len >= 5 && strcasecmp(out + out_len - 5, ".gguf") == 0) || gg.given ? "gguf" : "compressed-tensors";
     if (strcmp(format, "gguf") == 0) {
         cli_gguf_take_rules(&ra, &gg);
         if (!model) return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "need MODEL\n%s", usage);
-        if (cli_recipe_given(&ra))
+        if (cli_recipe_given(&ra) || ra.keep_sensitive)
             return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
                             "a GGUF holds ggml types: give --type T (and --rule P=X with X a ggml type), not lowbit "
-                            "schemes (--scheme, --recipe, --keep, --kv, --rule P=SPEC)");
+                            "schemes (--scheme, --recipe, --keep, --keep-sensitive, --kv, --rule P=SPEC)");
         if (calib || shard)
             return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--calib and --max-shard-size are not GGUF options");
         if (gg.tokenizer && !gg.imatrix_text)
@@ -162,14 +167,17 @@ static int run(int argc, char **argv)
      * checked after calibration, since the check wants those scales) */
     if (rc == EXIT_OK && !cli_recipe_needs_calib(q) && (st = lb_export_check(q, &o)) != LB_OK)
         rc = cli_fail_lb("quantize", json, st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
-    if (rc == EXIT_OK && cli_recipe_needs_calib(q)) {
+    cli_recipe_steps steps;
+    memset(&steps, 0, sizeof steps);
+    if (rc == EXIT_OK && (cli_recipe_needs_calib(q) || cli_recipe_wants_calib(&ra))) {
         if (!calib)
-            rc = cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
-                          "this recipe has static scales (static or NVFP4 activations, --kv fp8): give --calib TEXT "
-                          "(e.g. a training excerpt; never the evaluation text)");
+            rc = cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "%s: give --calib TEXT (e.g. a training "
+                          "excerpt; never the evaluation text)", cli_recipe_needs_calib(q)
+                          ? "this recipe has static scales (static or NVFP4 activations, --kv fp8)"
+                          : "--keep-sensitive measures each layer on a calibration text");
         else if ((st = lb_tokenizer_from_model(m, model, &tok)) != LB_OK)
             rc = cli_fail_lb("quantize", json, EXIT_RUNTIME, st);
-        else rc = cli_recipe_calibrate("quantize", json, q, tok, calib, calib_tokens, threads);
+        else rc = cli_recipe_prepare("quantize", json, &ra, q, tok, calib, calib_tokens, threads, &steps);
         if (rc == EXIT_OK && (st = lb_export_check(q, &o)) != LB_OK)
             rc = cli_fail_lb("quantize", json, st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
     }
@@ -191,14 +199,17 @@ static int run(int argc, char **argv)
                    (unsigned long long)r.weight_params);
             json_field(stdout, "bits_per_weight", r.bits_per_weight);
             json_field(stdout, "seconds", secs);
+            if (steps.ranking) cli_recipe_print(stdout, NULL, &steps, 1);
             printf("}\n");
         } else {
+            if (steps.ranking) cli_recipe_print(stdout, NULL, &steps, 0);
             printf("wrote %s (%s): %llu tensors, %llu quantized, %.3f bits per weight (scales included), "
                    "%.1f MB in %u shard%s, %.1f s; every tensor read back and checked\n",
                    out, format, (unsigned long long)r.tensors, (unsigned long long)r.quantized, r.bits_per_weight,
                    (double)r.bytes / 1e6, r.shards, r.shards == 1 ? "" : "s", secs);
         }
     }
+    cli_recipe_steps_free(&steps);
     lb_tokenizer_free(tok);
     lb_qmodel_free(q);
     lb_model_close(m);
