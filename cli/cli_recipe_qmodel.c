@@ -121,7 +121,7 @@ int cli_recipe_prepare(const char *cmd, int json, const cli_recipe_args *a, lb_q
         out->n_layers = lb_model_arch(lb_qmodel_model(q))->n_layers;
         out->keep = a->keep_sensitive;
         out->ranking = calloc(out->n_layers + 1, sizeof *out->ranking);
-        cli_progress_ctx pc = {cmd, "sensitivity layer", NULL};
+        cli_progress_ctx pc = {cmd, "sensitivity (window x layer)", NULL};
         lb_sensitivity_options o = {.bos = lb_tokenizer_add_bos(tok) ? lb_tokenizer_bos(tok) : -1, .threads = threads,
                                     .progress = cli_progress_fn, .progress_ctx = &pc};
         uint32_t model_ctx = lb_model_arch(lb_qmodel_model(q))->max_seq_len;

@@ -1264,7 +1264,7 @@ typedef struct lb_sensitivity_options {
     size_t max_windows;      /* windows of the tokens used; 0: every whole window */
     int32_t bos;             /* >= 0: replaces each window's first token (as lb_kld's windows); -1: none */
     int threads;             /* 0: one per CPU */
-    lb_progress_fn progress; /* optional: after each layer (done of n_layers) */
+    lb_progress_fn progress; /* optional: after each layer of each window (done of windows x n_layers) */
     void *progress_ctx;
 } lb_sensitivity_options;
 
@@ -1277,12 +1277,12 @@ typedef struct lb_sensitivity_options {
  * alone. out[n_layers] receives the layers sorted by KLD, largest first
  * (ties and unmeasured layers by index, unmeasured last). Static
  * activation scales must be calibrated first. Memory: one runner of the
- * model as stored plus one extra copy of one layer at a time, and the
- * windows' hidden states (windows x ctx x dim floats, twice); the base
- * distributions are recomputed from kept final hidden states, not stored.
- * Time: each layer runs the windows from its own input on (the earlier
- * layers' outputs are kept), about half the forward passes of a loop of
- * lb_kld calls. */
+ * model as stored (context ctx) plus one extra copy of one layer at a
+ * time, one window's base logits at its scored rows (ctx/2 x vocab
+ * floats) and 128 rows of the measured model's. Time: window by window,
+ * each layer runs from the window's input to it on (the base model's,
+ * kept), about half the layer passes of a loop of lb_kld calls; each
+ * measured layer is quantized again for every window. */
 LB_API lb_status lb_layer_sensitivity(const lb_qmodel *q, const int32_t *tokens, size_t n,
                                       const lb_sensitivity_options *o, lb_layer_kld *out);
 /* lb_layer_sensitivity, then the `keep` measured layers of largest KLD kept

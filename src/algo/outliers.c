@@ -9,14 +9,14 @@
  * runner and the bits-per-weight count can hold fixed).
  *
  * The statistics come from lb_runner_set_hook on a runner of the source
- * values (unquantized; fp32 activations and KV cache), one largest |x|
+ * values (unquantized: the model as stored with the quantized model's
+ * replacements; fp32 activations and KV cache), one largest |x|
  * per input feature of each QUANTIZED weight; q/k/v see the same input
  * and so get the same columns, as do gate/up. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/runner_internal.h"
 #include "util/error.h"
 
 #define OUTLIER_DEFAULT_CTX 512
@@ -81,14 +81,46 @@ static void free_stats(stats *s)
     free(s->absmax), free(s->width);
 }
 
-/* The windows through a source-values runner with the hook on. */
+/* A qmodel of q's source values that a runner holds cheaply: every
+ * tensor as stored (a GGUF's blocks computed on in place, not fp32
+ * copies of every weight as lb__runner_build's source mode makes), q's
+ * replacements (folded scales) copied in at fp32. */
+static lb_status source_view(const lb_qmodel *q, lb_qmodel **out)
+{
+    lb_qmodel *v = NULL;
+    lb_status st = lb_qmodel_new(lb_qmodel_model(q), &v);
+    if (st == LB_OK) st = lb_qmodel_set_dtype(v, LB_DT_F32);
+    float *x = NULL;
+    for (size_t i = 0; st == LB_OK && i < lb_qmodel_count(q); i++) {
+        lb_qentry e;
+        if ((st = lb_qmodel_entry(q, i, &e)) != LB_OK || !e.replaced) continue;
+        free(x);
+        if (!(x = malloc(e.tensor->n_elements * sizeof *x))) {
+            st = lb__fail(LB_ERR_NOMEM, "cannot allocate an fp32 copy of %s", e.tensor->name);
+            break;
+        }
+        st = lb_qmodel_source_f32(q, i, x);
+        if (st == LB_OK) st = lb_qmodel_replace(v, i, x);
+    }
+    free(x);
+    if (st != LB_OK) lb_qmodel_free(v), v = NULL;
+    *out = v;
+    return st;
+}
+
+/* The windows through a runner of the source values with the hook on. */
 static lb_status collect(const lb_qmodel *q, const int32_t *tokens, size_t n, const lb_outlier_options *o,
                          uint32_t ctx, int head, stats *s)
 {
     lb_runner_options ro = {.threads = o->threads, .max_ctx = ctx};
     lb_runner *r = NULL;
-    lb_status st = lb__runner_build(q, &ro, LB__RUNNER_SOURCE, &r);
-    if (st != LB_OK) return st;
+    lb_qmodel *view = NULL;
+    lb_status st = source_view(q, &view);
+    if (st == LB_OK) st = lb_runner_from_qmodel(view, &ro, &r);
+    if (st != LB_OK) {
+        lb_qmodel_free(view);
+        return st;
+    }
     float *logits = head ? malloc(((size_t)ctx * lb_runner_vocab_size(r) + 1) * sizeof *logits) : NULL;
     if (head && !logits) st = lb__fail(LB_ERR_NOMEM, "lb_qmodel_select_outliers: out of memory for logits");
     lb_runner_set_hook(r, on_input, s);
@@ -101,6 +133,7 @@ static lb_status collect(const lb_qmodel *q, const int32_t *tokens, size_t n, co
     }
     free(logits);
     lb_runner_free(r);
+    lb_qmodel_free(view);
     return st;
 }
 

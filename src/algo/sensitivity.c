@@ -3,22 +3,22 @@
  * alone, the KL divergence of the model's next-token distributions from
  * the model as stored, on lb_kld's windows (whole windows, BOS first,
  * the second half scored), so that the figure for layer L is the one
- * `lowbit kld` gives a recipe that quantizes layer L alone.
+ * `lowbit kld` gives a recipe that quantizes layer L alone (the same
+ * logits, and the same sums in double).
  *
- * One runner of the model as stored does all of it: layer L is loaded
- * from the quantized model (lb__runner_reload_layer), measured, and
- * loaded back as stored, so at most one layer exists twice. Layers run
- * one at a time on every window's hidden states (lb__runner_layer):
- *   1. each window's input to layer 0 (the embeddings), and its final
- *      hidden states under the base model at the scored positions (from
- *      which the base logits are recomputed when needed: a few hundred
- *      rows x dim floats instead of rows x vocab);
- *   2. for L = 0 .. n-1: with layer L quantized, every window from its
- *      layer-L input through layers L .. n-1 and the head, scored against
- *      the base logits; then layer L as stored advances the windows' input
- *      to layer L + 1.
- * Layers before L are never rerun: about half the layer passes of a loop
- * of full forward passes. */
+ * One runner of the model as stored does all of it, window by window:
+ *   1. the window through the base model: its logits at the scored rows
+ *      are kept (scored rows x vocab floats, with each row's log-sum-exp);
+ *   2. for L = 0 .. n-1, with h the window's input to layer L (the base
+ *      model's: the embeddings, then advanced one base layer at a time):
+ *      layer L is loaded from the quantized model (lb__runner_reload_layer),
+ *      a copy of h runs through layers L .. n-1 and the head, is scored
+ *      against the kept base logits, and layer L is loaded back as stored.
+ * So at most one layer exists twice, layers before L never run again for
+ * L (about half the layer passes of a loop of full forward passes), and
+ * the head runs once per layer on the scored rows only. The price: each
+ * measured layer is quantized again for every window (cheap beside the
+ * forward passes). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +29,10 @@
 #include "util/error.h"
 
 #define SENSITIVITY_DEFAULT_CTX 512
-/* Scored rows whose logits are computed at once: two blocks of this many
- * rows x vocab floats (the base's and the measured model's). */
-#define SENSITIVITY_ROW_BLOCK 32
+/* Scored rows whose logits the measured model computes at once: the head
+ * (a vocab x dim matrix, dequantized panel by panel when packed) is read
+ * once per block, and the block takes rows x vocab floats. */
+#define SENSITIVITY_ROW_BLOCK 128
 
 typedef struct job {
     const lb_qmodel *q;       /* what each layer becomes when measured */
@@ -40,18 +41,22 @@ typedef struct job {
     size_t n_layers, dim, vocab;
     uint32_t ctx;
     size_t windows, first, scored; /* scored rows: first .. first + scored - 1 of each window */
-    float *x;                 /* [windows][ctx][dim] every window's input to the current layer */
-    float *fin;               /* [windows][scored][dim] base final hidden states at the scored rows */
-    float *tmp;               /* [ctx][dim] one window on its way through the measured model */
-    float *lb, *lq;           /* [ROW_BLOCK][vocab] logits: base, measured */
-    double *pb, *pq;          /* [vocab] log-probabilities */
+    int32_t *window;          /* [ctx] the window's ids */
+    float *h;                 /* [ctx][dim] the window's input to the current layer (base model) */
+    float *tmp;               /* [ctx][dim] the window on its way through the measured model */
+    float *base;              /* [scored][vocab] the base model's logits at the scored rows */
+    double *base_lse;         /* [scored] their log-sum-exp */
+    float *lq;                /* [ROW_BLOCK][vocab] the measured model's logits */
+    int *measured;            /* [n_layers] 1: the layer has something quantized */
+    double *sum, *sum2;       /* [n_layers] sums of the scored rows' KLD and its square */
 } job;
 
 static void free_job(job *j)
 {
     lb_runner_free(j->r);
     lb_qmodel_free(j->base_q);
-    free(j->x), free(j->fin), free(j->tmp), free(j->lb), free(j->lq), free(j->pb), free(j->pq);
+    free(j->window), free(j->h), free(j->tmp), free(j->base), free(j->base_lse), free(j->lq);
+    free(j->measured), free(j->sum), free(j->sum2);
 }
 
 /* 1 if layer l of q holds any weight quantized (under a spec or a ggml type). */
@@ -69,16 +74,7 @@ static int layer_quantized(const lb_qmodel *q, size_t l)
     return 0;
 }
 
-/* log softmax of one row into lp; 0 when a logit is NaN or +inf. */
-static int log_softmax(const float *logits, size_t vocab, double *lp)
-{
-    double lse = lb__log_sum_exp(logits, vocab);
-    if (!isfinite(lse)) return 0;
-    for (size_t i = 0; i < vocab; i++) lp[i] = (double)logits[i] - lse;
-    return 1;
-}
-
-static lb_status setup(job *j, const int32_t *tokens, size_t n, const lb_sensitivity_options *o)
+static lb_status setup(job *j, size_t n, const lb_sensitivity_options *o)
 {
     const lb_model *m = lb_qmodel_model(j->q);
     uint32_t model_ctx = lb_model_arch(m)->max_seq_len;
@@ -93,81 +89,79 @@ static lb_status setup(job *j, const int32_t *tokens, size_t n, const lb_sensiti
     lb_runner_options ro = {.threads = o->threads, .max_ctx = j->ctx};
     if ((st = lb__runner_build(j->base_q, &ro, 0, &j->r)) != LB_OK) return st;
     j->n_layers = lb__runner_n_layers(j->r), j->dim = lb__runner_dim(j->r), j->vocab = lb_runner_vocab_size(j->r);
-    size_t rows = j->windows * j->ctx;
-    j->x = malloc(rows * j->dim * sizeof *j->x);
-    j->fin = malloc(j->windows * j->scored * j->dim * sizeof *j->fin);
+    size_t block = j->scored < SENSITIVITY_ROW_BLOCK ? j->scored : SENSITIVITY_ROW_BLOCK;
+    j->window = malloc(j->ctx * sizeof *j->window);
+    j->h = malloc(j->ctx * j->dim * sizeof *j->h);
     j->tmp = malloc(j->ctx * j->dim * sizeof *j->tmp);
-    j->lb = malloc(SENSITIVITY_ROW_BLOCK * j->vocab * sizeof *j->lb);
-    j->lq = malloc(SENSITIVITY_ROW_BLOCK * j->vocab * sizeof *j->lq);
-    j->pb = malloc(j->vocab * sizeof *j->pb), j->pq = malloc(j->vocab * sizeof *j->pq);
-    int32_t *window = malloc(j->ctx * sizeof *window);
-    if (!j->x || !j->fin || !j->tmp || !j->lb || !j->lq || !j->pb || !j->pq || !window) {
-        free(window);
-        return lb__fail(LB_ERR_NOMEM, "lb_layer_sensitivity: out of memory for %zu windows of %u", j->windows, j->ctx);
-    }
-    /* the embeddings, and the base model's final hidden states at the scored rows */
-    for (size_t w = 0; w < j->windows && st == LB_OK; w++) {
-        memcpy(window, tokens + w * j->ctx, j->ctx * sizeof *window);
-        if (o->bos >= 0) window[0] = o->bos;
-        float *xw = j->x + w * j->ctx * j->dim;
-        st = lb__runner_embed(j->r, window, j->ctx, xw);
-        if (st == LB_OK) memcpy(j->tmp, xw, j->ctx * j->dim * sizeof *j->tmp);
-        for (size_t l = 0; l < j->n_layers && st == LB_OK; l++) st = lb__runner_layer(j->r, l, j->tmp, j->ctx);
-        if (st == LB_OK)
-            memcpy(j->fin + w * j->scored * j->dim, j->tmp + j->first * j->dim, j->scored * j->dim * sizeof *j->fin);
-    }
-    free(window);
-    return st;
+    j->base = malloc(j->scored * j->vocab * sizeof *j->base);
+    j->base_lse = malloc(j->scored * sizeof *j->base_lse);
+    j->lq = malloc(block * j->vocab * sizeof *j->lq);
+    j->measured = calloc(j->n_layers + 1, sizeof *j->measured);
+    j->sum = calloc(j->n_layers + 1, sizeof *j->sum), j->sum2 = calloc(j->n_layers + 1, sizeof *j->sum2);
+    if (!j->window || !j->h || !j->tmp || !j->base || !j->base_lse || !j->lq || !j->measured || !j->sum || !j->sum2)
+        return lb__fail(LB_ERR_NOMEM, "lb_layer_sensitivity: out of memory for windows of %u over a vocabulary of %zu",
+                        j->ctx, j->vocab);
+    for (size_t l = 0; l < j->n_layers; l++) j->measured[l] = layer_quantized(j->q, l);
+    return LB_OK;
 }
 
-/* Window w's scored rows: the measured model's final states in j->tmp
- * against the base's; the sum of KLDs and of their squares. */
-static lb_status score_window(job *j, size_t w, double *sum, double *sum2)
+/* Window w: its embeddings in j->h, and the base model's logits at the
+ * scored rows with their log-sum-exp. */
+static lb_status base_window(job *j, const int32_t *tokens, size_t w, int32_t bos)
 {
-    lb_status st = LB_OK;
-    for (size_t b = 0; b < j->scored && st == LB_OK; b += SENSITIVITY_ROW_BLOCK) {
-        size_t rows = j->scored - b < SENSITIVITY_ROW_BLOCK ? j->scored - b : SENSITIVITY_ROW_BLOCK;
-        st = lb__runner_logits(j->r, j->fin + (w * j->scored + b) * j->dim, rows, j->lb);
-        if (st == LB_OK) st = lb__runner_logits(j->r, j->tmp + (j->first + b) * j->dim, rows, j->lq);
-        for (size_t t = 0; t < rows && st == LB_OK; t++) {
-            if (!log_softmax(j->lb + t * j->vocab, j->vocab, j->pb) || !log_softmax(j->lq + t * j->vocab, j->vocab, j->pq))
-                return lb__fail(LB_ERR_NAN, "window %zu, position %zu: the logits are not finite", w, j->first + b + t);
-            double kld = 0;
-            for (size_t i = 0; i < j->vocab; i++) {
-                double p = exp(j->pb[i]);
-                if (p > 0) kld += p * (j->pb[i] - j->pq[i]);
-            }
-            if (!isfinite(kld))
-                return lb__fail(LB_ERR_NAN, "window %zu, position %zu: the KL divergence is not finite (the quantized "
-                                "layer gives a probability of 0 to what the base model finds possible)", w,
-                                j->first + b + t);
-            if (kld < 0) kld = 0; /* rounding can leave a tiny negative, as in lb_kld */
-            *sum += kld, *sum2 += kld * kld;
-        }
+    memcpy(j->window, tokens + w * j->ctx, j->ctx * sizeof *j->window);
+    if (bos >= 0) j->window[0] = bos;
+    lb_status st = lb__runner_embed(j->r, j->window, j->ctx, j->h);
+    if (st == LB_OK) memcpy(j->tmp, j->h, j->ctx * j->dim * sizeof *j->tmp);
+    for (size_t l = 0; l < j->n_layers && st == LB_OK; l++) st = lb__runner_layer(j->r, l, j->tmp, j->ctx);
+    if (st == LB_OK) st = lb__runner_logits(j->r, j->tmp + j->first * j->dim, j->scored, j->base);
+    for (size_t t = 0; t < j->scored && st == LB_OK; t++) {
+        j->base_lse[t] = lb__log_sum_exp(j->base + t * j->vocab, j->vocab);
+        if (!isfinite(j->base_lse[t]))
+            st = lb__fail(LB_ERR_NAN, "window %zu, position %zu: the base model's logits are not finite", w, j->first + t);
     }
     return st;
 }
 
-/* Layer l as q holds it, every window from its input to layer l on. */
-static lb_status measure_layer(job *j, size_t l, lb_layer_kld *out)
+/* KL(base || measured) of scored row t (lb_kld's sum: p_base x (log p_base
+ * - log p_measured) in double over the tokens the base finds possible). */
+static lb_status row_kld(const job *j, size_t t, const float *lq, size_t w, double *out)
+{
+    const float *lb = j->base + t * j->vocab;
+    double lse_q = lb__log_sum_exp(lq, j->vocab), kld = 0;
+    if (!isfinite(lse_q))
+        return lb__fail(LB_ERR_NAN, "window %zu, position %zu: the logits are not finite", w, j->first + t);
+    for (size_t i = 0; i < j->vocab; i++) {
+        double pb = (double)lb[i] - j->base_lse[t], p = exp(pb);
+        if (p > 0) kld += p * (pb - ((double)lq[i] - lse_q));
+    }
+    if (!isfinite(kld))
+        return lb__fail(LB_ERR_NAN, "window %zu, position %zu: the KL divergence is not finite (the quantized layer "
+                        "gives a probability of 0 to what the base model finds possible)", w, j->first + t);
+    *out = kld > 0 ? kld : 0; /* rounding can leave a tiny negative, as in lb_kld */
+    return LB_OK;
+}
+
+/* Layer l as q holds it on window w, from the window's input to layer l. */
+static lb_status measure_layer(job *j, size_t l, size_t w)
 {
     lb_status st = lb__runner_reload_layer(j->r, j->q, l);
     if (st != LB_OK) return st;
-    double sum = 0, sum2 = 0;
-    for (size_t w = 0; w < j->windows && st == LB_OK; w++) {
-        memcpy(j->tmp, j->x + w * j->ctx * j->dim, j->ctx * j->dim * sizeof *j->tmp);
-        for (size_t k = l; k < j->n_layers && st == LB_OK; k++) st = lb__runner_layer(j->r, k, j->tmp, j->ctx);
-        if (st == LB_OK) st = score_window(j, w, &sum, &sum2);
+    memcpy(j->tmp, j->h, j->ctx * j->dim * sizeof *j->tmp);
+    for (size_t k = l; k < j->n_layers && st == LB_OK; k++) st = lb__runner_layer(j->r, k, j->tmp, j->ctx);
+    for (size_t b = 0; b < j->scored && st == LB_OK; b += SENSITIVITY_ROW_BLOCK) {
+        size_t rows = j->scored - b < SENSITIVITY_ROW_BLOCK ? j->scored - b : SENSITIVITY_ROW_BLOCK;
+        st = lb__runner_logits(j->r, j->tmp + (j->first + b) * j->dim, rows, j->lq);
+        for (size_t t = 0; t < rows && st == LB_OK; t++) {
+            double kld = 0;
+            st = row_kld(j, b + t, j->lq + t * j->vocab, w, &kld);
+            if (st == LB_OK) j->sum[l] += kld, j->sum2[l] += kld * kld;
+        }
     }
     /* back as stored, whatever happened */
     lb_status back = lb__runner_reload_layer(j->r, j->base_q, l);
     if (st != LB_OK) return lb__fail(st, "layer %zu: %s", l, lb_last_error());
-    if (back != LB_OK) return back;
-    double n = (double)(j->windows * j->scored), mean = sum / n, var = sum2 / n - mean * mean;
-    out->measured = 1;
-    out->kld = mean;
-    out->kld_err = n > 1 && var > 0 ? sqrt(var / (n - 1)) : 0;
-    return LB_OK;
+    return back;
 }
 
 /* Largest KLD first; unmeasured last; ties by layer index. */
@@ -187,16 +181,22 @@ lb_status lb_layer_sensitivity(const lb_qmodel *q, const int32_t *tokens, size_t
     lb_sensitivity_options defaults = {.bos = -1};
     if (!o) o = &defaults;
     job j = {.q = q};
-    lb_status st = setup(&j, tokens, n, o);
+    lb_status st = setup(&j, n, o);
+    size_t steps = j.windows * j.n_layers;
+    for (size_t w = 0; w < j.windows && st == LB_OK; w++) {
+        st = base_window(&j, tokens, w, o->bos);
+        for (size_t l = 0; l < j.n_layers && st == LB_OK; l++) {
+            if (j.measured[l]) st = measure_layer(&j, l, w);
+            /* the window's input to layer l + 1, through layer l as stored */
+            if (st == LB_OK && l + 1 < j.n_layers) st = lb__runner_layer(j.r, l, j.h, j.ctx);
+            if (st == LB_OK && o->progress) o->progress(o->progress_ctx, w * j.n_layers + l + 1, steps);
+        }
+    }
+    double count = (double)(j.windows * j.scored);
     for (size_t l = 0; l < j.n_layers && st == LB_OK; l++) {
-        lb_layer_kld *e = &out[l];
-        memset(e, 0, sizeof *e);
-        e->layer = (uint32_t)l;
-        if (layer_quantized(q, l)) st = measure_layer(&j, l, e);
-        /* the windows' input to layer l + 1, through layer l as stored */
-        for (size_t w = 0; w < j.windows && l + 1 < j.n_layers && st == LB_OK; w++)
-            st = lb__runner_layer(j.r, l, j.x + w * j.ctx * j.dim, j.ctx);
-        if (st == LB_OK && o->progress) o->progress(o->progress_ctx, l + 1, j.n_layers);
+        double mean = j.sum[l] / count, var = j.sum2[l] / count - mean * mean;
+        out[l] = (lb_layer_kld){.layer = (uint32_t)l, .measured = j.measured[l]};
+        if (j.measured[l]) out[l].kld = mean, out[l].kld_err = count > 1 && var > 0 ? sqrt(var / (count - 1)) : 0;
     }
     if (st == LB_OK) qsort(out, j.n_layers, sizeof *out, by_kld);
     free_job(&j);

@@ -1034,6 +1034,9 @@ lb_status lb__runner_reload_layer(lb_runner *r, const lb_qmodel *q, size_t li)
     }
     layer_free(&r->layers[li]);
     r->layers[li] = fresh;
+    /* the W8A8 state borrows its matrix: point it at the layer's own copy, not fresh's */
+    for (int w = 0; w < W_COUNT; w++)
+        if (r->layers[li].w[w].has_a8) r->layers[li].w[w].a8.m = &r->layers[li].w[w].q;
     r->mem = mem; /* the counts stay those of the build (a reloaded layer has the same shapes) */
     return LB_OK;
 }
