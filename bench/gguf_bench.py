@@ -1,7 +1,8 @@
 """lowbit's GGUF against llama.cpp's own tools, in one run (BENCHMARKS.md, "GGUF").
 
   speed    time to quantize SmolLM2 (dequantized to F32 first) with lowbit quantize and
-           llama-quantize, interleaved, at 1 and 2 threads, best of max(--reps, 3); the ratio
+           llama-quantize (followed by `sync FILE`: lowbit fsyncs its output before renaming it
+           into place, so both times end with the file on disk; the floor likewise), interleaved, at 1 and 2 threads, best of max(--reps, 3); the ratio
            llama-quantize / lowbit; whether the two files are byte-identical; the I/O floor
            (read the input, copy a file of the output's size) that no tool beats; and the
            CPU seconds (user + system) of each, steadier than wall time on a shared machine
@@ -102,13 +103,16 @@ def main():
                 ql, qb, qc = d / f"llama-{t}.gguf", d / f"lowbit-{t}.gguf", d / f"copy-{t}.gguf"
                 tl = tb = tf = cl = cb = float("inf")
                 for _ in range(reps):  # interleaved: both tools see the same machine state
-                    w, c = timed_cpu([llb / "llama-quantize", f32, ql, t, th])
+                    # lowbit fsyncs its output before renaming it into place; llama-quantize does
+                    # not, so its run ends with `sync FILE`: both times end with the file on disk
+                    w, c = timed_cpu(["sh", "-c", f"'{llb / 'llama-quantize'}' '{f32}' '{ql}' {t} {th} "
+                                      f">/dev/null 2>&1 && sync '{ql}'"])
                     tl, cl = min(tl, w), min(cl, c)
                     w, c = timed_cpu([lb, "quantize", f32, "-o", qb, "--format", "gguf", "--type", t,
                                       "--threads", th, "--quiet", "--force"])
                     tb, cb = min(tb, w), min(cb, c)
                     t0 = time.perf_counter()
-                    sh(["sh", "-c", f"cat '{f32}' > /dev/null && cp '{ql}' '{qc}'"])
+                    sh(["sh", "-c", f"cat '{f32}' > /dev/null && cp '{ql}' '{qc}' && sync '{qc}'"])
                     tf = min(tf, time.perf_counter() - t0)
                 same = ql.read_bytes() == qb.read_bytes()
                 print(f"| {t} | {th} | {tl:.2f} ({gb / tl:.3f}) | {tb:.2f} ({gb / tb:.3f}) | {tl / tb:.1f}x | "

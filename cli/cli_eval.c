@@ -96,7 +96,7 @@ static int parse_format(const char *cmd, int json, const char *opt, const char *
     return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s takes %s, not '%s'", opt, list, text);
 }
 
-static int runner_formats(const char *cmd, int json, const cli_eval_args *a, lb_runner_options *o)
+int cli_eval_formats(const char *cmd, int json, const cli_eval_args *a, lb_runner_options *o)
 {
     static const lb_format kv[] = {LB_FMT_FP32, LB_FMT_BF16, LB_FMT_FP16, LB_FMT_FP8_E4M3, LB_FMT_FP8_E5M2, LB_FMT_INT8, LB_FMT_INT4};
     static const lb_format act[] = {LB_FMT_INT8, LB_FMT_FP8_E4M3};
@@ -145,6 +145,9 @@ static int calibrate(const char *cmd, int json, const cli_eval_args *a, cli_eval
  * counts, not only --kv), for cli_eval_print_setup: one command runs per
  * process. */
 static lb_format recipe_kv = LB_FMT_FP32;
+/* Whether that recipe had static scales to calibrate on --calib (else
+ * --calib served a method alone, or nothing). */
+static int recipe_static;
 
 /* The recipe options: the qmodel `lowbit quantize` builds from them
  * (same recipe, same calibration), and a runner over it. */
@@ -184,14 +187,18 @@ static int recipe_runner(const char *cmd, int json, const cli_eval_args *a, cli_
     if (rc != EXIT_OK) return rc;
     recipe_kv = lb_qmodel_kv(e->qmodel);
     int needs = cli_recipe_needs_calib(e->qmodel), wants = cli_recipe_wants_calib(&ra);
+    recipe_static = needs;
     if ((needs || wants) && !a->calib)
         return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s: give --calib FILE, text like the one measured "
                         "(never the evaluation text itself)", needs ? "the recipe has static scales (static or NVFP4 "
                         "activations, or --kv fp8)" : "--keep-sensitive and --outlier-threshold measure on a "
                         "calibration text");
-    if (!needs && !wants && a->calib) /* a loop over schemes passes --calib to all: a note, no error */
+    if (!needs && !wants && a->calib && !cli_method_given(&ra)) /* a loop over schemes passes --calib to all: a note */
         fprintf(stderr, "lowbit %s: note: --calib %s is unused: the recipe has no static scales to calibrate (its "
-                "activations are dynamic or 16-bit, no --kv fp8)\n", cmd, a->calib);
+                "activations are dynamic or 16-bit, no --kv fp8) and no --method\n", cmd, a->calib);
+    /* the method changes the weights; outlier columns, static scales and the layer sensitivity are then
+     * taken on the transformed model, as quantize does */
+    if ((rc = cli_method_apply(cmd, json, e->qmodel, e->tok, a->calib, &ra, a->threads)) != EXIT_OK) return rc;
     cli_recipe_steps_free(&recipe_steps);
     if ((needs || wants) && (rc = cli_recipe_prepare(cmd, json, &ra, e->qmodel, e->tok, a->calib, a->calib_tokens,
                                                      a->threads, &recipe_steps)) != EXIT_OK)
@@ -210,6 +217,8 @@ static int recipe_runner(const char *cmd, int json, const cli_eval_args *a, cli_
 static int checkpoint_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
 {
     const char *given = cli_recipe_given(&a->recipe) ? "--scheme, --recipe, --rule or --keep"
+                        : a->recipe.method || a->recipe.alpha || a->recipe.calib_seqs || a->recipe.calib_len
+                            ? "--method, --alpha, --calib-seqs or --calib-len"
                         : a->spec || a->spec_attn || a->spec_mlp || a->spec_embed || a->spec_head ? "--spec"
                         : a->act ? "--act" : a->kv ? "--kv" : a->calib ? "--calib" : a->fake ? "--fake" : NULL;
     const lb_model_quant *mq = lb_model_quantization(e->model);
@@ -238,17 +247,24 @@ int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_
         return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--weights-only evaluates a quantized checkpoint "
                         "directory's weights without its activation and KV-cache quantization; this model is not "
                         "one (it has no quantization_config)");
+    int rc = EXIT_OK;
+    if (cli_method_given(&a->recipe) && !a->gguf.given && !cli_recipe_given(&a->recipe))
+        rc = cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--method %s transforms the quantized model that "
+                      "--scheme, --recipe, --rule or --type T describe (what lowbit quantize writes); --spec runs "
+                      "no such model: give e.g. --rule 'model.layers.*=SPEC' instead of --spec SPEC", a->recipe.method);
+    if (rc == EXIT_OK) rc = cli_method_check(cmd, json, &a->recipe, a->calib);
+    if (rc != EXIT_OK) return rc;
     if (a->gguf.given) return gguf_runner(cmd, json, a, e);
     if (cli_recipe_given(&a->recipe)) return recipe_runner(cmd, json, a, e);
     lb_qspec attn, mlp, embed, head;
     cli_progress_ctx loading = {cmd, "loading layer", NULL};
     lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .fake = a->fake,
                            .progress = cli_progress_fn, .progress_ctx = &loading};
-    int rc = parse_spec(cmd, json, a->spec_attn ? a->spec_attn : a->spec, &attn, &o.attn);
+    rc = parse_spec(cmd, json, a->spec_attn ? a->spec_attn : a->spec, &attn, &o.attn);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_mlp ? a->spec_mlp : a->spec, &mlp, &o.mlp);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_embed, &embed, &o.embed);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_head, &head, &o.head);
-    if (rc == EXIT_OK) rc = runner_formats(cmd, json, a, &o);
+    if (rc == EXIT_OK) rc = cli_eval_formats(cmd, json, a, &o);
     if (rc != EXIT_OK) return rc;
     /* a model the forward pass cannot run is the input's fault, not the command line's */
     lb_status st = lb_runner_supports(e->model, o.max_ctx);
@@ -281,6 +297,7 @@ static void print_recipe(FILE *out, const cli_eval_args *a, int json)
         json_string(out, recipe_kv == LB_FMT_FP8_E4M3 ? "fp8" : "fp32");
         fprintf(out, ", \"calib\": ");
         json_string(out, a->calib ? a->calib : "");
+        cli_method_print(out, r, a->calib, 1);
         return;
     }
     const char *sep = " (";
@@ -293,7 +310,11 @@ static void print_recipe(FILE *out, const cli_eval_args *a, int json)
     if (r->outlier_threshold > 0) fprintf(out, "%soutlier columns above %g", sep, (double)r->outlier_threshold), sep = "; ";
     if (a->fake) fprintf(out, "%sfake", sep), sep = "; ";
     if (recipe_kv == LB_FMT_FP8_E4M3) fprintf(out, "%skv fp8", sep), sep = "; ";
-    if (a->calib) fprintf(out, "%scalibrated on %s", sep, a->calib);
+    if (a->calib && recipe_static) fprintf(out, "%scalibrated on %s", sep, a->calib), sep = "; ";
+    if (cli_method_given(r)) {
+        fprintf(out, "%s", sep);
+        cli_method_print(out, r, a->calib, 0);
+    }
     fputc(')', out);
 }
 
@@ -315,6 +336,13 @@ void cli_eval_print_setup(FILE *out, const cli_eval_args *a, int json)
         json_string(out, a->kv ? a->kv : "fp32");
         fprintf(out, ", \"calib\": ");
         json_string(out, a->calib ? a->calib : "");
+        cli_method_print(out, &a->recipe, a->calib, 1);
+        return;
+    }
+    if (cli_method_given(&a->recipe)) { /* --type T with a method */
+        fprintf(out, " (");
+        cli_method_print(out, &a->recipe, a->calib, 0);
+        fputc(')', out);
         return;
     }
     if (!a->fake && !a->act && !a->kv) return;
@@ -418,17 +446,22 @@ static int gguf_runner(const char *cmd, int json, const cli_eval_args *a, cli_ev
     cli_gguf_args gg;
     split_gguf(a, &ra, &gg);
     if (cli_recipe_given(&ra) || a->spec || a->spec_attn || a->spec_mlp || a->spec_embed || a->spec_head || a->act ||
-        a->calib || a->fake || (a->kv && strcmp(a->kv, "fp32") != 0))
+        (a->calib && !cli_method_given(&ra)) || a->calib_tokens || a->fake || (a->kv && strcmp(a->kv, "fp32") != 0))
         return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--type T says how every weight is stored (as in the "
                         "GGUF lowbit quantize writes): it does not combine with --scheme, --recipe, --keep, lowbit "
-                        "--rule specs, --spec*, --act, --calib, --fake or --kv");
+                        "--rule specs, --spec*, --act, --calib (but a --method's), --calib-tokens, --fake or --kv");
     if (!gg.type) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "the GGUF options need --type T");
+    if (cli_method_given(&ra) && (gg.imatrix_file || gg.imatrix_text))
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--method %s scales the weights' input channels, which "
+                        "an importance matrix of the unscaled model does not describe: give --method or an imatrix, "
+                        "not both", ra.method);
     lb_status st = lb_runner_supports(e->model, a->max_ctx);
     if (st != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
     if ((st = lb_qmodel_new(e->model, &e->qmodel)) != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
     /* --imatrix / --imatrix-from: the qmodel keeps each tensor's importance vector (copied) */
     int rc = cli_gguf_imatrix(cmd, json, &gg, e->model, e->tok, a->threads);
     if (rc == EXIT_OK) rc = cli_gguf_choose(cmd, json, e->qmodel, &gg, a->threads, NULL);
+    if (rc == EXIT_OK) rc = cli_method_apply(cmd, json, e->qmodel, e->tok, a->calib, &ra, a->threads);
     lb_imatrix_free(gg.imatrix);
     if (rc != EXIT_OK) return rc;
     cli_progress_ctx loading = {cmd, "loading layer", NULL};

@@ -52,6 +52,18 @@ int cli_eval_open(const char *cmd, int json, const char *path, const cli_eval_ar
                   cli_eval_model *out);
 /* The runner of an opened model (after the text was found long enough). */
 int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e);
+/* --kv and --act into o (kv, act, ggml_act) and their combinations with
+ * --calib, --calib-tokens and --fake checked. EXIT_OK or reported. */
+int cli_eval_formats(const char *cmd, int json, const cli_eval_args *a, lb_runner_options *o);
+/* compare --method: the runner of one row, a quantized model built from
+ * the --spec options as lb_runner_new would hold them (projections under
+ * a->spec, the embedding and an untied head under --spec-embed and
+ * --spec-head; --act: the projections' inputs per token, or with --calib
+ * static per tensor from the first --calib-tokens (default 512) tokens),
+ * then `method` applied on the --calib text before any static scale is
+ * calibrated (cli_eval_spec_method.c). */
+int cli_eval_method_runner(const char *cmd, int json, const cli_eval_args *a, const cli_recipe_args *method,
+                           cli_eval_model *e);
 /* Before building runners: the text gives at least one window (usage
  * error otherwise), and a window beyond the model's trained context gets
  * a warning on stderr, as llama.cpp gives one. */
@@ -82,7 +94,7 @@ int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, u
     "A quantized checkpoint directory (compressed-tensors, ModelOpt) runs as an engine computes\n"     \
     "it: its weights, its activation quantization (dynamic, or static with its input scales)\n"     \
     "and its FP8 KV cache with its k/v scales; --weights-only evaluates its weights alone.\n"        \
-    "It takes none of --spec, --scheme, --recipe, --rule, --keep, --act, --kv or --calib.\n"
+    "It takes none of --spec, --scheme, --recipe, --rule, --keep, --method, --act, --kv or --calib.\n"
 
 /* The recipe options' paragraph (ppl, kld, generate). */
 #define CLI_EVAL_RECIPE_HELP                                                                             \
@@ -90,6 +102,8 @@ int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, u
     "evaluate exactly the model `lowbit quantize` writes with the same options; schemes\n"    \
     "with static scales (W8A8-FP8-STATIC, NVFP4) and --kv fp8 then need --calib FILE\n"       \
     "(calibrated as quantize does: the first " CLI_STR(CLI_CALIB_DEFAULT_TOKENS) " tokens, windows of " CLI_STR(CLI_CALIB_CTX) ").\n" \
+    "--method smoothquant|awq --calib FILE transforms that model as quantize does, before its\n"      \
+    "static scales are calibrated (also with --type T: awq on the GGUF's types).\n"                     \
     "--type T (a llama.cpp file type: Q8_0, Q4_K_M, ...) with --pure, --output-tensor-type X,\n"   \
     "--token-embedding-type X, --tensor-type P=X, --leave-output-tensor, --rule P=X (X a ggml\n" \
     "type) and --imatrix FILE or --imatrix-from TEXT (with --include-weights S or\n"             \

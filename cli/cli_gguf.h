@@ -45,9 +45,11 @@ int cli_gguf_choose(const char *cmd, int json, lb_qmodel *q, const cli_gguf_args
  * imatrix, are usage errors. EXIT_OK or reported. */
 int cli_gguf_imatrix(const char *cmd, int json, cli_gguf_args *g, const lb_model *m, const lb_tokenizer *tok,
                      int threads);
-/* Opens model, chooses the types and prints them (dry run) or writes out. */
+/* Opens model, chooses the types, applies the method of `method` (on the
+ * text at calib; cli_method_apply) and prints the types (dry run) or
+ * writes out. */
 int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *out, const cli_gguf_args *g,
-                      int threads);
+                      const cli_recipe_args *method, const char *calib, int threads);
 
 #define CLI_GGUF_HELP                                                                                           \
     "GGUF (--format gguf, or an OUT ending in .gguf): llama-quantize's choices, tensor for tensor\n"            \

@@ -30,6 +30,8 @@ static int refine_option(const char *cmd, int json, const char *o, const char *v
 
 int cli_recipe_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a)
 {
+    int m = cli_method_option(cmd, json, argc, argv, i, a);
+    if (m) return m;
     const char *o = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (strcmp(o, "--keep-sensitive") == 0 || strcmp(o, "--outlier-threshold") == 0) {
         if (!v) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s needs a value", o), -1;

@@ -26,14 +26,52 @@ typedef struct cli_recipe_args {
     const char *kv;                          /* "fp8" or NULL */
     size_t keep_sensitive;                   /* --keep-sensitive N: keep the N costliest layers 16-bit; 0: none */
     float outlier_threshold;                 /* --outlier-threshold T: LLM.int8() outlier columns; 0: none */
+    /* the outlier method applied to the quantized model (cli_method.c) */
+    const char *method;                      /* --method as given; NULL: rtn */
+    lb_method method_id;
+    const char *alpha;                       /* --alpha as given; NULL: CLI_METHOD_DEFAULT_ALPHA */
+    float alpha_value;
+    int alpha_search;                        /* --alpha search */
+    uint32_t calib_seqs, calib_len;          /* --calib-seqs, --calib-len; 0: the defaults below */
 } cli_recipe_args;
 
-/* Consumes argv[*i] (and its value) if it is one of the options above:
+/* The calibration of a method (--method smoothquant|awq): calib_seqs
+ * windows of calib_len tokens drawn from the --calib text (as the field
+ * calibrates: 128 x 512), SmoothQuant's alpha as the paper's default. */
+#define CLI_METHOD_DEFAULT_SEQS 128
+#define CLI_METHOD_DEFAULT_LEN 512
+#define CLI_METHOD_DEFAULT_ALPHA 0.5f
+
+/* Consumes argv[*i] (and its value) if it is one of the options above
+ * or a method option (--method, --alpha, --calib-seqs, --calib-len):
  * returns 1 (consumed), 0 (not ours) or -1 (reported usage error). */
 int cli_recipe_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a);
-/* Whether any option that says what to quantize was given (not
- * --keep-sensitive or --outlier-threshold alone: they refine a recipe). */
+/* Whether any recipe option was given: not --keep-sensitive or
+ * --outlier-threshold alone (they refine a recipe), nor the method options
+ * (they say what to do to a recipe's model, and are no recipe themselves). */
 int cli_recipe_given(const cli_recipe_args *a);
+
+/* The method options (cli_method.c): cli_recipe_option's part (1
+ * consumed, 0 not a method option, -1 reported). */
+int cli_method_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a);
+/* Whether a method other than rtn was asked for. */
+int cli_method_given(const cli_recipe_args *a);
+/* Their combination, before any work: --alpha only with smoothquant; a
+ * method other than rtn needs calib (the --calib FILE; a usage error
+ * naming the shipped calibration texts otherwise); --calib-seqs and
+ * --calib-len without one are noted on stderr as unused. EXIT_OK or the
+ * reported exit code. */
+int cli_method_check(const char *cmd, int json, const cli_recipe_args *a, const char *calib);
+/* lb_qmodel_apply_method on q with the text at calib (tokenized with tok,
+ * BOS first when the model adds one); nothing for rtn. Methods change the
+ * weights, so this comes after the recipe is applied and before static
+ * scales are calibrated or anything is exported. EXIT_OK or reported. */
+int cli_method_apply(const char *cmd, int json, lb_qmodel *q, const lb_tokenizer *tok, const char *calib,
+                     const cli_recipe_args *a, int threads);
+/* The method as JSON fields (leading comma: "method", "alpha",
+ * "calib_seqs", "calib_len") or as text ("awq, 128 x 512 tokens of FILE";
+ * "rtn" alone for none). */
+void cli_method_print(FILE *out, const cli_recipe_args *a, const char *calib, int json);
 /* The recipe the options say (none: an empty recipe, every weight 16-bit,
  * with --kv fp8 the KV cache alone); EXIT_OK or a reported exit code. */
 int cli_recipe_build(const char *cmd, int json, const cli_recipe_args *a, lb_recipe **out);
@@ -105,6 +143,22 @@ int cli_scheme_list(int json);
     "  --outlier-threshold T  LLM.int8() outlier columns: the input features whose largest |x| on --calib\n" \
     "                      FILE exceeds T (paper: 6) keep their weight columns in 16-bit beside the\n"   \
     "                      quantized rest (ppl, kld, generate only: no engine format carries them)\n"  \
-    "  --kv fp8            FP8 KV cache with calibrated per-layer scales\n"
+    "  --kv fp8            FP8 KV cache with calibrated per-layer scales\n"                          \
+    CLI_METHOD_HELP
+
+/* The method options' help lines. */
+#define CLI_METHOD_HELP                                                                                   \
+    "  --method M          rtn (round to nearest, the default), smoothquant (Xiao et al. 2023: for\n"    \
+    "                      quantized activations, W8A8) or awq (Lin et al. 2024: for weight-only\n"      \
+    "                      specs): scales per input channel, calibrated on --calib FILE, folded\n"       \
+    "                      into the norms and layers in front, so the output needs nothing special\n"  \
+    "  --alpha A|search    SmoothQuant's migration strength in [0, 1] (default 0.5), or chosen per\n"  \
+    "                      layer by output error\n"                                                      \
+    "  --calib FILE        the calibration text of a method (and of static scales): never the text\n" \
+    "                      you evaluate on. Shipped: data/wikitext-2-raw/wiki.train.excerpt.raw\n"     \
+    "                      (general models), data/tinystories/calib-excerpt.txt (stories260K)\n"       \
+    "  --calib-seqs N      a method's calibration windows (default " CLI_STR(CLI_METHOD_DEFAULT_SEQS) ", fewer if the text is short),\n" \
+    "  --calib-len L       of L tokens each (default " CLI_STR(CLI_METHOD_DEFAULT_LEN) ", at most the model's context), drawn\n"       \
+    "                      deterministically from the text's non-overlapping windows\n"
 
 #endif

@@ -11,11 +11,13 @@
 #include "cli_output.h"
 
 #define COMPARE_MAX_SPECS 16
+#define COMPARE_MAX_ROWS (COMPARE_MAX_SPECS * LB_METHOD_COUNT)
 
 static const char usage[] =
     "usage: lowbit compare MODEL --text FILE --spec SPEC[,SPEC...] [--spec-embed SPEC] [--spec-head SPEC]\n"
     "                     [--ctx 512] [--chunks N] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
-    "                     [--kv FORMAT] [--tokenizer FILE] [--threads N] [--tmpdir DIR] [--json] [--quiet]\n\n"
+    "                     [--kv FORMAT] [--tokenizer FILE] [--threads N] [--tmpdir DIR] [--json] [--quiet]\n"
+    "                     [--method M[,M...] [--alpha A|search] --calib FILE [--calib-seqs N] [--calib-len L]]\n\n"
     "For each spec, applied to the attention and MLP projections (and the embedding\n"
     "and output head under --spec-embed and --spec-head, the same in every row): bits\n"
     "per weight of the quantized matrices with their scales, the model's size with\n"
@@ -27,7 +29,16 @@ static const char usage[] =
     "model as stored. With several specs the base model's distributions are\n"
     "kept for the later rows in a file of 8 + 2 x vocab bytes per scored token\n"
     "in --tmpdir (default $TMPDIR or /tmp): its size is said on stderr first,\n"
-    "and a disk without room for it is refused before any work.\n" CLI_EVAL_RUNNER_HELP;
+    "and a disk without room for it is refused before any work.\n\n"
+    "--method rtn,smoothquant,awq gives one row per spec and method: each row's model is built\n"
+    "as lowbit quantize builds it (q/k/v and gate/up share NVFP4's global scales), the method\n"
+    "applied on the --calib text (with --act, --calib also fixes static activation scales, as\n"
+    "without --method). SQNR is shown for rtn rows only: a method's weights are scaled by design.\n"
+    CLI_EVAL_RUNNER_HELP
+    "  --method M[,M...]   rtn, smoothquant (for --act), awq (weight-only): see lowbit quantize --help\n"
+    "  --alpha A|search    SmoothQuant's migration strength (default 0.5)\n"
+    "  --calib-seqs N      calibration windows of a method (default " CLI_STR(CLI_METHOD_DEFAULT_SEQS) "), --calib-len L tokens each (default "
+    CLI_STR(CLI_METHOD_DEFAULT_LEN) ")\n";
 
 static int is_projection(const lb_tensor *t)
 {
@@ -95,16 +106,54 @@ static lb_status weight_costs(const lb_model *m, const lb_qspec *spec, const lb_
     return st;
 }
 
+/* --method's comma-separated list: each a method, none twice. */
+static int parse_methods(int json, const char *text, lb_method *out, size_t *n)
+{
+    *n = 0;
+    char buf[256];
+    if (strlen(text) >= sizeof buf)
+        return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "--method '%.40s...' is too long", text);
+    strcpy(buf, text);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        lb_method m;
+        if (lb_method_parse(t, &m) != LB_OK)
+            return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "--method takes rtn, smoothquant or awq "
+                            "(comma-separated), not '%s'", t);
+        for (size_t k = 0; k < *n; k++)
+            if (out[k] == m) return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "--method names %s twice", t);
+        out[(*n)++] = m;
+    }
+    if (*n == 0) return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "--method needs a method");
+    return EXIT_OK;
+}
+
+/* The method options of a row: the shared --alpha, --calib-seqs and
+ * --calib-len with the row's method. */
+static cli_recipe_args row_method(const cli_recipe_args *shared, lb_method m)
+{
+    cli_recipe_args r;
+    memset(&r, 0, sizeof r);
+    r.method = lb_method_name(m), r.method_id = m;
+    if (m == LB_METHOD_SMOOTHQUANT) r.alpha = shared->alpha, r.alpha_value = shared->alpha_value,
+                                    r.alpha_search = shared->alpha_search;
+    r.calib_seqs = shared->calib_seqs, r.calib_len = shared->calib_len;
+    return r;
+}
+
 static int run(int argc, char **argv)
 {
     int json = 0;
-    const char *model = NULL, *text = NULL, *spec_text = NULL, *tmpdir = getenv("TMPDIR");
+    const char *model = NULL, *text = NULL, *spec_text = NULL, *method_text = NULL, *tmpdir = getenv("TMPDIR");
     cli_eval_args ea = {0};
     uint32_t ctx = 512;
     size_t chunks = 0;
     for (int i = 1; i < argc; i++) {
         int r;
         if (strcmp(argv[i], "--spec") == 0 && i + 1 < argc) spec_text = argv[++i];
+        else if (strcmp(argv[i], "--method") == 0 && method_text)
+            return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "--method is given twice (list the methods: "
+                            "--method rtn,awq)");
+        else if (strcmp(argv[i], "--method") == 0 && i + 1 < argc) method_text = argv[++i];
         else if (strcmp(argv[i], "--tmpdir") == 0 && i + 1 < argc) tmpdir = argv[++i];
         else if (strcmp(argv[i], "--spec-attn") == 0 || strcmp(argv[i], "--spec-mlp") == 0)
             return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "unknown option '%s' for compare: each row's "
@@ -129,6 +178,21 @@ static int run(int argc, char **argv)
     size_t n_specs;
     int rc = cli_parse_specs("compare", json, spec_text, specs, names, COMPARE_MAX_SPECS, &n_specs, 1);
     if (rc != EXIT_OK) return rc;
+    lb_method methods[LB_METHOD_COUNT];
+    size_t n_methods = 0;
+    if (method_text && (rc = parse_methods(json, method_text, methods, &n_methods)) != EXIT_OK) return rc;
+    /* the method options, checked as for one method: smoothquant's alpha, a non-rtn one's text */
+    cli_recipe_args check = ea.recipe;
+    for (size_t k = 0; k < n_methods; k++)
+        if (!cli_method_given(&check) || methods[k] == LB_METHOD_SMOOTHQUANT) check = row_method(&ea.recipe, methods[k]);
+    if (n_methods) check.alpha = ea.recipe.alpha; /* an alpha without smoothquant among them is refused */
+    if ((rc = cli_method_check("compare", json, &check, ea.calib)) != EXIT_OK) return rc;
+    /* the rows: every spec, under every method (one row per spec without --method) */
+    size_t per_spec = n_methods ? n_methods : 1, n_rows = n_specs * per_spec;
+    char rows[COMPARE_MAX_ROWS][300];
+    for (size_t r = 0; r < n_rows; r++)
+        snprintf(rows[r], sizeof rows[r], "%s%s%s", names[r / per_spec], n_methods ? " " : "",
+                 n_methods ? lb_method_name(methods[r % per_spec]) : "");
     lb_qspec embed, head; /* the same in every row (cli_eval_option took one spec each) */
     char embed_name[1][256], head_name[1][256];
     size_t one;
@@ -139,8 +203,8 @@ static int run(int argc, char **argv)
     const lb_qspec *embed_spec = ea.spec_embed ? &embed : NULL, *head_spec = ea.spec_head ? &head : NULL;
     /* the table's first column fits the longest name */
     int w = (int)strlen("(as stored)");
-    for (size_t s = 0; s < n_specs; s++)
-        if ((int)strlen(names[s]) > w) w = (int)strlen(names[s]);
+    for (size_t r = 0; r < n_rows; r++)
+        if ((int)strlen(rows[r]) > w) w = (int)strlen(rows[r]);
     ea.max_ctx = ctx;
     cli_eval_model base;
     if ((rc = cli_eval_open("compare", json, model, &ea, 0, &base)) != EXIT_OK) return rc;
@@ -160,6 +224,7 @@ static int run(int argc, char **argv)
     base_args.spec_embed = base_args.spec_head = NULL;
     base_args.kv = base_args.act = base_args.calib = NULL;
     base_args.fake = 0, base_args.calib_tokens = 0;
+    memset(&base_args.recipe, 0, sizeof base_args.recipe);
     if (rc == EXIT_OK) rc = cli_eval_runner("compare", json, &base_args, &base);
     cli_progress_ctx progress = {"compare", "window", NULL};
     lb_eval_options o = {.ctx = ctx, .max_chunks = chunks, .bos = lb_tokenizer_add_bos(base.tok) ? lb_tokenizer_bos(base.tok) : -1,
@@ -179,40 +244,52 @@ static int run(int argc, char **argv)
     cli_remove_on_signal(saved); /* complete after the first row, removed at the end: by a SIGINT too */
     size_t windows = n / ctx < chunks || !chunks ? n / ctx : chunks;
     uint64_t cache_bytes = lb_kld_base_bytes(lb_runner_vocab_size(base.runner), ctx, windows);
-    if (rc == EXIT_OK && n_specs > 1) {
+    if (rc == EXIT_OK && n_rows > 1) {
         rc = cli_check_room("compare", json, tmpdir, cache_bytes, "a file of the base model's distributions");
         if (rc == EXIT_OK)
             fprintf(stderr, "lowbit compare: the base model's distributions for rows 2..%zu go to %s: %.1f MB "
                     "(%llu bytes: %zu windows x %u scored tokens x (8 + 2 x %u) bytes), removed at the end\n",
-                    n_specs, saved, cache_bytes / 1e6, (unsigned long long)cache_bytes, windows, ctx - 1 - ctx / 2,
+                    n_rows, saved, cache_bytes / 1e6, (unsigned long long)cache_bytes, windows, ctx - 1 - ctx / 2,
                     lb_runner_vocab_size(base.runner));
     }
     lb_ppl_result ref = {0}; /* the model as stored: from the first spec's KL run, which scores it anyway */
     double stored_bytes = 0;
     for (size_t i = 0; i < lb_model_tensor_count(base.model); i++) stored_bytes += (double)lb_model_tensor(base.model, i)->n_bytes;
     lb_status st = LB_OK;
-    weight_cost costs[COMPARE_MAX_SPECS];
-    lb_kld_result klds[COMPARE_MAX_SPECS];
-    lb_runner_saturation sats[COMPARE_MAX_SPECS];
+    weight_cost costs[COMPARE_MAX_ROWS];
+    lb_kld_result klds[COMPARE_MAX_ROWS];
+    lb_runner_saturation sats[COMPARE_MAX_ROWS];
+    int scaled[COMPARE_MAX_ROWS]; /* a method other than rtn: no SQNR against the stored weights */
     size_t done = 0;
-    for (size_t s = 0; rc == EXIT_OK && st == LB_OK && s < n_specs; s++) {
+    const char *unit = n_methods ? "row" : "spec"; /* a row is a spec under a method */
+    for (size_t s = 0; rc == EXIT_OK && st == LB_OK && s < n_rows; s++) {
+        size_t spec = s / per_spec;
         cli_eval_args qa = ea;
-        qa.spec = names[s];
+        qa.spec = names[spec];
+        memset(&qa.recipe, 0, sizeof qa.recipe); /* the method options are the row's */
+        cli_recipe_args method = n_methods ? row_method(&ea.recipe, methods[s % per_spec]) : qa.recipe;
+        scaled[s] = cli_method_given(&method);
         cli_eval_model q = {.model = base.model, .tok = base.tok};
         char row[300];
         /* a long spec name is cut in the progress note (the table has it whole) */
-        if (snprintf(row, sizeof row, "spec %zu/%zu %s", s + 1, n_specs, names[s]) < 0) row[0] = '\0';
+        if (snprintf(row, sizeof row, "%s %zu/%zu %s", unit, s + 1, n_rows, rows[s]) < 0) row[0] = '\0';
         progress.note = row;
-        cli_progress("compare", "spec", s, n_specs, NULL);
-        st = weight_costs(base.model, &specs[s], embed_spec, head_spec, ea.threads, &costs[s]);
+        cli_progress("compare", unit, s, n_rows, NULL);
+        if (s % per_spec == 0) st = weight_costs(base.model, &specs[spec], embed_spec, head_spec, ea.threads, &costs[s]);
+        else costs[s] = costs[s - 1];
         if (st != LB_OK) break;
-        if ((rc = cli_eval_runner("compare", json, &qa, &q)) != EXIT_OK) break;
-        st = lb_kld(s == 0 ? base.runner : NULL, q.runner, ids, n, &o, s == 0 && n_specs > 1 ? saved : NULL,
+        rc = n_methods ? cli_eval_method_runner("compare", json, &qa, &method, &q) : cli_eval_runner("compare", json, &qa, &q);
+        if (rc != EXIT_OK) {
+            lb_qmodel_free(q.qmodel);
+            break;
+        }
+        st = lb_kld(s == 0 ? base.runner : NULL, q.runner, ids, n, &o, s == 0 && n_rows > 1 ? saved : NULL,
                     s == 0 ? NULL : saved, &klds[s]);
         lb_runner_saturation_get(q.runner, &sats[s]);
-        if (st == LB_OK && !json && (qa.kv || qa.act)) fprintf(stderr, "%s ", names[s]); /* the spec, then its line */
+        if (st == LB_OK && !json && (qa.kv || qa.act)) fprintf(stderr, "%s ", rows[s]); /* the row, then its line */
         if (st == LB_OK) cli_eval_print_saturation("compare", json ? NULL : stderr, q.runner, &qa, 0);
         lb_runner_free(q.runner); /* the model and tokenizer are base's */
+        lb_qmodel_free(q.qmodel);
         if (st != LB_OK) break;
         const weight_cost *c = &costs[s];
         const lb_kld_result *k = &klds[s];
@@ -234,13 +311,16 @@ static int run(int argc, char **argv)
         }
         if (!json) {
             double sqnr = c->noise > 0 ? 10 * log10(c->signal / c->noise) : INFINITY;
-            printf("%-*s %11.3f %9.3f %9.2f %10.4f %9.4f %+9.4f %9.5f %9.5f %8.2f\n", w, names[s], c->bits,
-                   c->size_bytes / 1e6, sqnr, k->ppl, k->ppl_err, k->dppl, k->kld_mean, k->kld_err,
+            char sq[32];
+            if (scaled[s]) snprintf(sq, sizeof sq, "-");
+            else snprintf(sq, sizeof sq, "%.2f", sqnr);
+            printf("%-*s %11.3f %9.3f %9s %10.4f %9.4f %+9.4f %9.5f %9.5f %8.2f\n", w, rows[s], c->bits,
+                   c->size_bytes / 1e6, sq, k->ppl, k->ppl_err, k->dppl, k->kld_mean, k->kld_err,
                    100 * k->top1_agreement);
             fflush(stdout);
         }
         done++;
-        cli_progress("compare", "spec", done, n_specs, names[s]);
+        cli_progress("compare", unit, done, n_rows, rows[s]);
     }
     cli_remove_on_signal(NULL);
     remove(saved);
@@ -263,10 +343,16 @@ static int run(int argc, char **argv)
             const weight_cost *c = &costs[s];
             const lb_kld_result *k = &klds[s];
             printf("%s{\"spec\": ", s ? ", " : "");
-            json_string(stdout, names[s]);
+            json_string(stdout, names[s / per_spec]);
+            if (n_methods) {
+                cli_recipe_args m = row_method(&ea.recipe, methods[s % per_spec]);
+                cli_method_print(stdout, &m, ea.calib, 1);
+            } else
+                printf(", \"method\": \"rtn\"");
             json_field(stdout, "bits_per_weight", c->bits);
             json_field(stdout, "size_bytes", c->size_bytes);
-            json_field(stdout, "sqnr_db", c->noise > 0 ? 10 * log10(c->signal / c->noise) : INFINITY);
+            if (scaled[s]) printf(", \"sqnr_db\": null");
+            else json_field(stdout, "sqnr_db", c->noise > 0 ? 10 * log10(c->signal / c->noise) : INFINITY);
             json_field(stdout, "ppl", k->ppl);
             json_field(stdout, "ppl_err", k->ppl_err);
             json_field(stdout, "dppl", k->dppl);

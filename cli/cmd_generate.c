@@ -12,6 +12,8 @@ static const char usage[] =
     "                      [--spec-attn SPEC] [--spec-mlp SPEC] [--spec-embed SPEC] [--spec-head SPEC]\n"
     "                      [--fake] [--act int8|fp8_e4m3|ggml [--calib FILE [--calib-tokens N]]] [--kv FORMAT]\n"
     "                      [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
+    "                      [--method rtn|smoothquant|awq [--alpha A|search] --calib FILE [--calib-seqs N]\n"
+    "                       [--calib-len L]]\n"
     "                      [--type T [--pure] [--output-tensor-type X] [--token-embedding-type X] [--tensor-type P=X]...\n"
     "                       [--leave-output-tensor] [--imatrix FILE | --imatrix-from TEXT]\n"
     "                       [--include-weights S | --exclude-weights S]...]\n"

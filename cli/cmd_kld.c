@@ -10,6 +10,7 @@ static const char usage[] =
     "usage: lowbit kld BASE [QUANT] --text FILE [--spec SPEC] [--spec-attn|--spec-mlp|--spec-embed|--spec-head SPEC]\n"
     "                 [--save-base FILE | --base FILE] [--save-tokens FILE] [--fake] [--act int8|fp8_e4m3|ggml [--calib FILE [--calib-tokens N]]]\n"
     "                 [--kv FORMAT] [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
+    "                 [--method rtn|smoothquant|awq [--alpha A|search] --calib FILE [--calib-seqs N] [--calib-len L]]\n"
     "                 [--keep-sensitive N] [--outlier-threshold T] (with --calib FILE [--calib-tokens N])\n"
     "                 [--type T [--pure] [--output-tensor-type X] [--token-embedding-type X] [--tensor-type P=X]...\n"
     "                  [--leave-output-tensor] [--imatrix FILE | --imatrix-from TEXT]\n"

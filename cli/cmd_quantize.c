@@ -17,21 +17,26 @@
 static const char usage[] =
     "usage: lowbit quantize MODEL -o OUT [--scheme S] [--recipe FILE] [--rule P=SPEC]... [--keep P]... [--keep-sensitive N]\n"
     "                       [--kv fp8] [--format compressed-tensors|modelopt|gguf] [--calib FILE]\n"
+    "                       [--method rtn|smoothquant|awq [--alpha A|search] [--calib-seqs N] [--calib-len L]]\n"
     "                       [--calib-tokens N] [--max-shard-size SIZE] [--threads N] [--force] [--json] [--quiet]\n"
     "       lowbit quantize MODEL -o OUT.gguf --type T [--pure] [--output-tensor-type X]\n"
     "                       [--token-embedding-type X] [--tensor-type P=X]... [--rule P=X]... [--dry-run]\n"
     "                       [--imatrix FILE | --imatrix-from TEXT [--tokenizer FILE]]\n"
     "                       [--include-weights S | --exclude-weights S]...\n"
+    "                       [--method awq --calib FILE [--calib-seqs N] [--calib-len L]]\n"
     "       lowbit quantize --list [--json]\n\n"
     "Writes MODEL (GGUF, safetensors, a Hugging Face directory or llama2.c) quantized as a Hugging Face\n"
     "directory an engine loads: compressed-tensors (vLLM, SGLang; the default) or modelopt (TensorRT-LLM),\n"
     "or as one GGUF file llama.cpp loads, with the types llama-quantize picks for each tensor.\n"
-    "The output appears only when complete; every tensor of a directory is read back and checked.\n\n" CLI_RECIPE_HELP
+    "The output appears only when complete; every tensor of a directory is read back and checked.\n"
+    "A --method transforms the quantized model the recipe says (scales folded into norms and layers,\n"
+    "weights scaled and clipped) before static scales are calibrated and the output is written.\n\n" CLI_RECIPE_HELP
     "  -o, --output OUT    the output directory, or .gguf file (must not exist; --force replaces one lowbit wrote)\n"
     "  --format F          compressed-tensors (default), modelopt, or gguf (the default for an OUT ending in .gguf)\n"
-    "  --calib FILE        text to calibrate static scales on (NVFP4 activations, W8A8-FP8-STATIC, --kv fp8)\n"
-    "                      and to measure --keep-sensitive on; never the text you evaluate on\n"
-    "  --calib-tokens N    tokens of it to run (default 4096: 8 windows of 512)\n"
+    "                      (--calib FILE also calibrates static scales: NVFP4 activations, W8A8-FP8-STATIC,\n"
+    "                      --kv fp8; and measures --keep-sensitive)\n"
+    "  --calib-tokens N    tokens of --calib to run for static scales and --keep-sensitive (default 4096:\n"
+    "                      8 windows of 512)\n"
     "  --max-shard-size S  largest safetensors shard: bytes, or with KB/MB/GB (default 5GB, as Hugging Face)\n"
     "  --threads N         worker threads (0: one per CPU)\n"
     "  --list              every scheme with its bits per weight\n" CLI_GGUF_HELP;
@@ -124,13 +129,18 @@ static int run(int argc, char **argv)
             return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
                             "a GGUF holds ggml types: give --type T (and --rule P=X with X a ggml type), not lowbit "
                             "schemes (--scheme, --recipe, --keep, --keep-sensitive, --kv, --rule P=SPEC)");
-        if (calib || shard)
-            return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--calib and --max-shard-size are not GGUF options");
-        if (gg.tokenizer && !gg.imatrix_text)
-            return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--tokenizer is for --imatrix-from TEXT");
+        if ((calib && !cli_method_given(&ra)) || shard || calib_tokens)
+            return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--max-shard-size and --calib-tokens are not "
+                            "GGUF options, nor --calib without a --method");
+        if (gg.tokenizer && !gg.imatrix_text && !cli_method_given(&ra))
+            return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--tokenizer is for --imatrix-from TEXT or "
+                            "--method's --calib TEXT");
+        int mrc = cli_method_check("quantize", json, &ra, calib);
+        if (mrc == EXIT_OK && calib) mrc = cli_protect("quantize", json, calib, "--calib");
+        if (mrc != EXIT_OK) return mrc;
         lb_output_allow_replace(force);
         if (out) cli_note_leftovers("quantize", out);
-        return cli_quantize_gguf("quantize", json, model, out, &gg, threads);
+        return cli_quantize_gguf("quantize", json, model, out, &gg, &ra, calib, threads);
     }
     if (gg.given || gg.tokenizer)
         return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
@@ -146,8 +156,10 @@ static int run(int argc, char **argv)
     if (!cli_recipe_given(&ra))
         return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
                         "say what to quantize: --scheme S (lowbit quantize --list), --recipe FILE or --rule P=SPEC");
+    int rc = cli_method_check("quantize", json, &ra, calib);
+    if (rc != EXIT_OK) return rc;
     lb_output_allow_replace(force);
-    int rc = cli_protect("quantize", json, model, "MODEL");
+    rc = cli_protect("quantize", json, model, "MODEL");
     if (rc == EXIT_OK && calib) rc = cli_protect("quantize", json, calib, "--calib");
     if (rc != EXIT_OK) return rc;
     cli_note_leftovers("quantize", out);
@@ -163,24 +175,29 @@ static int run(int argc, char **argv)
     if (rc == EXIT_OK) rc = cli_recipe_qmodel("quantize", json, m, recipe, &q);
     lb_export_options o = {.format = fmt, .max_shard_bytes = shard, .model_path = model, .threads = threads, .verify = 1};
     /* refuse what the format cannot express before any writing (and, when
-     * nothing needs calibration, at once; a recipe with static scales is
-     * checked after calibration, since the check wants those scales) */
-    if (rc == EXIT_OK && !cli_recipe_needs_calib(q) && (st = lb_export_check(q, &o)) != LB_OK)
+     * nothing needs calibration, at once, before a method's work; a recipe
+     * with static scales is checked after calibration, since the check
+     * wants those scales) */
+    int needs = rc == EXIT_OK && cli_recipe_needs_calib(q), method = cli_method_given(&ra);
+    int wants = cli_recipe_wants_calib(&ra); /* --keep-sensitive (--outlier-threshold was refused above) */
+    if (rc == EXIT_OK && !needs && (st = lb_export_check(q, &o)) != LB_OK)
         rc = cli_fail_lb("quantize", json, st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
+    if (rc == EXIT_OK && (needs || wants) && !calib)
+        rc = cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "%s: give --calib TEXT (e.g. a training "
+                      "excerpt; never the evaluation text)", needs
+                      ? "this recipe has static scales (static or NVFP4 activations, --kv fp8)"
+                      : "--keep-sensitive measures each layer on a calibration text");
+    if (rc == EXIT_OK && (needs || method || wants) && (st = lb_tokenizer_from_model(m, model, &tok)) != LB_OK)
+        rc = cli_fail_lb("quantize", json, EXIT_RUNTIME, st);
+    /* the method changes the weights; static scales and the layer sensitivity are then taken on the
+     * transformed model */
+    if (rc == EXIT_OK && method) rc = cli_method_apply("quantize", json, q, tok, calib, &ra, threads);
     cli_recipe_steps steps;
     memset(&steps, 0, sizeof steps);
-    if (rc == EXIT_OK && (cli_recipe_needs_calib(q) || cli_recipe_wants_calib(&ra))) {
-        if (!calib)
-            rc = cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "%s: give --calib TEXT (e.g. a training "
-                          "excerpt; never the evaluation text)", cli_recipe_needs_calib(q)
-                          ? "this recipe has static scales (static or NVFP4 activations, --kv fp8)"
-                          : "--keep-sensitive measures each layer on a calibration text");
-        else if ((st = lb_tokenizer_from_model(m, model, &tok)) != LB_OK)
-            rc = cli_fail_lb("quantize", json, EXIT_RUNTIME, st);
-        else rc = cli_recipe_prepare("quantize", json, &ra, q, tok, calib, calib_tokens, threads, &steps);
-        if (rc == EXIT_OK && (st = lb_export_check(q, &o)) != LB_OK)
-            rc = cli_fail_lb("quantize", json, st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
-    }
+    if (rc == EXIT_OK && (needs || wants))
+        rc = cli_recipe_prepare("quantize", json, &ra, q, tok, calib, calib_tokens, threads, &steps);
+    if (rc == EXIT_OK && (needs || method || wants) && (st = lb_export_check(q, &o)) != LB_OK)
+        rc = cli_fail_lb("quantize", json, st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
     cli_progress_ctx progress = {"quantize", "tensor", NULL};
     o.progress = cli_progress_fn, o.progress_ctx = &progress;
     lb_export_result r;
@@ -194,6 +211,7 @@ static int run(int argc, char **argv)
             json_string(stdout, out);
             printf(", \"format\": ");
             json_string(stdout, format);
+            cli_method_print(stdout, &ra, calib, 1);
             printf(", \"tensors\": %llu, \"quantized\": %llu, \"bytes\": %llu, \"shards\": %u, \"weight_params\": %llu",
                    (unsigned long long)r.tensors, (unsigned long long)r.quantized, (unsigned long long)r.bytes, r.shards,
                    (unsigned long long)r.weight_params);
@@ -203,10 +221,14 @@ static int run(int argc, char **argv)
             printf("}\n");
         } else {
             if (steps.ranking) cli_recipe_print(stdout, NULL, &steps, 0);
-            printf("wrote %s (%s): %llu tensors, %llu quantized, %.3f bits per weight (scales included), "
+            printf("wrote %s (%s", out, format);
+            if (method) {
+                printf("; ");
+                cli_method_print(stdout, &ra, calib, 0);
+            }
+            printf("): %llu tensors, %llu quantized, %.3f bits per weight (scales included), "
                    "%.1f MB in %u shard%s, %.1f s; every tensor read back and checked\n",
-                   out, format, (unsigned long long)r.tensors, (unsigned long long)r.quantized, r.bits_per_weight,
-                   (double)r.bytes / 1e6, r.shards, r.shards == 1 ? "" : "s", secs);
+                   (unsigned long long)r.tensors, (unsigned long long)r.quantized, r.bits_per_weight, (double)r.bytes / 1e6, r.shards, r.shards == 1 ? "" : "s", secs);
         }
     }
     cli_recipe_steps_free(&steps);

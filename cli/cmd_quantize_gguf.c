@@ -272,10 +272,15 @@ static size_t with_imatrix(const lb_qmodel *q)
 }
 
 int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *out, const cli_gguf_args *given,
-                      int threads)
+                      const cli_recipe_args *method, const char *calib, int threads)
 {
     cli_gguf_args ga = *given, *g = &ga;
+    int with_method = cli_method_given(method);
     if (!g->type) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--format gguf needs --type T (Q4_K_M, Q8_0, ...)");
+    if (with_method && (g->imatrix_file || g->imatrix_text))
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--method %s scales the weights' input channels, which "
+                        "an importance matrix of the unscaled model does not describe: give --method or an imatrix, "
+                        "not both", method->method);
     if (!g->dry_run && !out) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "need -o OUT.gguf (or --dry-run)");
     int rc = cli_protect(cmd, json, model, "MODEL");
     if (rc == EXIT_OK && !g->dry_run) rc = cli_output_check(cmd, json, out);
@@ -286,7 +291,7 @@ int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *
     int *types = NULL;
     lb_status st = LB_OK;
     cli_eval_model e = {0};
-    if (g->imatrix_text) { /* the tokenizer too, to compute the imatrix on the text */
+    if (g->imatrix_text || with_method) { /* the tokenizer too, to compute the imatrix or calibrate on the text */
         cli_eval_args ea = {.tokenizer = g->tokenizer, .threads = threads, .max_ctx = 512};
         if ((rc = cli_eval_open(cmd, json, model, &ea, 0, &e)) == EXIT_OK) m = e.model;
     } else if ((st = lb_model_open(model, &m)) != LB_OK)
@@ -296,6 +301,8 @@ int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *
     if (rc == EXIT_OK && !(types = calloc(lb_qmodel_count(q) + 1, sizeof *types)))
         rc = cli_fail(cmd, json, EXIT_RUNTIME, "out_of_memory", "out of memory");
     if (rc == EXIT_OK) rc = cli_gguf_choose(cmd, json, q, g, threads, types);
+    /* the types chosen, the method scales and clips the weights they quantize */
+    if (rc == EXIT_OK && !g->dry_run) rc = cli_method_apply(cmd, json, q, e.tok, calib, method, threads);
     if (rc == EXIT_OK && g->dry_run) print_dry_run(json, q, types, g->type);
     lb_gguf_options o = options_of(g, threads, NULL, 0);
     if (rc == EXIT_OK && !g->dry_run) {
@@ -310,6 +317,7 @@ int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *
             json_string(stdout, out);
             printf(", \"format\": \"gguf\", \"type\": ");
             json_string(stdout, g->type);
+            cli_method_print(stdout, method, calib, 1);
             printf(", \"tensors\": %llu, \"quantized\": %llu, \"bytes\": %llu, \"weight_params\": %llu",
                    (unsigned long long)r.tensors, (unsigned long long)r.quantized, (unsigned long long)r.bytes,
                    (unsigned long long)r.weight_params);
@@ -318,8 +326,12 @@ int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *
             json_field(stdout, "seconds", now() - t0);
             printf("}\n");
         } else {
-            printf("wrote %s (gguf %s): %llu tensors, %llu quantized", out, g->type, (unsigned long long)r.tensors,
-                   (unsigned long long)r.quantized);
+            printf("wrote %s (gguf %s", out, g->type);
+            if (with_method) {
+                printf("; ");
+                cli_method_print(stdout, method, calib, 0);
+            }
+            printf("): %llu tensors, %llu quantized", (unsigned long long)r.tensors, (unsigned long long)r.quantized);
             if (g->imatrix) printf(" (%zu with an imatrix entry)", with_imatrix(q));
             printf(", %.3f bits per weight, %.1f s\n", r.bits_per_weight, now() - t0);
         }

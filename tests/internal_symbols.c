@@ -5,8 +5,14 @@
  * instead: the whole static library (its public API exported as usual)
  * plus this table (tests/internal_lib.py turns a name into a ctypes
  * function). Add a row when a Python test needs another internal. */
+#include <stddef.h>
 #include <string.h>
 
+#include "algo/awq.h"
+#include "algo/calib_pass.h"
+#include "algo/fold.h"
+#include "algo/smooth_error.h"
+#include "algo/smoothquant.h"
 #include "export/exporter.h"
 #include "export/modelopt.h"
 #include "io/ggml_quants.h"
@@ -16,6 +22,7 @@
 #include "io/safetensors.h"
 #include "lowbit.h"
 #include "model/ggml_act.h"
+#include "weights/qmodel_internal.h"
 
 typedef void (*any_fn)(void);
 
@@ -23,6 +30,18 @@ typedef void (*any_fn)(void);
  * (tests/interop/test_modelopt_export.py). */
 static const lb__exporter *lb__mo_exporter_table(void);
 static const lb__exporter *lb__mo_exporter_table(void) { return &lb__exporter_modelopt; }
+
+/* The calibration pass's structs as C lays them out, so that the ctypes
+ * mirrors (tests/model/test_calib_pass.py) can be checked field by field:
+ * sizes of lb__site_stats, lb__layer_stats, lb__calib_pass_options, then
+ * the offsets of their last fields. */
+static void lb__calib_struct_layout(size_t out[6]);
+static void lb__calib_struct_layout(size_t out[6])
+{
+    out[0] = sizeof(lb__site_stats), out[1] = sizeof(lb__layer_stats), out[2] = sizeof(lb__calib_pass_options);
+    out[3] = offsetof(lb__site_stats, n_weights), out[4] = offsetof(lb__layer_stats, ffn_norm);
+    out[5] = offsetof(lb__calib_pass_options, progress_ctx);
+}
 
 #define ROW(f) {#f, (any_fn)f}
 static const struct {
@@ -43,6 +62,12 @@ static const struct {
     ROW(lb__ggml_quantize_row_q5_k), ROW(lb__ggml_quantize_row_q6_k), ROW(lb__ggml_quantize_row_q4_0_imatrix),
     ROW(lb__ggml_quantize_row_q4_1_imatrix), ROW(lb__ggml_quantize_row_q5_0_imatrix),
     ROW(lb__ggml_quantize_row_q5_1_imatrix), ROW(lb__ggml_act_round), ROW(lb__ggml_act_type),
+    ROW(lb__calib_pass), ROW(lb__calib_windows), ROW(lb__calib_struct_layout),
+    ROW(lb__smoothquant_scales), ROW(lb__smoothquant_layer), ROW(lb__fold_input_scale), ROW(lb__smooth_group_init),
+    ROW(lb__smooth_group_error), ROW(lb__smooth_group_free),
+    /* AWQ (algo/awq.h) and the fake quantizer it measures through (weights/qmodel_internal.h) */
+    ROW(lb__awq_search_scale), ROW(lb__awq_search_scale_ex), ROW(lb__awq_search_clip), ROW(lb__awq_layer),
+    ROW(lb__qmodel_fake_quantize), ROW(lb__qmodel_fakeq), ROW(lb__fake_quantize), ROW(lb__qmodel_imatrix),
 };
 
 /* The internal function called `name`, or NULL. */

@@ -1,17 +1,500 @@
-/* STUB, replaced by the calibration pass (calib_pass.h). */
+/* The calibration pass (calib_pass.h): windows carried through the model
+ * one decoder layer at a time.
+ *
+ * Per layer li:
+ *   1. the runner's layer li is (re)loaded with its source values when the
+ *      pass runs twice through it (below): in QUANTIZED mode the layer's
+ *      own statistics are taken with the layer itself unquantized and the
+ *      layers before it quantized (llm-compressor's sequential pipeline,
+ *      and GPTQ's reference code without --true-sequential: every site of
+ *      the layer sees the inputs its weight sees in the float layer whose
+ *      input comes from the already quantized layers); with a callback it
+ *      also picks up whatever the callback changed in later layers;
+ *   2. every window runs through the layer with the hooks collecting the
+ *      statistics (on a copy of the window's hidden states when a second
+ *      run follows, else in place);
+ *   3. the callback sees the statistics and may change the layer in q;
+ *   4. the layer is loaded again as the runner's build mode says (what the
+ *      callback left; in QUANTIZED mode as the quantized model holds it)
+ *      and every window runs through it in place, hooks off: the hidden
+ *      states go on to layer li + 1 through the changed layer.
+ * Steps 1 and 4 are skipped when nothing can have changed (SOURCE mode
+ * without a callback): the collecting run's outputs are then the layer's
+ * outputs. With a callback they are not kept: every method changes the
+ * layer it is called on, so keeping them would only cost a second buffer
+ * of all hidden states. Step 4 is skipped for the last layer (nothing
+ * reads its outputs).
+ *
+ * Statistics: per site, per column, the largest |x|, and sum |x| and sum
+ * x^2 in double (finite fp32 inputs cannot overflow them, so a
+ * non-finite sum after a window is how a NaN or infinity is found); the
+ * q/k/v (and gate/up) hooks deliver the same rows, so a site counts the
+ * first call of each window only. Hessians: each window's X^T X is one
+ * fp32 matrix product on the runner's matmul kernels (X^T packed as a
+ * weight: every element one sum over the window's rows in row order), and
+ * the windows' products are summed in double. Row samples: of the T =
+ * n_windows x window token positions (window w's row t is position
+ * w * window + t), the n = min(sample_rows, T) positions
+ *     p_k = floor((2k + 1) T / (2n)),  k = 0 .. n-1,
+ * the centres of n equal slices of the stream (all rows when n = T). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "algo/calib_pass.h"
+#include "kernel/matmul.h"
+#include "model/runner_internal.h"
 #include "util/error.h"
+
+/* The windows' generator: splitmix64 (Steele, Lea and Flood 2014) from
+ * this seed ("lowbit!!"), so the same text gives the same windows
+ * everywhere. */
+#define LB_CALIB_SEED 0x6c6f776269742121ull
+
+static const char *const site_what[LB__SITE_COUNT] = {
+    "the input of q_proj, k_proj and v_proj (input_layernorm's output)",
+    "the input of o_proj (the attention output)",
+    "the input of gate_proj and up_proj (post_attention_layernorm's output)",
+    "the input of down_proj (silu(gate) * up)",
+};
+
+/* The weights reading each site, in model order. */
+static const struct {
+    const char *suffix;
+    lb__calib_site site;
+} weight_sites[] = {
+    {"self_attn.q_proj.weight", LB__SITE_ATTN_IN}, {"self_attn.k_proj.weight", LB__SITE_ATTN_IN},
+    {"self_attn.v_proj.weight", LB__SITE_ATTN_IN}, {"self_attn.o_proj.weight", LB__SITE_O_IN},
+    {"mlp.gate_proj.weight", LB__SITE_MLP_IN},     {"mlp.up_proj.weight", LB__SITE_MLP_IN},
+    {"mlp.down_proj.weight", LB__SITE_DOWN_IN},
+};
+#define N_WEIGHTS (sizeof weight_sites / sizeof weight_sites[0])
+
+typedef struct pass {
+    lb__layer_stats st;                   /* the statistics handed to fn (buffers reused by every layer) */
+    double *sum_abs[LB__SITE_COUNT];      /* [cols] */
+    double *sum_sq[LB__SITE_COUNT];
+    size_t counted[LB__SITE_COUNT];       /* windows counted at the site in this layer */
+    size_t kv_counted;
+    uint64_t *sample_pos;                 /* [n_sample] increasing */
+    size_t n_sample, sample_lo, sample_hi; /* sample_pos[lo, hi) lie in the running window */
+    size_t window, win, layer;            /* window length, the running window, the running layer */
+    int collecting;
+    int threads;
+    float *xt;                            /* [max_cols][window]: X^T of one window */
+    float *gram;                          /* [max_cols][max_cols]: one window's X^T X */
+    lb_status status;                     /* the first failure inside a hook */
+} pass;
+
+static int site_of(const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < N_WEIGHTS; i++) {
+        size_t m = strlen(weight_sites[i].suffix);
+        if (n > m && name[n - m - 1] == '.' && strcmp(name + n - m, weight_sites[i].suffix) == 0)
+            return (int)weight_sites[i].site;
+    }
+    return -1;
+}
+
+/* H += X^T X for one window's rows x (rows x cols), the product on the
+ * matmul kernels (X^T packed as a cols x rows weight). */
+static lb_status add_gram(pass *p, const float *x, size_t rows, size_t cols, double *h)
+{
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cols; j++) p->xt[j * rows + r] = x[r * cols + j];
+    lb__packed w;
+    lb_status st = lb__pack_weight(p->xt, cols, rows, &w);
+    if (st != LB_OK) return lb__fail(st, "lb__calib_pass: cannot pack a %zu x %zu Hessian block", cols, rows);
+    st = lb__matmul(p->xt, cols, &w, p->gram, p->threads);
+    lb__packed_free(&w);
+    if (st != LB_OK) return lb__fail(st, "lb__calib_pass: out of memory for a %zu x %zu Hessian", cols, cols);
+    for (size_t i = 0; i < cols * cols; i++) h[i] += p->gram[i];
+    return LB_OK;
+}
+
+static void on_input(void *ctx, const char *name, const float *x, size_t rows, size_t cols)
+{
+    pass *p = ctx;
+    int site = site_of(name);
+    if (!p->collecting || p->status != LB_OK || site < 0 || p->counted[site] == p->win + 1) return;
+    lb__site_stats *s = &p->st.site[site];
+    if (cols != s->cols || rows != p->window) {
+        p->status = lb__fail(LB_ERR_ARG, "lb__calib_pass: layer %zu: %s came as %zu x %zu, not %zu x %zu", p->layer,
+                             name, rows, cols, p->window, s->cols);
+        return;
+    }
+    float *amax = s->absmax;
+    double *sa = p->sum_abs[site], *sq = p->sum_sq[site];
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        for (size_t j = 0; j < cols; j++) {
+            float a = fabsf(xr[j]);
+            amax[j] = a > amax[j] ? a : amax[j];
+            sa[j] += a;
+            sq[j] += (double)xr[j] * xr[j];
+        }
+    }
+    /* a NaN or infinity in x makes its column's sums non-finite (finite fp32 never does) */
+    for (size_t j = 0; j < cols; j++)
+        if (!isfinite(sa[j]) || !isfinite(sq[j])) {
+            p->status = lb__fail(LB_ERR_NAN, "lb__calib_pass: layer %zu: %s is not finite (NaN or infinity) in "
+                                 "calibration window %zu, column %zu", p->layer, site_what[site], p->win, j);
+            return;
+        }
+    uint64_t first = (uint64_t)p->win * p->window;
+    for (size_t k = p->sample_lo; k < p->sample_hi; k++)
+        memcpy(s->sample + k * cols, x + (size_t)(p->sample_pos[k] - first) * cols, cols * sizeof *x);
+    if (s->hessian) p->status = add_gram(p, x, rows, cols, s->hessian);
+    p->counted[site] = p->win + 1;
+}
+
+static void on_kv(void *ctx, size_t layer, const float *k, const float *v, size_t n, size_t kv_dim)
+{
+    pass *p = ctx;
+    if (!p->collecting || p->status != LB_OK) return;
+    size_t hd = p->st.head_dim, heads = p->st.n_kv_heads;
+    if (layer != p->layer || kv_dim != heads * hd) {
+        p->status = lb__fail(LB_ERR_ARG, "lb__calib_pass: layer %zu: keys and values of layer %zu, %zu wide (not %zu)",
+                             p->layer, layer, kv_dim, heads * hd);
+        return;
+    }
+    for (int which = 0; which < 2; which++) {
+        const float *x = which ? v : k;
+        float *amax = which ? p->st.v_absmax : p->st.k_absmax;
+        for (size_t t = 0; t < n; t++)
+            for (size_t h = 0; h < heads; h++)
+                for (size_t d = 0; d < hd; d++) {
+                    float a = fabsf(x[t * kv_dim + h * hd + d]);
+                    if (!(a <= 3.4028235e38f)) { /* NaN or infinity */
+                        p->status = lb__fail(LB_ERR_NAN, "lb__calib_pass: layer %zu: the %s (after the rotary embedding) "
+                                             "are not finite (NaN or infinity) in calibration window %zu", p->layer,
+                                             which ? "values" : "keys", p->win);
+                        return;
+                    }
+                    amax[h] = a > amax[h] ? a : amax[h];
+                }
+    }
+    p->kv_counted = p->win + 1;
+}
+
+/* After each window: the hooks saw every site and the keys and values. */
+static lb_status check_window(const pass *p)
+{
+    for (int s = 0; s < LB__SITE_COUNT; s++)
+        if (p->counted[s] != p->win + 1)
+            return lb__fail(LB_ERR_ARG, "lb__calib_pass: layer %zu: the forward pass did not show %s", p->layer,
+                            site_what[s]);
+    if (p->kv_counted != p->win + 1)
+        return lb__fail(LB_ERR_ARG, "lb__calib_pass: layer %zu: the forward pass did not show its keys and values",
+                        p->layer);
+    return LB_OK;
+}
+
+static void pass_free(pass *p)
+{
+    for (int s = 0; s < LB__SITE_COUNT; s++) {
+        lb__site_stats *ss = &p->st.site[s];
+        free(ss->absmax);
+        free(ss->mean_abs);
+        free(ss->mean_sq);
+        free(ss->sample);
+        free(ss->hessian);
+        free(p->sum_abs[s]);
+        free(p->sum_sq[s]);
+    }
+    free(p->st.k_absmax);
+    free(p->st.v_absmax);
+    free(p->sample_pos);
+    free(p->xt);
+    free(p->gram);
+}
+
+/* One buffer of count elements of size bytes each, or NULL (count 0: a
+ * valid one-element buffer, never a zero-byte malloc). */
+static void *alloc_n(size_t count, size_t size)
+{
+    if (count && size > (SIZE_MAX - size) / count) return NULL;
+    return calloc(count + 1, size);
+}
+
+static lb_status pass_alloc(pass *p, const size_t cols[LB__SITE_COUNT], size_t n_sample, int hessian, size_t window)
+{
+    size_t max_cols = 0;
+    int ok = 1;
+    for (int s = 0; s < LB__SITE_COUNT; s++) {
+        lb__site_stats *ss = &p->st.site[s];
+        ss->cols = cols[s];
+        ss->n_sample = n_sample;
+        ss->absmax = alloc_n(cols[s], sizeof(float));
+        ss->mean_abs = alloc_n(cols[s], sizeof(float));
+        ss->mean_sq = alloc_n(cols[s], sizeof(float));
+        ss->sample = n_sample > SIZE_MAX / cols[s] ? NULL : alloc_n(n_sample * cols[s], sizeof(float));
+        ss->hessian = !hessian ? NULL : cols[s] > SIZE_MAX / cols[s] ? NULL : alloc_n(cols[s] * cols[s], sizeof(double));
+        p->sum_abs[s] = alloc_n(cols[s], sizeof(double));
+        p->sum_sq[s] = alloc_n(cols[s], sizeof(double));
+        ok = ok && ss->absmax && ss->mean_abs && ss->mean_sq && ss->sample && (!hessian || ss->hessian) &&
+             p->sum_abs[s] && p->sum_sq[s];
+        max_cols = cols[s] > max_cols ? cols[s] : max_cols;
+    }
+    p->st.k_absmax = alloc_n(p->st.n_kv_heads, sizeof(float));
+    p->st.v_absmax = alloc_n(p->st.n_kv_heads, sizeof(float));
+    if (hessian) {
+        p->xt = max_cols > SIZE_MAX / window ? NULL : alloc_n(max_cols * window, sizeof(float));
+        p->gram = alloc_n(max_cols * max_cols, sizeof(float));
+    }
+    if (!ok || !p->st.k_absmax || !p->st.v_absmax || (hessian && (!p->xt || !p->gram)))
+        return lb__fail(LB_ERR_NOMEM, "lb__calib_pass: cannot allocate one layer's statistics (%zu sample rows%s)",
+                        n_sample, hessian ? ", Hessians" : "");
+    return LB_OK;
+}
+
+/* Zeroes a layer's accumulators and names its weights and norms. */
+static lb_status layer_begin(pass *p, const lb_qmodel *q, size_t li)
+{
+    lb__layer_stats *st = &p->st;
+    st->layer = li;
+    p->layer = li;
+    for (int s = 0; s < LB__SITE_COUNT; s++) {
+        lb__site_stats *ss = &st->site[s];
+        memset(ss->absmax, 0, ss->cols * sizeof *ss->absmax);
+        memset(p->sum_abs[s], 0, ss->cols * sizeof *p->sum_abs[s]);
+        memset(p->sum_sq[s], 0, ss->cols * sizeof *p->sum_sq[s]);
+        if (ss->hessian) memset(ss->hessian, 0, ss->cols * ss->cols * sizeof *ss->hessian);
+        ss->n_weights = 0;
+        p->counted[s] = 0;
+    }
+    memset(st->k_absmax, 0, st->n_kv_heads * sizeof *st->k_absmax);
+    memset(st->v_absmax, 0, st->n_kv_heads * sizeof *st->v_absmax);
+    p->kv_counted = 0;
+    char name[128];
+    lb_status status = LB_OK;
+    for (size_t i = 0; i < N_WEIGHTS && status == LB_OK; i++) {
+        lb__site_stats *ss = &st->site[weight_sites[i].site];
+        snprintf(name, sizeof name, "model.layers.%zu.%s", li, weight_sites[i].suffix);
+        status = lb_qmodel_find(q, name, &ss->weight[ss->n_weights++]);
+    }
+    if (status == LB_OK) {
+        snprintf(name, sizeof name, "model.layers.%zu.input_layernorm.weight", li);
+        status = lb_qmodel_find(q, name, &st->attn_norm);
+    }
+    if (status == LB_OK) {
+        snprintf(name, sizeof name, "model.layers.%zu.post_attention_layernorm.weight", li);
+        status = lb_qmodel_find(q, name, &st->ffn_norm);
+    }
+    return status;
+}
+
+static void layer_end(pass *p, uint64_t rows)
+{
+    for (int s = 0; s < LB__SITE_COUNT; s++) {
+        lb__site_stats *ss = &p->st.site[s];
+        ss->rows = rows;
+        for (size_t j = 0; j < ss->cols; j++) {
+            ss->mean_abs[j] = (float)(p->sum_abs[s][j] / (double)rows);
+            ss->mean_sq[j] = (float)(p->sum_sq[s][j] / (double)rows);
+        }
+    }
+}
+
+/* p_k = floor((2k + 1) T / (2n)) without overflow: with T = a (2n) + b,
+ * (2k + 1) T / (2n) = (2k + 1) a + (2k + 1) b / (2n). */
+static void sample_positions(uint64_t *pos, size_t n, uint64_t total)
+{
+    if (n == 0) return;
+    uint64_t two_n = 2 * (uint64_t)n, a = total / two_n, b = total % two_n;
+    for (size_t k = 0; k < n; k++) pos[k] = (2 * (uint64_t)k + 1) * a + (2 * (uint64_t)k + 1) * b / two_n;
+}
+
+/* The input width of each site, from layer 0's weights: q_proj's, o_proj's,
+ * gate_proj's and down_proj's rows (the runner checked every layer's). */
+static lb_status site_cols(const lb_qmodel *q, size_t cols[LB__SITE_COUNT])
+{
+    const char *first[LB__SITE_COUNT] = {"self_attn.q_proj.weight", "self_attn.o_proj.weight", "mlp.gate_proj.weight",
+                                         "mlp.down_proj.weight"};
+    for (int s = 0; s < LB__SITE_COUNT; s++) {
+        char name[96];
+        size_t i;
+        lb_qentry e;
+        snprintf(name, sizeof name, "model.layers.0.%s", first[s]);
+        lb_status st = lb_qmodel_find(q, name, &i);
+        if (st == LB_OK) st = lb_qmodel_entry(q, i, &e);
+        if (st != LB_OK) return st;
+        if (e.tensor->n_dims != 2 || e.tensor->shape[1] == 0)
+            return lb__fail(LB_ERR_PARSE, "lb__calib_pass: %s is not a matrix", name);
+        cols[s] = (size_t)e.tensor->shape[1];
+    }
+    return LB_OK;
+}
+
+/* Runs window w of the hidden states h through layer li (on a copy when
+ * `copy`, else in place). */
+static lb_status run_window(lb_runner *r, pass *p, float *h, size_t w, float *copy)
+{
+    size_t dim = lb__runner_dim(r);
+    float *x = h + w * p->window * dim;
+    if (copy) {
+        memcpy(copy, x, p->window * dim * sizeof *x);
+        x = copy;
+    }
+    return lb__runner_layer(r, p->layer, x, p->window);
+}
+
+static lb_status run_pass(lb_qmodel *q, lb_runner *r, pass *p, float *h, size_t n_windows, float *copy,
+                          const lb__calib_pass_options *o, lb__calib_layer_fn fn, void *ctx)
+{
+    size_t n_layers = lb__runner_n_layers(r);
+    uint64_t rows = (uint64_t)n_windows * p->window;
+    lb_status st = LB_OK;
+    for (size_t li = 0; li < n_layers && st == LB_OK; li++) {
+        int twice = fn || o->mode == LB__CALIB_QUANTIZED;
+        int last = li + 1 == n_layers;
+        if ((st = layer_begin(p, q, li)) != LB_OK) break;
+        if (o->mode == LB__CALIB_QUANTIZED || (fn && li > 0)) st = lb__runner_reload_layer_as(r, q, li, LB__RUNNER_SOURCE);
+        p->collecting = 1;
+        p->sample_lo = p->sample_hi = 0;
+        for (size_t w = 0; w < n_windows && st == LB_OK; w++) {
+            p->win = w;
+            uint64_t end = (uint64_t)(w + 1) * p->window;
+            p->sample_lo = p->sample_hi;
+            while (p->sample_hi < p->n_sample && p->sample_pos[p->sample_hi] < end) p->sample_hi++;
+            st = run_window(r, p, h, w, twice ? copy : NULL);
+            if (st == LB_OK) st = p->status;
+            if (st == LB_OK) st = check_window(p);
+        }
+        p->collecting = 0;
+        if (st != LB_OK) break;
+        layer_end(p, rows);
+        if (fn && (st = fn(ctx, q, &p->st)) != LB_OK) break;
+        if (twice && !last) {
+            st = lb__runner_reload_layer(r, q, li);
+            for (size_t w = 0; w < n_windows && st == LB_OK; w++) st = run_window(r, p, h, w, NULL);
+        }
+        if (st == LB_OK && o->progress) o->progress(o->progress_ctx, li + 1, n_layers);
+    }
+    return st;
+}
 
 lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows, size_t window,
                          const lb__calib_pass_options *o, lb__calib_layer_fn fn, void *ctx)
 {
-    (void)q, (void)windows, (void)n_windows, (void)window, (void)o, (void)fn, (void)ctx;
-    return lb__fail(LB_ERR_UNSUPPORTED, "the calibration pass is not built yet");
+    if (!q || !windows) return lb__fail(LB_ERR_ARG, "lb__calib_pass: NULL %s", q ? "windows" : "quantized model");
+    if (n_windows == 0 || window == 0)
+        return lb__fail(LB_ERR_ARG, "lb__calib_pass: %zu windows of %zu tokens", n_windows, window);
+    lb__calib_pass_options defaults = {0};
+    if (!o) o = &defaults;
+    int build = 0;
+    switch (o->mode) {
+    case LB__CALIB_SOURCE: build = LB__RUNNER_SOURCE; break;
+    case LB__CALIB_QUANTIZED: build = LB__RUNNER_CALIB; break;
+    }
+    if (!build) return lb__fail(LB_ERR_ARG, "lb__calib_pass: mode %d", (int)o->mode);
+    if (window > UINT32_MAX) return lb__fail(LB_ERR_ARG, "lb__calib_pass: a window of %zu tokens", window);
+    const lb_arch *a = lb_model_arch(lb_qmodel_model(q));
+    size_t cols[LB__SITE_COUNT];
+    lb_status st = site_cols(q, cols);
+    if (st != LB_OK) return st;
+
+    lb_runner_options ro = {.threads = o->threads, .max_ctx = (uint32_t)window};
+    lb_runner *r = NULL;
+    if ((st = lb__runner_build(q, &ro, build, &r)) != LB_OK) return st;
+    size_t dim = lb__runner_dim(r);
+    uint64_t total = (uint64_t)n_windows * window;
+    pass p = {.window = window, .threads = o->threads};
+    p.st.n_kv_heads = a->n_kv_heads ? a->n_kv_heads : a->n_heads; /* as the runner reads the architecture */
+    p.st.head_dim = a->head_dim ? a->head_dim : a->dim / a->n_heads;
+    p.n_sample = o->sample_rows < total ? o->sample_rows : (size_t)total;
+    float *h = NULL, *copy = NULL;
+    if (n_windows > SIZE_MAX / window || n_windows * window > SIZE_MAX / sizeof(float) / dim ||
+        p.n_sample > ((size_t)1 << 31))
+        st = lb__fail(LB_ERR_NOMEM, "lb__calib_pass: %zu windows of %zu tokens (%zu sample rows) are too many",
+                      n_windows, window, p.n_sample);
+    if (st == LB_OK) st = pass_alloc(&p, cols, p.n_sample, o->hessian, window);
+    if (st == LB_OK) {
+        h = malloc(n_windows * window * dim * sizeof *h);
+        copy = malloc(window * dim * sizeof *copy);
+        p.sample_pos = alloc_n(p.n_sample, sizeof *p.sample_pos);
+        if (!h || !copy || !p.sample_pos)
+            st = lb__fail(LB_ERR_NOMEM, "lb__calib_pass: cannot allocate the hidden states of %zu x %zu tokens",
+                          n_windows, window);
+    }
+    if (st == LB_OK) sample_positions(p.sample_pos, p.n_sample, total);
+    for (size_t w = 0; w < n_windows && st == LB_OK; w++)
+        st = lb__runner_embed(r, windows + w * window, window, h + w * window * dim);
+    if (st == LB_OK) {
+        lb_runner_set_hook(r, on_input, &p);
+        lb__runner_set_kv_hook(r, on_kv, &p);
+        st = run_pass(q, r, &p, h, n_windows, copy, o, fn, ctx);
+    }
+    lb_runner_free(r);
+    free(h);
+    free(copy);
+    pass_free(&p);
+    return st;
+}
+
+/* ---- windows ---- */
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n) (n > 0): draws at or past the last whole multiple of n
+ * are drawn again, so no value is favoured. */
+static uint64_t below(uint64_t *state, uint64_t n)
+{
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n, z;
+    do z = splitmix64(state);
+    while (z >= limit);
+    return z % n;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return (x > y) - (x < y);
 }
 
 lb_status lb__calib_windows(const int32_t *tokens, size_t n, size_t seqs, size_t len, int32_t bos, int32_t **out,
                             size_t *n_out)
 {
-    (void)tokens, (void)n, (void)seqs, (void)len, (void)bos, (void)out, (void)n_out;
-    return lb__fail(LB_ERR_UNSUPPORTED, "calibration windows are not built yet");
+    if (!out || !n_out) return lb__fail(LB_ERR_ARG, "lb__calib_windows: NULL output");
+    *out = NULL;
+    *n_out = 0;
+    if (!tokens && n) return lb__fail(LB_ERR_ARG, "lb__calib_windows: tokens is NULL");
+    if (seqs == 0 || len == 0)
+        return lb__fail(LB_ERR_ARG, "lb__calib_windows: %zu windows of %zu tokens asked for", seqs, len);
+    size_t slots = n / len;
+    if (slots == 0)
+        return lb__fail(LB_ERR_ARG, "the calibration text has %zu tokens, fewer than one window of %zu (give more "
+                        "text, or shorter windows)", n, len);
+    size_t count = seqs < slots ? seqs : slots;
+    size_t *slot = malloc(slots * sizeof *slot);
+    int32_t *w = slot ? malloc(count * len * sizeof *w) : NULL;
+    if (!w) {
+        free(slot);
+        return lb__fail(LB_ERR_NOMEM, "lb__calib_windows: cannot allocate %zu windows of %zu tokens", count, len);
+    }
+    /* a partial Fisher-Yates shuffle: slot[0 .. count) is a uniform draw
+     * without replacement; then sorted, so the windows keep text order */
+    for (size_t i = 0; i < slots; i++) slot[i] = i;
+    uint64_t rng = LB_CALIB_SEED;
+    for (size_t i = 0; i < count && count < slots; i++) {
+        size_t j = i + (size_t)below(&rng, slots - i), t = slot[i];
+        slot[i] = slot[j], slot[j] = t;
+    }
+    qsort(slot, count, sizeof *slot, by_value);
+    for (size_t i = 0; i < count; i++) {
+        memcpy(w + i * len, tokens + slot[i] * len, len * sizeof *w);
+        if (bos >= 0) w[i * len] = bos;
+    }
+    free(slot);
+    *out = w;
+    *n_out = count;
+    return LB_OK;
 }

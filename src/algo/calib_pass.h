@@ -16,8 +16,18 @@
  *   QUANTIZED  layers < i as the quantized model holds them (GPTQ's
  *              sequential mode: each layer corrects the error of those
  *              before it).
+ * In both, layer i's own statistics (all four sites, and K/V) are taken
+ * with layer i's source values: o_proj's input comes from the float
+ * q/k/v of layer i, as llm-compressor's sequential pipeline and GPTQ's
+ * reference code (without --true-sequential) take them. After fn, the
+ * windows continue through layer i as q then holds it (QUANTIZED: as
+ * quantized, e.g. with the tensors GPTQ set).
  * Activations and the KV cache stay fp32 in both (what a quantizer of
- * layer i must see is its input before its own activation quantization). */
+ * layer i must see is its input before its own activation quantization).
+ *
+ * Cost: every window runs through every layer once to collect, and once
+ * more after fn (or in QUANTIZED mode) to carry the hidden states on
+ * through the changed layer; SOURCE mode without fn runs once. */
 #ifndef LB_ALGO_CALIB_PASS_H
 #define LB_ALGO_CALIB_PASS_H
 
@@ -46,9 +56,15 @@ typedef struct lb__site_stats {
     float *mean_abs;      /* [cols] mean |x_j| (summed in double) */
     float *mean_sq;       /* [cols] mean x_j^2 (summed in double) */
     float *sample;        /* [n_sample][cols] rows of X: the same token positions at every site and
-                             layer (evenly spaced over all windows), for output-error searches */
+                             layer, for output-error searches. Of the T = n_windows x window positions
+                             (window w's token t is position w * window + t), n = min(sample_rows, T):
+                             p_k = floor((2k + 1) T / (2n)), k = 0 .. n-1 (the centres of n equal
+                             slices; every row, in order, when n = T) */
     size_t n_sample;
-    double *hessian;      /* [cols][cols] sum over all rows of x x^T (options.hessian), else NULL */
+    double *hessian;      /* [cols][cols] sum over all rows of x x^T (options.hessian), else NULL:
+                             each window's X^T X one fp32 product on the matmul kernels (within
+                             window x 2^-24 x sum |x_i x_j| of exact), the windows summed in double;
+                             exactly symmetric */
     size_t weight[3];     /* qmodel indices of the weights that read this input, in model order */
     size_t n_weights;     /* (q, k, v) | (o) | (gate, up) | (down) */
 } lb__site_stats;
@@ -67,8 +83,11 @@ typedef struct lb__layer_stats {
 /* Called once per layer, in order, after the layer's statistics are
  * taken and before the windows continue through it; whatever it changes
  * in q (lb_qmodel_replace, _set_spec, _set_qtensor ...) in this layer is
- * what the next layers' inputs are computed with. A status other than
- * LB_OK stops the pass (and is returned). */
+ * what the next layers' inputs are computed with (a change to a later
+ * layer is seen when that layer's turn comes; one to an earlier layer is
+ * not seen by this pass). The statistics' buffers are reused for the next
+ * layer: copy what must outlive the call. A status other than LB_OK stops
+ * the pass (and is returned). */
 typedef lb_status (*lb__calib_layer_fn)(void *ctx, lb_qmodel *q, const lb__layer_stats *s);
 
 typedef struct lb__calib_pass_options {
@@ -82,20 +101,25 @@ typedef struct lb__calib_pass_options {
 
 /* Runs n_windows windows of `window` tokens each (windows: n_windows x
  * window ids, each window from position 0) through q's model layer by
- * layer, calling fn (may be NULL: statistics only, e.g. for a test) at
- * every layer. A non-finite activation is LB_ERR_NAN naming the layer and
- * input. Llama-family models that lb_runner_supports. */
+ * layer, calling fn (may be NULL: the pass then only checks that every
+ * activation is finite) at every layer. A non-finite activation is
+ * LB_ERR_NAN naming the layer and input. o NULL: SOURCE mode, no sample
+ * rows, no Hessians. Llama-family models that lb_runner_supports. */
 lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows, size_t window,
                          const lb__calib_pass_options *o, lb__calib_layer_fn fn, void *ctx);
 
 /* Deterministic calibration windows from a token stream (the tokenized
  * calibration text): `seqs` windows of `len` tokens whose start positions
- * are drawn without replacement from the non-overlapping window slots of
- * the stream by a fixed-seed generator (the same text gives the same
- * windows on every machine); fewer when the text is shorter (*n_out says
- * how many; LB_ERR_ARG when not even one fits). With bos >= 0 each
- * window's first token is replaced by bos. *out: n_out x len ids, the
- * caller frees it. */
+ * are drawn without replacement from the S = n / len non-overlapping
+ * window slots of the stream (slot s: tokens s*len .. s*len + len - 1;
+ * the tail past the last whole slot is never used): a partial
+ * Fisher-Yates shuffle of 0 .. S-1 driven by splitmix64 from the fixed
+ * seed 0x6c6f776269742121 ("lowbit!!"), each index drawn uniformly by
+ * rejection, the first min(seqs, S) kept and sorted, so the windows come
+ * in text order and the same text gives the same windows on every
+ * machine. Every slot, in order, when seqs >= S (*n_out says how many;
+ * LB_ERR_ARG when not even one fits). With bos >= 0 each window's first
+ * token is replaced by bos. *out: n_out x len ids, the caller frees it. */
 lb_status lb__calib_windows(const int32_t *tokens, size_t n, size_t seqs, size_t len, int32_t bos, int32_t **out,
                             size_t *n_out);
 

@@ -146,8 +146,9 @@ lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_
     lb__outfile outf = {0}, tokf = {0};
     int saving = save_base && base, tokens_out = o && o->save_tokens;
     kld_state s = {.vocab = vocab};
-    float *logits_b = base ? malloc((size_t)ctx * vocab * sizeof(float)) : NULL;
-    float *logits_q = malloc((size_t)ctx * vocab * sizeof(float));
+    size_t scored_rows = ctx - ctx / 2; /* lb__eval_window's logits: the scored half of a window */
+    float *logits_b = base ? malloc(scored_rows * vocab * sizeof(float)) : NULL;
+    float *logits_q = malloc(scored_rows * vocab * sizeof(float));
     int32_t *window = malloc(ctx * sizeof *window);
     uint8_t *packed = saving ? malloc(pos_bytes) : NULL;
     s.lp_base = malloc(vocab * sizeof(double)), s.lp_q = malloc(vocab * sizeof(double));
@@ -171,7 +172,7 @@ lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_
         if (base) st = lb__eval_window(base, tokens + c * ctx, ctx, bos, window, logits_b);
         if (st == LB_OK) st = lb__eval_window(quant, tokens + c * ctx, ctx, bos, window, logits_q);
         for (uint32_t j = ctx / 2; st == LB_OK && j + 1 < ctx; j++) {
-            if (base && !log_softmax(logits_b + (size_t)j * vocab, vocab, s.lp_base))
+            if (base && !log_softmax(logits_b + (size_t)(j - ctx / 2) * vocab, vocab, s.lp_base))
                 st = lb__fail(LB_ERR_NAN, "window %zu, position %u: the base model's logits are not finite", c, j);
             else if (!base) {
                 uint64_t at = (uint64_t)c * per_chunk + (j - ctx / 2);
@@ -181,7 +182,7 @@ lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens, size_
                 lb__kld_base_pack(s.lp_base, vocab, packed);
                 st = lb__out_write(&outf, packed, pos_bytes);
             }
-            if (st == LB_OK && !log_softmax(logits_q + (size_t)j * vocab, vocab, s.lp_q))
+            if (st == LB_OK && !log_softmax(logits_q + (size_t)(j - ctx / 2) * vocab, vocab, s.lp_q))
                 st = lb__fail(LB_ERR_NAN, "window %zu, position %u: the quantized model's logits are not finite", c, j);
             if (st == LB_OK) st = score(&s, window[j + 1], c, j);
         }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "eval/eval_internal.h"
+#include "model/runner_internal.h"
 #include "util/clock.h"
 #include "util/error.h"
 
@@ -48,13 +49,52 @@ lb_status lb__eval_windows(size_t n, const lb_eval_options *o, uint32_t *ctx, si
     return LB_OK;
 }
 
+static lb_status keep_rows(void *ctx, size_t pos, const float *logits, size_t count)
+{
+    (void)ctx, (void)pos, (void)logits, (void)count; /* one chunk: the rows stay in the caller's buffer */
+    return LB_OK;
+}
+
 lb_status lb__eval_window(lb_runner *r, const int32_t *tokens, uint32_t ctx, int32_t bos, int32_t *window,
                           float *logits)
 {
     memcpy(window, tokens, ctx * sizeof *window);
     if (bos >= 0) window[0] = bos;
     lb_runner_reset(r);
-    return lb_runner_forward(r, window, ctx, logits, 0);
+    return lb__runner_forward_chunked(r, window, ctx, ctx / 2, ctx - ctx / 2, logits, keep_rows, NULL);
+}
+
+/* Positions whose logits are computed at a time: the scored half of a
+ * window passes through a buffer of this many rows, not ctx x vocab
+ * floats (SmolLM2: 12 MB instead of 96 MB at ctx 512), with the same
+ * values (the head's products are per row). */
+#define LB_PPL_LOGIT_ROWS 64
+
+typedef struct ppl_window {
+    const int32_t *window;
+    uint32_t ctx;
+    size_t vocab, chunk;
+    lb_ppl_acc *acc;
+    double *worst;
+    size_t *worst_c;
+    uint32_t *worst_j;
+} ppl_window;
+
+/* Scores positions pos .. pos+count-1 of the window (those with a next
+ * token: j + 1 < ctx). */
+static lb_status score_rows(void *ctx, size_t pos, const float *logits, size_t count)
+{
+    ppl_window *w = ctx;
+    for (size_t i = 0; i < count && pos + i + 1 < w->ctx; i++) {
+        uint32_t j = (uint32_t)(pos + i);
+        double nll = lb_nll(logits + i * w->vocab, w->vocab, w->window[j + 1]);
+        if (!isfinite(nll)) /* a NaN weight, or an overflow: no perplexity to report */
+            return lb__fail(LB_ERR_NAN, "window %zu, position %u: the model's logits are not finite (NaN or "
+                            "infinity: a NaN weight, or activations that overflowed)", w->chunk, j);
+        lb_ppl_add(w->acc, nll);
+        if (nll > *w->worst) *w->worst = nll, *w->worst_c = w->chunk, *w->worst_j = j;
+    }
+    return LB_OK;
 }
 
 lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_eval_options *o, lb_ppl_result *out)
@@ -66,11 +106,12 @@ lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_
     lb_status st = lb__eval_windows(n, o, &ctx, &chunks);
     if (st != LB_OK) return st;
     size_t vocab = lb_runner_vocab_size(r);
-    float *logits = malloc((size_t)ctx * vocab * sizeof *logits);
+    size_t rows = ctx / 2 < LB_PPL_LOGIT_ROWS ? ctx / 2 : LB_PPL_LOGIT_ROWS;
+    float *logits = malloc(rows * vocab * sizeof *logits);
     int32_t *window = malloc(ctx * sizeof *window);
     if (!logits || !window) {
         free(logits), free(window);
-        return lb__fail(LB_ERR_NOMEM, "out of memory for %u x %zu logits", ctx, vocab);
+        return lb__fail(LB_ERR_NOMEM, "out of memory for %zu x %zu logits", rows, vocab);
     }
     lb_ppl_acc acc = {0};
     double t0 = lb__now(), worst = -INFINITY; /* the largest NLL and where: named if the perplexity overflows */
@@ -78,15 +119,11 @@ lb_status lb_perplexity(lb_runner *r, const int32_t *tokens, size_t n, const lb_
     uint32_t worst_j = 0;
     if (o && o->progress) o->progress(o->progress_ctx, 0, chunks);
     for (size_t c = 0; c < chunks && st == LB_OK; c++) {
-        st = lb__eval_window(r, tokens + c * ctx, ctx, o ? o->bos : -1, window, logits);
-        for (uint32_t j = ctx / 2; st == LB_OK && j + 1 < ctx; j++) {
-            double nll = lb_nll(logits + (size_t)j * vocab, vocab, window[j + 1]);
-            if (!isfinite(nll)) /* a NaN weight, or an overflow: no perplexity to report */
-                st = lb__fail(LB_ERR_NAN, "window %zu, position %u: the model's logits are not finite (NaN or "
-                              "infinity: a NaN weight, or activations that overflowed)", c, j);
-            else lb_ppl_add(&acc, nll);
-            if (st == LB_OK && nll > worst) worst = nll, worst_c = c, worst_j = j;
-        }
+        memcpy(window, tokens + c * ctx, ctx * sizeof *window);
+        if (o && o->bos >= 0) window[0] = o->bos;
+        lb_runner_reset(r);
+        ppl_window w = {window, ctx, vocab, c, &acc, &worst, &worst_c, &worst_j};
+        st = lb__runner_forward_chunked(r, window, ctx, ctx / 2, rows, logits, score_rows, &w);
         if (st == LB_OK && o && o->progress) o->progress(o->progress_ctx, c + 1, chunks);
         if (st == LB_OK && o && o->progress_ppl) {
             double ppl, err;

@@ -946,31 +946,61 @@ static lb_status check_tokens(const lb_runner *r, const char *fn, const int32_t 
     return LB_OK;
 }
 
+/* The logits of positions first .. n-1 from the last layer's states, in
+ * chunks of at most `rows` positions through buf (rows x vocab floats):
+ * each chunk is handed to fn, or, with fn NULL, buf must hold them all. */
+static lb_status head_logits(lb_runner *r, acts *b, size_t first, size_t n, size_t rows, float *buf,
+                             lb__logits_fn fn, void *fn_ctx)
+{
+    lb_status st = LB_OK;
+    for (size_t at = first; at < n && st == LB_OK; at += rows) {
+        size_t count = n - at < rows ? n - at : rows;
+        for (size_t t = 0; t < count; t++)
+            rmsnorm(b->x + (at + t) * r->dim, r->final_norm, r->dim, r->a.norm_eps, b->xb + t * r->dim);
+        hook(r, r->head_name, b->xb, count, r->dim);
+        st = linear_matmul(r, &r->head, b->xb, count, buf);
+        if (st == LB_OK && fn) st = fn(fn_ctx, at, buf, count);
+    }
+    return st;
+}
+
+static lb_status forward(lb_runner *r, const char *fn_name, const int32_t *tokens, size_t n, size_t first,
+                         size_t rows, float *logits, lb__logits_fn fn, void *fn_ctx);
+
 lb_status lb_runner_forward(lb_runner *r, const int32_t *tokens, size_t n, float *logits, int last_only)
 {
     if (!r) return lb__fail(LB_ERR_ARG, "lb_runner_forward: runner is NULL");
-    lb_status st = check_tokens(r, "lb_runner_forward", tokens, n);
+    size_t first = last_only && n ? n - 1 : 0;
+    return forward(r, "lb_runner_forward", tokens, n, first, n ? n - first : 1, logits, NULL, NULL);
+}
+
+lb_status lb__runner_forward_chunked(lb_runner *r, const int32_t *tokens, size_t n, size_t first, size_t rows,
+                                     float *buf, lb__logits_fn fn, void *fn_ctx)
+{
+    if (!r || !buf || !fn || rows == 0 || first >= n)
+        return lb__fail(LB_ERR_ARG, "lb__runner_forward_chunked: bad arguments");
+    return forward(r, "lb__runner_forward_chunked", tokens, n, first, rows, buf, fn, fn_ctx);
+}
+
+static lb_status forward(lb_runner *r, const char *fn_name, const int32_t *tokens, size_t n, size_t first,
+                         size_t rows, float *logits, lb__logits_fn fn, void *fn_ctx)
+{
+    lb_status st = check_tokens(r, fn_name, tokens, n);
     if (st != LB_OK) return st;
     if (n > r->max_ctx || r->pos > r->max_ctx - n)
-        return lb__fail(LB_ERR_ARG, "lb_runner_forward: %zu tokens after position %zu exceed the context of %zu", n,
-                        r->pos, r->max_ctx);
+        return lb__fail(LB_ERR_ARG, "%s: %zu tokens after position %zu exceed the context of %zu", fn_name, n, r->pos,
+                        r->max_ctx);
 
     acts b;
     float *buf = acts_alloc(r, n, &b);
-    if (!buf) return lb__fail(LB_ERR_NOMEM, "lb_runner_forward: cannot allocate activations for %zu tokens", n);
+    if (!buf) return lb__fail(LB_ERR_NOMEM, "%s: cannot allocate activations for %zu tokens", fn_name, n);
 
     for (size_t t = 0; t < n && st == LB_OK; t++) st = embed_row(r, tokens[t], b.x + t * r->dim);
     for (size_t li = 0; li < r->n_layers && st == LB_OK; li++) {
         st = attention_block(r, li, &b, n);
         if (st == LB_OK) st = mlp_block(r, li, &b, n);
     }
-    if (st == LB_OK && logits) {
-        size_t first = last_only ? n - 1 : 0, rows = n - first;
-        for (size_t t = first; t < n; t++)
-            rmsnorm(b.x + t * r->dim, r->final_norm, r->dim, r->a.norm_eps, b.xb + (t - first) * r->dim);
-        hook(r, r->head_name, b.xb, rows, r->dim);
-        st = linear_matmul(r, &r->head, b.xb, rows, logits);
-    }
+    if (st == LB_OK && logits) st = head_logits(r, &b, first, n, rows, logits, fn, fn_ctx);
     free(buf);
     if (st == LB_OK) r->pos += n;
     return st;
@@ -1019,12 +1049,28 @@ lb_status lb__runner_logits(lb_runner *r, const float *x, size_t n, float *logit
     return st;
 }
 
+static lb_status reload_layer(lb_runner *r, const lb_qmodel *q, size_t li, int calibration);
+
 lb_status lb__runner_reload_layer(lb_runner *r, const lb_qmodel *q, size_t li)
+{
+    return reload_layer(r, q, li, r->calibration);
+}
+
+lb_status lb__runner_reload_layer_as(lb_runner *r, const lb_qmodel *q, size_t li, int calibration)
+{
+    if (!r->calibration || (calibration != LB__RUNNER_CALIB && calibration != LB__RUNNER_SOURCE))
+        return lb__fail(LB_ERR_ARG, "lb__runner_reload_layer_as: build mode %d on a runner built in mode %d (only "
+                        "the calibration modes, which keep fp32 activations and KV cache, mix)", calibration,
+                        r->calibration);
+    return reload_layer(r, q, li, calibration);
+}
+
+static lb_status reload_layer(lb_runner *r, const lb_qmodel *q, size_t li, int calibration)
 {
     if (li >= r->n_layers) return lb__fail(LB_ERR_ARG, "lb__runner_reload_layer: layer %zu of %zu", li, r->n_layers);
     if (lb_model_arch(lb_qmodel_model(q))->n_layers != r->n_layers)
         return lb__fail(LB_ERR_ARG, "lb__runner_reload_layer: the quantized model is of another model");
-    loader l = {lb_qmodel_model(q), q, &r->opts, r->threads, r->act, r->calibration};
+    loader l = {lb_qmodel_model(q), q, &r->opts, r->threads, r->act, calibration};
     layer fresh = {0};
     lb_runner_memory mem = r->mem;
     lb_status st = load_layer(&l, r, li, &fresh);

@@ -31,6 +31,14 @@ lb_status lb__runner_build(const lb_qmodel *q, const lb_runner_options *o, int c
 lb_status lb__runner_build_ex(const lb_qmodel *q, const lb_runner_options *o, lb_format legacy_act, int calibration,
                               lb_runner **out);
 
+/* lb_runner_forward, the logits of positions first .. n-1 computed rows
+ * positions at a time into buf (rows x vocab floats) and handed to fn
+ * (pos: the chunk's first position, count <= rows): an evaluation that
+ * only reads the logits holds one chunk, not n x vocab floats. */
+typedef lb_status (*lb__logits_fn)(void *ctx, size_t pos, const float *logits, size_t count);
+lb_status lb__runner_forward_chunked(lb_runner *r, const int32_t *tokens, size_t n, size_t first, size_t rows,
+                                     float *buf, lb__logits_fn fn, void *fn_ctx);
+
 /* The runner's context length (calibration windows are at most this). */
 size_t lb__runner_max_ctx(const lb_runner *r);
 
@@ -55,5 +63,10 @@ lb_status lb__runner_logits(lb_runner *r, const float *x, size_t n, float *logit
  * in that layer is what the next lb__runner_layer computes with. On
  * failure the layer is as it was. */
 lb_status lb__runner_reload_layer(lb_runner *r, const lb_qmodel *q, size_t li);
+/* The same in build mode `calibration` (LB__RUNNER_CALIB or _SOURCE) for
+ * a runner built in one of them: the sequential calibration pass takes a
+ * layer's statistics with the layer's source values and then carries the
+ * windows on through it as the quantized model holds it. */
+lb_status lb__runner_reload_layer_as(lb_runner *r, const lb_qmodel *q, size_t li, int calibration);
 
 #endif

@@ -29,6 +29,12 @@ LOWBIT = str(BUILD / "lowbit")
 SMOLLM2 = ROOT / ".cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 WIKI = ROOT / "data/wikitext-2-raw/wiki.test.raw"
 CTX, CHUNKS = 512, 8
+# llama.cpp's KV cache as lowbit's (fp32) and its attention without flash attention: the same arithmetic.
+# With its default f16 cache the two tools' PPL of Q5_K_M differed by 0.81% -- not a bias (llama.cpp
+# itself moves +0.88% on that file from f16 to f32 cache, -0.28% on Q5_K_S) but the noise of any
+# last-bit change under 8-bit matmul inputs, which flips roundings and moves each token's NLL by ~0.05
+# nats (bench/gguf_ppl_noise.py, BENCHMARKS.md "GGUF quality"); with the same cache it is +0.07%.
+SAME_CACHE = ["-ctk", "f32", "-ctv", "f32", "-fa", "off"]
 
 # llama-quantize's type names (plus NVFP4), each written by lowbit with its
 # default mix, as a user would.
@@ -49,7 +55,7 @@ def bases(tmp_path_factory, llamacpp_bin):
     f32 = d / "f32.gguf"
     run([LOWBIT, "convert", SMOLLM2, f32, "--dtype", "f32", "--quiet"])
     llama_base = d / "llama.kld"
-    run([llamacpp_bin / "llama-perplexity", "-m", f32, "-f", WIKI, "-c", CTX, "--chunks", CHUNKS,
+    run([llamacpp_bin / "llama-perplexity", "-m", f32, "-f", WIKI, "-c", CTX, "--chunks", CHUNKS, *SAME_CACHE,
          "--kl-divergence-base", llama_base, "-t", "2"])
     lowbit_base = d / "lowbit.kldb"
     # kld stores the base while comparing with something: the F32 model itself (KLD 0)
@@ -59,7 +65,7 @@ def bases(tmp_path_factory, llamacpp_bin):
 
 
 def llama_scores(llamacpp_bin, model, base):
-    out = run([llamacpp_bin / "llama-perplexity", "-m", model, "-f", WIKI, "-c", CTX, "--chunks", CHUNKS,
+    out = run([llamacpp_bin / "llama-perplexity", "-m", model, "-f", WIKI, "-c", CTX, "--chunks", CHUNKS, *SAME_CACHE,
                "--kl-divergence-base", base, "--kl-divergence", "-t", "2"])
     text = out.stdout + out.stderr
     ppl = float(re.search(r"Mean PPL\(Q\)\s*:\s*([0-9.]+)", text).group(1))
@@ -68,15 +74,7 @@ def llama_scores(llamacpp_bin, model, base):
     return ppl, kld, top1
 
 
-# Q5_K_M: measured PPL llama.cpp 26.5703, lowbit --act ggml 26.7858 (+0.81%) while their KLDs agree
-# to 0.5% (0.07299 vs 0.07332) and Q5_K_S agrees to 0.02%: not understood yet, so marked rather than
-# hidden under a looser bound for every type (issue 14's note).
-KNOWN_PPL_GAP = {"Q5_K_M"}
-
-
-@pytest.mark.parametrize("ftype", [pytest.param(t, marks=pytest.mark.xfail(
-    reason="PPL +0.81% vs llama-perplexity, KLD within 0.5% (issue 14 note)", strict=False))
-    if t in KNOWN_PPL_GAP else t for t in TYPES])
+@pytest.mark.parametrize("ftype", TYPES)
 def test_llama_perplexity_and_lowbit_agree(bases, llamacpp_bin, ftype):
     d, f32, llama_base, lowbit_base = bases
     out = d / f"{ftype}.gguf"

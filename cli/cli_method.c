@@ -1,0 +1,140 @@
+/* The outlier method options every command that builds a quantized model
+ * from a recipe shares (cli_recipe.h): --method, --alpha, --calib-seqs,
+ * --calib-len, and applying the method to the quantized model
+ * (lb_qmodel_apply_method) on the --calib text. */
+#include "cli_recipe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Where a user finds a calibration text: the two the repository ships
+ * (data/PROVENANCE.md), never the evaluation text. */
+#define CALIB_TEXTS                                                                                     \
+    "data/wikitext-2-raw/wiki.train.excerpt.raw (WikiText-2 train, for general models) or "           \
+    "data/tinystories/calib-excerpt.txt (TinyStories, for stories260K), never the text you evaluate on"
+
+static int parse_count(const char *cmd, int json, const char *opt, const char *v, long long lo, long long hi,
+                       uint32_t *out)
+{
+    char *end;
+    long long n = strtoll(v, &end, 10);
+    if (end == v || *end || n < lo || n > hi)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s takes %lld..%lld, not '%s'", opt, lo, hi, v), -1;
+    *out = (uint32_t)n;
+    return 1;
+}
+
+int cli_method_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a)
+{
+    const char *o = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    int method = strcmp(o, "--method") == 0, alpha = strcmp(o, "--alpha") == 0,
+        seqs = strcmp(o, "--calib-seqs") == 0, len = strcmp(o, "--calib-len") == 0;
+    if (!method && !alpha && !seqs && !len) return 0;
+    if (!v) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s needs a value", o), -1;
+    if ((method && a->method) || (alpha && a->alpha) || (seqs && a->calib_seqs) || (len && a->calib_len))
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s is given twice", o), -1;
+    int r = 1;
+    if (method) {
+        if (lb_method_parse(v, &a->method_id) != LB_OK)
+            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--method takes rtn, smoothquant or awq, not '%s'%s",
+                            v, strchr(v, ',') ? " (one method: compare the methods with one run each)" : ""), -1;
+        a->method = v;
+    } else if (alpha) {
+        char *end;
+        double x = strtod(v, &end);
+        if (strcmp(v, "search") == 0) a->alpha_search = 1;
+        else if (end == v || *end || !(x >= 0 && x <= 1))
+            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--alpha takes a number in [0, 1] (SmoothQuant's "
+                            "migration strength; the paper uses 0.5) or 'search', not '%s'", v), -1;
+        else a->alpha_value = (float)x;
+        a->alpha = v;
+    } else if (seqs) {
+        r = parse_count(cmd, json, o, v, 1, 1 << 16, &a->calib_seqs);
+    } else {
+        r = parse_count(cmd, json, o, v, 2, 1 << 20, &a->calib_len);
+    }
+    if (r > 0) *i += 1;
+    return r;
+}
+
+int cli_method_given(const cli_recipe_args *a)
+{
+    return a->method && a->method_id != LB_METHOD_RTN;
+}
+
+int cli_method_check(const char *cmd, int json, const cli_recipe_args *a, const char *calib)
+{
+    if (a->alpha && !(a->method && a->method_id == LB_METHOD_SMOOTHQUANT))
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--alpha is SmoothQuant's migration strength: it "
+                        "needs --method smoothquant");
+    if (!cli_method_given(a)) {
+        /* a loop over methods passes the same options to rtn: a note, no error */
+        if (a->calib_seqs || a->calib_len)
+            fprintf(stderr, "lowbit %s: note: %s unused: %s the calibration of --method smoothquant or awq\n", cmd,
+                    a->calib_seqs && a->calib_len ? "--calib-seqs and --calib-len are" : a->calib_seqs ? "--calib-seqs is"
+                    : "--calib-len is", a->calib_seqs && a->calib_len ? "they size" : "it sizes");
+        return EXIT_OK;
+    }
+    if (!calib)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--method %s calibrates on a text: give --calib FILE, "
+                        "e.g. " CALIB_TEXTS, a->method);
+    return EXIT_OK;
+}
+
+int cli_method_apply(const char *cmd, int json, lb_qmodel *q, const lb_tokenizer *tok, const char *calib,
+                     const cli_recipe_args *a, int threads)
+{
+    if (!cli_method_given(a)) return EXIT_OK;
+    char *text;
+    size_t len;
+    int rc = cli_read_file(cmd, json, calib, SIZE_MAX / 2, &text, &len);
+    if (rc != EXIT_OK) return rc;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    lb_status st = lb_tokenize(tok, text, len, lb_tokenizer_add_bos(tok), &ids, &n);
+    free(text);
+    if (st != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
+    char note[64];
+    snprintf(note, sizeof note, "%s", a->method);
+    cli_progress_ctx pc = {cmd, "calibration layer", note};
+    lb_method_options o = {.method = a->method_id,
+                           .alpha = a->alpha && !a->alpha_search ? a->alpha_value : CLI_METHOD_DEFAULT_ALPHA,
+                           .alpha_search = a->alpha_search,
+                           .calib_seqs = a->calib_seqs ? a->calib_seqs : CLI_METHOD_DEFAULT_SEQS,
+                           .calib_len = a->calib_len ? a->calib_len : CLI_METHOD_DEFAULT_LEN,
+                           .threads = threads, .progress = cli_progress_fn, .progress_ctx = &pc};
+    st = lb_qmodel_apply_method(q, ids, n, &o);
+    free(ids);
+    if (st == LB_OK) return EXIT_OK;
+    /* a text too short for one window, a spec the method does not serve: the command line's */
+    return cli_fail(cmd, json, st == LB_ERR_ARG || st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME,
+                    lb_status_name(st), "--method %s on %s: %s", a->method, calib,
+                    st == LB_ERR_NOMEM ? "out of memory" : lb_last_error());
+}
+
+void cli_method_print(FILE *out, const cli_recipe_args *a, const char *calib, int json)
+{
+    int given = cli_method_given(a);
+    uint32_t seqs = a->calib_seqs ? a->calib_seqs : CLI_METHOD_DEFAULT_SEQS;
+    uint32_t len = a->calib_len ? a->calib_len : CLI_METHOD_DEFAULT_LEN;
+    int sq = given && a->method_id == LB_METHOD_SMOOTHQUANT;
+    if (json) {
+        fprintf(out, ", \"method\": ");
+        json_string(out, given ? a->method : "rtn");
+        fprintf(out, ", \"alpha\": ");
+        if (sq && a->alpha_search) json_string(out, "search");
+        else if (sq) json_number(out, a->alpha ? a->alpha_value : CLI_METHOD_DEFAULT_ALPHA);
+        else fprintf(out, "null");
+        if (given) fprintf(out, ", \"calib_seqs\": %u, \"calib_len\": %u", seqs, len);
+        else fprintf(out, ", \"calib_seqs\": null, \"calib_len\": null");
+        return;
+    }
+    if (!given) {
+        fprintf(out, "rtn");
+        return;
+    }
+    fprintf(out, "%s", a->method);
+    if (sq && a->alpha_search) fprintf(out, " (alpha searched)");
+    else if (sq) fprintf(out, " (alpha %g)", (double)(a->alpha ? a->alpha_value : CLI_METHOD_DEFAULT_ALPHA));
+    fprintf(out, ", %u x %u tokens of %s", seqs, len, calib ? calib : "?");
+}

@@ -1,0 +1,155 @@
+"""The outlier-method options (cli/cli_method.c) on quantize, ppl, kld and
+compare, on the embedded stories260K: bad values and combinations are
+usage errors naming what is wrong (a method without --calib names the
+shipped calibration texts), --method rtn is exactly no method, JSON says
+the method, compare --method builds its rows as quantize does (an rtn row
+equals the --spec row), and SmoothQuant/AWQ run end to end once built."""
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+LOWBIT = str(ROOT / os.environ.get("LOWBIT_BUILD", "build") / "lowbit")
+STORIES = ROOT / "models/stories260K.bin"
+TEXT = ROOT / "models/tinystories-valid-excerpt.txt"
+CALIB = ROOT / "data/tinystories/calib-excerpt.txt"
+WINDOWS = ["--text", TEXT, "--ctx", 64, "--chunks", 4]
+RULE = ["--rule", "model.layers.*=int8:channel"]
+SMALL = ["--calib", CALIB, "--calib-seqs", 4, "--calib-len", 64]
+
+
+def run(*args):
+    return subprocess.run([LOWBIT, *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def not_built(p):
+    """SmoothQuant and AWQ land in their own changes: until then they say so."""
+    return p.returncode != 0 and "not built yet" in p.stderr + p.stdout
+
+
+def test_the_shipped_calibration_text_is_not_the_evaluation_text():
+    calib, evaluated = CALIB.read_bytes(), TEXT.read_bytes()
+    assert len(calib) > 250000
+    full = pathlib.Path("/work/shared/data/tinystories/valid-excerpt.txt")
+    if full.exists():  # the provenance: the bytes right after the evaluation excerpt
+        data = full.read_bytes()
+        assert data[:len(evaluated)] == evaluated and data[len(evaluated) + 1:len(evaluated) + 1 + len(calib)] == calib
+    # no paragraph of one is in the other
+    paragraphs = [p for p in evaluated.split(b"\n\n") if len(p) > 200]
+    assert paragraphs and not any(p in calib for p in paragraphs)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--method", "gptq"], "--method takes rtn, smoothquant or awq, not 'gptq'"),
+    (["--method", "awq"], "data/wikitext-2-raw/wiki.train.excerpt.raw"),
+    (["--method", "awq"], "data/tinystories/calib-excerpt.txt"),
+    (["--method", "awq", "--alpha", "0.5", "--calib", CALIB], "--alpha is SmoothQuant's migration strength"),
+    (["--alpha", "0.5"], "needs --method smoothquant"),
+    (["--method", "smoothquant", "--alpha", "1.5", "--calib", CALIB], "--alpha takes a number in [0, 1]"),
+    (["--method", "smoothquant", "--alpha", "searching", "--calib", CALIB], "or 'search'"),
+    (["--method", "awq", "--calib", CALIB, "--calib-seqs", "0"], "--calib-seqs takes 1..65536, not '0'"),
+    (["--method", "awq", "--calib", CALIB, "--calib-len", "1"], "--calib-len takes 2..1048576, not '1'"),
+    (["--method", "awq", "--method", "rtn"], "--method is given twice"),
+])
+def test_bad_method_options_are_usage_errors(args, message):
+    p = run("ppl", STORIES, *WINDOWS, *RULE, *args)
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr
+
+
+def test_a_method_needs_a_quantized_model_not_spec():
+    p = run("ppl", STORIES, *WINDOWS, "--spec", "int8:channel", "--method", "awq", "--calib", CALIB)
+    assert p.returncode == 2 and "--rule 'model.layers.*=SPEC'" in p.stderr
+    p = run("kld", STORIES, *WINDOWS, "--spec", "int8:channel", "--method", "smoothquant", "--calib", CALIB)
+    assert p.returncode == 2 and "--rule" in p.stderr
+
+
+def test_a_method_and_an_imatrix_exclude_each_other(tmp_path):
+    p = run("quantize", STORIES, "-o", tmp_path / "x.gguf", "--type", "Q4_0", "--imatrix-from", CALIB,
+            "--method", "awq", "--calib", CALIB)
+    assert p.returncode == 2 and "imatrix" in p.stderr and not (tmp_path / "x.gguf").exists()
+    p = run("ppl", STORIES, *WINDOWS, "--type", "Q4_0", "--imatrix-from", CALIB, "--method", "awq", "--calib", CALIB)
+    assert p.returncode == 2 and "imatrix" in p.stderr
+
+
+def ppl_json(*args):
+    p = run("ppl", STORIES, *WINDOWS, *args, "--json")
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout), p.stderr
+
+
+def test_rtn_is_no_method_and_json_says_so():
+    plain, _ = ppl_json(*RULE)
+    rtn, err = ppl_json(*RULE, "--method", "rtn", "--calib-seqs", 8)
+    assert rtn["ppl"] == plain["ppl"]
+    assert rtn["method"] == plain["method"] == "rtn" and rtn["alpha"] is None and rtn["calib_seqs"] is None
+    assert "--calib-seqs is unused" in err
+
+
+def test_quantize_rtn_writes_the_same_checkpoint(tmp_path):
+    outs = []
+    for k, extra in enumerate([[], ["--method", "rtn"]]):
+        out = tmp_path / f"q{k}"
+        p = run("quantize", STORIES, "-o", out, "--scheme", "W8A8-INT8", *extra, "--json")
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["method"] == "rtn"
+        outs.append(out)
+    files = sorted(f.name for f in outs[0].iterdir() if f.suffix == ".safetensors")
+    assert files
+    for f in files:
+        assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes()
+
+
+def compare_json(*args):
+    p = run("compare", STORIES, *WINDOWS, *args, "--json")
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+@pytest.mark.parametrize("specs,extra", [("int8:channel,int4:g32", []), ("int8:channel,int8:tensor", ["--act", "int8"])])
+def test_compare_rtn_rows_equal_the_spec_rows(specs, extra):
+    """compare --method builds each row as a quantized model (as quantize
+    does); for specs without shared global scales its rtn row is the
+    --spec row, bit for bit (dynamic W8A8 included)."""
+    plain = compare_json("--spec", specs, *extra)
+    rtn = compare_json("--spec", specs, *extra, "--method", "rtn")
+    assert [r["spec"] for r in rtn["specs"]] == specs.split(",")
+    for a, b in zip(plain["specs"], rtn["specs"]):
+        assert b["method"] == a["method"] == "rtn"
+        for key in ("kld_mean", "ppl", "top1_agreement", "bits_per_weight", "sqnr_db"):
+            assert a[key] == b[key], key
+
+
+def test_compare_method_errors():
+    p = run("compare", STORIES, *WINDOWS, "--spec", "int8:channel", "--method", "rtn,rtn")
+    assert p.returncode == 2 and "names rtn twice" in p.stderr
+    p = run("compare", STORIES, *WINDOWS, "--spec", "int8:channel", "--method", "rtn,awq")
+    assert p.returncode == 2 and "--calib FILE" in p.stderr
+    p = run("compare", STORIES, *WINDOWS, "--spec", "int8:channel", "--method", "rtn,awq", "--alpha", "0.4",
+            "--calib", CALIB)
+    assert p.returncode == 2 and "needs --method smoothquant" in p.stderr
+    p = run("compare", STORIES, *WINDOWS, "--spec", "bf16", "--method", "rtn")
+    assert p.returncode == 2 and "plain float" in p.stderr
+
+
+@pytest.mark.parametrize("method,rule", [("smoothquant", "int8:channel:scale=bf16"),
+                                         ("awq", "int4:channel:scale=bf16")])
+def test_a_method_runs_end_to_end(tmp_path, method, rule):
+    out = tmp_path / "q"
+    p = run("quantize", STORIES, "-o", out, "--rule", f"model.layers.*={rule}", "--method", method, *SMALL, "--json")
+    if not_built(p):
+        pytest.skip((p.stderr + p.stdout).strip())
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["method"] == method and d["calib_seqs"] == 4 and d["calib_len"] == 64
+    assert (d["alpha"] == 0.5) == (method == "smoothquant")
+    e, _ = ppl_json("--rule", f"model.layers.*={rule}", "--method", method, *SMALL)
+    r, _ = ppl_json("--rule", f"model.layers.*={rule}")
+    assert e["method"] == method and e["ppl"] != r["ppl"]  # the method changed the model
+    c = compare_json("--spec", rule, "--method", f"rtn,{method}", *SMALL)
+    assert [s["method"] for s in c["specs"]] == ["rtn", method]
+    assert c["specs"][1]["sqnr_db"] is None and c["specs"][0]["sqnr_db"] is not None
+    assert c["specs"][0]["ppl"] == ppl_json("--spec", rule)[0]["ppl"]  # the rtn row: the --spec model
