@@ -7,6 +7,8 @@
  * function). Add a row when a Python test needs another internal. */
 #include <string.h>
 
+#include "algo/awq.h"
+#include "algo/smoothquant.h"
 #include "export/exporter.h"
 #include "export/modelopt.h"
 #include "io/ggml_quants.h"
@@ -43,6 +45,7 @@ static const struct {
     ROW(lb__ggml_quantize_row_q5_k), ROW(lb__ggml_quantize_row_q6_k), ROW(lb__ggml_quantize_row_q4_0_imatrix),
     ROW(lb__ggml_quantize_row_q4_1_imatrix), ROW(lb__ggml_quantize_row_q5_0_imatrix),
     ROW(lb__ggml_quantize_row_q5_1_imatrix), ROW(lb__ggml_act_round), ROW(lb__ggml_act_type),
+    ROW(lb__smoothquant_scales), ROW(lb__awq_search_scale), ROW(lb__awq_search_clip),
 };
 
 /* The internal function called `name`, or NULL. */
