@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "algo/awq.h"
+#include "algo/fold.h"
 #include "algo/smoothquant.h"
 #include "export/exporter.h"
 #include "export/modelopt.h"
@@ -18,6 +19,7 @@
 #include "io/safetensors.h"
 #include "lowbit.h"
 #include "model/ggml_act.h"
+#include "weights/qmodel_internal.h"
 
 typedef void (*any_fn)(void);
 
@@ -45,7 +47,10 @@ static const struct {
     ROW(lb__ggml_quantize_row_q5_k), ROW(lb__ggml_quantize_row_q6_k), ROW(lb__ggml_quantize_row_q4_0_imatrix),
     ROW(lb__ggml_quantize_row_q4_1_imatrix), ROW(lb__ggml_quantize_row_q5_0_imatrix),
     ROW(lb__ggml_quantize_row_q5_1_imatrix), ROW(lb__ggml_act_round), ROW(lb__ggml_act_type),
-    ROW(lb__smoothquant_scales), ROW(lb__awq_search_scale), ROW(lb__awq_search_clip),
+    ROW(lb__smoothquant_scales),
+    /* AWQ (algo/awq.h) and the fake quantizer it measures through (weights/qmodel_internal.h) */
+    ROW(lb__awq_search_scale), ROW(lb__awq_search_scale_ex), ROW(lb__awq_search_clip), ROW(lb__awq_layer),
+    ROW(lb__qmodel_fake_quantize), ROW(lb__qmodel_fakeq), ROW(lb__fake_quantize), ROW(lb__qmodel_imatrix),
 };
 
 /* The internal function called `name`, or NULL. */

@@ -38,6 +38,19 @@ lb_status lb__awq_search_scale(const float *w, const size_t *member_rows, size_t
                                const float *x, size_t n, const float *x_mean, int grid, lb__fakeq_fn q,
                                void *const *qctx, float *s, double *err, int *best, int threads);
 
+/* Told each grid point's s (cols values) before the members are quantized
+ * at it: a quantizer that weighs its error by the input's importance (a
+ * ggml importance vector, E[x_j^2]) sees the scaled weight's own,
+ * E[x_j^2] / s_j^2, as the input of W diag(s) is X diag(1/s). */
+typedef void (*lb__fakeq_scale_fn)(void *ctx, const float *s, size_t cols);
+
+/* lb__awq_search_scale with on_scale(qctx[k], s, cols) called for every
+ * member before it is quantized at each grid point (NULL: never). */
+lb_status lb__awq_search_scale_ex(const float *w, const size_t *member_rows, size_t n_members, size_t cols,
+                                  const float *x, size_t n, const float *x_mean, int grid, lb__fakeq_fn q,
+                                  void *const *qctx, lb__fakeq_scale_fn on_scale, float *s, double *err, int *best,
+                                  int threads);
+
 /* The clipping search on one weight (rows x cols) whose quantizer q works
  * on independent groups of `group` consecutive columns: for each row and
  * group, m = max |w| over the group; candidates m * (1 - k / grid) for k =

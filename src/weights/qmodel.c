@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/ggml_rows.h"
 #include "kernel/qmat.h"
 #include "quant/quant_internal.h"
 #include "util/alloc.h"
@@ -551,18 +550,9 @@ static lb_status ggml_round_trip(const lb_qmodel *q, size_t i, float *dst, int t
     /* stored in its own type: the file copies the bytes, so the values are the stored ones */
     int as_stored = s->e.ggml == t->dtype && !s->replacement;
     if (st != LB_OK || as_stored || s->e.ggml == LB_DT_F32 || t->n_elements == 0) return st;
-    uint64_t cols = t->n_dims >= 1 ? t->shape[t->n_dims - 1] : 1, rows = t->n_elements / cols, bytes = 0;
-    if ((st = lb_dtype_bytes(s->e.ggml, t->n_elements, &bytes)) != LB_OK) return st;
-    void *packed = malloc(bytes ? bytes : 1);
-    if (!packed) return lb__fail(LB_ERR_NOMEM, "cannot allocate %s's %s bytes", t->name, lb_dtype_get(s->e.ggml)->name);
-    size_t n = (size_t)t->n_elements;
-    float scale = s->e.ggml == LB_DT_NVFP4 ? lb__ggml_nvfp4_scale(dst, n) : 1.0f;
-    for (size_t k = 0; scale != 1.0f && k < n; k++) dst[k] /= scale;
-    st = lb__ggml_rows_stacked(s->e.ggml, dst, (size_t)rows, (size_t)cols, s->imatrix, s->n_imatrix, packed, threads);
-    if (st == LB_OK) st = lb_dtype_to_f32(s->e.ggml, packed, n, dst);
-    for (size_t k = 0; st == LB_OK && scale != 1.0f && k < n; k++) dst[k] *= scale;
+    uint64_t cols = t->n_dims >= 1 ? t->shape[t->n_dims - 1] : 1, rows = t->n_elements / cols;
+    st = lb__ggml_round_trip(s->e.ggml, dst, (size_t)rows, (size_t)cols, s->imatrix, s->n_imatrix, threads);
     if (st != LB_OK) st = lb__fail(st, "%s as %s: %s", t->name, lb_dtype_get(s->e.ggml)->name, lb_last_error());
-    free(packed);
     return st;
 }
 

@@ -48,4 +48,49 @@ const float *lb__qmodel_imatrix(const lb_qmodel *q, size_t i, size_t *n);
  * model.layers.N.mlp.{gate,up}_proj.weight, -1 otherwise. */
 long lb__fused_group_of(const char *name);
 
+/* ===== Fake quantization (qmodel_fakeq.c) =====
+ * Candidate values quantized and dequantized as one entry would be: what
+ * the output-error searches (AWQ) measure each candidate through. */
+
+/* What one weight is quantized as: a lowbit spec, or a ggml type (with the
+ * entry's importance vector, borrowed: valid until the entry changes). */
+typedef struct lb__fakeq {
+    lb_qspec spec;          /* when ggml == LB_DT_COUNT */
+    lb_dtype ggml;          /* a ggml block type, or LB_DT_COUNT */
+    const float *imatrix;   /* ggml: importance (lb__qmodel_imatrix), or NULL */
+    size_t n_imatrix;
+    int threads;
+} lb__fakeq;
+
+/* Entry i's quantizer: its spec (QUANTIZED) or its ggml type when that is
+ * a block type (q4_0, q4_k, mxfp4 ...); LB_ERR_ARG for an entry that is
+ * not quantized (STORED, KEPT, REPLACED, or a plain f16/bf16/f32 ggml type). */
+lb_status lb__qmodel_fakeq(const lb_qmodel *q, size_t i, int threads, lb__fakeq *out);
+
+/* w (rows x cols, in place) through the quantizer ctx (an lb__fakeq) and
+ * back; the signature of an lb__fakeq_fn (algo/awq.h). Two-level specs
+ * (NVFP4, spec or ggml type): the tensor scale comes from w's own largest
+ * magnitude. The entry's real quantization takes it from its fused group's
+ * (q/k/v, gate/up) shared range, which candidate values of one member
+ * cannot know; the tensor scale only places the FP8 grid the block scales
+ * are rounded on (the same relative step anywhere in E4M3's normal range),
+ * so a search ranks candidates the same. */
+lb_status lb__fake_quantize(void *ctx, float *w, size_t rows, size_t cols);
+
+/* lb__qmodel_fakeq then lb__fake_quantize: w as entry i would be
+ * quantized (LB_ERR_ARG for an entry that is not quantized). */
+lb_status lb__qmodel_fake_quantize(const lb_qmodel *q, size_t i, float *w, size_t rows, size_t cols, int threads);
+
+/* Consecutive columns one scale of the quantizer covers along a row (its
+ * block; a row for per-channel and per-tensor specs; 256 for K-quant
+ * super-blocks, whose 16/32-value sub-block scales share the super-block's
+ * scale of scales), at most cols. */
+size_t lb__fakeq_block(const lb__fakeq *f, size_t cols);
+
+/* x (rows x cols) through ggml type t and back, as a GGUF holds it:
+ * imatrix as lb__ggml_rows_stacked takes it; NVFP4 over the per-tensor
+ * scale of x's own range; f32 unchanged. */
+lb_status lb__ggml_round_trip(lb_dtype t, float *x, size_t rows, size_t cols, const float *imatrix, size_t n_imatrix,
+                              int threads);
+
 #endif
