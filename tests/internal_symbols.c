@@ -9,6 +9,7 @@
 
 #include "algo/awq.h"
 #include "algo/fold.h"
+#include "algo/smooth_error.h"
 #include "algo/smoothquant.h"
 #include "export/exporter.h"
 #include "export/modelopt.h"
@@ -47,10 +48,11 @@ static const struct {
     ROW(lb__ggml_quantize_row_q5_k), ROW(lb__ggml_quantize_row_q6_k), ROW(lb__ggml_quantize_row_q4_0_imatrix),
     ROW(lb__ggml_quantize_row_q4_1_imatrix), ROW(lb__ggml_quantize_row_q5_0_imatrix),
     ROW(lb__ggml_quantize_row_q5_1_imatrix), ROW(lb__ggml_act_round), ROW(lb__ggml_act_type),
-    ROW(lb__smoothquant_scales),
     /* AWQ (algo/awq.h) and the fake quantizer it measures through (weights/qmodel_internal.h) */
     ROW(lb__awq_search_scale), ROW(lb__awq_search_scale_ex), ROW(lb__awq_search_clip), ROW(lb__awq_layer),
     ROW(lb__qmodel_fake_quantize), ROW(lb__qmodel_fakeq), ROW(lb__fake_quantize), ROW(lb__qmodel_imatrix),
+    ROW(lb__smoothquant_scales), ROW(lb__smoothquant_layer), ROW(lb__fold_input_scale), ROW(lb__smooth_group_init),
+    ROW(lb__smooth_group_error), ROW(lb__smooth_group_free),
 };
 
 /* The internal function called `name`, or NULL. */

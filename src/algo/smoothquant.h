@@ -13,10 +13,24 @@
 
 #include "algo/calib_pass.h"
 
+/* The alpha search's grid: LB__SMOOTH_GRID_STEP .. 1 - LB__SMOOTH_GRID_STEP
+ * in steps of LB__SMOOTH_GRID_STEP (0.05 .. 0.95: 19 points, the range of
+ * the paper's Figure 10 and llm-compressor's smoothing_strength), plus no
+ * smoothing at all (s = 1). */
+#define LB__SMOOTH_GRID_STEP 0.05f
+#define LB__SMOOTH_GRID 19
+
+/* Which inputs are smoothed: a bit (1u << lb__calib_site) per site. */
+#define LB__SMOOTH_SITE(site) (1u << (site))
+/* The default: the paper's (and llm-compressor's Llama mappings'): q/k/v
+ * and gate/up, whose scales fold into RMSNorms (see smoothquant.c). */
+#define LB__SMOOTH_DEFAULT_SITES (LB__SMOOTH_SITE(LB__SITE_ATTN_IN) | LB__SMOOTH_SITE(LB__SITE_MLP_IN))
+
 typedef struct lb__smooth_options {
-    float alpha;   /* migration strength in [0, 1] */
-    int search;    /* 1: alpha chosen per group from a grid by the group's output error on the sample rows */
+    float alpha;     /* migration strength in [0, 1] */
+    int search;      /* 1: alpha chosen per group from a grid by the group's output error on the sample rows */
     int threads;
+    unsigned sites;  /* LB__SMOOTH_SITE bits; 0: LB__SMOOTH_DEFAULT_SITES */
 } lb__smooth_options;
 
 /* s (cols) from the per-channel maxima of the activations and of the
