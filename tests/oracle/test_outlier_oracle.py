@@ -384,6 +384,54 @@ def test_awq_search_scale_threads_and_optional_err_change_nothing():
     assert np.all(rel_close(err2, err1, ERR_RTOL))
 
 
+SCALE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t)
+
+
+def test_awq_search_scale_ex_tells_each_member_its_s_before_quantizing_it():
+    # awq.h: on_scale(qctx[k], s, cols) for every member before it is quantized at each grid point
+    lib = c_lib()
+    if not hasattr(lib, "lb__awq_search_scale_ex"):
+        pytest.skip("no lb__awq_search_scale_ex in this build")
+    f = lib.lb__awq_search_scale_ex
+    f.restype = ctypes.c_int
+    f.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_size_t,
+                  ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int, FAKEQ,
+                  ctypes.POINTER(ctypes.c_void_p), SCALE_FN, ctypes.c_void_p, ctypes.c_void_p,
+                  ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    member_rows, grid = [48, 32], 20
+    w, x, xm = planted(14, sum(member_rows), 200, 24)
+    rec = Recorder([R.fq_int4_sym, R.fq_lowbit_int4])
+    told = {}  # member -> the last s it was told
+    events = []
+
+    def on_scale(ctx, sp, cols):
+        told[(ctx or 0) - 1] = np.ctypeslib.as_array(sp, (cols,)).astype(F64)
+    cb = SCALE_FN(on_scale)
+    inner = rec.cfn
+
+    def q(ctx, wp, rows, cols):
+        m = (ctx or 0) - 1
+        events.append((m, None if m not in told else told[m].copy()))
+        return inner(ctx, wp, rows, cols)
+    qf = FAKEQ(q)
+    mr = (ctypes.c_size_t * 2)(*member_rows)
+    ctx = (ctypes.c_void_p * 2)(1, 2)
+    s, err, best = np.zeros(200, F32), np.zeros(grid), ctypes.c_int(-1)
+    st = f(ptr(w), mr, 2, 200, ptr(x), x.shape[0], ptr(xm), grid, qf, ctx, cb, ptr(s), ptr(err), ctypes.byref(best), 1)
+    if st == LB_ERR_UNSUPPORTED:
+        pytest.skip("lb__awq_search_scale_ex is still the stub (LB_ERR_UNSUPPORTED)")
+    rec.check()
+    assert st == lb.LB_OK
+    cand = R.awq_scale_candidates(xm, grid)
+    inputs = identify_scale_calls(rec, w, member_rows, cand)
+    by_input = {id(v): key for key, v in inputs.items()}
+    for (m, s_told), (_, inp) in zip(events, rec.calls):
+        _, k = by_input[id(inp)]
+        assert s_told is not None and np.all(rel_close(s_told, cand[k], SCALE_INPUT_RTOL)), (m, k)
+    _, s2, err2, best2, _ = c_search_scale(w, member_rows, ["sym", "lowbit"], x, xm, grid)
+    assert best.value == best2 and np.array_equal(s, s2) and np.array_equal(err, err2)
+
+
 def test_awq_search_scale_equal_errors_take_the_first():
     # x_mean constant: every grid point's s is 1 after the normalisation (sqrt(v v) = v exactly in
     # IEEE arithmetic), so every error is the same and k = 0 must win
