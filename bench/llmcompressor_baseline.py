@@ -33,7 +33,14 @@ sees it: importing torch, loading, calibrating, saving):
   awq-w4a16-sym    AWQModifier with W4A16 (symmetric int4, --group)
   rtn-w4a16        QuantizationModifier W4A16_ASYM alone (data-free), the RTN reference for AWQ
   rtn-w4a16-sym    QuantizationModifier W4A16 alone
-Default: sq-w8a8-static,rtn-w8a8-static,sq-w8a8-dynamic,awq-w4a16,rtn-w4a16. lm_head (tied to the
+Default: sq-w8a8-static,rtn-w8a8-static,sq-w8a8-dynamic,awq-w4a16,rtn-w4a16. All as llm-compressor
+0.14.0.1 does them by default: oneshot's sequential pipeline (layer by layer, calibrate then propagate;
+each modifier that needs data gets its own pass); SmoothQuant's inferred Llama mappings (input_layernorm
+-> q/k/v, post_attention_layernorm -> gate/up; down_proj and o_proj are not smoothed); AWQ's default
+mappings, n_grid 20, duo_scaling True (s = x^a / w^(1-a)), its grid search over all calibration windows,
+no clipping search; its v_proj -> o_proj mapping is skipped on SmolLM2 ("30 mappings were skipped due to
+incompatible shapes": 3 KV heads, v_proj has 192 rows for o_proj's 576 inputs). On a machine without
+CUDA, AWQ needs one work-around (cpu_patches, recorded in the results as "patches"). lm_head (tied to the
 embeddings) is left unquantized, as lowbit does. --group: 64 by default because SmolLM2's 576-wide
 layers (all but down_proj) are not a multiple of 128, and llmcompressor 0.14.0.1 cannot do group 128 on
 them: its check refuses ("ValueError: The following layers have weight column counts not divisible by
@@ -44,6 +51,11 @@ Quality: `lowbit kld REFERENCE CHECKPOINT --text TEST --chunks N` (windows of 51
 second half of each scored), which runs each compressed-tensors checkpoint as an engine does (its int8
 or int4 codes and scales; its static input_scale or per-token dynamic activation quantization). The
 reference's distributions are computed once (--save-base) and reused (--base).
+
+Time: "time s" is the method's process from start to exit (wall; imports, load, calibration, oneshot,
+save), "CPU s" its user + system CPU time, "oneshot s" the oneshot call alone, "peak MiB" its peak RSS
+(wait4's ru_maxrss); the 1-minute load average before and after each is in the results (the machine is
+shared: the wall times move with the load, the CPU times much less).
 
 Output: OUT/<method>/ (the checkpoint), OUT/<method>.log (the method's output), OUT/<method>.kld.json,
 OUT/results.json; a table on stdout (--json: the results as JSON instead). --reuse keeps a method's
@@ -182,13 +194,15 @@ def run_method(a, method, ref, out):
            "--calib", a.calib, "--windows", str(a.windows), "--seqlen", str(a.seqlen), "--threads", str(a.threads),
            "--group", str(a.group)] + (["--act-observer", a.act_observer] if a.act_observer else [])
     log(f"{method}: oneshot -> {save} (log {logf})")
+    load_before = os.getloadavg()[0]
     t0 = time.time()
     with open(logf, "w") as lf:
         p = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env)
         _, status, ru = os.wait4(p.pid, 0)
         p.returncode = os.waitstatus_to_exitcode(status)
     r = {"method": method, "wall_s": time.time() - t0, "cpu_s": ru.ru_utime + ru.ru_stime,
-         "peak_rss_mib": ru.ru_maxrss / 1024, "rc": p.returncode, "checkpoint": save}
+         "peak_rss_mib": ru.ru_maxrss / 1024, "rc": p.returncode, "checkpoint": save,
+         "loadavg_1min": [load_before, os.getloadavg()[0]]}
     with open(logf) as lf:
         text = lf.read()
     for line in text.splitlines():
