@@ -43,6 +43,7 @@ lb_status lb_qmodel_apply_method(lb_qmodel *q, const int32_t *tokens, size_t n, 
     case LB_METHOD_SMOOTHQUANT:
         if (!o->alpha_search && !(o->alpha >= 0 && o->alpha <= 1))
             return lb__fail(LB_ERR_ARG, "SmoothQuant's alpha must be in [0, 1], not %g", (double)o->alpha);
+        if (lb__smoothquant_check(q) != LB_OK) return LB_ERR_ARG;
         fn = lb__smoothquant_layer, ctx = &smooth;
         break;
     case LB_METHOD_AWQ: fn = lb__awq_layer, ctx = &awq; break;

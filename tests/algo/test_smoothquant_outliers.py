@@ -120,7 +120,7 @@ def make_group(x, absmax, ws, mode=sl.ACT_STATIC, act_spec=A_SPEC):
     g = sl.SmoothGroup(x=sl.fp(x), n=x.shape[0], cols=x.shape[1], x_absmax=sl.fp(absmax), n_members=len(ws),
                        scale_dtype=sl.DT_F32, threads=2)
     for k, w in enumerate(ws):
-        g.m[k] = sl.QSpecMember(w=sl.fp(w), rows=w.shape[0], quantized=1, spec=sl.spec(W_SPEC),
+        g.m[k] = sl.SmoothMember(w=sl.fp(w), rows=w.shape[0], quantized=1, spec=sl.spec(W_SPEC),
                                 act=sl.lb.QAct(mode=mode, spec=sl.spec(act_spec)))
     return g
 
