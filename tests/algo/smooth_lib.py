@@ -32,8 +32,7 @@ class SmoothGroup(ctypes.Structure):
     """lb__smooth_group"""
     _fields_ = [("x", _F), ("n", ctypes.c_size_t), ("cols", ctypes.c_size_t), ("x_absmax", _F),
                 ("m", SmoothMember * 3), ("n_members", ctypes.c_size_t), ("scale_dtype", ctypes.c_int),
-                ("threads", ctypes.c_int), ("fit_rows", ctypes.c_size_t), ("xs", _F), ("xq", _F), ("ws", _F),
-                ("y", _F)]
+                ("threads", ctypes.c_int), ("xs", _F), ("xq", _F), ("ws", _F), ("y", _F)]
 
 
 lib.lb__smoothquant_scales.argtypes = [_F, _F, ctypes.c_size_t, ctypes.c_float, _F]
