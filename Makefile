@@ -7,6 +7,7 @@
 #   make asan       the tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench      benchmarks (see BENCHMARKS.md)
 #   make bench-quantize  lowbit quantize vs llm-compressor and a copy (BENCHMARKS.md)
+#   make bench-llmcompressor  llm-compressor's SmoothQuant, AWQ and RTN on SmolLM2 (BENCHMARKS.md)
 #   make install PREFIX=/usr/local
 
 CC      ?= cc
@@ -50,7 +51,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(FUZZ_SRC:tests/fuzz/%.
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all demo test test-unit test-python test-interop llamacpp test-llamacpp venv asan bench bench-quantize install uninstall clean warnings fuzz cross-aarch64 test-aarch64
+.PHONY: all demo test test-unit test-python test-interop llamacpp test-llamacpp venv asan bench bench-quantize bench-llmcompressor install uninstall clean warnings fuzz cross-aarch64 test-aarch64
 
 all: $(BUILD)/liblowbit.a $(BUILD)/liblowbit.so $(BUILD)/lowbit
 
@@ -212,6 +213,22 @@ bench:
 bench-quantize:
 	@$(MAKE) -s all $(SMOLLM2) >&2
 	@sh bench/quantize_bench.sh $(BUILD)
+
+# llm-compressor's SmoothQuant, AWQ and RTN on SmolLM2 with lowbit's calibration text, timed, and their
+# checkpoints measured by lowbit kld (bench/llmcompressor_baseline.py). Its environment pins llmcompressor
+# and its torch / transformers / compressed-tensors (they conflict with the interop ones), so it lives in
+# ~/.cache/lowbit/llmc-<hash of its requirements>, made on first use (about 6 GB). Not part of `make test`:
+# about an hour on 2 cores. LLMC_ARGS passes options (e.g. LLMC_ARGS="--windows 8 --chunks 8").
+LLMC_HASH := $(shell sha256sum bench/llmcompressor/requirements.txt 2>/dev/null | cut -c1-12)
+LLMC_VENV ?= $(HOME)/.cache/lowbit/llmc-$(LLMC_HASH)
+LLMC_OUT  ?= $(HOME)/.cache/lowbit/llmc-bench
+$(LLMC_VENV)/.ready: bench/llmcompressor/requirements.txt
+	$(PYTHON) -m venv $(LLMC_VENV)
+	$(LLMC_VENV)/bin/pip install --quiet --disable-pip-version-check -r bench/llmcompressor/requirements.txt
+	@touch $@
+
+bench-llmcompressor: all $(LLMC_VENV)/.ready $(SMOLLM2)
+	$(LLMC_VENV)/bin/python bench/llmcompressor_baseline.py $(LLMC_OUT) --lowbit $(BUILD)/lowbit $(LLMC_ARGS)
 
 # The library goes to PREFIX/lib, which the dynamic loader may not search
 # (see README, "Installing"): use -Wl,-rpath,PREFIX/lib or LD_LIBRARY_PATH.

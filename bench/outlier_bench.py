@@ -67,6 +67,7 @@ def main():
     ap.add_argument("--models", default="smollm2,stories")
     ap.add_argument("--sections", default="quality,time")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only", default="", help="comma-separated words: keep the rows whose scheme label has one")
     a = ap.parse_args()
     lb = str((ROOT / a.build / "lowbit").resolve())
     d = pathlib.Path(os.environ.get("LOWBIT_BENCH_DIR", pathlib.Path.home() / ".cache/lowbit/bench-outlier"))
@@ -92,7 +93,10 @@ def main():
                   f"calibration {calib.name}, {a.calib_seqs} x {a.calib_len}")
             print("| scheme | method | KLD | PPL | top-1 | seconds (method + eval) |")
             print("|---|---|---:|---:|---:|---:|")
+            only = [w for w in a.only.split(",") if w]
             for label, qargs, methods in rows_for(model, group):
+                if only and not any(w in label for w in only):
+                    continue
                 qargs = [str(recipe) if x == "RECIPE" else x for x in qargs]
                 for m in methods:
                     t0 = time.perf_counter()

@@ -151,6 +151,16 @@ static int recipe_static;
 
 /* The recipe options: the qmodel `lowbit quantize` builds from them
  * (same recipe, same calibration), and a runner over it. */
+/* What the last recipe runner's steps on the calibration text found
+ * (cli_eval_print_recipe), as recipe_kv. */
+static cli_recipe_steps recipe_steps;
+
+void cli_eval_print_recipe(FILE *out, const cli_eval_model *e, int json)
+{
+    if (!e->qmodel || checkpoint_mode || !e->qmodel_is_recipe) return;
+    cli_recipe_print(out, e->qmodel, &recipe_steps, json);
+}
+
 static int recipe_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_model *e)
 {
     if (a->spec || a->spec_attn || a->spec_mlp || a->spec_embed || a->spec_head || a->act)
@@ -172,21 +182,26 @@ static int recipe_runner(const char *cmd, int json, const cli_eval_args *a, cli_
     lb_status st = lb_runner_supports(e->model, a->max_ctx);
     if (st != LB_OK) rc = cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
     if (rc == EXIT_OK) rc = cli_recipe_qmodel(cmd, json, e->model, r, &e->qmodel);
+    e->qmodel_is_recipe = rc == EXIT_OK;
     lb_recipe_free(r);
     if (rc != EXIT_OK) return rc;
     recipe_kv = lb_qmodel_kv(e->qmodel);
-    int needs = cli_recipe_needs_calib(e->qmodel);
+    int needs = cli_recipe_needs_calib(e->qmodel), wants = cli_recipe_wants_calib(&ra);
     recipe_static = needs;
-    if (needs && !a->calib)
-        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "the recipe has static scales (static or NVFP4 "
-                        "activations, or --kv fp8): give --calib FILE, text like the one measured (never the "
-                        "evaluation text itself)");
-    if (!needs && a->calib && !cli_method_given(&ra)) /* a loop over schemes passes --calib to all: a note, no error */
+    if ((needs || wants) && !a->calib)
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s: give --calib FILE, text like the one measured "
+                        "(never the evaluation text itself)", needs ? "the recipe has static scales (static or NVFP4 "
+                        "activations, or --kv fp8)" : "--keep-sensitive and --outlier-threshold measure on a "
+                        "calibration text");
+    if (!needs && !wants && a->calib && !cli_method_given(&ra)) /* a loop over schemes passes --calib to all: a note */
         fprintf(stderr, "lowbit %s: note: --calib %s is unused: the recipe has no static scales to calibrate (its "
                 "activations are dynamic or 16-bit, no --kv fp8) and no --method\n", cmd, a->calib);
-    /* the method changes the weights; static scales are then calibrated on the transformed model, as quantize does */
+    /* the method changes the weights; outlier columns, static scales and the layer sensitivity are then
+     * taken on the transformed model, as quantize does */
     if ((rc = cli_method_apply(cmd, json, e->qmodel, e->tok, a->calib, &ra, a->threads)) != EXIT_OK) return rc;
-    if (needs && (rc = cli_recipe_calibrate(cmd, json, e->qmodel, e->tok, a->calib, a->calib_tokens, a->threads)) != EXIT_OK)
+    cli_recipe_steps_free(&recipe_steps);
+    if ((needs || wants) && (rc = cli_recipe_prepare(cmd, json, &ra, e->qmodel, e->tok, a->calib, a->calib_tokens,
+                                                     a->threads, &recipe_steps)) != EXIT_OK)
         return rc;
     cli_progress_ctx loading = {cmd, "loading layer", NULL};
     lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .fake = a->fake,
@@ -278,7 +293,7 @@ static void print_recipe(FILE *out, const cli_eval_args *a, int json)
             if (k) fprintf(out, ", ");
             json_string(out, rule);
         }
-        fprintf(out, "], \"fake\": %s, \"kv\": ", a->fake ? "true" : "false");
+        fprintf(out, "], \"keep_sensitive\": %zu, \"fake\": %s, \"kv\": ", r->keep_sensitive, a->fake ? "true" : "false");
         json_string(out, recipe_kv == LB_FMT_FP8_E4M3 ? "fp8" : "fp32");
         fprintf(out, ", \"calib\": ");
         json_string(out, a->calib ? a->calib : "");
@@ -291,6 +306,8 @@ static void print_recipe(FILE *out, const cli_eval_args *a, int json)
     for (size_t k = 0; k < r->n_rules; k++)
         fprintf(out, "%s%s%s%s", k ? ", " : sep, k ? "" : "rules ", r->rules[k], r->rule_is_keep[k] ? "=keep" : ""),
             sep = "; ";
+    if (r->keep_sensitive) fprintf(out, "%skeep-sensitive %zu", sep, r->keep_sensitive), sep = "; ";
+    if (r->outlier_threshold > 0) fprintf(out, "%soutlier columns above %g", sep, (double)r->outlier_threshold), sep = "; ";
     if (a->fake) fprintf(out, "%sfake", sep), sep = "; ";
     if (recipe_kv == LB_FMT_FP8_E4M3) fprintf(out, "%skv fp8", sep), sep = "; ";
     if (a->calib && recipe_static) fprintf(out, "%scalibrated on %s", sep, a->calib), sep = "; ";

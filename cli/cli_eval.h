@@ -35,6 +35,7 @@ typedef struct cli_eval_model {
     lb_tokenizer *tok;
     lb_runner *runner;
     lb_qmodel *qmodel;      /* with a recipe: what the runner was built from */
+    int qmodel_is_recipe;   /* qmodel came from the recipe options (not a checkpoint or --type) */
 } cli_eval_model;
 
 /* Takes the shared options (--spec, --spec-attn, --spec-mlp,
@@ -113,6 +114,11 @@ int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, u
  * comma: "fake", "act", "kv", "calib") with json, else a short text such as
  * " (fake; act int8, static from FILE; kv fp8_e4m3)" ("" when default). */
 void cli_eval_print_setup(FILE *out, const cli_eval_args *a, int json);
+
+/* With the recipe options: bits per weight of the model measured and what
+ * --outlier-threshold and --keep-sensitive found (cli_recipe_print): JSON
+ * fields with json, else lines. Nothing otherwise. */
+void cli_eval_print_recipe(FILE *out, const cli_eval_model *e, int json);
 
 /* What the runner holds and the process's resident memory: one line on
  * stdout, or JSON fields (leading comma) with json. */

@@ -6,11 +6,39 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* --keep-sensitive N and --outlier-threshold T: 1 taken, -1 reported. */
+static int refine_option(const char *cmd, int json, const char *o, const char *v, cli_recipe_args *a)
+{
+    char *end = NULL;
+    if (strcmp(o, "--keep-sensitive") == 0) {
+        long long n = strtoll(v, &end, 10);
+        if (*end || !(v[0] >= '0' && v[0] <= '9') || n < 1 || n > CLI_KEEP_SENSITIVE_MAX)
+            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--keep-sensitive takes a layer count 1..%d, not '%s'",
+                            CLI_KEEP_SENSITIVE_MAX, v), -1;
+        if (a->keep_sensitive) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s is given twice", o), -1;
+        a->keep_sensitive = (size_t)n;
+        return 1;
+    }
+    double t = strtod(v, &end);
+    if (*end || end == v || !(t > 0) || !(t < 1e30))
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--outlier-threshold takes a positive activation "
+                        "magnitude (LLM.int8(): 6), not '%s'", v), -1;
+    if (a->outlier_threshold > 0) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s is given twice", o), -1;
+    a->outlier_threshold = (float)t;
+    return 1;
+}
+
 int cli_recipe_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a)
 {
     int m = cli_method_option(cmd, json, argc, argv, i, a);
     if (m) return m;
     const char *o = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (strcmp(o, "--keep-sensitive") == 0 || strcmp(o, "--outlier-threshold") == 0) {
+        if (!v) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s needs a value", o), -1;
+        int r = refine_option(cmd, json, o, v, a);
+        if (r > 0) *i += 1;
+        return r;
+    }
     int scheme = strcmp(o, "--scheme") == 0, recipe = strcmp(o, "--recipe") == 0, rule = strcmp(o, "--rule") == 0,
         keep = strcmp(o, "--keep") == 0, kv = strcmp(o, "--kv") == 0;
     if (!scheme && !recipe && !rule && !keep && !kv) return 0;

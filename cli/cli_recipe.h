@@ -10,6 +10,8 @@
 #include "cli.h"
 
 #define CLI_RECIPE_MAX_RULES 64
+/* --keep-sensitive's largest count (more decoder layers than any model has) */
+#define CLI_KEEP_SENSITIVE_MAX 1024
 
 /* A macro's value as a string literal, for help texts. */
 #define CLI_STR_(x) #x
@@ -22,6 +24,8 @@ typedef struct cli_recipe_args {
     int rule_is_keep[CLI_RECIPE_MAX_RULES];
     size_t n_rules;
     const char *kv;                          /* "fp8" or NULL */
+    size_t keep_sensitive;                   /* --keep-sensitive N: keep the N costliest layers 16-bit; 0: none */
+    float outlier_threshold;                 /* --outlier-threshold T: LLM.int8() outlier columns; 0: none */
     /* the outlier method applied to the quantized model (cli_method.c) */
     const char *method;                      /* --method as given; NULL: rtn */
     lb_method method_id;
@@ -42,8 +46,9 @@ typedef struct cli_recipe_args {
  * or a method option (--method, --alpha, --calib-seqs, --calib-len):
  * returns 1 (consumed), 0 (not ours) or -1 (reported usage error). */
 int cli_recipe_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a);
-/* Whether any recipe option was given (the method options say what to do
- * to a recipe's model, and are no recipe themselves). */
+/* Whether any recipe option was given: not --keep-sensitive or
+ * --outlier-threshold alone (they refine a recipe), nor the method options
+ * (they say what to do to a recipe's model, and are no recipe themselves). */
 int cli_recipe_given(const cli_recipe_args *a);
 
 /* The method options (cli_method.c): cli_recipe_option's part (1
@@ -86,6 +91,39 @@ int cli_recipe_needs_calib(const lb_qmodel *q);
 int cli_recipe_calibrate(const char *cmd, int json, lb_qmodel *q, const lb_tokenizer *tok, const char *path,
                          size_t max_tokens, int threads);
 
+/* What the steps after the recipe found (cli_recipe_prepare), for the
+ * commands to print. */
+typedef struct cli_recipe_steps {
+    const char *calib;          /* the calibration text */
+    int outliers;               /* --outlier-threshold ran */
+    float threshold;
+    uint64_t outlier_columns;   /* columns set over all weights */
+    double outlier_seconds;
+    lb_layer_kld *ranking;      /* --keep-sensitive ran: [n_layers], largest KLD first; else NULL */
+    size_t n_layers, keep;
+    size_t windows;             /* of ctx tokens, measured on */
+    uint32_t ctx;
+    double sensitivity_seconds;
+} cli_recipe_steps;
+/* 1 if the options ask for steps on the calibration text beyond static
+ * scales (--keep-sensitive, --outlier-threshold). */
+int cli_recipe_wants_calib(const cli_recipe_args *a);
+/* The steps on the calibration text at path (its first max_tokens tokens;
+ * 0: CLI_CALIB_DEFAULT_TOKENS), in order: outlier columns
+ * (--outlier-threshold: lb_qmodel_select_outliers), static scales (when
+ * the qmodel has them: lb_calibrate, as cli_recipe_calibrate), layer
+ * sensitivity (--keep-sensitive: lb_qmodel_keep_sensitive on windows of
+ * CLI_CALIB_CTX, BOS first). EXIT_OK or a reported exit code; out is
+ * cli_recipe_steps_free'd by the caller either way. */
+int cli_recipe_prepare(const char *cmd, int json, const cli_recipe_args *a, lb_qmodel *q, const lb_tokenizer *tok,
+                       const char *path, size_t max_tokens, int threads, cli_recipe_steps *out);
+void cli_recipe_steps_free(cli_recipe_steps *s);
+/* What the recipe's model costs and what the steps found: JSON fields
+ * (leading commas: "bits_per_weight", "layer_bits_per_weight",
+ * "outlier_columns", "outlier_threshold", "sensitivity") with json, else
+ * lines of text (bits per weight; the layer ranking). */
+void cli_recipe_print(FILE *out, const lb_qmodel *q, const cli_recipe_steps *s, int json);
+
 /* `lowbit quantize --list`: every scheme with its weights, activations and
  * bits per weight (of a CLI_SCHEME_BPW_SIZE square matrix, every scale
  * counted), as a table or JSON on stdout. Returns EXIT_OK. */
@@ -99,6 +137,12 @@ int cli_scheme_list(int json);
     "  --recipe FILE       a JSON recipe file (README, \"Recipe files\")\n"                             \
     "  --rule PATTERN=SPEC quantize the weights matching PATTERN (glob, or re:REGEX) under SPEC\n"      \
     "  --keep PATTERN      keep the weights matching PATTERN in 16-bit\n"                              \
+    "  --keep-sensitive N  keep in 16-bit the N decoder layers whose quantization costs the most KLD,\n"   \
+    "                      each measured alone on --calib FILE (windows of " CLI_STR(CLI_CALIB_CTX) "; --calib-tokens, default\n" \
+    "                      " CLI_STR(CLI_CALIB_DEFAULT_TOKENS) "); prints the ranking\n"                                        \
+    "  --outlier-threshold T  LLM.int8() outlier columns: the input features whose largest |x| on --calib\n" \
+    "                      FILE exceeds T (paper: 6) keep their weight columns in 16-bit beside the\n"   \
+    "                      quantized rest (ppl, kld, generate only: no engine format carries them)\n"  \
     "  --kv fp8            FP8 KV cache with calibrated per-layer scales\n"                          \
     CLI_METHOD_HELP
 

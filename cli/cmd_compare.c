@@ -159,7 +159,8 @@ static int run(int argc, char **argv)
             return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "unknown option '%s' for compare: each row's "
                             "--spec applies to the attention and the MLP projections", argv[i]);
         else if (strcmp(argv[i], "--scheme") == 0 || strcmp(argv[i], "--recipe") == 0 || strcmp(argv[i], "--rule") == 0 ||
-                 strcmp(argv[i], "--keep") == 0 || strcmp(argv[i], "--weights-only") == 0)
+                 strcmp(argv[i], "--keep") == 0 || strcmp(argv[i], "--weights-only") == 0 ||
+                 strcmp(argv[i], "--keep-sensitive") == 0 || strcmp(argv[i], "--outlier-threshold") == 0)
             return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "unknown option '%s' for compare: its rows "
                             "come from --spec; measure a scheme or recipe with ppl or kld", argv[i]);
         else if ((r = cli_eval_option("compare", json, argc, argv, &i, &ea)) || (r = cli_parse_window("compare", json, argc, argv, &i, &ctx, &chunks))) {

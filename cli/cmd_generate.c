@@ -14,6 +14,7 @@ static const char usage[] =
     "                      [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
     "                      [--method rtn|smoothquant|awq [--alpha A|search] --calib FILE [--calib-seqs N]\n"
     "                       [--calib-len L]]\n"
+    "                      [--keep-sensitive N] [--outlier-threshold T] (with --calib FILE [--calib-tokens N])\n"
     "                      [--type T [--pure] [--output-tensor-type X] [--token-embedding-type X] [--tensor-type P=X]...\n"
     "                       [--leave-output-tensor] [--imatrix FILE | --imatrix-from TEXT]\n"
     "                       [--include-weights S | --exclude-weights S]...]\n"

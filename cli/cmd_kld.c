@@ -11,6 +11,7 @@ static const char usage[] =
     "                 [--save-base FILE | --base FILE] [--save-tokens FILE] [--fake] [--act int8|fp8_e4m3|ggml [--calib FILE [--calib-tokens N]]]\n"
     "                 [--kv FORMAT] [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
     "                 [--method rtn|smoothquant|awq [--alpha A|search] --calib FILE [--calib-seqs N] [--calib-len L]]\n"
+    "                 [--keep-sensitive N] [--outlier-threshold T] (with --calib FILE [--calib-tokens N])\n"
     "                 [--type T [--pure] [--output-tensor-type X] [--token-embedding-type X] [--tensor-type P=X]...\n"
     "                  [--leave-output-tensor] [--imatrix FILE | --imatrix-from TEXT]\n"
     "                  [--include-weights S | --exclude-weights S]...]\n"
@@ -77,7 +78,7 @@ static int run(int argc, char **argv)
     cli_eval_args base_args = ea;
     base_args.spec = base_args.spec_attn = base_args.spec_mlp = base_args.spec_embed = base_args.spec_head = NULL;
     base_args.kv = base_args.act = base_args.calib = NULL;
-    base_args.fake = base_args.weights_only = 0;
+    base_args.fake = base_args.weights_only = 0, base_args.calib_tokens = 0;
     memset(&base_args.recipe, 0, sizeof base_args.recipe);
     memset(&base_args.gguf, 0, sizeof base_args.gguf);
     cli_eval_model base, quant = {0};
@@ -119,6 +120,7 @@ static int run(int argc, char **argv)
             json_field(stdout, "dppl", k.dppl);
             json_field(stdout, "dppl_err", k.dppl_err);
             json_field(stdout, "seconds", k.seconds);
+            cli_eval_print_recipe(stdout, &quant, 1);
             cli_eval_print_memory(stdout, quant.runner, 1);
             cli_eval_print_saturation("kld", stdout, quant.runner, &ea, 1);
             printf("}\n");
@@ -131,6 +133,7 @@ static int run(int argc, char **argv)
             printf("top-1 agreement %.2f%%\n", 100 * k.top1_agreement);
             printf("PPL base %.4f +/- %.4f   quant %.4f +/- %.4f   delta %+.4f +/- %.4f\n", k.ppl_base, k.ppl_base_err,
                    k.ppl, k.ppl_err, k.dppl, k.dppl_err);
+            cli_eval_print_recipe(stdout, &quant, 0);
             cli_eval_print_memory(stdout, quant.runner, 0);
             cli_eval_print_saturation("kld", stdout, quant.runner, &ea, 0);
         }

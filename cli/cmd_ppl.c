@@ -11,6 +11,7 @@ static const char usage[] =
     "                 [--fake] [--act int8|fp8_e4m3|ggml [--calib FILE [--calib-tokens N]]] [--kv FORMAT]\n"
     "                 [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
     "                 [--method rtn|smoothquant|awq [--alpha A|search] --calib FILE [--calib-seqs N] [--calib-len L]]\n"
+    "                 [--keep-sensitive N] [--outlier-threshold T] (with --calib FILE [--calib-tokens N])\n"
     "                 [--type T [--pure] [--output-tensor-type X] [--token-embedding-type X] [--tensor-type P=X]...\n"
     "                  [--leave-output-tensor] [--imatrix FILE | --imatrix-from TEXT]\n"
     "                  [--include-weights S | --exclude-weights S]...]\n"
@@ -84,6 +85,7 @@ static int run(int argc, char **argv)
             json_field(stdout, "ppl_err", res.ppl_err);
             json_field(stdout, "seconds", res.seconds);
             json_field(stdout, "tokens_per_s", res.tokens_per_s);
+            cli_eval_print_recipe(stdout, &e, 1);
             cli_eval_print_memory(stdout, e.runner, 1);
             cli_eval_print_saturation("ppl", stdout, e.runner, &ea, 1);
             printf("}\n");
@@ -92,6 +94,7 @@ static int run(int argc, char **argv)
             cli_eval_print_setup(stdout, &ea, 0);
             printf(": %zu tokens of text, %zu windows of %u, %llu scored\n", n, res.chunks, ctx, (unsigned long long)res.tokens);
             printf("PPL = %.4f +/- %.4f   (%.1f s, %.0f tokens/s)\n", res.ppl, res.ppl_err, res.seconds, res.tokens_per_s);
+            cli_eval_print_recipe(stdout, &e, 0);
             cli_eval_print_memory(stdout, e.runner, 0);
             cli_eval_print_saturation("ppl", stdout, e.runner, &ea, 0);
         }

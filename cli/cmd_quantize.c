@@ -15,7 +15,7 @@
 #include "cli_recipe.h"
 
 static const char usage[] =
-    "usage: lowbit quantize MODEL -o OUT [--scheme S] [--recipe FILE] [--rule P=SPEC]... [--keep P]...\n"
+    "usage: lowbit quantize MODEL -o OUT [--scheme S] [--recipe FILE] [--rule P=SPEC]... [--keep P]... [--keep-sensitive N]\n"
     "                       [--kv fp8] [--format compressed-tensors|modelopt|gguf] [--calib FILE]\n"
     "                       [--method rtn|smoothquant|awq [--alpha A|search] [--calib-seqs N] [--calib-len L]]\n"
     "                       [--calib-tokens N] [--max-shard-size SIZE] [--threads N] [--force] [--json] [--quiet]\n"
@@ -34,8 +34,9 @@ static const char usage[] =
     "  -o, --output OUT    the output directory, or .gguf file (must not exist; --force replaces one lowbit wrote)\n"
     "  --format F          compressed-tensors (default), modelopt, or gguf (the default for an OUT ending in .gguf)\n"
     "                      (--calib FILE also calibrates static scales: NVFP4 activations, W8A8-FP8-STATIC,\n"
-    "                      --kv fp8)\n"
-    "  --calib-tokens N    tokens of --calib to run for static scales (default 4096: 8 windows of 512)\n"
+    "                      --kv fp8; and measures --keep-sensitive)\n"
+    "  --calib-tokens N    tokens of --calib to run for static scales and --keep-sensitive (default 4096:\n"
+    "                      8 windows of 512)\n"
     "  --max-shard-size S  largest safetensors shard: bytes, or with KB/MB/GB (default 5GB, as Hugging Face)\n"
     "  --threads N         worker threads (0: one per CPU)\n"
     "  --list              every scheme with its bits per weight\n" CLI_GGUF_HELP;
@@ -114,15 +115,20 @@ static int run(int argc, char **argv)
         else model = a;
     }
     if (list) return cli_scheme_list(json);
+    if (ra.outlier_threshold > 0) /* known from the options alone: refused before any work */
+        return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--outlier-threshold keeps input columns of "
+                        "each weight in 16-bit beside its quantized rest (LLM.int8()): no engine format "
+                        "(compressed-tensors, modelopt, gguf) can carry split columns, so there is nothing to "
+                        "write; evaluate it with lowbit ppl or kld --outlier-threshold");
     size_t out_len = out ? strlen(out) : 0;
     if (!format) format = (out_len >= 5 && strcasecmp(out + out_len - 5, ".gguf") == 0) || gg.given ? "gguf" : "compressed-tensors";
     if (strcmp(format, "gguf") == 0) {
         cli_gguf_take_rules(&ra, &gg);
         if (!model) return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "need MODEL\n%s", usage);
-        if (cli_recipe_given(&ra))
+        if (cli_recipe_given(&ra) || ra.keep_sensitive)
             return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
                             "a GGUF holds ggml types: give --type T (and --rule P=X with X a ggml type), not lowbit "
-                            "schemes (--scheme, --recipe, --keep, --kv, --rule P=SPEC)");
+                            "schemes (--scheme, --recipe, --keep, --keep-sensitive, --kv, --rule P=SPEC)");
         if ((calib && !cli_method_given(&ra)) || shard || calib_tokens)
             return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--max-shard-size and --calib-tokens are not "
                             "GGUF options, nor --calib without a --method");
@@ -173,18 +179,24 @@ static int run(int argc, char **argv)
      * with static scales is checked after calibration, since the check
      * wants those scales) */
     int needs = rc == EXIT_OK && cli_recipe_needs_calib(q), method = cli_method_given(&ra);
+    int wants = cli_recipe_wants_calib(&ra); /* --keep-sensitive (--outlier-threshold was refused above) */
     if (rc == EXIT_OK && !needs && (st = lb_export_check(q, &o)) != LB_OK)
         rc = cli_fail_lb("quantize", json, st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
-    if (rc == EXIT_OK && needs && !calib)
-        rc = cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
-                      "this recipe has static scales (static or NVFP4 activations, --kv fp8): give --calib TEXT "
-                      "(e.g. a training excerpt; never the evaluation text)");
-    if (rc == EXIT_OK && (needs || method) && (st = lb_tokenizer_from_model(m, model, &tok)) != LB_OK)
+    if (rc == EXIT_OK && (needs || wants) && !calib)
+        rc = cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "%s: give --calib TEXT (e.g. a training "
+                      "excerpt; never the evaluation text)", needs
+                      ? "this recipe has static scales (static or NVFP4 activations, --kv fp8)"
+                      : "--keep-sensitive measures each layer on a calibration text");
+    if (rc == EXIT_OK && (needs || method || wants) && (st = lb_tokenizer_from_model(m, model, &tok)) != LB_OK)
         rc = cli_fail_lb("quantize", json, EXIT_RUNTIME, st);
-    /* the method changes the weights; static scales are then calibrated on the transformed model */
+    /* the method changes the weights; static scales and the layer sensitivity are then taken on the
+     * transformed model */
     if (rc == EXIT_OK && method) rc = cli_method_apply("quantize", json, q, tok, calib, &ra, threads);
-    if (rc == EXIT_OK && needs) rc = cli_recipe_calibrate("quantize", json, q, tok, calib, calib_tokens, threads);
-    if (rc == EXIT_OK && (needs || method) && (st = lb_export_check(q, &o)) != LB_OK)
+    cli_recipe_steps steps;
+    memset(&steps, 0, sizeof steps);
+    if (rc == EXIT_OK && (needs || wants))
+        rc = cli_recipe_prepare("quantize", json, &ra, q, tok, calib, calib_tokens, threads, &steps);
+    if (rc == EXIT_OK && (needs || method || wants) && (st = lb_export_check(q, &o)) != LB_OK)
         rc = cli_fail_lb("quantize", json, st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
     cli_progress_ctx progress = {"quantize", "tensor", NULL};
     o.progress = cli_progress_fn, o.progress_ctx = &progress;
@@ -205,8 +217,10 @@ static int run(int argc, char **argv)
                    (unsigned long long)r.weight_params);
             json_field(stdout, "bits_per_weight", r.bits_per_weight);
             json_field(stdout, "seconds", secs);
+            if (steps.ranking) cli_recipe_print(stdout, NULL, &steps, 1);
             printf("}\n");
         } else {
+            if (steps.ranking) cli_recipe_print(stdout, NULL, &steps, 0);
             printf("wrote %s (%s", out, format);
             if (method) {
                 printf("; ");
@@ -217,6 +231,7 @@ static int run(int argc, char **argv)
                    (unsigned long long)r.tensors, (unsigned long long)r.quantized, r.bits_per_weight, (double)r.bytes / 1e6, r.shards, r.shards == 1 ? "" : "s", secs);
         }
     }
+    cli_recipe_steps_free(&steps);
     lb_tokenizer_free(tok);
     lb_qmodel_free(q);
     lb_model_close(m);

@@ -1036,6 +1036,44 @@ LB_API lb_status lb_qmodel_set_ggml(lb_qmodel *q, size_t i, lb_dtype t);
  * (the K-quants and IQ4 in ggml); NULL clears it. */
 LB_API lb_status lb_qmodel_set_imatrix(lb_qmodel *q, size_t i, const float *w, size_t n);
 
+/* LLM.int8()-style outlier columns (Dettmers et al. 2022): the input
+ * columns cols[0..n) of QUANTIZED weight i (ascending, each once, below
+ * the row length, fewer than all; copied) stay in 16-bit (the qmodel's
+ * dtype) beside the quantized rest. The spec quantizes the weight with
+ * those columns zeroed (its range, and a fused group's, from the rest), and
+ * the runner computes y = Q(W_rest) x_rest + W_out x_out: x_rest is the
+ * input with those features zeroed (what quantized activations, per token
+ * or static, see), x_out those features in fp32. lb_qmodel_values_f32
+ * gives the dequantized rest with the 16-bit columns in place. n = 0
+ * clears them; lb_qmodel_keep and lb_qmodel_set_ggml drop them; a set
+ * quantized tensor is dropped (made anew from the rest). LB_ERR_ARG for an
+ * entry that is not QUANTIZED or is an embedding (a lookup has no input
+ * features). No engine format carries split columns: lb_export,
+ * lb_export_check and lb_export_gguf refuse a qmodel that has any
+ * (LB_ERR_UNSUPPORTED, nothing written). */
+LB_API lb_status lb_qmodel_set_outliers(lb_qmodel *q, size_t i, const uint32_t *cols, size_t n);
+/* Entry i's outlier columns (borrowed, valid until the entry changes) and
+ * their count in *n (may be NULL); NULL and 0 when it has none. */
+LB_API const uint32_t *lb_qmodel_outliers(const lb_qmodel *q, size_t i, size_t *n);
+
+/* What the weights take, counted as the runner holds them: a QUANTIZED
+ * weight its codes, scales and zero points (lb_qspec_bits_per_value, at
+ * its full width) plus, per outlier column, 16 bits (32 when the dtype is
+ * f32) per row and a 32-bit column index; KEPT and REPLACED ones 16 bits
+ * each (32 for f32); a ggml type its blocks' bytes; STORED ones as
+ * stored. */
+typedef struct lb_qmodel_size {
+    uint64_t weight_params;       /* elements of every weight (lb_tensor_is_weight) */
+    double weight_bits;           /* their bits */
+    double bits_per_weight;       /* weight_bits / weight_params */
+    uint64_t layer_params;        /* of them, the decoder layers' (model.layers.N.*) */
+    double layer_bits;
+    double layer_bits_per_weight; /* layer_bits / layer_params */
+    uint64_t outlier_columns;     /* 16-bit outlier columns over all weights */
+    uint64_t outlier_params;      /* the weights in them */
+} lb_qmodel_size;
+LB_API lb_status lb_qmodel_size_of(const lb_qmodel *q, lb_qmodel_size *out);
+
 /* The values tensor i has before quantization: the replacement, or the
  * stored values as fp32 (dst: n_elements floats). */
 LB_API lb_status lb_qmodel_source_f32(const lb_qmodel *q, size_t i, float *dst);
@@ -1164,7 +1202,8 @@ LB_API lb_status lb_scheme_recipe_named(const char *text, lb_recipe **out);
  * Runs the tokens through the quantized model (windows of ctx tokens,
  * each from position 0; weights as the qmodel says, activations fp32) and
  * records, as the running maximum over all calls, every quantized linear
- * layer's largest input magnitude (lb_qentry.input_amax) and, when the
+ * layer's largest input magnitude (lb_qentry.input_amax; over the features
+ * that are not its outlier columns) and, when the
  * qmodel has a KV format, each layer's k and v ranges. */
 typedef struct lb_calib_options {
     int threads;
@@ -1180,10 +1219,11 @@ LB_API lb_status lb_calibrate(lb_qmodel *q, const int32_t *tokens, size_t n, con
  * layers in front (the model computes the same before quantization, so
  * the output needs nothing special), weights replaced by their scaled and
  * clipped values, which the entries' specs then quantize. RTN (round to
- * nearest) leaves the model as it is. SmoothQuant smooths the inputs of
- * layers whose activations are quantized (a model with none is
- * LB_ERR_ARG). Calibration windows are drawn from the tokens
- * deterministically (src/algo/calib_pass.h). */
+ * nearest) leaves the model as it is. A method with nothing to work on
+ * is LB_ERR_ARG naming the one to use: SmoothQuant smooths the inputs of
+ * layers whose activations are quantized, AWQ weight-only layers.
+ * Calibration windows are drawn from the tokens deterministically
+ * (src/algo/calib_pass.h). */
 typedef enum lb_method {
     LB_METHOD_RTN = 0,
     LB_METHOD_SMOOTHQUANT = 1, /* Xiao et al. 2023; for W8A8 (activations quantized) */
@@ -1207,6 +1247,74 @@ typedef struct lb_method_options {
     void *progress_ctx;
 } lb_method_options;
 LB_API lb_status lb_qmodel_apply_method(lb_qmodel *q, const int32_t *tokens, size_t n, const lb_method_options *o);
+
+/* ===== 16-bit outliers: sensitive layers and outlier columns =====
+ * The remedy of keeping in 16-bit what quantization hurts most: whole
+ * decoder layers chosen by measurement, or (LLM.int8(), Dettmers et al.
+ * 2022) the weight columns that meet outlier activation features. */
+
+/* The cost of quantizing one decoder layer alone. */
+typedef struct lb_layer_kld {
+    uint32_t layer;
+    int measured;   /* 1: the layer has quantized weights and was measured; 0: nothing of it is quantized */
+    double kld;     /* mean KL(base || this layer quantized) per scored token, nats (0 when not measured) */
+    double kld_err; /* its standard error */
+    int kept;       /* 1: lb_qmodel_keep_sensitive kept the layer in 16-bit */
+} lb_layer_kld;
+
+typedef struct lb_sensitivity_options {
+    uint32_t ctx;            /* window length; 0: 512, or the model's context if shorter */
+    size_t max_windows;      /* windows of the tokens used; 0: every whole window */
+    int32_t bos;             /* >= 0: replaces each window's first token (as lb_kld's windows); -1: none */
+    int threads;             /* 0: one per CPU */
+    lb_progress_fn progress; /* optional: after each layer of each window (done of windows x n_layers) */
+    void *progress_ctx;
+} lb_sensitivity_options;
+
+/* For each decoder layer L that q quantizes (any weight QUANTIZED or held
+ * in a ggml type), the KL divergence of the model with only layer L as q
+ * holds it (weights, norms, activation quantization; the other layers,
+ * the embeddings and the head as stored, fp32 KV cache) from the model as
+ * stored, on lb_kld's windows of the tokens (whole windows of ctx, the
+ * second half scored): lowbit kld's figure for a recipe quantizing layer L
+ * alone. out[n_layers] receives the layers sorted by KLD, largest first
+ * (ties and unmeasured layers by index, unmeasured last). Static
+ * activation scales must be calibrated first. Memory: one runner of the
+ * model as stored (context ctx) plus one extra copy of one layer at a
+ * time, one window's base logits at its scored rows (ctx/2 x vocab
+ * floats) and 128 rows of the measured model's. Time: window by window,
+ * each layer runs from the window's input to it on (the base model's,
+ * kept), about half the layer passes of a loop of lb_kld calls; each
+ * measured layer is quantized again for every window. */
+LB_API lb_status lb_layer_sensitivity(const lb_qmodel *q, const int32_t *tokens, size_t n,
+                                      const lb_sensitivity_options *o, lb_layer_kld *out);
+/* lb_layer_sensitivity, then the `keep` measured layers of largest KLD kept
+ * in 16-bit (lb_qmodel_keep on each of their weights, activations 16-bit;
+ * fewer when fewer layers are quantized). ranking_out: NULL, or n_layers
+ * entries (the ranking, kept ones marked). LB_ERR_ARG when keep exceeds
+ * the layer count. */
+LB_API lb_status lb_qmodel_keep_sensitive(lb_qmodel *q, const int32_t *tokens, size_t n, size_t keep,
+                                          const lb_sensitivity_options *o, lb_layer_kld *ranking_out);
+
+typedef struct lb_outlier_options {
+    float threshold;         /* a feature whose largest |x| over the tokens exceeds it is an outlier (paper: 6.0) */
+    uint32_t ctx;            /* window length; 0: 512, or the model's context if shorter */
+    int threads;             /* 0: one per CPU */
+    lb_progress_fn progress; /* optional: after each window */
+    void *progress_ctx;
+} lb_outlier_options;
+
+/* LLM.int8()'s decomposition chosen from calibration: runs the tokens (in
+ * windows of ctx, each from position 0) through the model as its source
+ * values (lb_qmodel_source_f32: unquantized, as folded so far; fp32
+ * activations and KV cache), takes the largest |x| of every input feature
+ * of every QUANTIZED linear weight (not an embedding), and sets the
+ * features above the threshold as that weight's outlier columns
+ * (lb_qmodel_set_outliers; a weight whose every feature is above it is
+ * kept in 16-bit instead). *n_columns (may be NULL): the columns set over
+ * all weights. A non-finite activation is LB_ERR_NAN naming the weight. */
+LB_API lb_status lb_qmodel_select_outliers(lb_qmodel *q, const int32_t *tokens, size_t n,
+                                           const lb_outlier_options *o, uint64_t *n_columns);
 
 /* ===== Importance matrices (llama.cpp's imatrix) =====
  * Per weight, the sum over calibration tokens of each input column's

@@ -4,7 +4,8 @@
  * measured is the input each layer sees in the quantized model before its
  * own activations are quantized -- as llm-compressor's observers see it.
  * The activation hook records every QUANTIZED linear layer's largest
- * |input|; the KV hook each layer's largest |k| (after the rotary
+ * |input| (of the features that are not 16-bit outlier columns: the rest
+ * is what its activations quantize); the KV hook each layer's largest |k| (after the rotary
  * embedding: what the cache stores) and |v|. Maxima collect in scratch
  * and reach the qmodel only when every window ran and every value was
  * finite: a failed call records nothing. */
@@ -36,6 +37,26 @@ static float range_of(const float *x, size_t n)
     return m;
 }
 
+/* range_of over the columns that are not outlier columns (cols ascending):
+ * a layer with 16-bit outlier columns quantizes only the rest of its
+ * input (runner.c's split product). */
+static float range_of_rest(const float *x, size_t rows, size_t width, const uint32_t *cols, size_t n)
+{
+    float m = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const float *row = x + r * width;
+        for (size_t j = 0, k = 0; j < width; j++) {
+            if (k < n && cols[k] == j) {
+                k++;
+                continue;
+            }
+            if (!isfinite(row[j])) return -1.0f;
+            if (fabsf(row[j]) > m) m = fabsf(row[j]);
+        }
+    }
+    return m;
+}
+
 static void merge(float *slot, float m)
 {
     if (*slot < 0) return;
@@ -49,7 +70,9 @@ static void on_input(void *ctx, const char *name, const float *x, size_t rows, s
     const lb_tensor *t = i < lb_qmodel_count(c->q) ? lb_model_tensor(lb_qmodel_model(c->q), i) : NULL;
     if ((!t || strcmp(t->name, name) != 0) && lb_qmodel_find(c->q, name, &i) != LB_OK) return;
     c->last = i;
-    merge(&c->amax[i], range_of(x, rows * cols));
+    size_t n = 0;
+    const uint32_t *outliers = lb_qmodel_outliers(c->q, i, &n);
+    merge(&c->amax[i], outliers ? range_of_rest(x, rows, cols, outliers, n) : range_of(x, rows * cols));
 }
 
 static void on_kv(void *ctx, size_t layer, const float *k, const float *v, size_t n, size_t kv_dim)

@@ -31,6 +31,24 @@ lb_status lb_method_parse(const char *name, lb_method *out)
     return lb__fail(LB_ERR_ARG, "unknown method '%s' (rtn, smoothquant, awq)", name ? name : "(null)");
 }
 
+/* How many weights the method would work on: SmoothQuant the quantized
+ * layers whose inputs are quantized too, AWQ the weight-only ones (a
+ * spec, or a ggml block type). A method with nothing to work on is an
+ * error, not a silent no-op that looks like a result. */
+static size_t method_targets(const lb_qmodel *q, lb_method m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < lb_qmodel_count(q); i++) {
+        lb_qentry e;
+        if (lb_qmodel_entry(q, i, &e) != LB_OK) continue;
+        const lb_dtype_info *g = e.ggml == LB_DT_COUNT ? NULL : lb_dtype_get(e.ggml);
+        int spec = e.state == LB_QSTATE_QUANTIZED, blocks = g && g->block > 1;
+        if (m == LB_METHOD_SMOOTHQUANT) n += spec && e.act.mode != LB_ACT_NONE;
+        else if (m == LB_METHOD_AWQ) n += (spec && e.act.mode == LB_ACT_NONE) || blocks;
+    }
+    return n;
+}
+
 lb_status lb_qmodel_apply_method(lb_qmodel *q, const int32_t *tokens, size_t n, const lb_method_options *o)
 {
     if (!q || !o) return lb__fail(LB_ERR_ARG, "lb_qmodel_apply_method: NULL argument");
@@ -43,12 +61,19 @@ lb_status lb_qmodel_apply_method(lb_qmodel *q, const int32_t *tokens, size_t n, 
     case LB_METHOD_SMOOTHQUANT:
         if (!o->alpha_search && !(o->alpha >= 0 && o->alpha <= 1))
             return lb__fail(LB_ERR_ARG, "SmoothQuant's alpha must be in [0, 1], not %g", (double)o->alpha);
-        if (lb__smoothquant_check(q) != LB_OK) return LB_ERR_ARG;
         fn = lb__smoothquant_layer, ctx = &smooth;
         break;
     case LB_METHOD_AWQ: fn = lb__awq_layer, ctx = &awq; break;
     case LB_METHOD_COUNT: return lb__fail(LB_ERR_ARG, "lb_qmodel_apply_method: method %d", (int)o->method);
     }
+    if (o->method == LB_METHOD_SMOOTHQUANT && method_targets(q, o->method) == 0)
+        return lb__fail(LB_ERR_ARG, "SmoothQuant moves activation outliers into the weights, so it needs layers whose "
+                        "input activations are quantized (W8A8: --scheme W8A8-INT8, or a recipe with "
+                        "input_activations); none are here (weight-only: --method awq)");
+    if (o->method == LB_METHOD_AWQ && method_targets(q, o->method) == 0)
+        return lb__fail(LB_ERR_ARG, "AWQ scales the weights of weight-only quantization (W4A16, NVFP4A16, MXFP4A16, "
+                        "GGUF types); no layer here is quantized weight-only (with quantized activations: "
+                        "--method smoothquant)");
     if (!tokens || n == 0) return lb__fail(LB_ERR_ARG, "lb_qmodel_apply_method: no calibration tokens");
     size_t len = o->calib_len ? o->calib_len : LB_METHOD_DEFAULT_LEN;
     uint32_t model_ctx = lb_model_arch(lb_qmodel_model(q))->max_seq_len;

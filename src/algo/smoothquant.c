@@ -213,19 +213,6 @@ static lb_status smooth_site(const lb__smooth_options *o, lb_qmodel *q, const lb
     return st;
 }
 
-lb_status lb__smoothquant_check(const lb_qmodel *q)
-{
-    size_t n = lb_qmodel_count(q);
-    for (size_t i = 0; i < n; i++) {
-        lb_qentry e;
-        if (lb_qmodel_entry(q, i, &e) == LB_OK && e.state == LB_QSTATE_QUANTIZED && e.act.mode != LB_ACT_NONE)
-            return LB_OK;
-    }
-    return lb__fail(LB_ERR_ARG, "SmoothQuant moves activation outliers into the weights: it needs layers whose "
-                    "input activations are quantized too (W8A8), and this model quantizes none (AWQ is the method "
-                    "for weight-only quantization)");
-}
-
 lb_status lb__smoothquant_layer(void *ctx, lb_qmodel *q, const lb__layer_stats *s)
 {
     const lb__smooth_options *o = ctx;

@@ -39,11 +39,6 @@ typedef struct lb__smooth_options {
  * s_j = 1 (nothing to migrate); s is clamped to [1e-5, 1e5]. */
 void lb__smoothquant_scales(const float *x_absmax, const float *w_absmax, size_t cols, float alpha, float *s);
 
-/* LB_OK when some linear layer of q is QUANTIZED with quantized input
- * activations (what SmoothQuant smooths); LB_ERR_ARG saying so otherwise,
- * before any calibration is run for nothing. */
-lb_status lb__smoothquant_check(const lb_qmodel *q);
-
 /* A calibration pass layer callback (SOURCE mode): smooths the layer's
  * groups in q and folds the scales (see smoothquant.c for which groups and
  * where). ctx: an lb__smooth_options. */

@@ -398,7 +398,8 @@ lb_status lb_export_check(const lb_qmodel *q, const lb_export_options *o)
     if (!lb__arch_hf_class(a->name))
         return lb__fail(LB_ERR_UNSUPPORTED, "lowbit writes Hugging Face directories for llama, mistral, qwen2 and "
                                             "qwen3, not for architecture '%s'", a->name);
-    lb_status st = x->check(q);
+    lb_status st = lb__qmodel_check_no_outliers(q, x->name);
+    if (st == LB_OK) st = x->check(q);
     for (size_t i = 0; st == LB_OK && i < lb_qmodel_count(q); i++) {
         lb_qentry e;
         if ((st = lb_qmodel_entry(q, i, &e)) == LB_OK && e.ggml != LB_DT_COUNT)

@@ -283,10 +283,12 @@ lb_status lb_export_gguf(const lb_qmodel *q, const char *path, const lb_gguf_opt
 {
     if (!q || !path || !o) return lb__fail(LB_ERR_ARG, "lb_export_gguf: NULL argument");
     if (!path[0]) return lb__fail(LB_ERR_ARG, "the output path is empty");
+    lb_status st = lb__qmodel_check_no_outliers(q, "a GGUF");
+    if (st != LB_OK) return st;
     const lb_model *m = lb_qmodel_model(q);
     if (lb__model_reads(m, path)) return lb__fail(LB_ERR_ARG, "'%s' is one of the files the model is read from; write elsewhere", path);
     lb__dest dest;
-    lb_status st = lb__dest_check_file(path, &dest);
+    st = lb__dest_check_file(path, &dest);
     if (st != LB_OK) return st;
     wjob j = {.q = q, .o = o, .layout = lb__gguf_rope_layout(lb_model_arch(m))};
     lb__gguf_view v;

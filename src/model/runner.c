@@ -64,6 +64,9 @@ typedef struct linear {
     int has_out_scale;   /* a GGUF's per-tensor "<weight>.scale" (NVFP4's second-level scale): */
     float out_scale;     /* the product's outputs are multiplied by it, as llama.cpp does */
     lb__ggml_act ggml_act; /* options.ggml_act: inputs rounded as llama.cpp would (ggml_act.h); F32: not */
+    size_t n_outliers;   /* 16-bit outlier columns (lb_qmodel_set_outliers); 0: none */
+    uint32_t *outliers;  /* [n_outliers] their input features, ascending */
+    lb__packed out_w;    /* [out][n_outliers] their 16-bit values as fp32 panels */
 } linear;
 
 typedef struct layer {
@@ -199,6 +202,38 @@ static void count_matrix(lb_runner_memory *mem, const linear *lin)
     mem->weights_fp32 += (uint64_t)lin->out * lin->in * sizeof(float);
     if (lin->packed) mem->weights += lin->q.bytes, mem->packed_matrices++;
     else mem->weights += (uint64_t)lin->out * lin->in * sizeof(float), mem->fp32_matrices++;
+    mem->weights += (uint64_t)lin->out * lin->n_outliers * sizeof(float) + lin->n_outliers * sizeof *lin->outliers;
+}
+
+/* A QUANTIZED entry's 16-bit outlier columns (lb_qmodel_set_outliers),
+ * held beside the quantized rest: their indices and their values as fp32
+ * panels [out][n]. */
+static lb_status load_outliers(const loader *l, size_t i, const char *name, linear *lin)
+{
+    size_t n = 0;
+    const uint32_t *cols = lb_qmodel_outliers(l->q, i, &n);
+    if (!cols) return LB_OK;
+    float *v = malloc(lin->out * n * sizeof *v);
+    lin->outliers = malloc(n * sizeof *lin->outliers);
+    if (!v || !lin->outliers) {
+        free(v);
+        return lb__fail(LB_ERR_NOMEM, "cannot allocate the outlier columns of %s", name);
+    }
+    memcpy(lin->outliers, cols, n * sizeof *cols);
+    lin->n_outliers = n;
+    lb_status st = lb__qmodel_outlier_values(l->q, i, v);
+    if (st == LB_OK) st = lb__pack_weight(v, lin->out, n, &lin->out_w);
+    free(v);
+    return st;
+}
+
+/* Zeroes the outlier columns of w [out][in]: the rest, as quantized. */
+static void zero_outlier_columns(const lb_qmodel *q, size_t i, float *w, size_t out, size_t in)
+{
+    size_t n = 0;
+    const uint32_t *cols = lb_qmodel_outliers(q, i, &n);
+    for (size_t r = 0; cols && r < out; r++)
+        for (size_t k = 0; k < n; k++) w[r * in + cols[k]] = 0.0f;
 }
 
 /* How a linear layer's input is quantized, as its qmodel entry says: on
@@ -276,8 +311,12 @@ static lb_status load_matrix(const loader *l, const char *name, size_t out, size
     if ((st = lb_qmodel_find(l->q, name, &i)) != LB_OK) return st;
     if ((st = lb_qmodel_entry(l->q, i, &e)) != LB_OK) return st;
     const lb_qspec *plain = l->calibration == LB__RUNNER_SOURCE ? NULL : lb__qmodel_plain(l->q, i);
+    /* a quantized rest with 16-bit outlier columns beside it (source mode: the whole source) */
+    int split = e.state == LB_QSTATE_QUANTIZED && l->calibration != LB__RUNNER_SOURCE &&
+                lb_qmodel_outliers(l->q, i, NULL);
     lin->out = out;
     lin->in = in;
+    if (split && (st = load_outliers(l, i, name, lin)) != LB_OK) return st;
     if (e.state == LB_QSTATE_STORED && !l->o->fake && ggml_blocks(e.tensor)) {
         /* the file's blocks, read in place: no copy at all */
         st = lb__qmat_from_ggml(e.tensor->dtype, e.tensor->data, out, in, NULL, &lin->q);
@@ -294,6 +333,8 @@ static lb_status load_matrix(const loader *l, const char *name, size_t out, size
         if (!w) return lb__fail(LB_ERR_NOMEM, "cannot allocate fp32 copy of %s", name);
         /* plain: the source rounded here (as the runner always did); else what the output holds */
         st = plain ? lb_qmodel_source_f32(l->q, i, w) : tensor_values(l, i, w);
+        /* fake: the rest here, its 16-bit columns beside it (load_outliers) */
+        if (st == LB_OK && split) zero_outlier_columns(l->q, i, w, out, in);
         if (st == LB_OK && plain && !l->o->fake) {
             st = lb__qmat_from_f32(w, out, in, plain, l->threads, &lin->q);
             if (st != LB_OK) st = lb__fail(st, "quantizing %s: %s", name, lb_last_error());
@@ -327,6 +368,8 @@ static lb_status load_matrix(const loader *l, const char *name, size_t out, size
 
 static void linear_free(linear *lin)
 {
+    free(lin->outliers);
+    lb__packed_free(&lin->out_w);
     if (lin->has_a8) lb__w8a8_free(&lin->a8);
     lb__qmat_free(&lin->q);
     lb__packed_free(&lin->f);
@@ -722,11 +765,37 @@ static float absmax(const float *x, size_t n)
 
 static lb_status linear_product(lb_runner *r, linear *lin, const float *x, size_t n, float *y);
 
+/* With 16-bit outlier columns: y = Q(W_rest) x_rest + W_out x_out, x_rest
+ * the input with the outlier features zeroed (all that the quantized
+ * path, and any activation quantization on it, sees), x_out those
+ * features (LLM.int8()'s decomposition). */
+static lb_status split_product(lb_runner *r, linear *lin, const float *x, size_t n, float *y)
+{
+    size_t k = lin->n_outliers, in = lin->in;
+    float *xr = malloc((n * in + 1) * sizeof *xr), *xo = malloc((n * k + 1) * sizeof *xo),
+          *yo = malloc((n * lin->out + 1) * sizeof *yo);
+    lb_status st = LB_OK;
+    if (!xr || !xo || !yo) st = lb__fail(LB_ERR_NOMEM, "cannot allocate the split inputs of %zu x %zu", n, in);
+    if (st == LB_OK) {
+        memcpy(xr, x, n * in * sizeof *xr);
+        for (size_t t = 0; t < n; t++)
+            for (size_t j = 0; j < k; j++) {
+                xo[t * k + j] = x[t * in + lin->outliers[j]];
+                xr[t * in + lin->outliers[j]] = 0.0f;
+            }
+        st = linear_product(r, lin, xr, n, y);
+    }
+    if (st == LB_OK) st = lb__matmul(xo, n, &lin->out_w, yo, r->threads);
+    for (size_t i = 0; st == LB_OK && i < n * lin->out; i++) y[i] += yo[i];
+    free(xr), free(xo), free(yo);
+    return st;
+}
+
 /* y[n][out] = x[n][in] . W^T on however the runner holds W, times the
  * weight's per-tensor output scale where the file has one. */
 static lb_status linear_matmul(lb_runner *r, linear *lin, const float *x, size_t n, float *y)
 {
-    lb_status st = linear_product(r, lin, x, n, y);
+    lb_status st = lin->n_outliers ? split_product(r, lin, x, n, y) : linear_product(r, lin, x, n, y);
     if (st == LB_OK && lin->has_out_scale)
         for (size_t i = 0; i < n * lin->out; i++) y[i] *= lin->out_scale; /* ggml_mul's fp32 product */
     return st;
@@ -968,6 +1037,18 @@ lb_status lb__runner_layer(lb_runner *r, size_t li, float *x, size_t n)
     return st;
 }
 
+lb_status lb__runner_logits(lb_runner *r, const float *x, size_t n, float *logits)
+{
+    if (n == 0) return lb__fail(LB_ERR_ARG, "lb__runner_logits: no rows");
+    float *xb = malloc(n * r->dim * sizeof *xb);
+    if (!xb) return lb__fail(LB_ERR_NOMEM, "lb__runner_logits: cannot allocate %zu normed rows", n);
+    for (size_t t = 0; t < n; t++) rmsnorm(x + t * r->dim, r->final_norm, r->dim, r->a.norm_eps, xb + t * r->dim);
+    hook(r, r->head_name, xb, n, r->dim);
+    lb_status st = linear_matmul(r, &r->head, xb, n, logits);
+    free(xb);
+    return st;
+}
+
 static lb_status reload_layer(lb_runner *r, const lb_qmodel *q, size_t li, int calibration);
 
 lb_status lb__runner_reload_layer(lb_runner *r, const lb_qmodel *q, size_t li)
@@ -999,6 +1080,9 @@ static lb_status reload_layer(lb_runner *r, const lb_qmodel *q, size_t li, int c
     }
     layer_free(&r->layers[li]);
     r->layers[li] = fresh;
+    /* the W8A8 state borrows its matrix: point it at the layer's own copy, not fresh's */
+    for (int w = 0; w < W_COUNT; w++)
+        if (r->layers[li].w[w].has_a8) r->layers[li].w[w].a8.m = &r->layers[li].w[w].q;
     r->mem = mem; /* the counts stay those of the build (a reloaded layer has the same shapes) */
     return LB_OK;
 }

@@ -53,6 +53,11 @@ lb_status lb__runner_embed(lb_runner *r, const int32_t *tokens, size_t n, float 
  * overwritten; the position of lb_runner_forward is left as it was). The
  * activation and KV hooks fire as in lb_runner_forward. */
 lb_status lb__runner_layer(lb_runner *r, size_t li, float *x, size_t n);
+/* logits[n][vocab] from the hidden states x[n][dim] after the last
+ * layer: the final norm and the output head, as lb_runner_forward ends
+ * (the head's hook fires). Rows are independent: any subset of a window's
+ * rows gives those rows' logits. */
+lb_status lb__runner_logits(lb_runner *r, const float *x, size_t n, float *logits);
 /* Loads layer li again (weights, norms, biases) from q, a quantized model
  * of the same model, in the runner's build mode: what an algorithm changed
  * in that layer is what the next lb__runner_layer computes with. On

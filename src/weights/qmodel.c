@@ -29,6 +29,8 @@ typedef struct qslot {
     lb_qspec plain;
     float *imatrix;       /* lb_qmodel_set_imatrix, or NULL */
     size_t n_imatrix;
+    uint32_t *outliers;   /* lb_qmodel_set_outliers: input columns kept 16-bit, ascending; or NULL */
+    size_t n_outliers;
 } qslot;
 
 struct lb_qmodel {
@@ -100,6 +102,7 @@ void lb_qmodel_free(lb_qmodel *q)
     for (size_t i = 0; i < q->n; i++) {
         free(q->s[i].replacement);
         free(q->s[i].imatrix);
+        free(q->s[i].outliers);
         lb_qtensor_free(q->s[i].qt);
     }
     free(q->s);
@@ -162,6 +165,23 @@ static lb_status source_f32(const lb_qmodel *q, size_t i, float *dst)
     return st;
 }
 
+static void drop_outliers(qslot *s)
+{
+    free(s->outliers);
+    s->outliers = NULL;
+    s->n_outliers = 0;
+}
+
+/* The 16-bit outlier columns of a slot zeroed in x (its rows x cols
+ * values): what the spec quantizes is the rest. */
+static void zero_outliers(const qslot *s, float *x)
+{
+    if (!s->n_outliers) return;
+    uint64_t rows = s->e.tensor->shape[0], cols = s->e.tensor->shape[1];
+    for (uint64_t r = 0; r < rows; r++)
+        for (size_t k = 0; k < s->n_outliers; k++) x[r * cols + s->outliers[k]] = 0.0f;
+}
+
 /* The largest |x| of n values (NaN or infinity: an error naming element
  * base + k of the tensor). */
 static lb_status scan_amax(const float *x, uint64_t n, uint64_t base, const char *name, float *m)
@@ -189,9 +209,9 @@ static lb_status source_amax(const lb_qmodel *q, size_t i, float *amax)
     float m = 0, *buf = NULL;
     lb_status st = LB_OK;
     *amax = 0;
-    if (q->s[i].replacement) {
+    if (q->s[i].replacement && !q->s[i].n_outliers) {
         st = scan_amax(q->s[i].replacement, t->n_elements, 0, t->name, &m);
-    } else if (d && d->can_read && d->block >= 1 && d->block <= AMAX_CHUNK) {
+    } else if (!q->s[i].n_outliers && d && d->can_read && d->block >= 1 && d->block <= AMAX_CHUNK) {
         /* whole blocks at a time, straight from the stored bytes */
         uint64_t chunk = AMAX_CHUNK / d->block * d->block, n = t->n_elements;
         if (!(buf = malloc(chunk * sizeof *buf))) return lb__fail(LB_ERR_NOMEM, "out of memory scanning %s", t->name);
@@ -205,6 +225,7 @@ static lb_status source_amax(const lb_qmodel *q, size_t i, float *amax)
         if (!(buf = malloc(t->n_elements * sizeof *buf)))
             return lb__fail(LB_ERR_NOMEM, "cannot allocate an fp32 copy of %s", t->name);
         st = source_f32(q, i, buf);
+        zero_outliers(&q->s[i], buf); /* the range of what the spec quantizes */
         if (st == LB_OK) st = scan_amax(buf, t->n_elements, 0, t->name, &m);
     }
     free(buf);
@@ -308,6 +329,7 @@ lb_status lb_qmodel_keep(lb_qmodel *q, size_t i)
         return lb__fail(LB_ERR_ARG, "lb_qmodel_keep: %s is not a weight matrix (norms and biases stay as stored)",
                         s->e.tensor->name);
     drop_qtensor(s);
+    drop_outliers(s);
     s->has_plain = 0;
     s->e.ggml = LB_DT_COUNT;
     memset(&s->e.spec, 0, sizeof s->e.spec);
@@ -324,6 +346,7 @@ lb_status lb__qmodel_keep_plain(lb_qmodel *q, size_t i, const lb_qspec *plain)
     if ((st = need_matrix(q, i, "lb__qmodel_keep_plain")) != LB_OK) return st;
     qslot *s = &q->s[i];
     drop_qtensor(s);
+    drop_outliers(s);
     memset(&s->e.spec, 0, sizeof s->e.spec);
     s->e.state = s->replacement ? LB_QSTATE_REPLACED : LB_QSTATE_KEPT;
     s->has_plain = 1;
@@ -463,6 +486,7 @@ lb_status lb__qmodel_quantized_scratch(const lb_qmodel *q, size_t i, int threads
     float *x = scratch ? scratch : malloc(t->n_elements * sizeof *x);
     if (!x) return lb__fail(LB_ERR_NOMEM, "cannot allocate an fp32 copy of %s", t->name);
     st = source_f32(q, i, x);
+    zero_outliers(s, x);
     if (st == LB_OK) {
         st = lb__quantize_ex(&s->e.spec, x, (size_t)t->shape[0], (size_t)t->shape[1], threads, amax, out);
         if (st != LB_OK) st = lb__fail(st, "quantizing %s: %s", t->name, lb_last_error());
@@ -502,6 +526,7 @@ lb_status lb_qmodel_set_ggml(lb_qmodel *q, size_t i, lb_dtype t)
                             (unsigned long long)cols, d->name, d->block);
     }
     drop_qtensor(s);
+    drop_outliers(s);
     s->has_plain = 0;
     memset(&s->e.spec, 0, sizeof s->e.spec);
     s->e.ggml = t;
@@ -556,6 +581,85 @@ static lb_status ggml_round_trip(const lb_qmodel *q, size_t i, float *dst, int t
     return st;
 }
 
+/* ---- 16-bit outlier columns (LLM.int8()) ---- */
+
+lb_status lb_qmodel_set_outliers(lb_qmodel *q, size_t i, const uint32_t *cols, size_t n)
+{
+    lb_status st = check_index(q, i, "lb_qmodel_set_outliers");
+    if (st != LB_OK) return st;
+    qslot *s = &q->s[i];
+    const lb_tensor *t = s->e.tensor;
+    if (n == 0) {
+        if (s->n_outliers) drop_qtensor(s), drop_outliers(s), group_changed(q, i);
+        return LB_OK;
+    }
+    if (!cols) return lb__fail(LB_ERR_ARG, "lb_qmodel_set_outliers: %s: cols is NULL", t->name);
+    if (s->e.state != LB_QSTATE_QUANTIZED)
+        return lb__fail(LB_ERR_ARG, "lb_qmodel_set_outliers: %s is not quantized (outlier columns are the part of a "
+                        "quantized weight kept in 16-bit; set a spec first)", t->name);
+    size_t len = strlen(t->name), k = strlen("embed_tokens.weight");
+    if (len >= k && strcmp(t->name + len - k, "embed_tokens.weight") == 0)
+        return lb__fail(LB_ERR_ARG, "lb_qmodel_set_outliers: %s is an embedding: a lookup has no input features "
+                        "whose columns could stay 16-bit", t->name);
+    uint64_t width = t->shape[1];
+    if (n >= width)
+        return lb__fail(LB_ERR_ARG, "lb_qmodel_set_outliers: %s: %zu outlier columns of %llu leave nothing to "
+                        "quantize (keep the weight in 16-bit instead)", t->name, n, (unsigned long long)width);
+    for (size_t j = 0; j < n; j++)
+        if (cols[j] >= width || (j && cols[j] <= cols[j - 1]))
+            return lb__fail(LB_ERR_ARG, "lb_qmodel_set_outliers: %s: column %zu is %u; columns must ascend, each "
+                            "once, below the row length %llu", t->name, j, cols[j], (unsigned long long)width);
+    uint32_t *copy = malloc(n * sizeof *copy);
+    if (!copy) return lb__fail(LB_ERR_NOMEM, "lb_qmodel_set_outliers: %s: out of memory", t->name);
+    memcpy(copy, cols, n * sizeof *copy);
+    drop_qtensor(s); /* made from the whole weight: the rest is quantized anew */
+    drop_outliers(s);
+    s->outliers = copy, s->n_outliers = n;
+    group_changed(q, i);
+    return LB_OK;
+}
+
+const uint32_t *lb_qmodel_outliers(const lb_qmodel *q, size_t i, size_t *n)
+{
+    if (n) *n = 0;
+    if (!q || i >= q->n || !q->s[i].n_outliers) return NULL;
+    if (n) *n = q->s[i].n_outliers;
+    return q->s[i].outliers;
+}
+
+lb_status lb__qmodel_outlier_values(const lb_qmodel *q, size_t i, float *dst)
+{
+    lb_status st = check_index(q, i, "lb__qmodel_outlier_values");
+    if (st != LB_OK) return st;
+    const qslot *s = &q->s[i];
+    const lb_tensor *t = s->e.tensor;
+    if (!s->n_outliers) return LB_OK;
+    uint64_t rows = t->shape[0], cols = t->shape[1], n = s->n_outliers;
+    float *all = malloc(t->n_elements * sizeof *all);
+    if (!all) return lb__fail(LB_ERR_NOMEM, "cannot allocate an fp32 copy of %s", t->name);
+    st = source_f32(q, i, all);
+    for (uint64_t r = 0; st == LB_OK && r < rows; r++)
+        for (uint64_t k = 0; k < n; k++) dst[r * n + k] = all[r * cols + s->outliers[k]];
+    free(all);
+    if (st == LB_OK) st = round_to_dtype(q->dtype, dst, rows * n, t->name);
+    return st;
+}
+
+/* The outlier columns' 16-bit values written over dst (the dequantized
+ * rest, rows x cols): the weight the quantized model computes with. */
+static lb_status put_outliers(const lb_qmodel *q, size_t i, float *dst)
+{
+    const qslot *s = &q->s[i];
+    uint64_t rows = s->e.tensor->shape[0], cols = s->e.tensor->shape[1], n = s->n_outliers;
+    float *v = malloc(rows * n * sizeof *v);
+    if (!v) return lb__fail(LB_ERR_NOMEM, "cannot allocate the outlier columns of %s", s->e.tensor->name);
+    lb_status st = lb__qmodel_outlier_values(q, i, v);
+    for (uint64_t r = 0; st == LB_OK && r < rows; r++)
+        for (uint64_t k = 0; k < n; k++) dst[r * cols + s->outliers[k]] = v[r * n + k];
+    free(v);
+    return st;
+}
+
 lb_status lb_qmodel_values_f32(const lb_qmodel *q, size_t i, float *dst, int threads)
 {
     lb_status st = check_index(q, i, "lb_qmodel_values_f32");
@@ -576,6 +680,7 @@ lb_status lb_qmodel_values_f32(const lb_qmodel *q, size_t i, float *dst, int thr
         st = lb_qmodel_quantized(q, i, threads, &qt, &owned);
         if (st == LB_OK) st = lb_dequantize(qt, dst, threads);
         if (owned) lb_qtensor_free(qt);
+        if (st == LB_OK && s->n_outliers) st = put_outliers(q, i, dst);
         return st;
     }
     }

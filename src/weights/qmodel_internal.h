@@ -43,6 +43,13 @@ lb_status lb__qmodel_quantized_owned(const lb_qmodel *q, size_t i, int threads, 
  * length, or NULL. Borrowed: valid until the entry changes. */
 const float *lb__qmodel_imatrix(const lb_qmodel *q, size_t i, size_t *n);
 
+/* The 16-bit values of entry i's outlier columns (lb_qmodel_set_outliers):
+ * dst[rows][n] = the source's columns, rounded to the qmodel's dtype. */
+lb_status lb__qmodel_outlier_values(const lb_qmodel *q, size_t i, float *dst);
+/* LB_ERR_UNSUPPORTED naming the first entry with outlier columns and the
+ * format (a writer's name) that cannot hold it; LB_OK when none has. */
+lb_status lb__qmodel_check_no_outliers(const lb_qmodel *q, const char *format);
+
 /* The fused group id of a canonical name: 2N for
  * model.layers.N.self_attn.{q,k,v}_proj.weight, 2N + 1 for
  * model.layers.N.mlp.{gate,up}_proj.weight, -1 otherwise. */

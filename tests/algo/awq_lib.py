@@ -12,7 +12,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 import algo_lib  # noqa: E402
 from algo_lib import (DT_COUNT, DT_F32, LAYER_WEIGHTS, LB_ERR_ARG, LB_OK, SITE_ATTN_IN, SITE_DOWN_IN,  # noqa: E402,F401
-                      SITE_MLP_IN, SITE_O_IN, LayerStats, SiteStats, _D, _F, _P, check, dtype, fp, lb, lib, ml, spec)
+                      SITE_MLP_IN, SITE_O_IN, LayerStats, MethodOptions, SiteStats, _D, _F, _P, check, dtype, fp, lb,
+                      lib, ml, spec)
 
 FAKEQ_FN = ctypes.CFUNCTYPE(ctypes.c_int, _P, _F, ctypes.c_size_t, ctypes.c_size_t)
 

@@ -44,8 +44,19 @@ WIKI = pathlib.Path("/work/shared/data/wikitext-2-raw/wiki.test.raw")
 CTX, WINDOWS = 512, 8
 
 # W4A16 with groups of 64 (SmolLM2's 576-wide layers: 128 does not divide
-# them) and a W8A8 scheme: transformers reads the weights of both.
-SCHEMES = ["W4A16:g64", "W8A8-INT8"]
+# them) and a W8A8 scheme: transformers reads the weights of both; then the
+# same with an outlier method (issue 15): AWQ's and SmoothQuant's folded
+# scales (norms, v_proj and up_proj rows) must read back as lowbit computes.
+CALIB = REPO / "data/wikitext-2-raw/wiki.train.excerpt.raw"
+METHOD = {"awq": ["--method", "awq"], "smoothquant": ["--method", "smoothquant"]}
+SCHEMES = ["W4A16:g64", "W8A8-INT8", "W4A16:g64+awq", "W8A8-INT8+smoothquant"]
+
+
+def scheme_args(param):
+    """--scheme S [--method M --calib ... (4 windows of 512)] for a SCHEMES entry."""
+    scheme, _, method = param.partition("+")
+    extra = [*METHOD[method], "--calib", str(CALIB), "--calib-seqs", "4", "--calib-len", "512"] if method else []
+    return scheme, ["--scheme", scheme, *extra]
 
 
 def wiki_text():
@@ -56,9 +67,9 @@ def wiki_text():
 
 @pytest.fixture(scope="module", params=SCHEMES)
 def written(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp("tf") / request.param.replace(":", "_")
-    r = subprocess.run([LOWBIT, "quantize", str(SMOLLM2), "-o", str(out), "--scheme", request.param, "--quiet"],
-                       capture_output=True, text=True, timeout=600)
+    out = tmp_path_factory.mktemp("tf") / request.param.replace(":", "_").replace("+", "_")
+    r = subprocess.run([LOWBIT, "quantize", str(SMOLLM2), "-o", str(out), *scheme_args(request.param)[1],
+                        "--quiet"], capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr
     return request.param, out
 
@@ -105,7 +116,8 @@ def test_logits_match_lowbit_on_the_same_directory(written):
 
 def test_perplexity_matches_what_lowbit_evaluated(written):
     from transformers import AutoTokenizer
-    scheme, out = written
+    param, out = written
+    scheme, args = scheme_args(param)
     tok = AutoTokenizer.from_pretrained(str(out))
     model = load(out)
     nll = []
@@ -120,7 +132,7 @@ def test_perplexity_matches_what_lowbit_evaluated(written):
     # (--weights-only: lowbit would otherwise quantize the activations too, as
     # an engine does)
     weight_only = scheme.split(":")[0].endswith("A16")
-    what = ["--scheme", scheme] if weight_only else ["--weights-only"]
+    what = args if weight_only else ["--weights-only"]
     src = SMOLLM2 if weight_only else out
     r = subprocess.run([LOWBIT, "ppl", str(src), *what, "--text", str(WIKI), "--ctx", str(CTX),
                         "--chunks", str(WINDOWS), "--json", "--quiet"], capture_output=True, text=True, timeout=900)
