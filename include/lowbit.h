@@ -1219,8 +1219,11 @@ LB_API lb_status lb_calibrate(lb_qmodel *q, const int32_t *tokens, size_t n, con
  * layers in front (the model computes the same before quantization, so
  * the output needs nothing special), weights replaced by their scaled and
  * clipped values, which the entries' specs then quantize. RTN (round to
- * nearest) leaves the model as it is. Calibration windows are drawn from
- * the tokens deterministically (src/algo/calib_pass.h). */
+ * nearest) leaves the model as it is. A method with nothing to work on
+ * is LB_ERR_ARG naming the one to use: SmoothQuant smooths the inputs of
+ * layers whose activations are quantized, AWQ weight-only layers.
+ * Calibration windows are drawn from the tokens deterministically
+ * (src/algo/calib_pass.h). */
 typedef enum lb_method {
     LB_METHOD_RTN = 0,
     LB_METHOD_SMOOTHQUANT = 1, /* Xiao et al. 2023; for W8A8 (activations quantized) */

@@ -32,29 +32,16 @@ void lb__smooth_group_free(lb__smooth_group *g)
     g->xs = g->xq = g->ws = g->y = NULL;
 }
 
-static int needs_range(const lb_qact *a)
-{
-    switch (a->mode) {
-    case LB_ACT_NONE:
-    case LB_ACT_DYNAMIC: return 0;
-    case LB_ACT_STATIC:
-    case LB_ACT_LOCAL: return 1;
-    }
-    return 0;
-}
-
 lb_status lb__smooth_group_init(lb__smooth_group *g)
 {
-    size_t max_rows = 0;
-    g->fit_rows = 0;
-    for (size_t k = 0; k < g->n_members && k < 3; k++) {
-        g->m[k].y_ref = NULL, g->m[k].col_absmax = NULL;
-        if (g->m[k].rows > max_rows) max_rows = g->m[k].rows;
-        if (needs_range(&g->m[k].act)) g->fit_rows = g->n / 2;
-    }
-    if (g->n_members == 0 || g->n_members > 3 || g->n - g->fit_rows == 0 || g->cols == 0 || !g->x || !g->x_absmax)
+    if (g->n_members == 0 || g->n_members > 3 || g->n == 0 || g->cols == 0 || !g->x || !g->x_absmax)
         return lb__fail(LB_ERR_ARG, "smoothing search: %zu members, %zu x %zu sample rows", g->n_members, g->n,
                         g->cols);
+    size_t max_rows = 0;
+    for (size_t k = 0; k < g->n_members; k++) {
+        g->m[k].y_ref = NULL, g->m[k].col_absmax = NULL;
+        if (g->m[k].rows > max_rows) max_rows = g->m[k].rows;
+    }
     g->xs = malloc(g->n * g->cols * sizeof *g->xs);
     g->xq = malloc(g->n * g->cols * sizeof *g->xq);
     g->ws = malloc(max_rows * g->cols * sizeof *g->ws);
@@ -64,7 +51,7 @@ lb_status lb__smooth_group_init(lb__smooth_group *g)
                         g->cols);
     for (size_t k = 0; k < g->n_members; k++) {
         lb__smooth_member *m = &g->m[k];
-        m->y_ref = malloc((g->n - g->fit_rows) * m->rows * sizeof *m->y_ref);
+        m->y_ref = malloc(g->n * m->rows * sizeof *m->y_ref);
         m->col_absmax = calloc(g->cols, sizeof *m->col_absmax);
         if (!m->y_ref || !m->col_absmax)
             return lb__fail(LB_ERR_NOMEM, "cannot allocate the reference outputs (%zu x %zu)", g->n, m->rows);
@@ -73,8 +60,7 @@ lb_status lb__smooth_group_init(lb__smooth_group *g)
                 float a = fabsf(m->w[r * g->cols + c]);
                 if (a > m->col_absmax[c]) m->col_absmax[c] = a;
             }
-        lb_status st = product(g->x + g->fit_rows * g->cols, g->n - g->fit_rows, m->w, m->rows, g->cols, g->threads,
-                               m->y_ref);
+        lb_status st = product(g->x, g->n, m->w, m->rows, g->cols, g->threads, m->y_ref);
         if (st != LB_OK) return st;
     }
     return LB_OK;
@@ -139,22 +125,15 @@ static lb_status fake_quant_weight(const lb__smooth_group *g, size_t k, const fl
 
 lb_status lb__smooth_group_error(lb__smooth_group *g, const float *s, double *err)
 {
-    size_t cols = g->cols, fit = g->fit_rows, n = g->n - fit; /* n rows measured, after the fit rows */
+    size_t n = g->n, cols = g->cols;
     float amax = 0;
-    for (size_t i = 0; i < fit; i++)
-        for (size_t c = 0; c < cols; c++) {
-            float a = fabsf(g->x[i * cols + c]) / s[c];
-            if (a > amax) amax = a;
-        }
-    if (!(amax > 0)) /* fit rows all zero (or none): the whole calibration's range */
-        for (size_t c = 0; c < cols; c++) {
-            float a = g->x_absmax[c] / s[c];
-            if (a > amax) amax = a;
-        }
+    for (size_t c = 0; c < cols; c++) {
+        float a = g->x_absmax[c] / s[c];
+        if (a > amax) amax = a;
+    }
     if (!(amax > 0)) amax = 1; /* an all-zero input: any range quantizes it exactly */
-    const float *x = g->x + fit * cols;
     for (size_t i = 0; i < n; i++)
-        for (size_t c = 0; c < cols; c++) g->xs[i * cols + c] = x[i * cols + c] / s[c];
+        for (size_t c = 0; c < cols; c++) g->xs[i * cols + c] = g->x[i * cols + c] / s[c];
     double total = 0;
     const lb_qact *made = NULL; /* the activation quantization xq holds */
     for (size_t k = 0; k < g->n_members; k++) {

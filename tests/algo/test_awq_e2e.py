@@ -36,23 +36,10 @@ class PassOptions(ctypes.Structure):
                 ("threads", ctypes.c_int), ("progress", P), ("progress_ctx", P)]
 
 
-class MethodOptions(ctypes.Structure):
-    """lb_method_options"""
-    _fields_ = [("method", ctypes.c_int), ("alpha", ctypes.c_float), ("alpha_search", ctypes.c_int),
-                ("calib_seqs", ctypes.c_uint32), ("calib_len", ctypes.c_uint32), ("sample_rows", ctypes.c_uint32),
-                ("threads", ctypes.c_int), ("progress", P), ("progress_ctx", P)]
-
-
+MethodOptions = A.MethodOptions  # algo_lib's: it binds lb_qmodel_apply_method's argument type for every test
 METHOD_RTN, METHOD_AWQ = 0, 2
 LAYER_FN = ctypes.CFUNCTYPE(ctypes.c_int, P, P, ctypes.POINTER(A.LayerStats))
 lib = A.lib
-lib.lb_qmodel_apply_method.argtypes = [P, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
-                                       ctypes.POINTER(MethodOptions)]
-lib.lb_tokenizer_from_model.argtypes = [P, ctypes.c_char_p, ctypes.POINTER(P)]
-lib.lb_tokenizer_free.argtypes = [P]
-lib.lb_tokenizer_free.restype = None
-lib.lb_tokenize.argtypes = [P, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
-                            ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)), ctypes.POINTER(ctypes.c_size_t)]
 libc = ctypes.CDLL(None)  # lb_tokenize's ids are malloc'd
 libc.free.argtypes = [P]
 libc.free.restype = None

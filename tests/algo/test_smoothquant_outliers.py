@@ -3,9 +3,9 @@ paper (Xiao et al. 2023, eq. 4: s_j = max|X_j|^a / max|W_j|^(1-a)):
 
 * lb__smoothquant_scales on random maxima, dead channels, non-finite
   maxima and the clamp;
-* the alpha search's objective (lb__smooth_group_error: static range from
-  the first half of the sample rows, error over the second) against a
-  numpy W8A8 fake-quantization of the same group;
+* the alpha search's objective (lb__smooth_group_error: the static range
+  from the calibration's per-channel maxima) against a numpy W8A8
+  fake-quantization of the same group (and per-token dynamic int8);
 * a random q/k/v layer (fixed seed) whose inputs have a few channels 50x
   larger than the rest, W8A8 with int8 weights per channel and static
   per-tensor int8 activations: after lb__smoothquant_layer (alpha 0.5,
@@ -54,19 +54,12 @@ def q_act_static(x, amax):
     return (np.clip(np.rint(x / s), -128, 127) * s).astype(np.float32)
 
 
-def np_error(x, ws, s, amax_calib=None):
-    """sum over the weights of ||X W^T - Qa(X/s) Qw(W s)^T||^2 with static
-    per-tensor activations. amax_calib None: the search's objective
-    (smooth_error.h): the range max |x/s| over the first half of the rows,
-    the error over the second half; else the range max_j amax_j / s_j
-    (a calibration's) and every row measured."""
-    if amax_calib is None:
-        fit = x.shape[0] // 2
-        amax = np.abs(x[:fit] / s).max()
-        x = x[fit:]
-    else:
-        amax = (amax_calib / s).max()
-    xq = q_act_static((x / s).astype(np.float32), amax).astype(np.float64)
+def np_error(x, ws, s, amax_calib):
+    """sum over the weights of ||X W^T - Qa(X/s) Qw(W s)^T||^2, static
+    per-tensor activations with the range max_j amax_j / s_j (the
+    calibration's maxima after smoothing: the search's objective,
+    smooth_error.h)."""
+    xq = q_act_static((x / s).astype(np.float32), (amax_calib / s).max()).astype(np.float64)
     x64 = x.astype(np.float64)
     return sum(float(((x64 @ w.T.astype(np.float64) - xq @ q_weight((w * s).astype(np.float32)).T) ** 2).sum())
                for w in ws)
@@ -120,7 +113,7 @@ def make_group(x, absmax, ws, mode=sl.ACT_STATIC, act_spec=A_SPEC):
     g = sl.SmoothGroup(x=sl.fp(x), n=x.shape[0], cols=x.shape[1], x_absmax=sl.fp(absmax), n_members=len(ws),
                        scale_dtype=sl.DT_F32, threads=2)
     for k, w in enumerate(ws):
-        g.m[k] = sl.QSpecMember(w=sl.fp(w), rows=w.shape[0], quantized=1, spec=sl.spec(W_SPEC),
+        g.m[k] = sl.SmoothMember(w=sl.fp(w), rows=w.shape[0], quantized=1, spec=sl.spec(W_SPEC),
                                 act=sl.lb.QAct(mode=mode, spec=sl.spec(act_spec)))
     return g
 
@@ -130,7 +123,7 @@ def test_group_error_matches_numpy(dynamic):
     rng = np.random.default_rng(2)
     dim = 96
     x = planted(rng, 300, dim)
-    absmax = np.abs(x).max(axis=0) * np.float32(1.25)  # a calibration's maxima: used only should the fit rows be 0
+    absmax = np.abs(x).max(axis=0) * np.float32(1.25)  # the whole calibration saw more than the sample
     ws = [rng.standard_normal((r, dim)).astype(np.float32) for r in (48, 80)]
     g = make_group(x, absmax, ws, *((sl.ACT_DYNAMIC, "int8:token") if dynamic else ()))
     sl.check(sl.lib.lb__smooth_group_init(ctypes.byref(g)), "init")
@@ -140,7 +133,7 @@ def test_group_error_matches_numpy(dynamic):
             s = s.astype(np.float32)
             err = ctypes.c_double()
             sl.check(sl.lib.lb__smooth_group_error(ctypes.byref(g), sl.fp(s), ctypes.byref(err)), "error")
-            want = np_error_dynamic(x, ws, s) if dynamic else np_error(x, ws, s)
+            want = np_error_dynamic(x, ws, s) if dynamic else np_error(x, ws, s, absmax)
             # measured within 1e-6 (the fp32 products summed in another order)
             assert err.value == pytest.approx(want, rel=1e-5), (err.value, want)
     finally:
@@ -195,8 +188,9 @@ def test_planted_outliers_alpha_half():
 def test_planted_outliers_search():
     rtn, sq, s, (calib, ws, absmax, wmax) = held_out_errors(search=1)
     # the grid point the C search chose, and numpy's errors over the grid on the calibration rows
-    errs = {alpha: np_error(calib, ws, np_scales(absmax, wmax, alpha).astype(np.float32)) for alpha in GRID}
-    errs[None] = np_error(calib, ws, np.ones_like(absmax))
+    errs = {alpha: np_error(calib, ws, np_scales(absmax, wmax, alpha).astype(np.float32), absmax)
+            for alpha in GRID}
+    errs[None] = np_error(calib, ws, np.ones_like(absmax), absmax)
     chosen = [alpha for alpha in GRID if np.allclose(s, np_scales(absmax, wmax, alpha), rtol=1e-6)]
     assert len(chosen) == 1, "the folded s is not a grid point's"
     best = min(errs.values())
