@@ -237,7 +237,7 @@ def main():
     ap.add_argument("--calib", default=os.path.join(TOP, "data/wikitext-2-raw/wiki.train.excerpt.raw"))
     ap.add_argument("--windows", type=int, default=128)
     ap.add_argument("--seqlen", type=int, default=512)
-    ap.add_argument("--test", default="/work/shared/data/wikitext-2-raw/wiki.test.raw")
+    ap.add_argument("--test", default=os.path.join(TOP, "data/wikitext-2-raw/wiki.test.raw"))
     ap.add_argument("--chunks", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--group", type=int, default=64)

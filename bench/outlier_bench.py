@@ -109,18 +109,21 @@ def main():
         if "time" in a.sections:
             print(f"\n## {name}: lowbit quantize with each method ({a.calib_seqs} x {a.calib_len} calibration tokens, "
                   f"{a.threads} threads): wall seconds and peak RSS, the checkpoint written")
-            print("| scheme | method | wall s | peak RSS MB |")
-            print("|---|---|---:|---:|")
-            for label, qargs, m in [("W8A8-INT8 static", ["--recipe", str(recipe)], "smoothquant"),
+            print("| scheme | method | wall s | CPU s | peak RSS MB |")
+            print("|---|---|---:|---:|---:|")
+            for label, qargs, m in [("W8A8-INT8 static", ["--recipe", str(recipe)], "rtn"),
+                                    ("W8A8-INT8 static", ["--recipe", str(recipe)], "smoothquant"),
+                                    ("W8A8-INT8 static", ["--recipe", str(recipe)], "smoothquant:search"),
                                     (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "awq"),
                                     (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "rtn")]:
-                out = d / f"{name}-{m}-ckpt"
+                out = d / f"{name}-{m.replace(':', '-')}-ckpt"
                 r = sh(["/usr/bin/time", "-v", lb, "quantize", path, "-o", out, *qargs, *method_args(m),
                         *calib_args, "--quiet", "--force", "--threads", a.threads])
                 wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", r.stderr).group(1)
                 secs = sum(float(x) * 60 ** i for i, x in enumerate(reversed(wall.split(":"))))
                 rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1)) / 1024
-                print(f"| {label} | {m} | {secs:.1f} | {rss:.0f} |", flush=True)
+                cpu = sum(float(re.search(rf"{k} time \(seconds\): (\S+)", r.stderr).group(1)) for k in ("User", "System"))
+                print(f"| {label} | {m} | {secs:.1f} | {cpu:.1f} | {rss:.0f} |", flush=True)
 
 
 if __name__ == "__main__":
