@@ -11,6 +11,7 @@
 #include "algo/awq.h"
 #include "algo/calib_pass.h"
 #include "algo/fold.h"
+#include "algo/gptq.h"
 #include "algo/smooth_error.h"
 #include "algo/smoothquant.h"
 #include "export/exporter.h"
@@ -68,6 +69,8 @@ static const struct {
     /* AWQ (algo/awq.h) and the fake quantizer it measures through (weights/qmodel_internal.h) */
     ROW(lb__awq_search_scale), ROW(lb__awq_search_scale_ex), ROW(lb__awq_search_clip), ROW(lb__awq_layer),
     ROW(lb__qmodel_fake_quantize), ROW(lb__qmodel_fakeq), ROW(lb__fake_quantize), ROW(lb__qmodel_imatrix),
+    /* GPTQ's solver driven by the oracle's IntSym grid (algo/gptq.h) */
+    ROW(lb__gptq_int_sym_test),
 };
 
 /* The internal function called `name`, or NULL. */
