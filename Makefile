@@ -4,7 +4,8 @@
 #                   liblowbit.so.VERSION, exporting only the LB_API functions) and CLI (build/lowbit)
 #   make demo       the CLI tour on the embedded default
 #   make test       every test (sets up a Python venv with the oracle packages)
-#   make asan       the tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make asan       the tests under AddressSanitizer + UndefinedBehaviorSanitizer (all but those
+#                   marked `scale`; make asan-full: all)
 #   make bench      benchmarks (see BENCHMARKS.md)
 #   make bench-quantize  lowbit quantize vs llm-compressor and a copy (BENCHMARKS.md)
 #   make bench-llmcompressor  llm-compressor's SmoothQuant, AWQ and RTN on SmolLM2 (BENCHMARKS.md)
@@ -51,7 +52,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(FUZZ_SRC:tests/fuzz/%.
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all demo test test-unit test-python test-interop llamacpp test-llamacpp venv asan bench bench-quantize bench-llmcompressor install uninstall clean warnings fuzz cross-aarch64 test-aarch64
+.PHONY: all demo test test-unit test-python test-interop llamacpp test-llamacpp venv asan asan-full bench bench-quantize bench-llmcompressor install uninstall clean warnings fuzz cross-aarch64 test-aarch64
 
 all: $(BUILD)/liblowbit.a $(BUILD)/liblowbit.so $(BUILD)/lowbit
 
@@ -170,7 +171,11 @@ test-llamacpp: all $(TEST_LIB) $(VENV)/.ready $(SMOLLM2)
 	bin=$$($(LLAMACPP_BUILD)) && LOWBIT_LLAMACPP=$$bin LOWBIT_BUILD=$(BUILD) $(VENV)/bin/python -m pytest -q tests/llamacpp
 
 # Sanitizer run: everything rebuilt into build-asan; Python loads the
-# instrumented shared library with the ASan runtime preloaded.
+# instrumented shared library with the ASan runtime preloaded. `make asan`
+# deselects the tests marked `scale` (tests/conftest.py: real-model quality
+# and round trips whose C code smaller tests also run), `make asan-full`
+# runs them too.
+ASAN_PYTEST ?= -m "not scale"
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    LDLIBS="-lm -lpthread -fsanitize=address,undefined" all build-asan/tests/liblowbit_internal.so \
@@ -180,7 +185,10 @@ asan:
 	$(MAKE) venv $(SMOLLM2)
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	    LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
-	    LOWBIT_BUILD=build-asan LOWBIT_SANITIZED=1 $(VENV)/bin/python -m pytest -q tests
+	    LOWBIT_BUILD=build-asan LOWBIT_SANITIZED=1 $(VENV)/bin/python -m pytest -q $(ASAN_PYTEST) tests
+
+asan-full:
+	$(MAKE) asan ASAN_PYTEST=
 
 # Warning-free under both compilers, as errors.
 warnings:

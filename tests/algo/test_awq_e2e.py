@@ -181,6 +181,7 @@ def test_awq_lowers_the_kld_of_int4_on_stories260k():
     assert r["awq"] < 0.8 * r["rtn"], r
 
 
+@pytest.mark.scale  # the fold tests run the same method code on SmolLM2
 @needs_smollm2
 def test_awq_lowers_the_kld_of_w4a16_on_smollm2():
     # the first four layers quantized (the pass still runs all 30: ~3 minutes on 2 busy cores), 8 x 512

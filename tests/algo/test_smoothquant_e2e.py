@@ -95,6 +95,7 @@ def method_logits(path, layers, method, cal, calib_windows, eval_windows, seqs, 
         return [q.logits(w) for w in eval_windows]
 
 
+@pytest.mark.scale  # the fold tests run the same method code on SmolLM2
 @needs_smollm2
 def test_smoothquant_halves_the_kld_of_static_w8a8_on_smollm2():
     # all 30 layers W8A8, 16 x 512 calibration tokens, 1024 sample rows, 2 x 512 held-out tokens (~3 minutes
