@@ -12,6 +12,7 @@
 #include "algo/calib_pass.h"
 #include "algo/fold.h"
 #include "algo/gptq.h"
+#include "algo/gptq_grid.h"
 #include "algo/smooth_error.h"
 #include "algo/smoothquant.h"
 #include "export/exporter.h"
@@ -71,6 +72,8 @@ static const struct {
     ROW(lb__qmodel_fake_quantize), ROW(lb__qmodel_fakeq), ROW(lb__fake_quantize), ROW(lb__qmodel_imatrix),
     /* GPTQ's solver driven by the oracle's IntSym grid (algo/gptq.h) */
     ROW(lb__gptq_int_sym_test),
+    /* GPTQ with the grid of an lb_qspec (algo/gptq_grid.h), and the group quantizer it uses */
+    ROW(lb__gptq_spec_test), ROW(lb__quantize_ts), ROW(lb__quantize_ex),
 };
 
 /* The internal function called `name`, or NULL. */

@@ -46,6 +46,13 @@ void lb__qtensor_layout(const lb_qspec *spec, size_t rows, size_t cols, lb_qtens
 lb_status lb__quantize_ex(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads,
                           float tensor_amax, lb_qtensor **out);
 
+/* lb__quantize_ex with, for a two-level spec, the tensor scale given
+ * (finite, > 0) instead of chosen from the data: GPTQ quantizes a weight
+ * group by group under the one tensor scale chosen first from the whole
+ * weight (src/algo/gptq_grid.c). Any other spec: lb_quantize's bytes. */
+lb_status lb__quantize_ts(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads,
+                          float tensor_scale, lb_qtensor **out);
+
 /* An lb_qtensor of the spec's layout with its buffers allocated and
  * uninitialized (tensor_scale 1), for a reader that fills in codes and
  * scales it already has (a quantized checkpoint's). */
@@ -98,6 +105,33 @@ void lb__scales_for_blocks(const lb__scale_rules *r, lb_isa isa, size_t n, const
 /* The divisors of n stored scale codes (bulk layout of the scale format),
  * for dequantization and statistics. */
 void lb__scale_divisors(const lb__scale_rules *r, lb_isa isa, const uint8_t *codes, size_t n, float *out);
+
+/* ----- quantization with the scales given (quantize_fixed.c) ----- */
+
+/* lb_quantize's encode step and lb_dequantize's decode step for n values
+ * whose block scales are given: value i lies in the block of scale
+ * s[i * stride] (stride 0: one scale for all), and
+ *   out[i] = (decode(encode_sat(clamp(x[i] / d + zp))) - zp) * divisor
+ * with d = divisor, or 1 for a zero divisor (an all-zero block), exactly as
+ * those functions compute it, bit for bit, when each divisor is what
+ * lb_dequantize multiplies by (lb__scale_divisors of the scale's code, r's
+ * tensor scale set). x finite; tmp: n floats, codes: 4n bytes of scratch.
+ * The caller runs in the default FP environment (lb__fenv_begin). */
+void lb__requantize_values(const lb__scale_rules *r, lb_isa isa, const float *x, size_t n, const lb__block_scale *s,
+                           size_t stride, float *tmp, uint8_t *codes, float *out);
+
+/* The quantized tensor of x (rows x cols) under spec with every block's
+ * scale given instead of chosen: scales[r * scales_per_row + b] for row r
+ * and block b (scales_per_row as lb__qtensor_layout says; a 2-D block's
+ * scale is read at the first row of its band; tensor granularity:
+ * scales[0] alone), divisors as lb__requantize_values wants them; for a
+ * two-level spec tensor_scale (finite, > 0; ignored otherwise). The codes
+ * are what lb_quantize's encode step gives for x under those scales, so
+ * values already on their blocks' grids (GPTQ's output) keep their codes
+ * exactly, and lb_dequantize gives them back. LB_ERR_NAN for a value that
+ * is not finite. */
+lb_status lb__quantize_fixed(const lb_qspec *spec, const float *x, size_t rows, size_t cols,
+                             const lb__block_scale *scales, float tensor_scale, int threads, lb_qtensor **out);
 
 /* The zero point of block b of row r (tensor granularity: r = b = 0),
  * sign-extended from the element's code. */

@@ -408,8 +408,27 @@ lb_status lb_quantize(const lb_qspec *spec, const float *x, size_t rows, size_t 
     return lb__quantize_ex(spec, x, rows, cols, threads, 0.0f, out);
 }
 
+static lb_status quantize_tensor(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads,
+                                 float tensor_amax, float fixed_ts, lb_qtensor **out);
+
 lb_status lb__quantize_ex(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads,
                           float tensor_amax, lb_qtensor **out)
+{
+    return quantize_tensor(spec, x, rows, cols, threads, tensor_amax, 0.0f, out);
+}
+
+lb_status lb__quantize_ts(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads,
+                          float tensor_scale, lb_qtensor **out)
+{
+    if (!(tensor_scale > 0) || isinf(tensor_scale))
+        return lb__fail(LB_ERR_ARG, "lb__quantize_ts: tensor scale %g is not a finite positive number",
+                        (double)tensor_scale);
+    return quantize_tensor(spec, x, rows, cols, threads, 0.0f, tensor_scale, out);
+}
+
+/* lb__quantize_ex, or with fixed_ts > 0 that two-level tensor scale. */
+static lb_status quantize_tensor(const lb_qspec *spec, const float *x, size_t rows, size_t cols, int threads,
+                                 float tensor_amax, float fixed_ts, lb_qtensor **out)
 {
     if (!spec || !x || !out) return lb__fail(LB_ERR_ARG, "lb_quantize: NULL argument");
     if (!(tensor_amax >= 0) || isinf(tensor_amax))
@@ -440,7 +459,8 @@ lb_status lb__quantize_ex(const lb_qspec *spec, const float *x, size_t rows, siz
             lb__fenv_begin(&g);
             /* a fused group's shared amax (>= this tensor's) sets the tensor scale only */
             float ts_amax = spec->two_level && tensor_amax > j.tensor_amax ? tensor_amax : j.tensor_amax;
-            q->tensor_scale = j.rules.tensor_scale = lb__tensor_scale(&j.rules, ts_amax, j.tensor_lo, j.tensor_hi);
+            q->tensor_scale = j.rules.tensor_scale =
+                spec->two_level && fixed_ts > 0 ? fixed_ts : lb__tensor_scale(&j.rules, ts_amax, j.tensor_lo, j.tensor_hi);
             lb__fenv_end(&g);
         }
         free(j.row_stats);
