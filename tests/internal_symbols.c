@@ -12,12 +12,14 @@
 #include "algo/calib_pass.h"
 #include "algo/fold.h"
 #include "algo/gptq.h"
+#include "algo/gptq_grid_ggml.h"
 #include "algo/smooth_error.h"
 #include "algo/smoothquant.h"
 #include "export/exporter.h"
 #include "export/modelopt.h"
 #include "io/ggml_quants.h"
 #include "io/ggml_quants_k.h"
+#include "io/ggml_rows.h"
 #include "io/gguf.h"
 #include "io/llama2c.h"
 #include "io/safetensors.h"
@@ -71,6 +73,8 @@ static const struct {
     ROW(lb__qmodel_fake_quantize), ROW(lb__qmodel_fakeq), ROW(lb__fake_quantize), ROW(lb__qmodel_imatrix),
     /* GPTQ's solver driven by the oracle's IntSym grid (algo/gptq.h) */
     ROW(lb__gptq_int_sym_test),
+    /* GPTQ onto the ggml block grids (algo/gptq_grid_ggml.h) */
+    ROW(lb__gptq_ggml_test), ROW(lb__ggml_nvfp4_scale),
 };
 
 /* The internal function called `name`, or NULL. */
