@@ -74,7 +74,7 @@ static const struct {
     /* GPTQ's solver driven by the oracle's IntSym grid (algo/gptq.h) */
     ROW(lb__gptq_int_sym_test),
     /* GPTQ onto the ggml block grids (algo/gptq_grid_ggml.h) */
-    ROW(lb__gptq_ggml_test), ROW(lb__ggml_nvfp4_scale),
+    ROW(lb__gptq_ggml_test), ROW(lb__ggml_nvfp4_scale), ROW(lb__qmodel_set_ggml_bytes),
 };
 
 /* The internal function called `name`, or NULL. */

@@ -195,3 +195,103 @@ def test_gptq_beats_rtn(t, with_im):
         qa, data_a, ts_a, _ = gptq(t, W, H, im, actorder=1)
         check_dequant(t, qa, data_a, ts_a)
         assert err(qa) < e_rtn
+
+
+STORIES = os.path.join(HERE, "..", "..", "models", "stories260K.bin")
+
+
+class Tensor(ctypes.Structure):  # lb_tensor
+    _fields_ = [("name", ctypes.c_char_p), ("file_name", ctypes.c_char_p), ("dtype", ctypes.c_int),
+                ("n_dims", ctypes.c_int), ("shape", ctypes.c_uint64 * 8), ("n_elements", ctypes.c_uint64),
+                ("n_bytes", ctypes.c_uint64), ("data", ctypes.c_void_p)]
+
+
+class GGUFOptions(ctypes.Structure):  # lb_gguf_options (tests/lowbit_ctypes.py's, which loads liblowbit.so)
+    _fields_ = [("type", ctypes.c_char_p), ("pure", ctypes.c_int), ("output_tensor_type", ctypes.c_char_p),
+                ("token_embedding_type", ctypes.c_char_p), ("tensor_types", _P(ctypes.c_char_p)),
+                ("n_tensor_types", ctypes.c_size_t), ("leave_output", ctypes.c_int), ("threads", ctypes.c_int),
+                ("progress", ctypes.c_void_p), ("progress_ctx", ctypes.c_void_p),
+                ("imatrix", ctypes.c_void_p), ("imatrix_file", ctypes.c_char_p),
+                ("imatrix_include", _P(ctypes.c_char_p)), ("n_imatrix_include", ctypes.c_size_t),
+                ("imatrix_exclude", _P(ctypes.c_char_p)), ("n_imatrix_exclude", ctypes.c_size_t)]
+
+
+def test_gguf_writer_stores_the_set_bytes(tmp_path):
+    """lb__qmodel_set_ggml_bytes: the GGUF writer stores exactly the bytes
+    set (NVFP4's scale tensor the one set), lb_qmodel_values_f32 gives
+    their values, and a change of the entry drops them."""
+    gguf = pytest.importorskip("gguf")
+    lib = LIB  # the qmodel and the internal setter from one copy of the library
+    model, h = ctypes.c_void_p(), ctypes.c_void_p()
+    lib.lb_model_open.argtypes = [ctypes.c_char_p, _P(ctypes.c_void_p)]
+    lib.lb_qmodel_new.argtypes = [ctypes.c_void_p, _P(ctypes.c_void_p)]
+    assert lib.lb_model_open(STORIES.encode(), ctypes.byref(model)) == 0
+    assert lib.lb_qmodel_new(model, ctypes.byref(h)) == 0
+    find, entry = lib.lb_qmodel_find, lib.lb_qmodel_entry
+    find.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _P(ctypes.c_size_t)]
+    entry.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    lib.lb_qmodel_set_ggml.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    lib.lb_qmodel_source_f32.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    lib.lb_qmodel_values_f32.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int]
+    lib.lb_qmodel_set_imatrix.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t]
+    lib.lb_qmodel_gguf_name.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+    lib.lb_gguf_choose.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.lb_export_gguf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p]
+    setb = lib.lb__qmodel_set_ggml_bytes
+    setb.restype = ctypes.c_int
+    setb.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_float]
+    try:
+        o = GGUFOptions(type=b"Q8_0", pure=1, threads=2)
+        assert lib.lb_gguf_choose(h, ctypes.byref(o), None) == 0
+        picks = {"model.layers.0.self_attn.q_proj.weight": "nvfp4", "model.layers.1.self_attn.o_proj.weight": "q4_0",
+                 "model.layers.2.mlp.gate_proj.weight": "iq4_nl"}
+        rng = np.random.default_rng(5)
+        want = {}
+        for name, t in picks.items():
+            i = ctypes.c_size_t()
+            assert find(h, name.encode(), ctypes.byref(i)) == 0
+            i = i.value
+            e = (ctypes.c_void_p * 64)()  # lb_qentry; its first field is the lb_tensor pointer
+            assert entry(h, i, e) == 0
+            tensor = ctypes.cast(e[0], _P(Tensor)).contents
+            rows, cols = tensor.shape[0], tensor.shape[1]
+            assert lib.lb_qmodel_set_ggml(h, i, TYPES[t][0]) == 0
+            w = np.zeros((rows, cols), dtype=np.float32)
+            assert lib.lb_qmodel_source_f32(h, i, w.ctypes.data) == 0
+            X = rng.standard_normal((256, cols // 2)) @ rng.standard_normal((cols // 2, cols))
+            q, data, ts, _ = gptq(t, w, X.T @ X)
+            rtn, _ = rtn_bytes(t, w)
+            assert (data != rtn).any()  # GPTQ's, not what the writer would make
+            assert setb(h, i, data.ctypes.data, data.size - 1, ts) == 1  # LB_ERR_ARG: wrong size
+            assert setb(h, i, data.ctypes.data, data.size, ts) == 0
+            got = np.zeros_like(w)
+            assert lib.lb_qmodel_values_f32(h, i, got.ctypes.data, 1) == 0
+            np.testing.assert_array_equal(got.view(np.uint32), q.view(np.uint32))
+            buf = ctypes.create_string_buffer(128)
+            assert lib.lb_qmodel_gguf_name(h, i, buf, 128) == 0
+            want[buf.value.decode()] = (t, rows, data, ts)
+        out = tmp_path / "m.gguf"
+        assert lib.lb_export_gguf(h, str(out).encode(), ctypes.byref(o), None) == 0, lib.lb_last_error()
+        tensors = {x.name: x for x in gguf.GGUFReader(str(out)).tensors}
+        for name, (t, rows, data, ts) in want.items():
+            file = np.asarray(tensors[name].data).view(np.uint8).reshape(rows, -1)
+            mine = data.reshape(rows, -1)
+            # llama2.c's q rows are in llama.cpp's rotary layout already (a Hugging Face
+            # model's would move, whole rows of blocks; not exercised here)
+            np.testing.assert_array_equal(file, mine)
+            if t == "nvfp4":
+                assert float(np.asarray(tensors[name[:-len(".weight")] + ".scale"].data).ravel()[0]) == ts
+        # a change of the entry drops the bytes: the values are RTN's again
+        i = ctypes.c_size_t()
+        assert find(h, b"model.layers.1.self_attn.o_proj.weight", ctypes.byref(i)) == 0
+        w = np.zeros((64, 64), dtype=np.float32)
+        assert lib.lb_qmodel_source_f32(h, i.value, w.ctypes.data) == 0
+        im = np.ones(64, dtype=np.float32)
+        assert lib.lb_qmodel_set_imatrix(h, i.value, im.ctypes.data, 64) == 0
+        got = np.zeros_like(w)
+        assert lib.lb_qmodel_values_f32(h, i.value, got.ctypes.data, 1) == 0
+        rtn, _ = rtn_bytes("q4_0", w, im)
+        np.testing.assert_array_equal(got, dequant("q4_0", rtn, 64, 64))
+    finally:
+        lib.lb_qmodel_free(h)
+        lib.lb_model_close(model)
