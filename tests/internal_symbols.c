@@ -13,12 +13,14 @@
 #include "algo/fold.h"
 #include "algo/gptq.h"
 #include "algo/gptq_grid.h"
+#include "algo/gptq_grid_ggml.h"
 #include "algo/smooth_error.h"
 #include "algo/smoothquant.h"
 #include "export/exporter.h"
 #include "export/modelopt.h"
 #include "io/ggml_quants.h"
 #include "io/ggml_quants_k.h"
+#include "io/ggml_rows.h"
 #include "io/gguf.h"
 #include "io/llama2c.h"
 #include "io/safetensors.h"
@@ -74,6 +76,8 @@ static const struct {
     ROW(lb__gptq_int_sym_test),
     /* GPTQ with the grid of an lb_qspec (algo/gptq_grid.h), and the group quantizer it uses */
     ROW(lb__gptq_spec_test), ROW(lb__quantize_ts), ROW(lb__quantize_ex),
+    /* GPTQ onto the ggml block grids (algo/gptq_grid_ggml.h) */
+    ROW(lb__gptq_ggml_test), ROW(lb__ggml_nvfp4_scale), ROW(lb__qmodel_set_ggml_bytes),
 };
 
 /* The internal function called `name`, or NULL. */

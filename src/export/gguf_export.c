@@ -103,9 +103,49 @@ static lb_status file_values(wjob *j, const out_t *o, float **vals)
     return LB_OK;
 }
 
+/* Rows of row_bytes from one rotary layout to the other, as
+ * lb__permute_rotary_rows moves rows of floats (here whole rows of blocks). */
+static void permute_byte_rows(const unsigned char *src, unsigned char *dst, uint64_t rows, size_t row_bytes,
+                              uint32_t heads, int to_adjacent)
+{
+    uint64_t hd = rows / heads, half = hd / 2;
+    for (uint64_t h = 0; h < heads; h++)
+        for (uint64_t k = 0; k < half; k++)
+            for (uint64_t p = 0; p < 2; p++) {
+                uint64_t split = h * hd + p * half + k, adjacent = h * hd + 2 * k + p;
+                uint64_t from = to_adjacent ? split : adjacent, to = to_adjacent ? adjacent : split;
+                memcpy(dst + to * row_bytes, src + from * row_bytes, row_bytes);
+            }
+}
+
+/* An entry whose ggml bytes an algorithm set (GPTQ): those bytes, rows
+ * moved as the file's layout needs; NVFP4's scale tensor their scale. */
+static lb_status fill_set_bytes(wjob *j, const out_t *o, const void *bytes, size_t n, float scale, void *dst,
+                                uint64_t n_bytes)
+{
+    if (o->is_scale) {
+        memcpy(dst, &scale, sizeof scale);
+        return LB_OK;
+    }
+    if (n != n_bytes) return lb__fail(LB_ERR_ARG, "tensor '%s': %zu bytes set for %llu", o->name, n,
+                                      (unsigned long long)n_bytes);
+    if (!o->permute) {
+        memcpy(dst, bytes, n);
+        return LB_OK;
+    }
+    const lb_tensor *t = lb_model_tensor(lb_qmodel_model(j->q), o->entry);
+    uint64_t rows = t->shape[0];
+    permute_byte_rows(bytes, dst, rows, n / rows, o->permute, j->layout == LB_ROPE_ADJACENT);
+    return LB_OK;
+}
+
 static lb_status fill_one(wjob *j, const out_t *o, void *dst, uint64_t n_bytes)
 {
     const lb_tensor *t = lb_model_tensor(lb_qmodel_model(j->q), o->entry);
+    size_t n_set = 0;
+    float set_scale = 1.0f;
+    const void *set = lb__qmodel_ggml_bytes(j->q, o->entry, &n_set, &set_scale);
+    if (set) return fill_set_bytes(j, o, set, n_set, set_scale, dst, n_bytes);
     if (o->copy) {
         if (n_bytes != t->n_bytes) return lb__fail(LB_ERR_ARG, "tensor '%s': size mismatch copying it", t->name);
         memcpy(dst, t->data, n_bytes);
@@ -167,7 +207,7 @@ static lb_status plan_entry(wjob *j, const lb__gguf_view *v, size_t i, out_t *o)
     if (e.ggml != LB_DT_COUNT) o->dtype = e.ggml;
     else if (lb_dtype_from_ggml(v->t[i].type, &o->dtype) != LB_OK) o->dtype = LB_DT_F32;
     if ((st = lb__rotary_permute_heads(m, t, j->layout, &o->permute)) != LB_OK) return st;
-    o->copy = o->dtype == t->dtype && !o->permute && !e.replaced;
+    o->copy = o->dtype == t->dtype && !o->permute && !e.replaced && !lb__qmodel_ggml_bytes(q, i, NULL, NULL);
     /* NVFP4 divides the values by the tensor's scale first, so it needs its own copy */
     o->borrow = !o->copy && t->dtype == LB_DT_F32 && !o->permute && !e.replaced && o->dtype != LB_DT_NVFP4;
     const lb_dtype_info *d = lb_dtype_get(o->dtype);

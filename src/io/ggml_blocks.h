@@ -331,6 +331,17 @@ LB__IQ4_QUANTIZERS(LB__DECLARE_IQ4_TWINS)
 void lb__quantize_iq4_nl(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst);
 void lb__quantize_iq4_xs(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst);
 
+/* The fp32 scale at which ggml's IQ4 quantizer above took each block's
+ * codes (nearest grid points of x / scale, lb__iq4_nearest32): IQ4_NL's
+ * unrounded block scale (xs 0: one per 32 values), IQ4_XS's unrounded
+ * super-block scale times each sub-block's 6-bit scale (xs 1: eight per
+ * 256). The blocks store these rounded (fp16), so the codes are not
+ * always the nearest for the stored scale: GPTQ's grid
+ * (algo/gptq_grid_ggml.c) needs the scale itself to take the same codes.
+ * The scalar build's search (the AVX2 one gives the same bits). */
+void lb__iq4_code_scales(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
+                         float *restrict scale);
+
 /* ggml's fp16 store for block scales (GGML_FP32_TO_FP16): round to
  * nearest even, overflow to inf; a NaN becomes the quiet NaN 0x7E00 with
  * its sign (lb__fp16_from_f32 keeps payload bits instead). */

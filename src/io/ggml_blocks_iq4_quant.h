@@ -122,13 +122,43 @@ static inline void codes_at(const float *x, float d, uint8_t *qs)
     for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
 }
 
+/* IQ4_NL's scale of one block (unrounded: the codes are taken at it, the
+ * block stores it as fp16). */
+static inline float nl_scale(const float *src, const float *qw)
+{
+    float w[32];
+    fit_weights(src, qw, qw ? twice_mean_square(src, LB__QK) : 0.0f, w);
+    return sub_block_scale(src, w);
+}
+
+/* IQ4_XS's scales of one super-block: returns the unrounded super-block
+ * scale d (stored as fp16) and each sub-block's 6-bit scale l[ib] in
+ * -32..31; sub-block ib's codes are taken at the fp32 d * l. */
+static inline float xs_scales(const float *src, const float *qw, int l[8])
+{
+    const float sigma2 = qw ? twice_mean_square(src, LB__QK_K) : 0.0f;
+    float scale[8], w[32];
+    float amax_scale = 0.0f, max_scale = 0.0f; /* the first scale of largest magnitude */
+    for (int ib = 0; ib < 8; ib++) {
+        fit_weights(src + 32 * ib, qw ? qw + 32 * ib : NULL, sigma2, w);
+        scale[ib] = sub_block_scale(src + 32 * ib, w);
+        if (fabsf(scale[ib]) > amax_scale) amax_scale = fabsf(scale[ib]), max_scale = scale[ib];
+    }
+    /* the super-block scale maps the largest sub-block scale to -32 */
+    const float d = -max_scale / 32.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int ib = 0; ib < 8; ib++) {
+        int v = magic_round(id * scale[ib]);
+        l[ib] = v < -32 ? -32 : v > 31 ? 31 : v;
+    }
+    return d;
+}
+
 void LB__QNAME(iq4_nl)(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst)
 {
     lb__block_iq4_nl *y = dst;
     for (size_t i = 0; i < nb; i++, src += LB__QK) {
-        float w[32];
-        fit_weights(src, imatrix ? imatrix + LB__QK * i : NULL, imatrix ? twice_mean_square(src, LB__QK) : 0.0f, w);
-        const float d = sub_block_scale(src, w);
+        const float d = nl_scale(src, imatrix ? imatrix + LB__QK * i : NULL);
         lb__store_ggml_fp16(y[i].d, d);
         codes_at(src, d, y[i].qs); /* with the unrounded scale, as ggml */
     }
@@ -138,23 +168,12 @@ void LB__QNAME(iq4_xs)(const float *restrict src, size_t nb, const float *restri
 {
     lb__block_iq4_xs *y = dst;
     for (size_t i = 0; i < nb; i++, src += LB__QK_K) {
-        const float *qw = imatrix ? imatrix + LB__QK_K * i : NULL;
-        const float sigma2 = qw ? twice_mean_square(src, LB__QK_K) : 0.0f;
-        float scale[8], w[32];
-        float amax_scale = 0.0f, max_scale = 0.0f; /* the first scale of largest magnitude */
-        for (int ib = 0; ib < 8; ib++) {
-            fit_weights(src + 32 * ib, qw ? qw + 32 * ib : NULL, sigma2, w);
-            scale[ib] = sub_block_scale(src + 32 * ib, w);
-            if (fabsf(scale[ib]) > amax_scale) amax_scale = fabsf(scale[ib]), max_scale = scale[ib];
-        }
-        /* the super-block scale maps the largest sub-block scale to -32 */
-        const float d = -max_scale / 32.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        int ls[8];
+        const float d = xs_scales(src, imatrix ? imatrix + LB__QK_K * i : NULL, ls);
         lb__store_ggml_fp16(y[i].d, d);
         uint32_t h = 0;
         for (int ib = 0; ib < 8; ib++) {
-            int l = magic_round(id * scale[ib]);
-            l = l < -32 ? -32 : l > 31 ? 31 : l;
+            const int l = ls[ib];
             codes_at(src + 32 * ib, d * (float)l, y[i].qs + 16 * ib);
             const unsigned code = (unsigned)(l + 32);
             if (ib % 2 == 0) y[i].scales_l[ib / 2] = (uint8_t)(code & 0x0F);

@@ -116,7 +116,7 @@ float lb__ggml_make_q3_quants(int n, int nmax, const float *x, int8_t *L, int do
  * test (qkx2: max == min, qkx3: max <= min, the same for finite input
  * since min <= max always, but kept literal). */
 static float qkx_search(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
-                        uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad, int flat_le)
+                        uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad, int flat_le, float *rule)
 {
 #define WEIGHT(i) (weights ? weights[i] : x[i] * x[i])
     float min = x[0], max = x[0];
@@ -133,9 +133,11 @@ static float qkx_search(int n, int nmax, const float *x, const float *weights, u
     if (flat_le ? max <= min : max == min) {
         memset(L, 0, (size_t)n);
         *the_min = -min;
+        if (rule) rule[0] = 0.f, rule[1] = min;
         return 0.f;
     }
     float iscale = (float)nmax / (max - min);
+    if (rule) rule[0] = iscale, rule[1] = min;
     float scale = 1 / iscale;
     float best_error = 0;
     for (int i = 0; i < n; ++i) {
@@ -175,6 +177,7 @@ static float qkx_search(int n, int nmax, const float *x, const float *weights, u
                 cur_error += WEIGHT(i) * diff;
             }
             if (cur_error < best_error) {
+                if (rule) rule[0] = iscale, rule[1] = min; /* the min these codes were taken from */
                 memcpy(L, Laux, (size_t)n);
                 best_error = cur_error;
                 scale = this_scale;
@@ -190,13 +193,20 @@ static float qkx_search(int n, int nmax, const float *x, const float *weights, u
 float lb__ggml_make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
                                 float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad)
 {
-    return qkx_search(n, nmax, x, weights, L, the_min, Laux, rmin, rdelta, nstep, use_mad, 0);
+    return qkx_search(n, nmax, x, weights, L, the_min, Laux, rmin, rdelta, nstep, use_mad, 0, NULL);
 }
 
 float lb__ggml_make_qkx3_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
                                 float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad)
 {
-    return qkx_search(n, nmax, x, weights, L, the_min, Laux, rmin, rdelta, nstep, use_mad, 1);
+    return qkx_search(n, nmax, x, weights, L, the_min, Laux, rmin, rdelta, nstep, use_mad, 1, NULL);
+}
+
+float lb__ggml_make_qkx3_quants_rule(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+                                     float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                                     int use_mad, float rule[2])
+{
+    return qkx_search(n, nmax, x, weights, L, the_min, Laux, rmin, rdelta, nstep, use_mad, 1, rule);
 }
 
 float lb__ggml_make_qp_quants(int n, int nmax, const float *x, uint8_t *L, const float *quant_weights)
@@ -279,7 +289,7 @@ static void qkx8_scalar(int n, int nmax, const float *x, const float *weights, u
             xs[i] = x[8 * i + g];
             ws[i] = weights[8 * i + g];
         }
-        scale[g] = qkx_search(n, nmax, xs, ws, Ls, &the_min[g], aux, rmin, rdelta, nstep, use_mad, flat_le);
+        scale[g] = qkx_search(n, nmax, xs, ws, Ls, &the_min[g], aux, rmin, rdelta, nstep, use_mad, flat_le, NULL);
         for (int i = 0; i < n; ++i) L[8 * i + g] = Ls[i];
     }
 }

@@ -62,6 +62,15 @@ float lb__ggml_make_qkx2_quants(int n, int nmax, const float *x, const float *we
 float lb__ggml_make_qkx3_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
                                 float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad);
 
+/* make_qkx3_quants, also giving the rule of its final codes: L[i] =
+ * clamp(nearest_int(rule[0] * (x[i] - rule[1])), 0, nmax) (the trial
+ * inverse scale that won and the minimum its codes were taken from; the
+ * returned scale is their least-squares refit, not 1 / rule[0]). For
+ * GPTQ's grid (algo/gptq_grid_ggml.c), which must round as ggml did. */
+float lb__ggml_make_qkx3_quants_rule(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+                                     float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                                     int use_mad, float rule[2]);
+
 /* The search for a super-block's non-negative sub-block scales or mins
  * (make_qp_quants): codes in [0, nmax], 9 trial scales by weighted squared
  * error, then a weighted least-squares refit with up to 5 passes of single

@@ -499,20 +499,18 @@ static void pack_q5(const uint8_t *L, uint8_t qs[16], uint8_t qh[4])
     for (int b = 0; b < 4; ++b) qh[b] = (uint8_t)(h >> (8 * b));
 }
 
-typedef enum { CLASSIC_Q4_0, CLASSIC_Q4_1, CLASSIC_Q5_0, CLASSIC_Q5_1 } classic_type;
+typedef lb__ggml_classic classic_type;
 
-static void classic_row(classic_type t, const float *x, void *dst, size_t cols, const float *imatrix)
+static void classic_row(classic_type t, const float *x, void *dst, size_t cols, const float *imatrix, float sigma2)
 {
     const lb__ggml_search8 *search = SEARCH(lb_isa_active());
     int nmax = 0, asym = 0;
     switch (t) {
-    case CLASSIC_Q4_0: nmax = 8; break;
-    case CLASSIC_Q4_1: nmax = 15, asym = 1; break;
-    case CLASSIC_Q5_0: nmax = 16; break;
-    case CLASSIC_Q5_1: nmax = 31, asym = 1; break;
+    case LB__CLASSIC_Q4_0: nmax = 8; break;
+    case LB__CLASSIC_Q4_1: nmax = 15, asym = 1; break;
+    case LB__CLASSIC_Q5_0: nmax = 16; break;
+    case LB__CLASSIC_Q5_1: nmax = 31, asym = 1; break;
     }
-    /* sigma2 is the mean square of the whole row (not of a super-block) */
-    const float sigma2 = sum_squares(x, cols) / (float)cols;
     const size_t nb = cols / LB__QK;
     uint8_t L[8 * LB__QK];
     float d[8], m[8];
@@ -523,26 +521,26 @@ static void classic_row(classic_type t, const float *x, void *dst, size_t cols, 
             const uint8_t *Lg = L + LB__QK * g;
             const size_t ib = b0 + (size_t)g;
             switch (t) {
-            case CLASSIC_Q4_0: {
+            case LB__CLASSIC_Q4_0: {
                 lb__block_q4_0 *y = (lb__block_q4_0 *)dst + ib;
                 store_fp16(y->d, d[g]);
                 for (int j = 0; j < 16; ++j) y->qs[j] = (uint8_t)(Lg[j] | Lg[j + 16] << 4);
                 break;
             }
-            case CLASSIC_Q4_1: {
+            case LB__CLASSIC_Q4_1: {
                 lb__block_q4_1 *y = (lb__block_q4_1 *)dst + ib;
                 store_fp16(y->d, d[g]);
                 store_fp16(y->m, m[g]);
                 for (int j = 0; j < 16; ++j) y->qs[j] = (uint8_t)(Lg[j] | Lg[j + 16] << 4);
                 break;
             }
-            case CLASSIC_Q5_0: {
+            case LB__CLASSIC_Q5_0: {
                 lb__block_q5_0 *y = (lb__block_q5_0 *)dst + ib;
                 store_fp16(y->d, d[g]);
                 pack_q5(Lg, y->qs, y->qh);
                 break;
             }
-            case CLASSIC_Q5_1: {
+            case LB__CLASSIC_Q5_1: {
                 lb__block_q5_1 *y = (lb__block_q5_1 *)dst + ib;
                 store_fp16(y->d, d[g]);
                 store_fp16(y->m, m[g]);
@@ -554,22 +552,31 @@ static void classic_row(classic_type t, const float *x, void *dst, size_t cols, 
     }
 }
 
+/* sigma2 is the mean square of the whole row (not of a super-block) */
+static float row_sigma2(const float *x, size_t cols) { return sum_squares(x, cols) / (float)cols; }
+
+void lb__ggml_quantize_classic_sigma2(lb__ggml_classic t, const float *x, void *dst, size_t cols,
+                                      const float *imatrix, float sigma2)
+{
+    classic_row(t, x, dst, cols, imatrix, sigma2);
+}
+
 void lb__ggml_quantize_row_q4_0_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
 {
-    classic_row(CLASSIC_Q4_0, x, dst, cols, imatrix);
+    classic_row(LB__CLASSIC_Q4_0, x, dst, cols, imatrix, row_sigma2(x, cols));
 }
 
 void lb__ggml_quantize_row_q4_1_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
 {
-    classic_row(CLASSIC_Q4_1, x, dst, cols, imatrix);
+    classic_row(LB__CLASSIC_Q4_1, x, dst, cols, imatrix, row_sigma2(x, cols));
 }
 
 void lb__ggml_quantize_row_q5_0_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
 {
-    classic_row(CLASSIC_Q5_0, x, dst, cols, imatrix);
+    classic_row(LB__CLASSIC_Q5_0, x, dst, cols, imatrix, row_sigma2(x, cols));
 }
 
 void lb__ggml_quantize_row_q5_1_imatrix(const float *x, void *dst, size_t cols, const float *imatrix)
 {
-    classic_row(CLASSIC_Q5_1, x, dst, cols, imatrix);
+    classic_row(LB__CLASSIC_Q5_1, x, dst, cols, imatrix, row_sigma2(x, cols));
 }

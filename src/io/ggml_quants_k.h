@@ -26,4 +26,12 @@ void lb__ggml_quantize_row_q4_1_imatrix(const float *x, void *dst, size_t cols, 
 void lb__ggml_quantize_row_q5_0_imatrix(const float *x, void *dst, size_t cols, const float *imatrix);
 void lb__ggml_quantize_row_q5_1_imatrix(const float *x, void *dst, size_t cols, const float *imatrix);
 
+/* The four above on part of a row: blocks of 32 of x (cols values) with
+ * the row's sigma2 given (ggml's is the mean square of the whole row,
+ * sum x^2 / cols in element order, which part of a row cannot compute).
+ * GPTQ quantizes a row one block at a time (algo/gptq_grid_ggml.c). */
+typedef enum { LB__CLASSIC_Q4_0, LB__CLASSIC_Q4_1, LB__CLASSIC_Q5_0, LB__CLASSIC_Q5_1 } lb__ggml_classic;
+void lb__ggml_quantize_classic_sigma2(lb__ggml_classic t, const float *x, void *dst, size_t cols,
+                                      const float *imatrix, float sigma2);
+
 #endif

@@ -31,6 +31,9 @@ typedef struct qslot {
     size_t n_imatrix;
     uint32_t *outliers;   /* lb_qmodel_set_outliers: input columns kept 16-bit, ascending; or NULL */
     size_t n_outliers;
+    unsigned char *ggml_bytes; /* lb__qmodel_set_ggml_bytes (owned), or NULL */
+    size_t n_ggml_bytes;
+    float ggml_scale;     /* NVFP4's tensor scale of ggml_bytes */
 } qslot;
 
 struct lb_qmodel {
@@ -104,6 +107,7 @@ void lb_qmodel_free(lb_qmodel *q)
         free(q->s[i].imatrix);
         free(q->s[i].outliers);
         lb_qtensor_free(q->s[i].qt);
+        free(q->s[i].ggml_bytes);
     }
     free(q->s);
     free(q->kv_amax);
@@ -293,10 +297,13 @@ static lb_status need_matrix(const lb_qmodel *q, size_t i, const char *fn)
     return LB_OK;
 }
 
+/* Drops what an algorithm set: a quantized tensor, ggml bytes. */
 static void drop_qtensor(qslot *s)
 {
     lb_qtensor_free(s->qt);
     s->qt = NULL;
+    free(s->ggml_bytes);
+    s->ggml_bytes = NULL, s->n_ggml_bytes = 0;
     s->e.has_qtensor = 0;
 }
 
@@ -552,6 +559,7 @@ lb_status lb_qmodel_set_imatrix(lb_qmodel *q, size_t i, const float *w, size_t n
         memcpy(copy, w, n * sizeof *copy);
     }
     free(s->imatrix);
+    drop_qtensor(s); /* ggml bytes made with the old importance: stale */
     s->imatrix = copy, s->n_imatrix = copy ? n : 0;
     s->e.has_imatrix = copy != NULL;
     return LB_OK;
@@ -571,6 +579,11 @@ static lb_status ggml_round_trip(const lb_qmodel *q, size_t i, float *dst, int t
 {
     const qslot *s = &q->s[i];
     const lb_tensor *t = s->e.tensor;
+    if (s->ggml_bytes) { /* an algorithm's bytes (GPTQ): what the file holds */
+        lb_status st = lb_dtype_to_f32(s->e.ggml, s->ggml_bytes, (size_t)t->n_elements, dst);
+        for (uint64_t k = 0; st == LB_OK && s->ggml_scale != 1.0f && k < t->n_elements; k++) dst[k] *= s->ggml_scale;
+        return st;
+    }
     lb_status st = source_f32(q, i, dst);
     /* stored in its own type: the file copies the bytes, so the values are the stored ones */
     int as_stored = s->e.ggml == t->dtype && !s->replacement;
@@ -579,6 +592,40 @@ static lb_status ggml_round_trip(const lb_qmodel *q, size_t i, float *dst, int t
     st = lb__ggml_round_trip(s->e.ggml, dst, (size_t)rows, (size_t)cols, s->imatrix, s->n_imatrix, threads);
     if (st != LB_OK) st = lb__fail(st, "%s as %s: %s", t->name, lb_dtype_get(s->e.ggml)->name, lb_last_error());
     return st;
+}
+
+lb_status lb__qmodel_set_ggml_bytes(lb_qmodel *q, size_t i, const void *bytes, size_t n, float tensor_scale)
+{
+    lb_status st = check_index(q, i, "lb__qmodel_set_ggml_bytes");
+    if (st != LB_OK) return st;
+    qslot *s = &q->s[i];
+    const lb_tensor *t = s->e.tensor;
+    const lb_dtype_info *d = s->e.ggml != LB_DT_COUNT ? lb_dtype_get(s->e.ggml) : NULL;
+    if (!d || d->block < 2)
+        return lb__fail(LB_ERR_ARG, "lb__qmodel_set_ggml_bytes: %s has no ggml block type (lb_qmodel_set_ggml first)",
+                        t->name);
+    uint64_t want = 0;
+    if ((st = lb_dtype_bytes(s->e.ggml, t->n_elements, &want)) != LB_OK) return st;
+    if (!bytes || n != want)
+        return lb__fail(LB_ERR_ARG, "lb__qmodel_set_ggml_bytes: %s as %s takes %llu bytes, not %zu%s", t->name,
+                        d->name, (unsigned long long)want, n, bytes ? "" : " (NULL)");
+    if (!(tensor_scale > 0.0f) || !isfinite(tensor_scale) || (s->e.ggml != LB_DT_NVFP4 && tensor_scale != 1.0f))
+        return lb__fail(LB_ERR_ARG, "lb__qmodel_set_ggml_bytes: %s: tensor scale %g (NVFP4: > 0, else 1)", t->name,
+                        (double)tensor_scale);
+    unsigned char *copy = malloc(n ? n : 1);
+    if (!copy) return lb__fail(LB_ERR_NOMEM, "lb__qmodel_set_ggml_bytes: %s: out of memory", t->name);
+    memcpy(copy, bytes, n);
+    drop_qtensor(s);
+    s->ggml_bytes = copy, s->n_ggml_bytes = n, s->ggml_scale = tensor_scale;
+    return LB_OK;
+}
+
+const void *lb__qmodel_ggml_bytes(const lb_qmodel *q, size_t i, size_t *n, float *tensor_scale)
+{
+    if (!q || i >= q->n || !q->s[i].ggml_bytes) return NULL;
+    if (n) *n = q->s[i].n_ggml_bytes;
+    if (tensor_scale) *tensor_scale = q->s[i].ggml_scale;
+    return q->s[i].ggml_bytes;
 }
 
 /* ---- 16-bit outlier columns (LLM.int8()) ---- */

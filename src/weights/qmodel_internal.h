@@ -43,6 +43,21 @@ lb_status lb__qmodel_quantized_owned(const lb_qmodel *q, size_t i, int threads, 
  * length, or NULL. Borrowed: valid until the entry changes. */
 const float *lb__qmodel_imatrix(const lb_qmodel *q, size_t i, size_t *n);
 
+/* The ggml blocks an algorithm made for entry i (GPTQ onto its ggml type,
+ * algo/gptq_grid_ggml.h): n = lb_dtype_bytes(entry's ggml type, its
+ * elements) bytes, the rows in the source's layout (lb_qmodel_source_f32's,
+ * before any row move a GGUF needs), copied. tensor_scale: NVFP4's
+ * per-tensor scale (the blocks hold the values over it), 1 for the other
+ * types. The GGUF writer stores them as they are, lb_qmodel_values_f32
+ * gives their values. The entry's ggml type must be set first
+ * (lb_qmodel_set_ggml); anything that changes the entry (set_ggml,
+ * set_spec, keep, replace, set_imatrix) drops them. LB_ERR_ARG: no ggml
+ * block type, a wrong size, a bad scale. */
+lb_status lb__qmodel_set_ggml_bytes(lb_qmodel *q, size_t i, const void *bytes, size_t n, float tensor_scale);
+/* Those bytes (borrowed, valid until the entry changes), their size and
+ * scale; NULL when none were set. */
+const void *lb__qmodel_ggml_bytes(const lb_qmodel *q, size_t i, size_t *n, float *tensor_scale);
+
 /* The 16-bit values of entry i's outlier columns (lb_qmodel_set_outliers):
  * dst[rows][n] = the source's columns, rounded to the qmodel's dtype. */
 lb_status lb__qmodel_outlier_values(const lb_qmodel *q, size_t i, float *dst);
