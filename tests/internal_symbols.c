@@ -13,6 +13,7 @@
 #include "algo/fold.h"
 #include "algo/gptq.h"
 #include "algo/gptq_grid.h"
+#include "algo/gptq_layer.h"
 #include "algo/smooth_error.h"
 #include "algo/smoothquant.h"
 #include "export/exporter.h"
@@ -74,6 +75,8 @@ static const struct {
     ROW(lb__gptq_int_sym_test),
     /* GPTQ with the grid of an lb_qspec (algo/gptq_grid.h), and the group quantizer it uses */
     ROW(lb__gptq_spec_test), ROW(lb__quantize_ts), ROW(lb__quantize_ex),
+    /* GPTQ as a method: the calibration pass's layer callback (algo/gptq_layer.h) */
+    ROW(lb__gptq_layer),
 };
 
 /* The internal function called `name`, or NULL. */
