@@ -102,8 +102,8 @@ int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, u
     "evaluate exactly the model `lowbit quantize` writes with the same options; schemes\n"    \
     "with static scales (W8A8-FP8-STATIC, NVFP4) and --kv fp8 then need --calib FILE\n"       \
     "(calibrated as quantize does: the first " CLI_STR(CLI_CALIB_DEFAULT_TOKENS) " tokens, windows of " CLI_STR(CLI_CALIB_CTX) ").\n" \
-    "--method smoothquant|awq --calib FILE transforms that model as quantize does, before its\n"      \
-    "static scales are calibrated (also with --type T: awq on the GGUF's types).\n"                     \
+    "--method smoothquant|awq|gptq|awq+gptq --calib FILE transforms that model as quantize\n"    \
+    "does, before its static scales are calibrated (also with --type T: awq on the GGUF's types).\n" \
     "--type T (a llama.cpp file type: Q8_0, Q4_K_M, ...) with --pure, --output-tensor-type X,\n"   \
     "--token-embedding-type X, --tensor-type P=X, --leave-output-tensor, --rule P=X (X a ggml\n" \
     "type) and --imatrix FILE or --imatrix-from TEXT (with --include-weights S or\n"             \

@@ -1,11 +1,14 @@
 /* The outlier method options every command that builds a quantized model
  * from a recipe shares (cli_recipe.h): --method, --alpha, --calib-seqs,
- * --calib-len, and applying the method to the quantized model
- * (lb_qmodel_apply_method) on the --calib text. */
+ * --calib-len, GPTQ's --damp, --block and --actorder, and applying the
+ * method to the quantized model (lb_qmodel_apply_method) on the --calib
+ * text. */
 #include "cli_recipe.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#define METHODS "rtn, smoothquant, awq, gptq or awq+gptq"
 
 /* Where a user finds a calibration text: the two the repository ships
  * (data/PROVENANCE.md), never the evaluation text. */
@@ -24,19 +27,28 @@ static int parse_count(const char *cmd, int json, const char *opt, const char *v
     return 1;
 }
 
+static int is_gptq(lb_method m) { return m == LB_METHOD_GPTQ || m == LB_METHOD_AWQ_GPTQ; }
+
 int cli_method_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a)
 {
     const char *o = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (strcmp(o, "--actorder") == 0) {
+        if (a->actorder) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--actorder is given twice"), -1;
+        a->actorder = 1;
+        return 1;
+    }
     int method = strcmp(o, "--method") == 0, alpha = strcmp(o, "--alpha") == 0,
-        seqs = strcmp(o, "--calib-seqs") == 0, len = strcmp(o, "--calib-len") == 0;
-    if (!method && !alpha && !seqs && !len) return 0;
+        seqs = strcmp(o, "--calib-seqs") == 0, len = strcmp(o, "--calib-len") == 0, damp = strcmp(o, "--damp") == 0,
+        block = strcmp(o, "--block") == 0;
+    if (!method && !alpha && !seqs && !len && !damp && !block) return 0;
     if (!v) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s needs a value", o), -1;
-    if ((method && a->method) || (alpha && a->alpha) || (seqs && a->calib_seqs) || (len && a->calib_len))
+    if ((method && a->method) || (alpha && a->alpha) || (seqs && a->calib_seqs) || (len && a->calib_len) ||
+        (damp && a->damp) || (block && a->block))
         return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s is given twice", o), -1;
     int r = 1;
     if (method) {
         if (lb_method_parse(v, &a->method_id) != LB_OK)
-            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--method takes rtn, smoothquant or awq, not '%s'%s",
+            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--method takes " METHODS ", not '%s'%s",
                             v, strchr(v, ',') ? " (one method: compare the methods with one run each)" : ""), -1;
         a->method = v;
     } else if (alpha) {
@@ -48,6 +60,18 @@ int cli_method_option(const char *cmd, int json, int argc, char **argv, int *i, 
                             "migration strength; the paper uses 0.5) or 'search', not '%s'", v), -1;
         else a->alpha_value = (float)x;
         a->alpha = v;
+    } else if (damp) {
+        char *end;
+        double x = strtod(v, &end);
+        if (end == v || *end || !(x > 0 && x <= 1))
+            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--damp takes a number in (0, 1] (GPTQ's "
+                            "dampening, a fraction of the Hessian's mean diagonal; the paper uses 0.01), not '%s'",
+                            v), -1;
+        a->damp_value = x;
+        a->damp = v;
+    } else if (block) {
+        r = parse_count(cmd, json, o, v, 1, 1 << 16, &a->block_value);
+        if (r > 0) a->block = v;
     } else if (seqs) {
         r = parse_count(cmd, json, o, v, 1, 1 << 16, &a->calib_seqs);
     } else {
@@ -67,10 +91,13 @@ int cli_method_check(const char *cmd, int json, const cli_recipe_args *a, const 
     if (a->alpha && !(a->method && a->method_id == LB_METHOD_SMOOTHQUANT))
         return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--alpha is SmoothQuant's migration strength: it "
                         "needs --method smoothquant");
+    if ((a->damp || a->block || a->actorder) && !(a->method && is_gptq(a->method_id)))
+        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s is GPTQ's: it needs --method gptq or awq+gptq",
+                        a->damp ? "--damp" : a->block ? "--block" : "--actorder");
     if (!cli_method_given(a)) {
         /* a loop over methods passes the same options to rtn: a note, no error */
         if (a->calib_seqs || a->calib_len)
-            fprintf(stderr, "lowbit %s: note: %s unused: %s the calibration of --method smoothquant or awq\n", cmd,
+            fprintf(stderr, "lowbit %s: note: %s unused: %s the calibration of --method smoothquant, awq or gptq\n", cmd,
                     a->calib_seqs && a->calib_len ? "--calib-seqs and --calib-len are" : a->calib_seqs ? "--calib-seqs is"
                     : "--calib-len is", a->calib_seqs && a->calib_len ? "they size" : "it sizes");
         return EXIT_OK;
@@ -79,6 +106,13 @@ int cli_method_check(const char *cmd, int json, const cli_recipe_args *a, const 
         return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--method %s calibrates on a text: give --calib FILE, "
                         "e.g. " CALIB_TEXTS, a->method);
     return EXIT_OK;
+}
+
+/* The library's warnings (GPTQ's raised dampening): on stderr, whatever
+ * --json or --quiet say, since they qualify the result. */
+static void warn_fn(void *ctx, const char *message)
+{
+    fprintf(stderr, "lowbit %s: warning: %s\n", (const char *)ctx, message);
 }
 
 int cli_method_apply(const char *cmd, int json, lb_qmodel *q, const lb_tokenizer *tok, const char *calib,
@@ -102,7 +136,9 @@ int cli_method_apply(const char *cmd, int json, lb_qmodel *q, const lb_tokenizer
                            .alpha_search = a->alpha_search,
                            .calib_seqs = a->calib_seqs ? a->calib_seqs : CLI_METHOD_DEFAULT_SEQS,
                            .calib_len = a->calib_len ? a->calib_len : CLI_METHOD_DEFAULT_LEN,
-                           .threads = threads, .progress = cli_progress_fn, .progress_ctx = &pc};
+                           .damp = a->damp ? a->damp_value : 0, .block = a->block ? a->block_value : 0,
+                           .actorder = a->actorder, .threads = threads, .progress = cli_progress_fn,
+                           .progress_ctx = &pc, .warn = warn_fn, .warn_ctx = (void *)cmd};
     st = lb_qmodel_apply_method(q, ids, n, &o);
     free(ids);
     if (st == LB_OK) return EXIT_OK;
@@ -117,7 +153,7 @@ void cli_method_print(FILE *out, const cli_recipe_args *a, const char *calib, in
     int given = cli_method_given(a);
     uint32_t seqs = a->calib_seqs ? a->calib_seqs : CLI_METHOD_DEFAULT_SEQS;
     uint32_t len = a->calib_len ? a->calib_len : CLI_METHOD_DEFAULT_LEN;
-    int sq = given && a->method_id == LB_METHOD_SMOOTHQUANT;
+    int sq = given && a->method_id == LB_METHOD_SMOOTHQUANT, gptq = given && is_gptq(a->method_id);
     if (json) {
         fprintf(out, ", \"method\": ");
         json_string(out, given ? a->method : "rtn");
@@ -127,6 +163,12 @@ void cli_method_print(FILE *out, const cli_recipe_args *a, const char *calib, in
         else fprintf(out, "null");
         if (given) fprintf(out, ", \"calib_seqs\": %u, \"calib_len\": %u", seqs, len);
         else fprintf(out, ", \"calib_seqs\": null, \"calib_len\": null");
+        if (gptq) {
+            fprintf(out, ", \"damp\": ");
+            json_number(out, a->damp ? a->damp_value : CLI_METHOD_DEFAULT_DAMP);
+            fprintf(out, ", \"block\": %u, \"actorder\": %s", a->block ? a->block_value : CLI_METHOD_DEFAULT_BLOCK,
+                    a->actorder ? "true" : "false");
+        }
         return;
     }
     if (!given) {
@@ -136,5 +178,8 @@ void cli_method_print(FILE *out, const cli_recipe_args *a, const char *calib, in
     fprintf(out, "%s", a->method);
     if (sq && a->alpha_search) fprintf(out, " (alpha searched)");
     else if (sq) fprintf(out, " (alpha %g)", (double)(a->alpha ? a->alpha_value : CLI_METHOD_DEFAULT_ALPHA));
+    if (gptq)
+        fprintf(out, " (damp %g, block %u%s)", a->damp ? a->damp_value : CLI_METHOD_DEFAULT_DAMP,
+                a->block ? a->block_value : CLI_METHOD_DEFAULT_BLOCK, a->actorder ? ", act-order" : "");
     fprintf(out, ", %u x %u tokens of %s", seqs, len, calib ? calib : "?");
 }

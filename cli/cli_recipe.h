@@ -33,17 +33,26 @@ typedef struct cli_recipe_args {
     float alpha_value;
     int alpha_search;                        /* --alpha search */
     uint32_t calib_seqs, calib_len;          /* --calib-seqs, --calib-len; 0: the defaults below */
+    const char *damp;                        /* --damp as given (GPTQ); NULL: the library's 0.01 */
+    double damp_value;
+    const char *block;                       /* --block as given (GPTQ); NULL: the library's 128 */
+    uint32_t block_value;
+    int actorder;                            /* --actorder (GPTQ) */
 } cli_recipe_args;
 
-/* The calibration of a method (--method smoothquant|awq): calib_seqs
+/* The calibration of a method (--method smoothquant|awq|gptq|awq+gptq): calib_seqs
  * windows of calib_len tokens drawn from the --calib text (as the field
  * calibrates: 128 x 512), SmoothQuant's alpha as the paper's default. */
 #define CLI_METHOD_DEFAULT_SEQS 128
 #define CLI_METHOD_DEFAULT_LEN 512
 #define CLI_METHOD_DEFAULT_ALPHA 0.5f
+/* GPTQ's, as the library's defaults (lowbit.h lb_method_options), for printing */
+#define CLI_METHOD_DEFAULT_DAMP 0.01
+#define CLI_METHOD_DEFAULT_BLOCK 128u
 
 /* Consumes argv[*i] (and its value) if it is one of the options above
- * or a method option (--method, --alpha, --calib-seqs, --calib-len):
+ * or a method option (--method, --alpha, --calib-seqs, --calib-len,
+ * --damp, --block, --actorder):
  * returns 1 (consumed), 0 (not ours) or -1 (reported usage error). */
 int cli_recipe_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a);
 /* Whether any recipe option was given: not --keep-sensitive or
@@ -56,7 +65,8 @@ int cli_recipe_given(const cli_recipe_args *a);
 int cli_method_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a);
 /* Whether a method other than rtn was asked for. */
 int cli_method_given(const cli_recipe_args *a);
-/* Their combination, before any work: --alpha only with smoothquant; a
+/* Their combination, before any work: --alpha only with smoothquant,
+ * --damp, --block and --actorder only with gptq or awq+gptq; a
  * method other than rtn needs calib (the --calib FILE; a usage error
  * naming the shipped calibration texts otherwise); --calib-seqs and
  * --calib-len without one are noted on stderr as unused. EXIT_OK or the
@@ -69,8 +79,9 @@ int cli_method_check(const char *cmd, int json, const cli_recipe_args *a, const 
 int cli_method_apply(const char *cmd, int json, lb_qmodel *q, const lb_tokenizer *tok, const char *calib,
                      const cli_recipe_args *a, int threads);
 /* The method as JSON fields (leading comma: "method", "alpha",
- * "calib_seqs", "calib_len") or as text ("awq, 128 x 512 tokens of FILE";
- * "rtn" alone for none). */
+ * "calib_seqs", "calib_len", and for gptq and awq+gptq "damp", "block",
+ * "actorder") or as text ("awq, 128 x 512 tokens of FILE"; "rtn" alone
+ * for none). */
 void cli_method_print(FILE *out, const cli_recipe_args *a, const char *calib, int json);
 /* The recipe the options say (none: an empty recipe, every weight 16-bit,
  * with --kv fp8 the KV cache alone); EXIT_OK or a reported exit code. */
@@ -151,9 +162,17 @@ int cli_scheme_list(int json);
     "  --method M          rtn (round to nearest, the default), smoothquant (Xiao et al. 2023: for\n"    \
     "                      quantized activations, W8A8) or awq (Lin et al. 2024: for weight-only\n"      \
     "                      specs): scales per input channel, calibrated on --calib FILE, folded\n"       \
-    "                      into the norms and layers in front, so the output needs nothing special\n"  \
+    "                      into the norms and layers in front, so the output needs nothing special;\n" \
+    "                      gptq (Frantar et al. 2023: any weight spec): each weight column rounded in\n" \
+    "                      turn, its error compensated in the columns left, layer after layer on\n"   \
+    "                      the inputs of the layers already quantized; awq+gptq: awq, then gptq\n"     \
     "  --alpha A|search    SmoothQuant's migration strength in [0, 1] (default 0.5), or chosen per\n"  \
     "                      layer by output error\n"                                                      \
+    "  --damp D            GPTQ's dampening, a fraction in (0, 1] of the Hessian's mean diagonal\n"   \
+    "                      (default 0.01; raised, with a warning, where the Hessian needs more)\n"   \
+    "  --block B           GPTQ's columns per lazy batch update (default 128; speed only)\n"         \
+    "  --actorder          GPTQ rounds the columns of largest input energy first (scales of every\n" \
+    "                      group fixed before rounding; stored in the original order)\n"             \
     "  --calib FILE        the calibration text of a method (and of static scales): never the text\n" \
     "                      you evaluate on. Shipped: data/wikitext-2-raw/wiki.train.excerpt.raw\n"     \
     "                      (general models), data/tinystories/calib-excerpt.txt (stories260K)\n"       \

@@ -17,7 +17,8 @@ static const char usage[] =
     "usage: lowbit compare MODEL --text FILE --spec SPEC[,SPEC...] [--spec-embed SPEC] [--spec-head SPEC]\n"
     "                     [--ctx 512] [--chunks N] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
     "                     [--kv FORMAT] [--tokenizer FILE] [--threads N] [--tmpdir DIR] [--json] [--quiet]\n"
-    "                     [--method M[,M...] [--alpha A|search] --calib FILE [--calib-seqs N] [--calib-len L]]\n\n"
+    "                     [--method M[,M...] [--alpha A|search] [--damp D] [--block B] [--actorder] --calib FILE\n"
+    "                      [--calib-seqs N] [--calib-len L]]\n\n"
     "For each spec, applied to the attention and MLP projections (and the embedding\n"
     "and output head under --spec-embed and --spec-head, the same in every row): bits\n"
     "per weight of the quantized matrices with their scales, the model's size with\n"
@@ -30,13 +31,15 @@ static const char usage[] =
     "kept for the later rows in a file of 8 + 2 x vocab bytes per scored token\n"
     "in --tmpdir (default $TMPDIR or /tmp): its size is said on stderr first,\n"
     "and a disk without room for it is refused before any work.\n\n"
-    "--method rtn,smoothquant,awq gives one row per spec and method: each row's model is built\n"
+    "--method rtn,awq,gptq gives one row per spec and method: each row's model is built\n"
     "as lowbit quantize builds it (q/k/v and gate/up share NVFP4's global scales), the method\n"
     "applied on the --calib text (with --act, --calib also fixes static activation scales, as\n"
     "without --method). SQNR is shown for rtn rows only: a method's weights are scaled by design.\n"
     CLI_EVAL_RUNNER_HELP
-    "  --method M[,M...]   rtn, smoothquant (for --act), awq (weight-only): see lowbit quantize --help\n"
+    "  --method M[,M...]   rtn, smoothquant (for --act), awq (weight-only), gptq (any), awq+gptq: see\n"
+    "                      lowbit quantize --help\n"
     "  --alpha A|search    SmoothQuant's migration strength (default 0.5)\n"
+    "  --damp D, --block B, --actorder  GPTQ's options (gptq and awq+gptq rows): see lowbit quantize --help\n"
     "  --calib-seqs N      calibration windows of a method (default " CLI_STR(CLI_METHOD_DEFAULT_SEQS) "), --calib-len L tokens each (default "
     CLI_STR(CLI_METHOD_DEFAULT_LEN) ")\n";
 
@@ -117,7 +120,7 @@ static int parse_methods(int json, const char *text, lb_method *out, size_t *n)
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         lb_method m;
         if (lb_method_parse(t, &m) != LB_OK)
-            return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "--method takes rtn, smoothquant or awq "
+            return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "--method takes rtn, smoothquant, awq, gptq or awq+gptq "
                             "(comma-separated), not '%s'", t);
         for (size_t k = 0; k < *n; k++)
             if (out[k] == m) return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "--method names %s twice", t);
@@ -136,6 +139,9 @@ static cli_recipe_args row_method(const cli_recipe_args *shared, lb_method m)
     r.method = lb_method_name(m), r.method_id = m;
     if (m == LB_METHOD_SMOOTHQUANT) r.alpha = shared->alpha, r.alpha_value = shared->alpha_value,
                                     r.alpha_search = shared->alpha_search;
+    if (m == LB_METHOD_GPTQ || m == LB_METHOD_AWQ_GPTQ)
+        r.damp = shared->damp, r.damp_value = shared->damp_value, r.block = shared->block,
+        r.block_value = shared->block_value, r.actorder = shared->actorder;
     r.calib_seqs = shared->calib_seqs, r.calib_len = shared->calib_len;
     return r;
 }
@@ -186,6 +192,13 @@ static int run(int argc, char **argv)
     for (size_t k = 0; k < n_methods; k++)
         if (!cli_method_given(&check) || methods[k] == LB_METHOD_SMOOTHQUANT) check = row_method(&ea.recipe, methods[k]);
     if (n_methods) check.alpha = ea.recipe.alpha; /* an alpha without smoothquant among them is refused */
+    /* GPTQ's options need a gptq row among them (each gptq row gets them from row_method) */
+    int gptq_rows = 0;
+    for (size_t k = 0; k < n_methods; k++) gptq_rows |= methods[k] == LB_METHOD_GPTQ || methods[k] == LB_METHOD_AWQ_GPTQ;
+    if ((ea.recipe.damp || ea.recipe.block || ea.recipe.actorder) && !gptq_rows)
+        return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "%s is GPTQ's: it needs gptq or awq+gptq in "
+                        "--method", ea.recipe.damp ? "--damp" : ea.recipe.block ? "--block" : "--actorder");
+    check.damp = NULL, check.block = NULL, check.actorder = 0;
     if ((rc = cli_method_check("compare", json, &check, ea.calib)) != EXIT_OK) return rc;
     /* the rows: every spec, under every method (one row per spec without --method) */
     size_t per_spec = n_methods ? n_methods : 1, n_rows = n_specs * per_spec;

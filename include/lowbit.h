@@ -1213,27 +1213,57 @@ typedef struct lb_calib_options {
 } lb_calib_options;
 LB_API lb_status lb_calibrate(lb_qmodel *q, const int32_t *tokens, size_t n, const lb_calib_options *o);
 
-/* ===== Outlier methods: SmoothQuant and AWQ =====
+/* ===== Outlier methods: SmoothQuant, AWQ and GPTQ =====
  * Transform a quantized model whose specs are set (lb_qmodel_apply) using
  * calibration text: scales per input channel folded into the norms and
  * layers in front (the model computes the same before quantization, so
  * the output needs nothing special), weights replaced by their scaled and
- * clipped values, which the entries' specs then quantize. RTN (round to
- * nearest) leaves the model as it is. A method with nothing to work on
- * is LB_ERR_ARG naming the one to use: SmoothQuant smooths the inputs of
- * layers whose activations are quantized, AWQ weight-only layers.
+ * clipped values, which the entries' specs then quantize; or (GPTQ) the
+ * quantized tensors themselves chosen with the inputs' second-order
+ * statistics. RTN (round to nearest) leaves the model as it is. A method
+ * with nothing to work on is LB_ERR_ARG naming the one to use: SmoothQuant
+ * smooths the inputs of layers whose activations are quantized, AWQ
+ * weight-only layers, GPTQ any layer quantized under a spec.
  * Calibration windows are drawn from the tokens deterministically
- * (src/algo/calib_pass.h). */
+ * (src/algo/calib_pass.h).
+ *
+ * GPTQ (Frantar et al. 2023) calibrates sequentially: decoder layer i's
+ * inputs come from the layers < i as already quantized (each layer
+ * corrects the error of those before it), its own linear inputs from its
+ * unquantized values. Per linear input, H = sum of x x^T over every
+ * calibration token (q/k/v share the attention input's, gate/up the MLP
+ * input's, o_proj and down_proj their own); each QUANTIZED weight of the
+ * decoder layers (q/k/v/o, gate/up/down) is then rounded column by column
+ * onto its spec's grid, the rounding error of each column compensated in
+ * the columns not yet rounded, and the result set as the entry's quantized
+ * tensor (lb_qmodel_set_qtensor: what the runner evaluates and the writers
+ * store). Weights with 16-bit outlier columns and kept ones are left as
+ * they are; the embeddings and the output head are rounded to nearest.
+ * GGUF types (lb_qmodel_set_ggml) are LB_ERR_UNSUPPORTED for now. When
+ * the Cholesky factor of the dampened H does not exist, the dampening is
+ * raised (x10 each time) and `warn` is told which weight, and how much.
+ * AWQ+GPTQ runs AWQ first (scales folded, weights clipped: its own
+ * calibration), then GPTQ on the transformed weights, on the same windows.
+ *
+ * ABI: the GPTQ fields (damp .. static_groups) and warn/warn_ctx were
+ * added to lb_method_options after sample_rows; a caller built against the
+ * older struct must be rebuilt. */
 typedef enum lb_method {
     LB_METHOD_RTN = 0,
     LB_METHOD_SMOOTHQUANT = 1, /* Xiao et al. 2023; for W8A8 (activations quantized) */
     LB_METHOD_AWQ = 2,         /* Lin et al. 2024; for weight-only specs and GGUF types */
-    LB_METHOD_COUNT = 3
+    LB_METHOD_GPTQ = 3,        /* Frantar et al. 2023; for any weight spec (weight-only or W8A8) */
+    LB_METHOD_AWQ_GPTQ = 4,    /* AWQ's scales and clipping, then GPTQ on the result */
+    LB_METHOD_COUNT = 5
 } lb_method;
-/* "rtn", "smoothquant", "awq"; NULL for a value out of range. */
+/* "rtn", "smoothquant", "awq", "gptq", "awq+gptq"; NULL for a value out
+ * of range. */
 LB_API const char *lb_method_name(lb_method m);
 /* LB_ERR_ARG naming the methods for an unknown name. */
 LB_API lb_status lb_method_parse(const char *name, lb_method *out);
+
+/* A message for the caller to show (a warning: the library never prints). */
+typedef void (*lb_message_fn)(void *ctx, const char *message);
 
 typedef struct lb_method_options {
     lb_method method;
@@ -1241,10 +1271,24 @@ typedef struct lb_method_options {
     int alpha_search;        /* 1: alpha chosen per group from a grid by the output error instead */
     uint32_t calib_seqs;     /* calibration windows; 0: 128 */
     uint32_t calib_len;      /* tokens per window; 0: 512, at most the model's context */
-    uint32_t sample_rows;    /* rows of each input kept for the output-error searches; 0: 4096 */
+    uint32_t sample_rows;    /* rows of each input kept for the output-error searches (SmoothQuant, AWQ);
+                                0: 4096 */
+    double damp;             /* GPTQ: dampening added to diag(H), a fraction of its mean, in (0, 1]; 0: 0.01
+                                (the paper's). Raised x10 (and reported through warn) while H + damp is not
+                                positive definite */
+    uint32_t block;          /* GPTQ: columns per lazy batch update (the paper's B); 0: 128. Any value gives
+                                the same result up to fp32 summation order; it only trades cache for speed */
+    int actorder;            /* GPTQ: 1: columns rounded in decreasing diag(H) (the inputs' energy) order,
+                                stored in the original order (no g_idx); implies static_groups when a spec's
+                                groups are smaller than a row */
+    int static_groups;       /* GPTQ: 1: every group's scales chosen from the weights before any rounding
+                                (0: each group's when its first column is reached, the error of the earlier
+                                columns applied, as the paper) */
     int threads;             /* 0: one per CPU */
     lb_progress_fn progress; /* optional: after each layer (done of n_layers) */
     void *progress_ctx;
+    lb_message_fn warn;      /* optional: warnings (GPTQ's raised dampening), one per event */
+    void *warn_ctx;
 } lb_method_options;
 LB_API lb_status lb_qmodel_apply_method(lb_qmodel *q, const int32_t *tokens, size_t n, const lb_method_options *o);
 

@@ -14,6 +14,7 @@
 #include "algo/gptq.h"
 #include "algo/gptq_grid.h"
 #include "algo/gptq_grid_ggml.h"
+#include "algo/gptq_layer.h"
 #include "algo/smooth_error.h"
 #include "algo/smoothquant.h"
 #include "export/exporter.h"
@@ -78,6 +79,8 @@ static const struct {
     ROW(lb__gptq_spec_test), ROW(lb__quantize_ts), ROW(lb__quantize_ex),
     /* GPTQ onto the ggml block grids (algo/gptq_grid_ggml.h) */
     ROW(lb__gptq_ggml_test), ROW(lb__ggml_nvfp4_scale), ROW(lb__qmodel_set_ggml_bytes),
+    /* GPTQ as a method: the calibration pass's layer callback (algo/gptq_layer.h) */
+    ROW(lb__gptq_layer),
 };
 
 /* The internal function called `name`, or NULL. */

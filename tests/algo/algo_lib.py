@@ -20,7 +20,7 @@ import model_lib as ml  # noqa: E402
 SITE_ATTN_IN, SITE_O_IN, SITE_MLP_IN, SITE_DOWN_IN = 0, 1, 2, 3
 LB_OK, LB_ERR_ARG, LB_ERR_UNSUPPORTED = 0, 1, 7
 ACT_NONE, ACT_DYNAMIC, ACT_STATIC = 0, 1, 2
-METHOD_RTN, METHOD_SMOOTHQUANT, METHOD_AWQ = 0, 1, 2
+METHOD_RTN, METHOD_SMOOTHQUANT, METHOD_AWQ, METHOD_GPTQ, METHOD_AWQ_GPTQ = 0, 1, 2, 3, 4
 _P = ctypes.c_void_p
 _F = ctypes.POINTER(ctypes.c_float)
 _D = ctypes.POINTER(ctypes.c_double)
@@ -44,7 +44,9 @@ class MethodOptions(ctypes.Structure):
     """lb_method_options"""
     _fields_ = [("method", ctypes.c_int), ("alpha", ctypes.c_float), ("alpha_search", ctypes.c_int),
                 ("calib_seqs", ctypes.c_uint32), ("calib_len", ctypes.c_uint32), ("sample_rows", ctypes.c_uint32),
-                ("threads", ctypes.c_int), ("progress", _P), ("progress_ctx", _P)]
+                ("damp", ctypes.c_double), ("block", ctypes.c_uint32), ("actorder", ctypes.c_int),
+                ("static_groups", ctypes.c_int), ("threads", ctypes.c_int), ("progress", _P), ("progress_ctx", _P),
+                ("warn", _P), ("warn_ctx", _P)]
 
 
 lib = internal_lib.load()

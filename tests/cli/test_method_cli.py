@@ -3,7 +3,8 @@ compare, on the embedded stories260K: bad values and combinations are
 usage errors naming what is wrong (a method without --calib names the
 shipped calibration texts), --method rtn is exactly no method, JSON says
 the method, compare --method builds its rows as quantize does (an rtn row
-equals the --spec row), and SmoothQuant/AWQ run end to end once built."""
+equals the --spec row), and SmoothQuant/AWQ/GPTQ run end to end once
+built (GPTQ's options reach the library, and a GGUF type is refused)."""
 import json
 import os
 import pathlib
@@ -38,7 +39,18 @@ def test_the_shipped_calibration_text_is_not_the_evaluation_text():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--method", "gptq"], "--method takes rtn, smoothquant or awq, not 'gptq'"),
+    (["--method", "gptx"], "--method takes rtn, smoothquant, awq, gptq or awq+gptq, not 'gptx'"),
+    (["--method", "gptq"], "data/tinystories/calib-excerpt.txt"),
+    (["--method", "gptq", "--damp", "0", "--calib", CALIB], "--damp takes a number in (0, 1]"),
+    (["--method", "gptq", "--damp", "1.5", "--calib", CALIB], "--damp takes a number in (0, 1]"),
+    (["--method", "gptq", "--damp", "x", "--calib", CALIB], "not 'x'"),
+    (["--method", "gptq", "--block", "0", "--calib", CALIB], "--block takes 1..65536, not '0'"),
+    (["--method", "gptq", "--damp", "0.1", "--damp", "0.1", "--calib", CALIB], "--damp is given twice"),
+    (["--method", "gptq", "--actorder", "--actorder", "--calib", CALIB], "--actorder is given twice"),
+    (["--method", "awq", "--damp", "0.1", "--calib", CALIB], "--damp is GPTQ's: it needs --method gptq or awq+gptq"),
+    (["--block", "64"], "--block is GPTQ's"),
+    (["--method", "rtn", "--actorder"], "--actorder is GPTQ's"),
+    (["--method", "gptq", "--alpha", "0.5", "--calib", CALIB], "needs --method smoothquant"),
     (["--method", "awq"], "data/wikitext-2-raw/wiki.train.excerpt.raw"),
     (["--method", "awq"], "data/tinystories/calib-excerpt.txt"),
     (["--method", "awq", "--alpha", "0.5", "--calib", CALIB], "--alpha is SmoothQuant's migration strength"),
@@ -150,7 +162,8 @@ def test_smoothquant_runs_end_to_end_on_w8a8(tmp_path):
     assert e["method"] == "smoothquant" and e["ppl"] != r["ppl"]  # the method changed the model
 
 
-@pytest.mark.parametrize("method,rule", [("awq", "int4:channel:scale=bf16")])
+@pytest.mark.parametrize("method,rule", [("awq", "int4:channel:scale=bf16"), ("gptq", "int4:channel:scale=bf16"),
+                                         ("awq+gptq", "int4:channel:scale=bf16")])
 def test_a_method_runs_end_to_end(tmp_path, method, rule):
     out = tmp_path / "q"
     p = run("quantize", STORIES, "-o", out, "--rule", f"model.layers.*={rule}", "--method", method, *SMALL, "--json")
@@ -165,3 +178,32 @@ def test_a_method_runs_end_to_end(tmp_path, method, rule):
     assert [s["method"] for s in c["specs"]] == ["rtn", method]
     assert c["specs"][1]["sqnr_db"] is None and c["specs"][0]["sqnr_db"] is not None
     assert c["specs"][0]["ppl"] == ppl_json("--spec", rule)[0]["ppl"]  # the rtn row: the --spec model
+
+
+def test_gptq_options_reach_the_method():
+    rule = "model.layers.*=int4:g32"
+    base, _ = ppl_json("--rule", rule, "--method", "gptq", *SMALL)
+    assert base["damp"] == 0.01 and base["block"] == 128 and base["actorder"] is False
+    same, _ = ppl_json("--rule", rule, "--method", "gptq", "--block", 8, *SMALL)
+    assert same["block"] == 8 and abs(same["ppl"] - base["ppl"]) < 1e-3 * base["ppl"]  # block: speed only
+    damp, _ = ppl_json("--rule", rule, "--method", "gptq", "--damp", 0.5, *SMALL)
+    act, _ = ppl_json("--rule", rule, "--method", "gptq", "--actorder", *SMALL)
+    assert damp["damp"] == 0.5 and act["actorder"] is True
+    assert damp["ppl"] != base["ppl"] and act["ppl"] != base["ppl"]
+    c = compare_json("--spec", "int4:g32", "--method", "rtn,gptq", "--damp", 0.5, *SMALL)
+    d = compare_json("--spec", "int4:g32", "--method", "gptq", *SMALL)
+    assert [s["method"] for s in c["specs"]] == ["rtn", "gptq"] and c["specs"][1]["damp"] == 0.5
+    assert d["specs"][0]["damp"] == 0.01 and d["specs"][0]["ppl"] != c["specs"][1]["ppl"]  # --damp reached the row
+    p = run("compare", STORIES, *WINDOWS, "--spec", "int4:g32", "--method", "rtn,awq", "--actorder", *SMALL)
+    assert p.returncode == 2 and "--actorder is GPTQ's" in p.stderr
+
+
+def test_gptq_refuses_gguf_types_for_now(tmp_path):
+    p = run("quantize", STORIES, "-o", tmp_path / "x.gguf", "--type", "Q4_0", "--method", "gptq", *SMALL)
+    assert p.returncode == 2 and "GPTQ for GGUF types is not wired yet" in p.stderr
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_gptq_with_nothing_to_work_on_is_refused():
+    p = run("ppl", STORIES, *WINDOWS, "--rule", "model.embed_tokens.weight=int8:channel", "--method", "gptq", *SMALL)
+    assert p.returncode == 2 and "GPTQ rounds the decoder layers' weights" in p.stderr

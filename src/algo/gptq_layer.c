@@ -1,0 +1,127 @@
+/* GPTQ's layer callback (gptq_layer.h), on the statistics the calibration
+ * pass (QUANTIZED mode) took of the layer's four linear inputs.
+ *
+ * H: the site's sum of x x^T over all calibration tokens, as the pass
+ * accumulates it. The paper's H = 2 X X^T / n differs by a constant
+ * factor, which changes nothing: the solver's dampening is relative to
+ * mean(diag H) and its result is invariant to scaling H.
+ *
+ * Order inside a layer: q, k, v, o, gate, up, down. The pass took every
+ * site's statistics with the layer unquantized (its inputs from the
+ * quantized layers before it), so the order only matters for two-level
+ * specs' fused-group range, which comes from the members' source values
+ * and is the same whatever was set before. */
+#include "algo/gptq_layer.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "algo/gptq_grid.h"
+#include "util/clock.h"
+#include "util/error.h"
+#include "weights/qmodel_internal.h"
+
+int lb__gptq_target(const lb_qmodel *q, size_t i)
+{
+    lb_qentry e;
+    if (lb_qmodel_entry(q, i, &e) != LB_OK) return 0;
+    return e.state == LB_QSTATE_QUANTIZED && e.ggml == LB_DT_COUNT && !lb_qmodel_outliers(q, i, NULL);
+}
+
+static void warn(const lb__gptq_layer_options *o, const char *fmt, ...) LB__PRINTF(2, 3);
+
+static void warn(const lb__gptq_layer_options *o, const char *fmt, ...)
+{
+    if (!o->warn) return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    o->warn(o->warn_ctx, msg);
+}
+
+/* GPTQ of weight i (a target) against h; its quantized tensor set. */
+static lb_status gptq_spec_weight(lb__gptq_layer_options *o, lb_qmodel *q, size_t layer, size_t i, const double *h,
+                                  size_t h_cols)
+{
+    lb_qentry e;
+    lb_status st = lb_qmodel_entry(q, i, &e);
+    if (st != LB_OK) return st;
+    const char *name = e.tensor->name;
+    size_t rows = (size_t)e.tensor->shape[0], cols = (size_t)e.tensor->shape[1];
+    if (e.tensor->n_dims != 2 || cols != h_cols)
+        return lb__fail(LB_ERR_ARG, "GPTQ, layer %zu: %s has rows of %zu, its input %zu features", layer, name, cols,
+                        h_cols);
+    float amax = 0;
+    if ((st = lb__qmodel_group_amax(q, i, &amax)) != LB_OK) return st;
+    float *w = malloc(rows * cols * sizeof *w);
+    if (!w) return lb__fail(LB_ERR_NOMEM, "GPTQ: out of memory for %s (%zu x %zu)", name, rows, cols);
+    double t0 = lb__now();
+    lb__gptq_spec_grid g;
+    lb__gptq_grid grid;
+    lb__gptq_report rep = {0};
+    lb_qtensor *qt = NULL;
+    st = lb_qmodel_source_f32(q, i, w);
+    if (st == LB_OK) st = lb__gptq_grid_init(&g, &e.spec, w, rows, cols, amax, o->gptq.threads, &grid);
+    if (st == LB_OK) {
+        st = lb__gptq(w, rows, cols, h, &o->gptq, &grid, &rep);
+        if (st == LB_OK) st = lb__gptq_grid_qtensor(&g, w, &qt);
+        lb__gptq_grid_free(&g);
+    }
+    free(w);
+    o->seconds += lb__now() - t0;
+    if (st != LB_OK) return lb__fail(st, "GPTQ, layer %zu, %s: %s", layer, name, lb_last_error());
+    if ((st = lb_qmodel_set_qtensor(q, i, qt)) != LB_OK) return st;
+    o->weights++;
+    o->dead_columns += rep.dead_columns;
+    if (rep.damp_retries > 0) {
+        o->damp_raised++;
+        warn(o, "GPTQ, layer %zu, %s: the Hessian with dampening %g (of its mean diagonal) is not positive definite; "
+             "dampening raised to %g (%d time%s)", layer, name, o->gptq.damp, rep.damp_rel, rep.damp_retries,
+             rep.damp_retries == 1 ? "" : "s");
+    }
+    if (rep.dead_columns > 0)
+        warn(o, "GPTQ, layer %zu, %s: %zu of %zu input features were 0 on every calibration token; their weights are "
+             "set to 0 (more calibration text may reach them)", layer, name, rep.dead_columns, cols);
+    return LB_OK;
+}
+
+/* A weight held in a ggml type: plain ones (f16, f32) have nothing to
+ * round; block types need GPTQ grids of their own (not wired yet). */
+static lb_status gptq_ggml_weight(const lb_qmodel *q, size_t layer, size_t i)
+{
+    lb_qentry e;
+    lb_status st = lb_qmodel_entry(q, i, &e);
+    if (st != LB_OK) return st;
+    const lb_dtype_info *t = lb_dtype_get(e.ggml);
+    if (!t || t->block <= 1) return LB_OK;
+    return lb__fail(LB_ERR_UNSUPPORTED, "GPTQ, layer %zu, %s: GPTQ for GGUF types (%s) is not wired yet (--method awq "
+                    "serves them)", layer, e.tensor->name, t->name);
+}
+
+lb_status lb__gptq_layer(void *ctx, lb_qmodel *q, const lb__layer_stats *s)
+{
+    lb__gptq_layer_options *o = ctx;
+    if (!o || !q || !s) return lb__fail(LB_ERR_ARG, "lb__gptq_layer: NULL argument");
+    lb_status st = LB_OK;
+    for (int site = 0; site < LB__SITE_COUNT && st == LB_OK; site++) {
+        const lb__site_stats *ss = &s->site[site];
+        for (size_t k = 0; k < ss->n_weights && st == LB_OK; k++) {
+            size_t i = ss->weight[k];
+            lb_qentry e;
+            if ((st = lb_qmodel_entry(q, i, &e)) != LB_OK) break;
+            if (e.ggml != LB_DT_COUNT) {
+                st = gptq_ggml_weight(q, s->layer, i);
+                continue;
+            }
+            if (!lb__gptq_target(q, i)) continue;
+            if (!ss->hessian)
+                return lb__fail(LB_ERR_ARG, "GPTQ, layer %zu: the calibration pass took no Hessian of input %d",
+                                s->layer, site);
+            st = gptq_spec_weight(o, q, s->layer, i, ss->hessian, ss->cols);
+        }
+    }
+    return st;
+}
