@@ -68,6 +68,8 @@ def main():
     ap.add_argument("--sections", default="quality,time")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated words: keep the rows whose scheme label has one")
+    ap.add_argument("--methods", default="", help="comma-separated methods (rtn, smoothquant, smoothquant:search, "
+                                                  "awq): keep only those rows")
     a = ap.parse_args()
     lb = str((ROOT / a.build / "lowbit").resolve())
     d = pathlib.Path(os.environ.get("LOWBIT_BENCH_DIR", pathlib.Path.home() / ".cache/lowbit/bench-outlier"))
@@ -99,6 +101,8 @@ def main():
                     continue
                 qargs = [str(recipe) if x == "RECIPE" else x for x in qargs]
                 for m in methods:
+                    if a.methods and m not in a.methods.split(","):
+                        continue
                     t0 = time.perf_counter()
                     j = json.loads(sh([lb, "kld", path, *tokargs, "--base", base, "--text", WIKI, "--chunks", a.chunks,
                                        *qargs, *method_args(m), *calib_args, "--quiet", "--json",

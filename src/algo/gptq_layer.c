@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "algo/gptq_grid.h"
+#include "algo/gptq_grid_ggml.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "weights/qmodel_internal.h"
@@ -40,6 +41,22 @@ static void warn(const lb__gptq_layer_options *o, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     o->warn(o->warn_ctx, msg);
+}
+
+/* One weight done: counted, and what the user should know said. */
+static void counted(lb__gptq_layer_options *o, size_t layer, const char *name, size_t cols, const lb__gptq_report *rep)
+{
+    o->weights++;
+    o->dead_columns += rep->dead_columns;
+    if (rep->damp_retries > 0) {
+        o->damp_raised++;
+        warn(o, "GPTQ, layer %zu, %s: the Hessian with dampening %g (of its mean diagonal) is not positive definite; "
+             "dampening raised to %g (%d time%s)", layer, name, o->gptq.damp, rep->damp_rel, rep->damp_retries,
+             rep->damp_retries == 1 ? "" : "s");
+    }
+    if (rep->dead_columns > 0)
+        warn(o, "GPTQ, layer %zu, %s: %zu of %zu input features were 0 on every calibration token; their weights are "
+             "set to 0 (more calibration text may reach them)", layer, name, rep->dead_columns, cols);
 }
 
 /* GPTQ of weight i (a target) against h; its quantized tensor set. */
@@ -74,31 +91,58 @@ static lb_status gptq_spec_weight(lb__gptq_layer_options *o, lb_qmodel *q, size_
     o->seconds += lb__now() - t0;
     if (st != LB_OK) return lb__fail(st, "GPTQ, layer %zu, %s: %s", layer, name, lb_last_error());
     if ((st = lb_qmodel_set_qtensor(q, i, qt)) != LB_OK) return st;
-    o->weights++;
-    o->dead_columns += rep.dead_columns;
-    if (rep.damp_retries > 0) {
-        o->damp_raised++;
-        warn(o, "GPTQ, layer %zu, %s: the Hessian with dampening %g (of its mean diagonal) is not positive definite; "
-             "dampening raised to %g (%d time%s)", layer, name, o->gptq.damp, rep.damp_rel, rep.damp_retries,
-             rep.damp_retries == 1 ? "" : "s");
-    }
-    if (rep.dead_columns > 0)
-        warn(o, "GPTQ, layer %zu, %s: %zu of %zu input features were 0 on every calibration token; their weights are "
-             "set to 0 (more calibration text may reach them)", layer, name, rep.dead_columns, cols);
+    counted(o, layer, name, cols, &rep);
     return LB_OK;
 }
 
 /* A weight held in a ggml type: plain ones (f16, f32) have nothing to
- * round; block types need GPTQ grids of their own (not wired yet). */
-static lb_status gptq_ggml_weight(const lb_qmodel *q, size_t layer, size_t i)
+ * round; block types are rounded onto their blocks' grids (the scales
+ * and mins lowbit's ggml quantizer picks for each block's current values,
+ * with the entry's importance vector when it has one: gptq_grid_ggml.h)
+ * and their bytes set for the GGUF writer. */
+static lb_status gptq_ggml_weight(lb__gptq_layer_options *o, lb_qmodel *q, size_t layer, size_t i, const double *h,
+                                  size_t h_cols)
 {
     lb_qentry e;
     lb_status st = lb_qmodel_entry(q, i, &e);
     if (st != LB_OK) return st;
     const lb_dtype_info *t = lb_dtype_get(e.ggml);
-    if (!t || t->block <= 1) return LB_OK;
-    return lb__fail(LB_ERR_UNSUPPORTED, "GPTQ, layer %zu, %s: GPTQ for GGUF types (%s) is not wired yet (--method awq "
-                    "serves them)", layer, e.tensor->name, t->name);
+    if (!t || t->block <= 1 || lb_qmodel_outliers(q, i, NULL)) return LB_OK;
+    const char *name = e.tensor->name;
+    if (!lb__gptq_ggml_supports(e.ggml))
+        return lb__fail(LB_ERR_UNSUPPORTED, "GPTQ, layer %zu, %s: no GPTQ grid for the ggml type %s", layer, name,
+                        t->name);
+    if (!h) return lb__fail(LB_ERR_ARG, "GPTQ, layer %zu: the calibration pass took no Hessian of %s's input", layer, name);
+    size_t rows = (size_t)e.tensor->shape[0], cols = (size_t)e.tensor->shape[1];
+    if (e.tensor->n_dims != 2 || cols != h_cols)
+        return lb__fail(LB_ERR_ARG, "GPTQ, layer %zu: %s has rows of %zu, its input %zu features", layer, name, cols,
+                        h_cols);
+    size_t n_imatrix = 0;
+    const float *imatrix = lb__qmodel_imatrix(q, i, &n_imatrix);
+    if (imatrix && n_imatrix != cols)
+        return lb__fail(LB_ERR_UNSUPPORTED, "GPTQ, layer %zu, %s: an importance vector of %zu values for rows of %zu "
+                        "(one per expert?) is not supported", layer, name, n_imatrix, cols);
+    uint64_t n_bytes = 0;
+    if ((st = lb_dtype_bytes(e.ggml, (uint64_t)rows * cols, &n_bytes)) != LB_OK) return st;
+    float *w = malloc(rows * cols * sizeof *w);
+    void *bytes = malloc(n_bytes);
+    if (!w || !bytes) {
+        free(w), free(bytes);
+        return lb__fail(LB_ERR_NOMEM, "GPTQ: out of memory for %s (%zu x %zu)", name, rows, cols);
+    }
+    double t0 = lb__now();
+    float tensor_scale = 1.0f;
+    lb__gptq_report rep = {0};
+    st = lb_qmodel_source_f32(q, i, w);
+    if (st == LB_OK)
+        st = lb__gptq_ggml_run(e.ggml, w, rows, cols, h, imatrix, &o->gptq, bytes, &tensor_scale, &rep);
+    free(w);
+    o->seconds += lb__now() - t0;
+    if (st == LB_OK) st = lb__qmodel_set_ggml_bytes(q, i, bytes, (size_t)n_bytes, tensor_scale);
+    free(bytes);
+    if (st != LB_OK) return lb__fail(st, "GPTQ, layer %zu, %s: %s", layer, name, lb_last_error());
+    counted(o, layer, name, cols, &rep);
+    return LB_OK;
 }
 
 lb_status lb__gptq_layer(void *ctx, lb_qmodel *q, const lb__layer_stats *s)
@@ -113,7 +157,7 @@ lb_status lb__gptq_layer(void *ctx, lb_qmodel *q, const lb__layer_stats *s)
             lb_qentry e;
             if ((st = lb_qmodel_entry(q, i, &e)) != LB_OK) break;
             if (e.ggml != LB_DT_COUNT) {
-                st = gptq_ggml_weight(q, s->layer, i);
+                st = gptq_ggml_weight(o, q, s->layer, i, ss->hessian, ss->cols);
                 continue;
             }
             if (!lb__gptq_target(q, i)) continue;

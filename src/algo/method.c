@@ -46,8 +46,8 @@ static int decoder_linear(const char *name)
 /* How many weights the method would work on: SmoothQuant the quantized
  * layers whose inputs are quantized too, AWQ the weight-only ones (a
  * spec, or a ggml block type), GPTQ the decoder layers' weights quantized
- * under a spec (ggml: the decoder weights in a ggml block type, which
- * GPTQ does not serve yet). A method with nothing to work on is an error,
+ * under a spec (ggml: the decoder weights in a ggml block type). A method
+ * with nothing to work on is an error,
  * not a silent no-op that looks like a result. */
 static size_t method_targets(const lb_qmodel *q, lb_method m, int ggml)
 {
@@ -111,10 +111,7 @@ lb_status lb_qmodel_apply_method(lb_qmodel *q, const int32_t *tokens, size_t n, 
         return lb__fail(LB_ERR_ARG, "AWQ scales the weights of weight-only quantization (W4A16, NVFP4A16, MXFP4A16, "
                         "GGUF types); no layer here is quantized weight-only (with quantized activations: "
                         "--method smoothquant or gptq)");
-    if (with_gptq && method_targets(q, LB_METHOD_GPTQ, 1) > 0)
-        return lb__fail(LB_ERR_UNSUPPORTED, "GPTQ for GGUF types is not wired yet: %zu decoder weights here are held "
-                        "in ggml block types (--method awq serves them)", method_targets(q, LB_METHOD_GPTQ, 1));
-    if (with_gptq && method_targets(q, LB_METHOD_GPTQ, 0) == 0)
+    if (with_gptq && method_targets(q, LB_METHOD_GPTQ, 0) + method_targets(q, LB_METHOD_GPTQ, 1) == 0)
         return lb__fail(LB_ERR_ARG, "GPTQ rounds the decoder layers' weights quantized under a spec; none is here "
                         "(every q/k/v/o/gate/up/down weight is kept 16-bit, or has 16-bit outlier columns)");
     if (!tokens || n == 0) return lb__fail(LB_ERR_ARG, "lb_qmodel_apply_method: no calibration tokens");

@@ -126,6 +126,7 @@ def test_awq_pass_folds_exactly_on_stories260k():
     fold_check(ml.STORIES, "int4:g32", range(5), calib, ev, 2e-5)
 
 
+@pytest.mark.scale  # stories260K's fold test and test_awq.py's SmolLM2 fold run this code
 @needs_smollm2
 def test_awq_pass_folds_exactly_on_smollm2():
     calib = (ROOT / "data/wikitext-2-raw/wiki.train.excerpt.raw").read_text()[:20000]

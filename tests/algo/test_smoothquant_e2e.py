@@ -78,6 +78,7 @@ def test_pass_folds_exactly_on_stories260k(search):
     fold_check(STORIES, range(5), STORIES_CALIB.read_text()[:40000], ev, search, 2e-5)
 
 
+@pytest.mark.scale  # stories260K's and test_smoothquant_fold.py's SmolLM2 GQA fold run this code
 @needs_smollm2
 def test_pass_folds_exactly_on_smollm2():
     with sl.QModel(SMOLLM2) as q:
