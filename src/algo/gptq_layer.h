@@ -29,7 +29,8 @@ typedef struct lb__gptq_layer_options {
  * tensor scale from its fused group's range), the quantized tensor set on
  * the entry (lb_qmodel_set_qtensor). Kept, stored and replaced entries and
  * those with outlier columns are left alone; a weight held in a ggml block
- * type is LB_ERR_UNSUPPORTED (not wired yet). ctx: an
+ * type is rounded onto its blocks' grids (gptq_grid_ggml.h) and its bytes
+ * set for the GGUF writer (lb__qmodel_set_ggml_bytes). ctx: an
  * lb__gptq_layer_options. */
 lb_status lb__gptq_layer(void *ctx, lb_qmodel *q, const lb__layer_stats *s);
 
