@@ -137,14 +137,7 @@ def test_awq_pass_folds_exactly_on_smollm2():
     fold_check(ml.SMOLLM2, "int4:g64", [0, 14, 29], calib, ev, 2e-5)
 
 
-def kld(p_logits, q_logits):
-    """mean over positions of KL(p || q) from logits, float64."""
-    def logsoftmax(z):
-        z = z.astype(np.float64)
-        z = z - z.max(-1, keepdims=True)
-        return z - np.log(np.exp(z).sum(-1, keepdims=True))
-    lp, lq = logsoftmax(p_logits), logsoftmax(q_logits)
-    return float((np.exp(lp) * (lp - lq)).sum(-1).mean())
+kld = A.algo_lib.kld  # numpy KL divergence (algo_lib)
 
 
 def method_kld(path, spec, method, calib_ids, eval_windows, seqs, length, sample_rows, layers=None):

@@ -163,14 +163,7 @@ def test_a_hessian_that_needs_more_dampening_is_reported():
         assert all(np.isfinite(q.values(i)).all() for i in weights(q))
 
 
-def kld(p_logits, q_logits):
-    """mean over positions of KL(p || q) from logits, float64."""
-    def logsoftmax(z):
-        z = z.astype(np.float64)
-        z = z - z.max(-1, keepdims=True)
-        return z - np.log(np.exp(z).sum(-1, keepdims=True))
-    lp, lq = logsoftmax(p_logits), logsoftmax(q_logits)
-    return float((np.exp(lp) * (lp - lq)).sum(-1).mean())
+kld = A.kld  # numpy KL divergence (algo_lib)
 
 
 def test_gptq_lowers_the_kld_of_int4_on_stories260k():
