@@ -1,11 +1,12 @@
-"""Outlier remedies against round-to-nearest, measured by lowbit itself (BENCHMARKS.md, "Outlier
-remedies"): for each model and scheme, RTN and each method's KLD against the unquantized model,
+"""Outlier remedies and GPTQ against round-to-nearest, measured by lowbit itself (BENCHMARKS.md,
+"Outlier remedies"): for each model and scheme, RTN and each method's (SmoothQuant, AWQ, GPTQ) KLD against the unquantized model,
 PPL and bits per weight, on windows of wiki.test.raw; calibration on other text (the WikiText-2
 train excerpt for SmolLM2, the TinyStories excerpt for stories260K). Then the time and peak memory
 of `lowbit quantize` with each method (calibration, method and writing the checkpoint).
 
 usage: .venv/bin/python bench/outlier_bench.py [--build build] [--chunks 40] [--calib-seqs 128]
        [--calib-len 512] [--models smollm2,stories] [--sections quality,time] [--threads 2]
+       [--only WORDS] [--methods rtn,smoothquant,smoothquant:search,awq,gptq,awq+gptq]
 Needs the SmolLM2 GGUF (.cache/smollm2, made by `make test`). Scratch: ~/.cache/lowbit/bench-outlier."""
 import argparse
 import json
@@ -42,9 +43,9 @@ def rows_for(model, group):
     return [
         ("W8A8-INT8 static per-tensor", ["--recipe", "RECIPE"], ["rtn", "smoothquant", "smoothquant:search"]),
         ("W8A8-INT8 dynamic per-token", ["--scheme", "W8A8-INT8"], ["rtn"]),
-        (f"{w4} (int4 g{group})", ["--scheme", w4], ["rtn", "awq"]),
-        ("NVFP4A16", ["--scheme", "NVFP4A16"], ["rtn", "awq"]),
-        ("MXFP4A16", ["--scheme", "MXFP4A16"], ["rtn", "awq"]),
+        (f"{w4} (int4 g{group})", ["--scheme", w4], ["rtn", "awq", "gptq", "awq+gptq"]),
+        ("NVFP4A16", ["--scheme", "NVFP4A16"], ["rtn", "awq", "gptq"]),
+        ("MXFP4A16", ["--scheme", "MXFP4A16"], ["rtn", "awq", "gptq"]),
         (f"{w4}, first and last layers kept", ["--scheme", w4, "--keep", "model.layers.0.*", "--keep",
                                                f"model.layers.{model['last']}.*"], ["rtn"]),
     ]
@@ -69,7 +70,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated words: keep the rows whose scheme label has one")
     ap.add_argument("--methods", default="", help="comma-separated methods (rtn, smoothquant, smoothquant:search, "
-                                                  "awq): keep only those rows")
+                                                  "awq, gptq, awq+gptq): keep only those rows")
     a = ap.parse_args()
     lb = str((ROOT / a.build / "lowbit").resolve())
     d = pathlib.Path(os.environ.get("LOWBIT_BENCH_DIR", pathlib.Path.home() / ".cache/lowbit/bench-outlier"))
@@ -119,8 +120,9 @@ def main():
                                     ("W8A8-INT8 static", ["--recipe", str(recipe)], "smoothquant"),
                                     ("W8A8-INT8 static", ["--recipe", str(recipe)], "smoothquant:search"),
                                     (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "awq"),
+                                    (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "gptq"),
                                     (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "rtn")]:
-                out = d / f"{name}-{m.replace(':', '-')}-ckpt"
+                out = d / f"{name}-{m.replace(':', '-').replace('+', '-')}-ckpt"
                 r = sh(["/usr/bin/time", "-v", lb, "quantize", path, "-o", out, *qargs, *method_args(m),
                         *calib_args, "--quiet", "--force", "--threads", a.threads])
                 wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", r.stderr).group(1)
