@@ -40,6 +40,25 @@ class LayerStats(ctypes.Structure):
                 ("ffn_norm", ctypes.c_size_t)]
 
 
+class PassOptions(ctypes.Structure):
+    """lb__calib_pass_options"""
+    _fields_ = [("mode", ctypes.c_int), ("sample_rows", ctypes.c_size_t), ("hessian", ctypes.c_int),
+                ("threads", ctypes.c_int), ("progress", _P), ("progress_ctx", _P)]
+
+
+LAYER_FN = ctypes.CFUNCTYPE(ctypes.c_int, _P, _P, ctypes.POINTER(LayerStats))
+
+
+def calib_pass():
+    """lb__calib_pass, its argument types bound to this module's mirrors each time: other test modules
+    (tests/model/test_calib_pass.py) bind their own mirrors on the same library handle."""
+    f = lib.lb__calib_pass
+    f.argtypes = [_P, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(PassOptions),
+                  LAYER_FN, _P]
+    f.restype = ctypes.c_int
+    return f
+
+
 class MethodOptions(ctypes.Structure):
     """lb_method_options"""
     _fields_ = [("method", ctypes.c_int), ("alpha", ctypes.c_float), ("alpha_search", ctypes.c_int),

@@ -30,15 +30,12 @@ P = ctypes.c_void_p
 needs_smollm2 = pytest.mark.skipif(not ml.SMOLLM2.exists(), reason="SmolLM2 not fetched (make test fetches it)")
 
 
-class PassOptions(ctypes.Structure):
-    """lb__calib_pass_options"""
-    _fields_ = [("mode", ctypes.c_int), ("sample_rows", ctypes.c_size_t), ("hessian", ctypes.c_int),
-                ("threads", ctypes.c_int), ("progress", P), ("progress_ctx", P)]
+PassOptions = A.algo_lib.PassOptions
 
 
 MethodOptions = A.MethodOptions  # algo_lib's: it binds lb_qmodel_apply_method's argument type for every test
 METHOD_RTN, METHOD_AWQ = 0, 2
-LAYER_FN = ctypes.CFUNCTYPE(ctypes.c_int, P, P, ctypes.POINTER(A.LayerStats))
+LAYER_FN = A.algo_lib.LAYER_FN
 lib = A.lib
 libc = ctypes.CDLL(None)  # lb_tokenize's ids are malloc'd
 libc.free.argtypes = [P]
@@ -51,9 +48,7 @@ def calib_pass():
         f = lib.lb__calib_pass
     except AttributeError:
         pytest.skip("the calibration pass is not in this build")
-    f.argtypes = [P, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(PassOptions),
-                  LAYER_FN, P]
-    return f
+    return A.algo_lib.calib_pass()
 
 
 def tokens(q, path, text):

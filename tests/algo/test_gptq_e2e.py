@@ -35,7 +35,7 @@ import model_lib as ml  # noqa: E402
 ROOT = ml.ROOT
 P = ctypes.c_void_p
 lib = A.lib
-LAYER_FN = ctypes.CFUNCTYPE(ctypes.c_int, P, P, ctypes.POINTER(A.LayerStats))
+LAYER_FN = A.LAYER_FN
 WARN_FN = ctypes.CFUNCTYPE(None, P, ctypes.c_char_p)
 LOWBIT = str(ROOT / os.environ.get("LOWBIT_BUILD", "build") / "lowbit")
 CALIB = ROOT / "data/tinystories/calib-excerpt.txt"
@@ -43,10 +43,7 @@ LAYER_WEIGHTS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "se
                  "mlp.up_proj", "mlp.down_proj"]
 
 
-class PassOptions(ctypes.Structure):
-    """lb__calib_pass_options"""
-    _fields_ = [("mode", ctypes.c_int), ("sample_rows", ctypes.c_size_t), ("hessian", ctypes.c_int),
-                ("threads", ctypes.c_int), ("progress", P), ("progress_ctx", P)]
+PassOptions = A.PassOptions
 
 
 class GptqOptions(ctypes.Structure):
@@ -61,8 +58,6 @@ class GptqLayerOptions(ctypes.Structure):
                 ("damp_raised", ctypes.c_size_t), ("dead_columns", ctypes.c_size_t), ("seconds", ctypes.c_double)]
 
 
-lib.lb__calib_pass.argtypes = [P, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.c_size_t,
-                               ctypes.POINTER(PassOptions), LAYER_FN, P]
 lib.lb_tokenizer_add_bos.argtypes = [P]
 GPTQ_LAYER = ctypes.CFUNCTYPE(ctypes.c_int, P, P, ctypes.POINTER(A.LayerStats))(
     ctypes.cast(lib.lb_test_internal(b"lb__gptq_layer"), P).value)
@@ -111,7 +106,7 @@ def gptq_pass(q, windows, hessian_for=None, warn=None):
     fn = LAYER_FN(layer)
     w = np.ascontiguousarray(windows, dtype=np.int32)
     o = PassOptions(mode=1, sample_rows=0, hessian=1, threads=2)
-    st = lib.lb__calib_pass(q.h, w.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), w.shape[0], w.shape[1],
+    st = A.calib_pass()(q.h, w.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), w.shape[0], w.shape[1],
                             ctypes.byref(o), fn, None)
     A.check(st, "calibration pass with GPTQ")
     return opts
