@@ -40,7 +40,7 @@ static lb_status scalar(const lb_tensor *t, float *v)
     return LB_OK;
 }
 
-/* Every value of a float scale tensor finite and not negative. */
+/* Every value of a float scale tensor finite. */
 static lb_status check_scales(const lb_tensor *t)
 {
     uint64_t n = t->n_elements;
@@ -48,9 +48,12 @@ static lb_status check_scales(const lb_tensor *t)
     if (!v) return lb__fail(LB_ERR_NOMEM, "out of memory reading '%s'", t->name);
     lb_status st = lb_tensor_to_f32(t, v);
     for (uint64_t k = 0; st == LB_OK && k < n; k++)
-        if (!isfinite(v[k]) || v[k] < 0)
-            st = lb__fail(LB_ERR_PARSE, "tensor '%s': scale %llu is %g; scales must be finite and not negative",
-                          t->name, (unsigned long long)k, (double)v[k]);
+        /* negative is a scale: symmetric int4/int8 under range=signed (ggml's Q4_0 rule, lowbit's default
+         * under 16-bit scales) stores the block's largest magnitude on the negative end, and every engine
+         * multiplies code by scale whatever its sign */
+        if (!isfinite(v[k]))
+            st = lb__fail(LB_ERR_PARSE, "tensor '%s': scale %llu is %g; scales must be finite", t->name,
+                          (unsigned long long)k, (double)v[k]);
     lb_tensor_release(t);
     free(v);
     return st;

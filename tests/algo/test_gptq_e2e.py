@@ -182,7 +182,7 @@ def test_gptq_lowers_the_kld_of_int4_on_stories260k():
 
 
 # int4 W4A16 as compressed-tensors holds it (bf16 scales, whole groups: down_proj's 172 inputs take a scale per
-# row); range=full, since lowbit kld's checkpoint reader refuses the negative scales of int4's default range=signed
+# row); range=full (int4's default range=signed, negative scales, reads back as well since the reader takes them)
 DOWN, REST = "int4:channel:scale=bf16:range=full", "int4:g32:scale=bf16:range=full"
 RULES = ["--rule", f"model.layers.*.down_proj*={DOWN}", "--rule", f"model.layers.*={REST}"]
 METHOD = ["--method", "gptq", "--calib", CALIB, "--calib-seqs", 16, "--calib-len", 128, "--threads", 2]

@@ -181,6 +181,17 @@ def test_signed_scales_are_written_and_read_back(tmp_path):
     raw = b[8 + n + a:8 + n + z]
     signs = [raw[i + 1] >> 7 for i in range(0, len(raw), 2)]  # bf16: the sign is bit 15
     assert 0 < sum(signs) < len(signs)
+    # and ppl/kld load the checkpoint (a reader that refused negative scales failed here): its weights
+    # dequantized in the scale's bf16 as an engine does, within that rounding of the spec's own run
+    text = ["--tokenizer", ROOT / "models/tok512.bin", "--text", ROOT / "models/tinystories-valid-excerpt.txt",
+            "--ctx", 64, "--chunks", 4, "--json", "--quiet"]
+    p = subprocess.run([LOWBIT, "ppl", out, *map(str, text)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    s = subprocess.run([LOWBIT, "ppl", STORIES, "--rule", r"re:.*_proj\.weight=int8:channel:scale=bf16:range=signed",
+                        *map(str, text)], capture_output=True, text=True)
+    assert s.returncode == 0, s.stderr
+    a, b = json.loads(p.stdout)["ppl"], json.loads(s.stdout)["ppl"]
+    assert abs(a / b - 1) < 2e-3, (a, b)
 
 
 # ----- streaming (issue 13 item 2, "Large models") -----
