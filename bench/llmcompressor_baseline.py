@@ -33,6 +33,10 @@ sees it: importing torch, loading, calibrating, saving):
   awq-w4a16-sym    AWQModifier with W4A16 (symmetric int4, --group)
   rtn-w4a16        QuantizationModifier W4A16_ASYM alone (data-free), the RTN reference for AWQ
   rtn-w4a16-sym    QuantizationModifier W4A16 alone
+  gptq-w4a16-sym   GPTQModifier with W4A16 (symmetric int4, --group) and its defaults: block 128, dampening
+                   0.01 of the mean diagonal, actorder "static" (columns in decreasing Hessian diagonal,
+                   group scales fixed before; issue 16)
+  awq-gptq-w4a16-sym  AWQModifier, then the GPTQModifier above
 Default: sq-w8a8-static,rtn-w8a8-static,sq-w8a8-dynamic,awq-w4a16,rtn-w4a16. All as llm-compressor
 0.14.0.1 does them by default: oneshot's sequential pipeline (layer by layer, calibrate then propagate;
 each modifier that needs data gets its own pass); SmoothQuant's inferred Llama mappings (input_layernorm
@@ -70,7 +74,7 @@ import time
 
 DEFAULT_METHODS = "sq-w8a8-static,rtn-w8a8-static,sq-w8a8-dynamic,awq-w4a16,rtn-w4a16"
 ALL_METHODS = ("sq-w8a8-static", "rtn-w8a8-static", "sq-w8a8-dynamic", "rtn-w8a8-dynamic",
-               "awq-w4a16", "awq-w4a16-sym", "rtn-w4a16", "rtn-w4a16-sym")
+               "awq-w4a16", "awq-w4a16-sym", "rtn-w4a16", "rtn-w4a16-sym", "gptq-w4a16-sym", "awq-gptq-w4a16-sym")
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
 
@@ -88,6 +92,7 @@ def calib_windows(tok, path, windows, seqlen):
 
 def recipe_for(method, group, act_observer):
     from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme, preset_name_to_scheme
+    from llmcompressor.modifiers.gptq import GPTQModifier
     from llmcompressor.modifiers.quantization import QuantizationModifier
     from llmcompressor.modifiers.transform import AWQModifier, SmoothQuantModifier
 
@@ -106,6 +111,9 @@ def recipe_for(method, group, act_observer):
     def quant(scheme):
         return QuantizationModifier(config_groups={"group_0": scheme}, ignore=["lm_head"])
 
+    def gptq(scheme):
+        return GPTQModifier(config_groups={"group_0": scheme}, ignore=["lm_head"])
+
     def smooth():
         return SmoothQuantModifier(smoothing_strength=0.5)
 
@@ -120,6 +128,8 @@ def recipe_for(method, group, act_observer):
         "awq-w4a16-sym": lambda: ([AWQModifier(), quant(int4("W4A16"))], True),
         "rtn-w4a16": lambda: ([quant(int4("W4A16_ASYM"))], False),
         "rtn-w4a16-sym": lambda: ([quant(int4("W4A16"))], False),
+        "gptq-w4a16-sym": lambda: ([gptq(int4("W4A16"))], True),
+        "awq-gptq-w4a16-sym": lambda: ([AWQModifier(), gptq(int4("W4A16"))], True),
     }
     return table[method]()
 

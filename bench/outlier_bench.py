@@ -6,7 +6,7 @@ of `lowbit quantize` with each method (calibration, method and writing the check
 
 usage: .venv/bin/python bench/outlier_bench.py [--build build] [--chunks 40] [--calib-seqs 128]
        [--calib-len 512] [--models smollm2,stories] [--sections quality,time] [--threads 2]
-       [--only WORDS] [--methods rtn,smoothquant,smoothquant:search,awq,gptq,awq+gptq]
+       [--only WORDS] [--methods rtn,smoothquant,smoothquant:search,awq,gptq,gptq:actorder,awq+gptq,...]
 Needs the SmolLM2 GGUF (.cache/smollm2, made by `make test`). Scratch: ~/.cache/lowbit/bench-outlier."""
 import argparse
 import json
@@ -43,7 +43,8 @@ def rows_for(model, group):
     return [
         ("W8A8-INT8 static per-tensor", ["--recipe", "RECIPE"], ["rtn", "smoothquant", "smoothquant:search"]),
         ("W8A8-INT8 dynamic per-token", ["--scheme", "W8A8-INT8"], ["rtn"]),
-        (f"{w4} (int4 g{group})", ["--scheme", w4], ["rtn", "awq", "gptq", "awq+gptq"]),
+        (f"{w4} (int4 g{group})", ["--scheme", w4], ["rtn", "awq", "gptq", "gptq:actorder", "awq+gptq",
+                                                     "awq+gptq:actorder"]),
         ("NVFP4A16", ["--scheme", "NVFP4A16"], ["rtn", "awq", "gptq"]),
         ("MXFP4A16", ["--scheme", "MXFP4A16"], ["rtn", "awq", "gptq"]),
         (f"{w4}, first and last layers kept", ["--scheme", w4, "--keep", "model.layers.0.*", "--keep",
@@ -56,6 +57,8 @@ def method_args(m):
         return []
     if m == "smoothquant:search":
         return ["--method", "smoothquant", "--alpha", "search"]
+    if m.endswith(":actorder"):  # gptq:actorder, awq+gptq:actorder (llm-compressor's default order)
+        return ["--method", m.split(":")[0], "--actorder"]
     return ["--method", m]
 
 
@@ -70,7 +73,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated words: keep the rows whose scheme label has one")
     ap.add_argument("--methods", default="", help="comma-separated methods (rtn, smoothquant, smoothquant:search, "
-                                                  "awq, gptq, awq+gptq): keep only those rows")
+                                                  "awq, gptq, awq+gptq): keep only those rows (both sections)")
     a = ap.parse_args()
     lb = str((ROOT / a.build / "lowbit").resolve())
     d = pathlib.Path(os.environ.get("LOWBIT_BENCH_DIR", pathlib.Path.home() / ".cache/lowbit/bench-outlier"))
@@ -91,12 +94,12 @@ def main():
         if not base.exists():
             sh([lb, "kld", path, path, *tokargs, "--text", WIKI, "--chunks", a.chunks, "--save-base", base,
                 "--quiet", "--json", "--threads", a.threads])
+        only = [w for w in a.only.split(",") if w]
         if "quality" in a.sections:
             print(f"\n## {name}: KLD vs the unquantized model, {a.chunks} windows of 512 of wiki.test.raw; "
                   f"calibration {calib.name}, {a.calib_seqs} x {a.calib_len}")
             print("| scheme | method | KLD | PPL | top-1 | seconds (method + eval) |")
             print("|---|---|---:|---:|---:|---:|")
-            only = [w for w in a.only.split(",") if w]
             for label, qargs, methods in rows_for(model, group):
                 if only and not any(w in label for w in only):
                     continue
@@ -121,7 +124,13 @@ def main():
                                     ("W8A8-INT8 static", ["--recipe", str(recipe)], "smoothquant:search"),
                                     (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "awq"),
                                     (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "gptq"),
-                                    (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "rtn")]:
+                                    (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "gptq:actorder"),
+                                    (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "awq+gptq"),
+                                    (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "rtn"),
+                                    ("NVFP4A16", ["--scheme", "NVFP4A16"], "gptq"),
+                                    ("MXFP4A16", ["--scheme", "MXFP4A16"], "gptq")]:
+                if (only and not any(w in label for w in only)) or (a.methods and m not in a.methods.split(",")):
+                    continue
                 out = d / f"{name}-{m.replace(':', '-').replace('+', '-')}-ckpt"
                 r = sh(["/usr/bin/time", "-v", lb, "quantize", path, "-o", out, *qargs, *method_args(m),
                         *calib_args, "--quiet", "--force", "--threads", a.threads])
