@@ -451,15 +451,13 @@ static int gguf_runner(const char *cmd, int json, const cli_eval_args *a, cli_ev
                         "GGUF lowbit quantize writes): it does not combine with --scheme, --recipe, --keep, lowbit "
                         "--rule specs, --spec*, --act, --calib (but a --method's), --calib-tokens, --fake or --kv");
     if (!gg.type) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "the GGUF options need --type T");
-    if (cli_method_given(&ra) && (gg.imatrix_file || gg.imatrix_text))
-        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--method %s scales the weights' input channels, which "
-                        "an importance matrix of the unscaled model does not describe: give --method or an imatrix, "
-                        "not both", ra.method);
+    int rc = cli_method_imatrix_check(cmd, json, &ra, gg.imatrix_file || gg.imatrix_text);
+    if (rc != EXIT_OK) return rc;
     lb_status st = lb_runner_supports(e->model, a->max_ctx);
     if (st != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
     if ((st = lb_qmodel_new(e->model, &e->qmodel)) != LB_OK) return cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
     /* --imatrix / --imatrix-from: the qmodel keeps each tensor's importance vector (copied) */
-    int rc = cli_gguf_imatrix(cmd, json, &gg, e->model, e->tok, a->threads);
+    rc = cli_gguf_imatrix(cmd, json, &gg, e->model, e->tok, a->threads);
     if (rc == EXIT_OK) rc = cli_gguf_choose(cmd, json, e->qmodel, &gg, a->threads, NULL);
     if (rc == EXIT_OK) rc = cli_method_apply(cmd, json, e->qmodel, e->tok, a->calib, &ra, a->threads);
     lb_imatrix_free(gg.imatrix);

@@ -86,6 +86,33 @@ int cli_method_given(const cli_recipe_args *a)
     return a->method && a->method_id != LB_METHOD_RTN;
 }
 
+/* Whether the method folds scales into the weights' input channels (and
+ * the norms before them): an importance matrix measured on the unscaled
+ * model then weighs the wrong channels. GPTQ leaves the channels as they
+ * are; its GGUF block scales are chosen with the imatrix like RTN's. */
+static int rescales_channels(lb_method m)
+{
+    switch (m) {
+    case LB_METHOD_RTN:
+    case LB_METHOD_GPTQ:
+    case LB_METHOD_COUNT:
+        return 0;
+    case LB_METHOD_SMOOTHQUANT:
+    case LB_METHOD_AWQ:
+    case LB_METHOD_AWQ_GPTQ:
+        return 1;
+    }
+    return 1;
+}
+
+int cli_method_imatrix_check(const char *cmd, int json, const cli_recipe_args *a, int has_imatrix)
+{
+    if (!has_imatrix || !a->method || !rescales_channels((lb_method)a->method_id)) return EXIT_OK;
+    return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--method %s scales the weights' input channels, which an "
+                    "importance matrix of the unscaled model does not describe: give that method or an imatrix, not "
+                    "both (--method gptq takes an imatrix)", a->method);
+}
+
 int cli_method_check(const char *cmd, int json, const cli_recipe_args *a, const char *calib)
 {
     if (a->alpha && !(a->method && a->method_id == LB_METHOD_SMOOTHQUANT))

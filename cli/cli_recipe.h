@@ -65,6 +65,10 @@ int cli_recipe_given(const cli_recipe_args *a);
 int cli_method_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a);
 /* Whether a method other than rtn was asked for. */
 int cli_method_given(const cli_recipe_args *a);
+/* An importance matrix (--imatrix, --imatrix-from) with a method that
+ * rescales input channels (smoothquant, awq, awq+gptq) is a usage error;
+ * with rtn or gptq it is used. EXIT_OK or the reported exit code. */
+int cli_method_imatrix_check(const char *cmd, int json, const cli_recipe_args *a, int has_imatrix);
 /* Their combination, before any work: --alpha only with smoothquant,
  * --damp, --block and --actorder only with gptq or awq+gptq; a
  * method other than rtn needs calib (the --calib FILE; a usage error

@@ -24,7 +24,7 @@ static const char usage[] =
     "                       [--token-embedding-type X] [--tensor-type P=X]... [--rule P=X]... [--dry-run]\n"
     "                       [--imatrix FILE | --imatrix-from TEXT [--tokenizer FILE]]\n"
     "                       [--include-weights S | --exclude-weights S]...\n"
-    "                       [--method awq --calib FILE [--calib-seqs N] [--calib-len L]]\n"
+    "                       [--method awq|gptq|awq+gptq --calib FILE [--calib-seqs N] [--calib-len L]]\n"
     "       lowbit quantize --list [--json]\n\n"
     "Writes MODEL (GGUF, safetensors, a Hugging Face directory or llama2.c) quantized as a Hugging Face\n"
     "directory an engine loads: compressed-tensors (vLLM, SGLang; the default) or modelopt (TensorRT-LLM),\n"

@@ -277,12 +277,10 @@ int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *
     cli_gguf_args ga = *given, *g = &ga;
     int with_method = cli_method_given(method);
     if (!g->type) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--format gguf needs --type T (Q4_K_M, Q8_0, ...)");
-    if (with_method && (g->imatrix_file || g->imatrix_text))
-        return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--method %s scales the weights' input channels, which "
-                        "an importance matrix of the unscaled model does not describe: give --method or an imatrix, "
-                        "not both", method->method);
+    int rc = cli_method_imatrix_check(cmd, json, method, g->imatrix_file || g->imatrix_text);
+    if (rc != EXIT_OK) return rc;
     if (!g->dry_run && !out) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "need -o OUT.gguf (or --dry-run)");
-    int rc = cli_protect(cmd, json, model, "MODEL");
+    rc = cli_protect(cmd, json, model, "MODEL");
     if (rc == EXIT_OK && !g->dry_run) rc = cli_output_check(cmd, json, out);
     if (rc != EXIT_OK) return rc;
     double t0 = now();

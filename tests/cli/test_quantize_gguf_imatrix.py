@@ -138,6 +138,23 @@ def test_gguf_imatrix_without_its_keys_is_refused(tmp_path):
     assert not (tmp_path / "x.gguf").exists()
 
 
+def test_gptq_chooses_its_block_scales_with_the_imatrix(imatrix, tmp_path):
+    """GPTQ leaves the input channels as they are, so an imatrix of the model weighs its block scales as it
+    weighs RTN's (gptq_grid_ggml.c); AWQ and SmoothQuant rescale the channels, so theirs is refused."""
+    gptq = ["--method", "gptq", "--calib", ROOT / "data/tinystories/calib-excerpt.txt", "--calib-seqs", 4,
+            "--calib-len", 64]
+    _, with_im = quantize(tmp_path / "a.gguf", *gptq, "--imatrix", imatrix)
+    _, without = quantize(tmp_path / "b.gguf", *gptq)
+    _, rtn_im = quantize(tmp_path / "c.gguf", "--imatrix", imatrix)
+    for name in ("blk.0.attn_q.weight", "blk.4.ffn_up.weight"):  # ffn_down (rows of 172) falls back to F16
+        assert with_im[name] != without[name] and with_im[name] != rtn_im[name], name
+    for method in ("awq", "awq+gptq", "smoothquant"):
+        r = lowbit("quantize", STORIES, "-o", tmp_path / "x.gguf", "--type", "Q4_0", *gptq[2:], "--method", method,
+                   "--imatrix", imatrix)
+        assert r.returncode == 2 and f"--method {method} scales the weights' input channels" in r.stderr, r.stderr
+        assert not (tmp_path / "x.gguf").exists()
+
+
 @pytest.mark.parametrize("args, code, needle", [
     (["--type", "Q4_0", "--imatrix", "missing.gguf"], 1, "missing.gguf"),
     (["--type", "Q4_0", "--imatrix", "garbage.dat"], 1, "garbage.dat"),
