@@ -29,6 +29,8 @@ import time
 import numpy as np
 from gguf import GGUFReader
 
+from llamacpp_kld import parse_kl_divergence
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SMOLLM2 = ROOT / ".cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 WIKI = ROOT / "data/wikitext-2-raw/wiki.test.raw"
@@ -137,10 +139,8 @@ def main():
             bpw, total = weight_stats(q)
             out = sh([llb / "llama-perplexity", "-m", q, "-f", WIKI, *common, "--kl-divergence-base", lbase,
                       "--kl-divergence", "-t", 2])
-            txt = out.stdout + out.stderr
-            lp = float(re.search(r"Mean PPL\(Q\)\s*:\s*([0-9.]+)", txt).group(1))
-            lk = float(re.search(r"Mean\s+KLD:\s*([0-9.]+)", txt).group(1))
-            lt = float(re.search(r"Same top p:\s*([0-9.]+)", txt).group(1)) / 100
+            k = parse_kl_divergence(out.stdout + out.stderr)
+            lp, lk, lt = k["ppl"], k["kld"], k["top1"]
             j = json.loads(sh([lb, "kld", f32, q, "--base", bbase, "--text", WIKI, "--ctx", 512, "--chunks",
                                a.chunks, "--quiet", "--json"]).stdout)
             print(f"| {t} | {bpw:.3f} | {total / 1e6:.1f} | {lp:.4f} | {j['ppl']:.4f} | {lk:.5f} | "

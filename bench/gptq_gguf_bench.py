@@ -18,9 +18,10 @@ imatrix: llama-imatrix's time + llama-quantize's)."""
 import argparse
 import os
 import pathlib
-import re
 import subprocess
 import time
+
+from llamacpp_kld import parse_kl_divergence
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SMOLLM2 = ROOT / ".cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -91,12 +92,9 @@ def main():
             _, dt = sh(args)
         r, _ = sh([llb / "llama-perplexity", "-m", out, "-f", WIKI, "-c", 512, "--chunks", a.chunks, *SAME_CACHE,
                    "--kl-divergence-base", base, "--kl-divergence", "-t", t])
-        text = r.stdout + r.stderr
-        ppl = re.search(r"Mean PPL\(Q\)\s*:\s*([0-9.]+)\s*±\s*([0-9.]+)", text)
-        kld = re.search(r"Mean\s+KLD:\s*([0-9.]+)\s*±\s*([0-9.]+)", text)
-        top1 = re.search(r"Same top p:\s*([0-9.]+)", text)
-        print(f"| {row} | {out.stat().st_size / 2**20:.2f} | {kld.group(1)} +- {kld.group(2)} | {ppl.group(1)} | "
-              f"{float(top1.group(1)) / 100:.4f} | {dt:.1f} |", flush=True)
+        k = parse_kl_divergence(r.stdout + r.stderr)
+        print(f"| {row} | {out.stat().st_size / 2**20:.2f} | {k['kld']:.6f} +- {k['kld_err']:.6f} | {k['ppl']:.6f} | "
+              f"{k['top1']:.4f} | {dt:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated words: keep the rows whose scheme label has one")
     ap.add_argument("--methods", default="", help="comma-separated methods (rtn, smoothquant, smoothquant:search, "
-                                                  "awq, gptq, awq+gptq): keep only those rows (both sections)")
+                                                  "awq, gptq, gptq:actorder, awq+gptq, awq+gptq:actorder): keep only those rows "
+                                                  "(both sections)")
     a = ap.parse_args()
     lb = str((ROOT / a.build / "lowbit").resolve())
     d = pathlib.Path(os.environ.get("LOWBIT_BENCH_DIR", pathlib.Path.home() / ".cache/lowbit/bench-outlier"))
@@ -94,18 +95,21 @@ def main():
         if not base.exists():
             sh([lb, "kld", path, path, *tokargs, "--text", WIKI, "--chunks", a.chunks, "--save-base", base,
                 "--quiet", "--json", "--threads", a.threads])
-        only = [w for w in a.only.split(",") if w]
+        only, picked = [w for w in a.only.split(",") if w], [m for m in a.methods.split(",") if m]
+
+        def wanted(label, m):
+            """--only (a word of the scheme label) and --methods, in both sections"""
+            return (not only or any(w in label for w in only)) and (not picked or m in picked)
+
         if "quality" in a.sections:
             print(f"\n## {name}: KLD vs the unquantized model, {a.chunks} windows of 512 of wiki.test.raw; "
                   f"calibration {calib.name}, {a.calib_seqs} x {a.calib_len}")
             print("| scheme | method | KLD | PPL | top-1 | seconds (method + eval) |")
             print("|---|---|---:|---:|---:|---:|")
             for label, qargs, methods in rows_for(model, group):
-                if only and not any(w in label for w in only):
-                    continue
                 qargs = [str(recipe) if x == "RECIPE" else x for x in qargs]
                 for m in methods:
-                    if a.methods and m not in a.methods.split(","):
+                    if not wanted(label, m):
                         continue
                     t0 = time.perf_counter()
                     j = json.loads(sh([lb, "kld", path, *tokargs, "--base", base, "--text", WIKI, "--chunks", a.chunks,
@@ -119,17 +123,13 @@ def main():
                   f"{a.threads} threads): wall seconds and peak RSS, the checkpoint written")
             print("| scheme | method | wall s | CPU s | peak RSS MB |")
             print("|---|---|---:|---:|---:|")
-            for label, qargs, m in [("W8A8-INT8 static", ["--recipe", str(recipe)], "rtn"),
-                                    ("W8A8-INT8 static", ["--recipe", str(recipe)], "smoothquant"),
-                                    ("W8A8-INT8 static", ["--recipe", str(recipe)], "smoothquant:search"),
-                                    (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "awq"),
-                                    (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "gptq"),
-                                    (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "gptq:actorder"),
-                                    (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "awq+gptq"),
-                                    (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"], "rtn"),
-                                    ("NVFP4A16", ["--scheme", "NVFP4A16"], "gptq"),
-                                    ("MXFP4A16", ["--scheme", "MXFP4A16"], "gptq")]:
-                if (only and not any(w in label for w in only)) or (a.methods and m not in a.methods.split(",")):
+            w8a8 = ("W8A8-INT8 static", ["--recipe", str(recipe)])
+            w4 = (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"])
+            timed = [(*w8a8, m) for m in ("rtn", "smoothquant", "smoothquant:search")] + \
+                    [(*w4, m) for m in ("awq", "gptq", "gptq:actorder", "awq+gptq", "rtn")] + \
+                    [(s, ["--scheme", s], "gptq") for s in ("NVFP4A16", "MXFP4A16")]
+            for label, qargs, m in timed:
+                if not wanted(label, m):
                     continue
                 out = d / f"{name}-{m.replace(':', '-').replace('+', '-')}-ckpt"
                 r = sh(["/usr/bin/time", "-v", lb, "quantize", path, "-o", out, *qargs, *method_args(m),

@@ -107,7 +107,7 @@ static int rescales_channels(lb_method m)
 
 int cli_method_imatrix_check(const char *cmd, int json, const cli_recipe_args *a, int has_imatrix)
 {
-    if (!has_imatrix || !a->method || !rescales_channels((lb_method)a->method_id)) return EXIT_OK;
+    if (!has_imatrix || !a->method || !rescales_channels(a->method_id)) return EXIT_OK;
     return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--method %s scales the weights' input channels, which an "
                     "importance matrix of the unscaled model does not describe: give that method or an imatrix, not "
                     "both (--method gptq takes an imatrix)", a->method);

@@ -11,8 +11,9 @@ the same 8 windows of 512 tokens of wiki.test.raw, against the same F32 model.
   - perplexity: the 18 types' gaps average within 0.4% of zero (a
     systematic difference moves them all one way: lowbit with fp32
     activations sits 0.35-0.9% below llama.cpp on every type), and each type
-    lies within 1% (this host: mean +0.11%, the largest +0.44%, Q4_K_M). The issue asked for 0.5% per
-    type, but 8 windows cannot resolve that across machines: llama.cpp
+    lies within 1% (this host: mean +0.11%, the largest +0.44%, Q4_K_M).
+    The issue asked for 0.5% per type, but 8 windows cannot resolve that
+    across machines: llama.cpp
     disagrees with itself by more on one file (Q3_K_M, AVX-512 host: 27.5555
     with its repacked kernels, 27.6108 with --no-repack, +0.20%; the AVX2 host
     of an earlier CI run got 27.4345 from the same file: 0.64% between
