@@ -67,7 +67,7 @@ static const struct {
     ROW(lb__ggml_quantize_row_q5_k), ROW(lb__ggml_quantize_row_q6_k), ROW(lb__ggml_quantize_row_q4_0_imatrix),
     ROW(lb__ggml_quantize_row_q4_1_imatrix), ROW(lb__ggml_quantize_row_q5_0_imatrix),
     ROW(lb__ggml_quantize_row_q5_1_imatrix), ROW(lb__ggml_act_round), ROW(lb__ggml_act_type),
-    ROW(lb__calib_pass), ROW(lb__calib_windows), ROW(lb__calib_struct_layout),
+    ROW(lb__calib_pass), ROW(lb__calib_windows), ROW(lb__calib_sample_positions), ROW(lb__calib_struct_layout),
     ROW(lb__smoothquant_scales), ROW(lb__smoothquant_layer), ROW(lb__fold_input_scale), ROW(lb__smooth_group_init),
     ROW(lb__smooth_group_error), ROW(lb__smooth_group_free),
     /* AWQ (algo/awq.h) and the fake quantizer it measures through (weights/qmodel_internal.h) */

@@ -34,9 +34,8 @@
  * weight: every element one sum over the window's rows in row order), and
  * the windows' products are summed in double. Row samples: of the T =
  * n_windows x window token positions (window w's row t is position
- * w * window + t), the n = min(sample_rows, T) positions
- *     p_k = floor((2k + 1) T / (2n)),  k = 0 .. n-1,
- * the centres of n equal slices of the stream (all rows when n = T). */
+ * w * window + t), n = min(sample_rows, T), one drawn in each of n equal
+ * slices of the stream (lb__calib_sample_positions; all rows when n = T). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,9 +46,7 @@
 #include "model/runner_internal.h"
 #include "util/error.h"
 
-/* The windows' generator: splitmix64 (Steele, Lea and Flood 2014) from
- * this seed ("lowbit!!"), so the same text gives the same windows
- * everywhere. */
+/* The windows' seed ("lowbit!!"); the samples' is the next value. */
 #define LB_CALIB_SEED 0x6c6f776269742121ull
 
 static const char *const site_what[LB__SITE_COUNT] = {
@@ -298,13 +295,40 @@ static void layer_end(pass *p, uint64_t rows)
     }
 }
 
-/* p_k = floor((2k + 1) T / (2n)) without overflow: with T = a (2n) + b,
- * (2k + 1) T / (2n) = (2k + 1) a + (2k + 1) b / (2n). */
-static void sample_positions(uint64_t *pos, size_t n, uint64_t total)
+/* splitmix64 (Steele, Lea and Flood 2014): the windows' and the samples'
+ * generator, so the same text gives the same choices everywhere. */
+static uint64_t splitmix64(uint64_t *state)
 {
-    if (n == 0) return;
-    uint64_t two_n = 2 * (uint64_t)n, a = total / two_n, b = total % two_n;
-    for (size_t k = 0; k < n; k++) pos[k] = (2 * (uint64_t)k + 1) * a + (2 * (uint64_t)k + 1) * b / two_n;
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n) (n > 0): draws at or past the last whole multiple of n
+ * are drawn again, so no value is favoured. */
+static uint64_t below(uint64_t *state, uint64_t n)
+{
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n, z;
+    do z = splitmix64(state);
+    while (z >= limit);
+    return z % n;
+}
+
+/* floor(k T / n) without overflow (k <= n <= T): with T = a n + b,
+ * k T / n = k a + k b / n, and k b < n^2. */
+static uint64_t slice_start(uint64_t k, uint64_t n, uint64_t total)
+{
+    return k * (total / n) + k * (total % n) / n;
+}
+
+void lb__calib_sample_positions(uint64_t *pos, size_t n, uint64_t total)
+{
+    uint64_t rng = LB_CALIB_SEED + 1;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t lo = slice_start(k, n, total), hi = slice_start(k + 1, n, total);
+        pos[k] = lo + below(&rng, hi - lo);
+    }
 }
 
 /* The input width of each site, from layer 0's weights: q_proj's, o_proj's,
@@ -419,7 +443,7 @@ lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows,
             st = lb__fail(LB_ERR_NOMEM, "lb__calib_pass: cannot allocate the hidden states of %zu x %zu tokens",
                           n_windows, window);
     }
-    if (st == LB_OK) sample_positions(p.sample_pos, p.n_sample, total);
+    if (st == LB_OK) lb__calib_sample_positions(p.sample_pos, p.n_sample, total);
     for (size_t w = 0; w < n_windows && st == LB_OK; w++)
         st = lb__runner_embed(r, windows + w * window, window, h + w * window * dim);
     if (st == LB_OK) {
@@ -435,24 +459,6 @@ lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows,
 }
 
 /* ---- windows ---- */
-
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [0, n) (n > 0): draws at or past the last whole multiple of n
- * are drawn again, so no value is favoured. */
-static uint64_t below(uint64_t *state, uint64_t n)
-{
-    uint64_t limit = UINT64_MAX - UINT64_MAX % n, z;
-    do z = splitmix64(state);
-    while (z >= limit);
-    return z % n;
-}
 
 static int by_value(const void *a, const void *b)
 {

@@ -5,6 +5,9 @@ against what the public forward pass shows:
   "lowbit!!", a partial Fisher-Yates draw of non-overlapping slots, sorted)
   re-implemented here gives the same windows; every window lies in the
   text; fewer windows when the text is short; BOS replacement;
+* lb__calib_sample_positions: the documented draw (one uniform row per
+  slice) re-implemented here gives the same rows, which reach every
+  position of a window;
 * per-site statistics (absmax, mean |x|, mean x^2), the row samples at the
   documented positions, the Hessians and the per-head K/V maxima equal
   numpy's on the inputs lb_runner_forward's activation hook delivers on the
@@ -92,6 +95,8 @@ def lib():
                                     ctypes.c_size_t, ctypes.c_int32, ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)),
                                     ctypes.POINTER(ctypes.c_size_t)]
     L.lb__calib_windows.restype = ctypes.c_int
+    L.lb__calib_sample_positions.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_uint64]
+    L.lb__calib_sample_positions.restype = None
     L.lb__calib_struct_layout.argtypes = [P]
     L.lb__calib_struct_layout.restype = None
     libc = ctypes.CDLL(None)
@@ -322,8 +327,48 @@ def wins(lib):
     return w
 
 
+def uniform_below(state, n):
+    """calib_pass.c's rejection draw: uniform in [0, n)."""
+    limit = (2**64 - 1) - (2**64 - 1) % n
+    while True:
+        state, z = splitmix64(state)
+        if z < limit:
+            return state, z % n
+
+
 def sample_positions(n, total):
-    return [((2 * k + 1) * total) // (2 * n) for k in range(n)]
+    """The documented sample rows: one uniform draw in each slice [k T / n, (k + 1) T / n)."""
+    state, pos = 0x6C6F776269742122, []
+    for k in range(n):
+        lo, hi = k * total // n, (k + 1) * total // n
+        state, d = uniform_below(state, hi - lo)
+        pos.append(lo + d)
+    return pos
+
+
+def library_sample_positions(lib, n, total):
+    pos = (ctypes.c_uint64 * n)()
+    lib.lb__calib_sample_positions(pos, n, total)
+    return list(pos)
+
+
+@pytest.mark.parametrize("n,total", [(37, 256), (20, 256), (256, 256), (4096, 128 * 512), (1000, 10**12 + 7)])
+def test_sample_positions_follow_the_documented_draw(lib, n, total):
+    pos = library_sample_positions(lib, n, total)
+    assert pos == sample_positions(n, total)
+    assert all(k * total // n <= p < (k + 1) * total // n for k, p in enumerate(pos))  # one per slice
+    if n == total:
+        assert pos == list(range(total))
+
+
+def test_sample_positions_reach_every_place_in_a_window(lib):
+    """At the methods' default (128 windows of 512, 4096 rows) the samples fall on
+    (nearly) every position of a window, the first ones included; the slices' centres
+    fell on 32 positions, 8, 24, .., 504, the same in every window."""
+    pos = np.array(library_sample_positions(lib, 4096, 128 * 512))
+    in_window = pos % 512
+    assert len(set(in_window.tolist())) > 500
+    assert np.any(in_window < 8)
 
 
 def test_stats_equal_numpy_on_the_hooked_inputs(lib, qm, wins):

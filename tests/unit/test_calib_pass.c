@@ -61,10 +61,11 @@ static lb_status on_layer(void *ctx, lb_qmodel *q, const lb__layer_stats *s)
                 ok = fabs(a->hessian[i * DIM + j] - h) <= WINDOW * 0x1p-24 * bound + 1e-30;
             }
         }
-        for (size_t k = 0; ok && k < N_SAMPLE; k++) { /* p_k = floor((2k + 1) T / (2n)) */
-            size_t p = (2 * k + 1) * rows / (2 * N_SAMPLE);
-            ok = memcmp(a->sample + k * DIM, c->x0[p], sizeof c->x0[p]) == 0;
-        }
+        uint64_t pos[N_SAMPLE];
+        lb__calib_sample_positions(pos, N_SAMPLE, rows);
+        for (size_t k = 0; ok && k < N_SAMPLE; k++) /* one row in each slice [k T / n, (k + 1) T / n) */
+            ok = pos[k] >= k * rows / N_SAMPLE && pos[k] < (k + 1) * rows / N_SAMPLE &&
+                 memcmp(a->sample + k * DIM, c->x0[pos[k]], sizeof c->x0[pos[k]]) == 0;
         CHECK(ok, "layer 0's q/k/v input statistics are those of the normed embeddings");
         c->checked = ok;
     }
