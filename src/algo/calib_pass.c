@@ -20,10 +20,12 @@
  *      states go on to layer li + 1 through the changed layer.
  * Steps 1 and 4 are skipped when nothing can have changed (SOURCE mode
  * without a callback): the collecting run's outputs are then the layer's
- * outputs. With a callback they are not kept: every method changes the
+ * outputs. With a callback they are not kept (every method changes the
  * layer it is called on, so keeping them would only cost a second buffer
- * of all hidden states. Step 4 is skipped for the last layer (nothing
- * reads its outputs).
+ * of all hidden states), unless keep_outputs says the callback's changes
+ * leave the layer's function as it was (SmoothQuant's folds): then the
+ * layer runs once, in place, as without a callback. Step 4 is skipped for
+ * the last layer (nothing reads its outputs).
  *
  * Statistics: per site, per column, the largest |x|, and sum |x| and sum
  * x^2 in double (finite fp32 inputs cannot overflow them, so a
@@ -372,7 +374,7 @@ static lb_status run_pass(lb_qmodel *q, lb_runner *r, pass *p, float *h, size_t 
     uint64_t rows = (uint64_t)n_windows * p->window;
     lb_status st = LB_OK;
     for (size_t li = 0; li < n_layers && st == LB_OK; li++) {
-        int twice = fn || o->mode == LB__CALIB_QUANTIZED;
+        int twice = (fn && !o->keep_outputs) || o->mode == LB__CALIB_QUANTIZED;
         int last = li + 1 == n_layers;
         if ((st = layer_begin(p, q, li)) != LB_OK) break;
         if (o->mode == LB__CALIB_QUANTIZED || (fn && li > 0)) st = lb__runner_reload_layer_as(r, q, li, LB__RUNNER_SOURCE);
@@ -414,6 +416,9 @@ lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows,
     case LB__CALIB_QUANTIZED: build = LB__RUNNER_CALIB; break;
     }
     if (!build) return lb__fail(LB_ERR_ARG, "lb__calib_pass: mode %d", (int)o->mode);
+    if (o->keep_outputs && o->mode != LB__CALIB_SOURCE)
+        return lb__fail(LB_ERR_ARG, "lb__calib_pass: keep_outputs is for SOURCE mode (in QUANTIZED mode the next "
+                                    "layer's inputs come from the quantized layer)");
     if (window > UINT32_MAX) return lb__fail(LB_ERR_ARG, "lb__calib_pass: a window of %zu tokens", window);
     const lb_arch *a = lb_model_arch(lb_qmodel_model(q));
     size_t cols[LB__SITE_COUNT];

@@ -94,6 +94,11 @@ typedef struct lb__calib_pass_options {
     lb__calib_mode mode;
     size_t sample_rows;   /* rows of X kept per site (0: none) */
     int hessian;          /* 1: accumulate each site's X^T X */
+    int keep_outputs;     /* SOURCE mode only: 1 when fn changes a layer only by transforms that leave its
+                             outputs as they were in exact arithmetic (SmoothQuant's folds): the windows
+                             then run through each layer once, in place, and its outputs before fn go on to
+                             the next layer (the original model's, as SmoothQuant's reference collects its
+                             statistics), instead of a second run through the changed layer */
     int threads;          /* 0: one per CPU */
     lb_progress_fn progress; /* optional: after each layer (done of n_layers) */
     void *progress_ctx;

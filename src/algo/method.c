@@ -126,7 +126,11 @@ lb_status lb_qmodel_apply_method(lb_qmodel *q, const int32_t *tokens, size_t n, 
     lb__calib_pass_options po = {.mode = LB__CALIB_SOURCE,
                                  .sample_rows = o->sample_rows ? o->sample_rows : LB_METHOD_DEFAULT_SAMPLE,
                                  .threads = o->threads, .progress = o->progress, .progress_ctx = o->progress_ctx};
-    if (fn) st = lb__calib_pass(q, windows, n_windows, len, &po, fn, ctx);
+    if (fn) { /* SmoothQuant's folds leave each layer's outputs as they were: one run through each layer */
+        po.keep_outputs = 1;
+        st = lb__calib_pass(q, windows, n_windows, len, &po, fn, ctx);
+        po.keep_outputs = 0;
+    }
     if (with_awq) st = lb__calib_pass(q, windows, n_windows, len, &po, lb__awq_layer, &awq);
     if (st == LB_OK && with_gptq) {
         /* GPTQ needs no sample rows: each weight's Hessian is its whole statistic */

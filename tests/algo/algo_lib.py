@@ -42,7 +42,7 @@ class LayerStats(ctypes.Structure):
 
 class PassOptions(ctypes.Structure):
     """lb__calib_pass_options"""
-    _fields_ = [("mode", ctypes.c_int), ("sample_rows", ctypes.c_size_t), ("hessian", ctypes.c_int),
+    _fields_ = [("mode", ctypes.c_int), ("sample_rows", ctypes.c_size_t), ("hessian", ctypes.c_int), ("keep_outputs", ctypes.c_int),
                 ("threads", ctypes.c_int), ("progress", _P), ("progress_ctx", _P)]
 
 

@@ -59,7 +59,7 @@ class LayerStats(ctypes.Structure):
 
 
 class PassOptions(ctypes.Structure):
-    _fields_ = [("mode", ctypes.c_int), ("sample_rows", ctypes.c_size_t), ("hessian", ctypes.c_int),
+    _fields_ = [("mode", ctypes.c_int), ("sample_rows", ctypes.c_size_t), ("hessian", ctypes.c_int), ("keep_outputs", ctypes.c_int),
                 ("threads", ctypes.c_int), ("progress", P), ("progress_ctx", P)]
 
 
@@ -185,7 +185,8 @@ def copy_stats(s):
     return out
 
 
-def run_pass(lib, q, wins, mode=SOURCE, sample_rows=0, hessian=0, fn=None, threads=2, no_callback=False):
+def run_pass(lib, q, wins, mode=SOURCE, sample_rows=0, hessian=0, fn=None, threads=2, no_callback=False,
+             keep_outputs=0):
     """lb__calib_pass; returns (status, [per-layer stats], progress calls).
     fn(q, layer) may change q and returns a status; no_callback: fn NULL
     (statistics only: none come back)."""
@@ -200,7 +201,7 @@ def run_pass(lib, q, wins, mode=SOURCE, sample_rows=0, hessian=0, fn=None, threa
 
     cb, pcb = LAYER_FN(0) if no_callback else LAYER_FN(on_layer), PROGRESS_FN(on_progress)
     o = PassOptions(mode=mode, sample_rows=sample_rows, hessian=hessian, threads=threads,
-                    progress=ctypes.cast(pcb, P))
+                    keep_outputs=keep_outputs, progress=ctypes.cast(pcb, P))
     w = np.ascontiguousarray(wins, dtype=np.int32)
     st = lib.lb__calib_pass(q.h, w.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), w.shape[0], w.shape[1],
                             ctypes.byref(o), cb, None)
@@ -510,6 +511,33 @@ def test_a_callback_change_reaches_the_later_layers(lib, wins):
     for layer in range(2, N_LAYERS):
         assert not same_stats(changed[layer], base[layer])
         assert same_stats(changed[layer], want[layer]), layer
+
+
+def test_kept_outputs_skip_the_callbacks_changes(lib, wins):
+    """keep_outputs: the windows go on with the layer's outputs from before the
+    callback, so a change to a layer (here one that is not output-preserving,
+    to make the difference visible) reaches no later layer's statistics; the
+    callback still runs at every layer. QUANTIZED mode refuses it."""
+    norm = "model.layers.1.post_attention_layernorm.weight"
+    q = QModel(lib)
+    try:
+        st, base, _ = run_pass(lib, q, wins, sample_rows=16)
+        assert st == LB_OK
+        doubled = q.source(norm, (64,)) * 2
+        calls = []
+
+        def change(qq, layer):
+            calls.append(layer)
+            return qq.replace(norm, doubled) if layer == 1 else LB_OK
+
+        st, kept, _ = run_pass(lib, q, wins, sample_rows=16, fn=change, keep_outputs=1)
+        assert st == LB_OK, err(lib)
+        assert calls == list(range(N_LAYERS))
+        assert all(same_stats(kept[layer], base[layer]) for layer in range(N_LAYERS))
+        st, _, _ = run_pass(lib, q, wins, mode=QUANTIZED, fn=change, keep_outputs=1)
+        assert st == LB_ERR_ARG and "keep_outputs" in err(lib)
+    finally:
+        q.close()
 
 
 def test_a_callback_error_stops_the_pass(lib, qm, wins):
