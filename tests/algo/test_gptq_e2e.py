@@ -158,6 +158,60 @@ def test_a_hessian_that_needs_more_dampening_is_reported():
         assert all(np.isfinite(q.values(i)).all() for i in weights(q))
 
 
+def gptq_ggml_values(t, w, h, imatrix):
+    """lb__gptq_ggml_test's result (the grid-level GPTQ of one weight), dequantized."""
+    f = lib.lb__gptq_ggml_test
+    f.restype = ctypes.c_int
+    f.argtypes = [ctypes.c_int, P, ctypes.c_size_t, ctypes.c_size_t, P, P, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                  P, P, P]
+    w = np.array(w, dtype=np.float32, order="C")
+    rows, cols = w.shape
+    dst = np.zeros(rows * cols // 32 * 18, dtype=np.uint8)  # q4_0: 18 bytes per 32 values
+    h = np.ascontiguousarray(h, dtype=np.float64)
+    im = None if imatrix is None else np.ascontiguousarray(imatrix, dtype=np.float32)
+    A.check(f(A.dtype("q4_0"), w.ctypes.data, rows, cols, h.ctypes.data, None if im is None else im.ctypes.data,
+              0, 0, 2, dst.ctypes.data, None, None), "lb__gptq_ggml_test")
+    out = np.zeros(rows * cols, dtype=np.float32)
+    lib.lb_dtype_to_f32.argtypes = [ctypes.c_int, P, ctypes.c_size_t, P]
+    A.check(lib.lb_dtype_to_f32(A.dtype("q4_0"), dst.ctypes.data, out.size, out.ctypes.data), "dequantize q4_0")
+    return out.reshape(rows, cols)
+
+
+def test_gptq_gguf_blocks_take_the_hessians_diagonal_as_importance():
+    """A ggml-typed weight without an imatrix: its blocks' scales are chosen with the
+    input's mean x^2, diag(H) / tokens, as importance (what llama-imatrix collects),
+    not with the type's plain rule; with an imatrix set, with that one."""
+    rng = np.random.default_rng(11)
+    hs = {}
+
+    def hessian_for(layer, site, cols):  # SPD, its diagonal far from uniform
+        a = rng.standard_normal((cols, cols)) * rng.uniform(0.1, 3.0, cols)
+        hs[layer, site] = a.T @ a + np.eye(cols)
+        return hs[layer, site]
+
+    targets = ["self_attn.q_proj", "self_attn.o_proj", "mlp.up_proj"]  # 64 inputs: whole q4_0 blocks
+    sites = {"self_attn.q_proj": 0, "self_attn.o_proj": 1, "mlp.up_proj": 2}
+    with A.QModel(ml.STORIES) as q:
+        windows = calib_windows(q)
+        ids = [q.index(f"model.layers.{layer}.{n}.weight") for layer in (0, 3) for n in targets]
+        src = {i: q.source(i) for i in ids}
+        for i in ids:
+            q.set_ggml(i, "q4_0")
+        im_given = ids[-1]  # layer 3's up_proj keeps an imatrix of its own
+        given = rng.uniform(0.5, 2.0, 64).astype(np.float32)
+        q.set_imatrix(im_given, given)
+        gptq_pass(q, windows, hessian_for)
+        tokens_seen = windows.size
+        for i in ids:
+            name = q.name(i)
+            layer, n = int(name.split(".")[2]), name.split(".", 3)[3][:-len(".weight")]
+            h = hs[layer, sites[n]]
+            im = given if i == im_given else (np.diag(h) / tokens_seen).astype(np.float32)
+            np.testing.assert_array_equal(q.values(i), gptq_ggml_values("q4_0", src[i], h, im), err_msg=name)
+            if i != im_given:  # and not what the type's own rule (no importance) gives
+                assert not np.array_equal(q.values(i), gptq_ggml_values("q4_0", src[i], h, None)), name
+
+
 kld = A.kld  # numpy KL divergence (algo_lib)
 
 
