@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "algo/calib_pass.h"
+#include "algo/calib_stats.h"
 #include "kernel/matmul.h"
 #include "model/runner_internal.h"
 #include "util/error.h"
@@ -81,8 +82,10 @@ typedef struct pass {
     size_t window, win, layer;            /* window length, the running window, the running layer */
     int collecting;
     int threads;
+    lb__column_stats_fn column_stats;     /* the active ISA's (calib_stats.h) */
     float *xt;                            /* [max_cols][window]: X^T of one window */
-    float *gram;                          /* [max_cols][max_cols]: one window's X^T X */
+    float *packed;                        /* X^T of one window as the matmul's packed weight (64-byte aligned) */
+    float *gram;                          /* [GRAM_BLOCK][max_cols]: a block of rows of one window's X^T X */
     lb_status status;                     /* the first failure inside a hook */
 } pass;
 
@@ -97,20 +100,54 @@ static int site_of(const char *name)
     return -1;
 }
 
-/* H += X^T X for one window's rows x (rows x cols), the product on the
- * matmul kernels (X^T packed as a cols x rows weight). */
+/* Rows of H per matmul in add_gram: each block of rows is multiplied
+ * against the columns up to its end only, so about half of X^T X is
+ * computed (55% at 64 for 576 columns; the diagonal blocks whole). */
+#define GRAM_BLOCK 64
+
+/* H += X^T X for one window's rows x (rows x cols), lower triangle only
+ * (layer_end mirrors it): X^T is packed as a cols x rows weight straight
+ * from x (panel q holds, for each row r, x[r][q*NR .. q*NR+NR), contiguous
+ * in x), and each block of GRAM_BLOCK features of X^T is multiplied on the
+ * matmul kernels against the panels of the features before its end. Every
+ * element is the same one sum over the window's rows, in row order, as a
+ * whole product gives. */
 static lb_status add_gram(pass *p, const float *x, size_t rows, size_t cols, double *h)
 {
-    for (size_t r = 0; r < rows; r++)
-        for (size_t j = 0; j < cols; j++) p->xt[j * rows + r] = x[r * cols + j];
-    lb__packed w;
-    lb_status st = lb__pack_weight(p->xt, cols, rows, &w);
-    if (st != LB_OK) return lb__fail(st, "lb__calib_pass: cannot pack a %zu x %zu Hessian block", cols, rows);
-    st = lb__matmul(p->xt, cols, &w, p->gram, p->threads);
-    lb__packed_free(&w);
-    if (st != LB_OK) return lb__fail(st, "lb__calib_pass: out of memory for a %zu x %zu Hessian", cols, cols);
-    for (size_t i = 0; i < cols * cols; i++) h[i] += p->gram[i];
+    size_t panels = (cols + LB__MM_NR - 1) / LB__MM_NR;
+    for (size_t q = 0; q < panels; q++) {
+        size_t c0 = q * LB__MM_NR, n = cols - c0 < LB__MM_NR ? cols - c0 : LB__MM_NR;
+        float *panel = p->packed + q * rows * LB__MM_NR;
+        for (size_t r = 0; r < rows; r++) {
+            memcpy(panel + r * LB__MM_NR, x + r * cols + c0, n * sizeof *x);
+            if (n < LB__MM_NR) memset(panel + r * LB__MM_NR + n, 0, (LB__MM_NR - n) * sizeof *x);
+        }
+    }
+    /* X^T row-major for the matmul's left operand, in tiles that stay in cache */
+    for (size_t r0 = 0; r0 < rows; r0 += 16)
+        for (size_t j0 = 0; j0 < cols; j0 += 16)
+            for (size_t r = r0; r < r0 + 16 && r < rows; r++)
+                for (size_t j = j0; j < j0 + 16 && j < cols; j++) p->xt[j * rows + r] = x[r * cols + j];
+    for (size_t i0 = 0; i0 < cols; i0 += GRAM_BLOCK) {
+        size_t i1 = cols - i0 < GRAM_BLOCK ? cols : i0 + GRAM_BLOCK;
+        lb__packed head = {.out = i1, .in = rows, .panels = (i1 + LB__MM_NR - 1) / LB__MM_NR, .data = p->packed};
+        head.bytes = head.panels * LB__MM_NR * rows * sizeof(float);
+        lb_status st = lb__matmul(p->xt + i0 * rows, i1 - i0, &head, p->gram, p->threads);
+        if (st != LB_OK) return lb__fail(st, "lb__calib_pass: out of memory for a %zu x %zu Hessian", cols, cols);
+        for (size_t i = i0; i < i1; i++) {
+            const float *g = p->gram + (i - i0) * i1;
+            double *hi = h + i * cols;
+            for (size_t j = 0; j <= i; j++) hi[j] += g[j];
+        }
+    }
     return LB_OK;
+}
+
+/* H's upper triangle from its lower one (add_gram fills only that). */
+static void mirror_lower(double *h, size_t cols)
+{
+    for (size_t i = 0; i < cols; i++)
+        for (size_t j = 0; j < i; j++) h[j * cols + i] = h[i * cols + j];
 }
 
 static void on_input(void *ctx, const char *name, const float *x, size_t rows, size_t cols)
@@ -124,17 +161,8 @@ static void on_input(void *ctx, const char *name, const float *x, size_t rows, s
                              name, rows, cols, p->window, s->cols);
         return;
     }
-    float *amax = s->absmax;
     double *sa = p->sum_abs[site], *sq = p->sum_sq[site];
-    for (size_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;
-        for (size_t j = 0; j < cols; j++) {
-            float a = fabsf(xr[j]);
-            amax[j] = a > amax[j] ? a : amax[j];
-            sa[j] += a;
-            sq[j] += (double)xr[j] * xr[j];
-        }
-    }
+    p->column_stats(x, rows, cols, s->absmax, sa, sq);
     /* a NaN or infinity in x makes its column's sums non-finite (finite fp32 never does) */
     for (size_t j = 0; j < cols; j++)
         if (!isfinite(sa[j]) || !isfinite(sq[j])) {
@@ -207,6 +235,7 @@ static void pass_free(pass *p)
     free(p->st.v_absmax);
     free(p->sample_pos);
     free(p->xt);
+    free(p->packed);
     free(p->gram);
 }
 
@@ -240,10 +269,14 @@ static lb_status pass_alloc(pass *p, const size_t cols[LB__SITE_COUNT], size_t n
     p->st.k_absmax = alloc_n(p->st.n_kv_heads, sizeof(float));
     p->st.v_absmax = alloc_n(p->st.n_kv_heads, sizeof(float));
     if (hessian) {
+        size_t panels = (max_cols + LB__MM_NR - 1) / LB__MM_NR;
         p->xt = max_cols > SIZE_MAX / window ? NULL : alloc_n(max_cols * window, sizeof(float));
-        p->gram = alloc_n(max_cols * max_cols, sizeof(float));
+        p->packed = panels > SIZE_MAX / sizeof(float) / LB__MM_NR / window
+                        ? NULL
+                        : aligned_alloc(64, (panels * LB__MM_NR * window * sizeof(float) + 63) / 64 * 64);
+        p->gram = alloc_n(GRAM_BLOCK * max_cols, sizeof(float));
     }
-    if (!ok || !p->st.k_absmax || !p->st.v_absmax || (hessian && (!p->xt || !p->gram)))
+    if (!ok || !p->st.k_absmax || !p->st.v_absmax || (hessian && (!p->xt || !p->packed || !p->gram)))
         return lb__fail(LB_ERR_NOMEM, "lb__calib_pass: cannot allocate one layer's statistics (%zu sample rows%s)",
                         n_sample, hessian ? ", Hessians" : "");
     return LB_OK;
@@ -290,6 +323,7 @@ static void layer_end(pass *p, uint64_t rows)
     for (int s = 0; s < LB__SITE_COUNT; s++) {
         lb__site_stats *ss = &p->st.site[s];
         ss->rows = rows;
+        if (ss->hessian) mirror_lower(ss->hessian, ss->cols);
         for (size_t j = 0; j < ss->cols; j++) {
             ss->mean_abs[j] = (float)(p->sum_abs[s][j] / (double)rows);
             ss->mean_sq[j] = (float)(p->sum_sq[s][j] / (double)rows);
@@ -430,7 +464,7 @@ lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows,
     if ((st = lb__runner_build(q, &ro, build, &r)) != LB_OK) return st;
     size_t dim = lb__runner_dim(r);
     uint64_t total = (uint64_t)n_windows * window;
-    pass p = {.window = window, .threads = o->threads};
+    pass p = {.window = window, .threads = o->threads, .column_stats = lb__column_stats_for(lb_isa_active())};
     p.st.n_kv_heads = a->n_kv_heads ? a->n_kv_heads : a->n_heads; /* as the runner reads the architecture */
     p.st.head_dim = a->head_dim ? a->head_dim : a->dim / a->n_heads;
     p.n_sample = o->sample_rows < total ? o->sample_rows : (size_t)total;
