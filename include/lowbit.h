@@ -1244,6 +1244,11 @@ LB_API lb_status lb_calibrate(lb_qmodel *q, const int32_t *tokens, size_t n, con
  * raised (x10 each time) and `warn` is told which weight, and how much.
  * AWQ+GPTQ runs AWQ first (scales folded, weights clipped: its own
  * calibration), then GPTQ on the transformed weights, on the same windows.
+ * GPTQ into a ggml block type chooses each block's scales with the entry's
+ * importance vector (lb_qmodel_set_imatrix), or without one with the
+ * input's mean x^2 (diag(H) / tokens). SmoothQuant, AWQ and AWQ+GPTQ
+ * rescale input channels: LB_ERR_ARG when a decoder weight has an
+ * importance vector (it was measured on the unscaled inputs).
  *
  * ABI: the GPTQ fields (damp .. static_groups) and warn/warn_ctx were
  * added to lb_method_options after sample_rows; a caller built against the

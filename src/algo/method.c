@@ -65,6 +65,22 @@ static size_t method_targets(const lb_qmodel *q, lb_method m, int ggml)
     return n;
 }
 
+/* Methods that rescale input channels (SmoothQuant, AWQ, AWQ+GPTQ) make
+ * an importance vector measured on the unscaled inputs weigh the wrong
+ * channels: LB_ERR_ARG naming the first decoder weight that has one. */
+static lb_status refuse_imatrix(const lb_qmodel *q, lb_method m)
+{
+    if (m != LB_METHOD_SMOOTHQUANT && m != LB_METHOD_AWQ && m != LB_METHOD_AWQ_GPTQ) return LB_OK;
+    for (size_t i = 0; i < lb_qmodel_count(q); i++) {
+        lb_qentry e;
+        if (lb_qmodel_entry(q, i, &e) == LB_OK && e.has_imatrix && decoder_linear(e.tensor->name))
+            return lb__fail(LB_ERR_ARG, "%s rescales the input channels of %s, so its importance vector (an imatrix, "
+                            "measured on the unscaled inputs) would weigh the wrong channels: set none (gptq takes "
+                            "one)", lb_method_name(m), e.tensor->name);
+    }
+    return LB_OK;
+}
+
 /* GPTQ's options from the method's: LB_ERR_ARG for values out of range. */
 static lb_status gptq_options(const lb_method_options *o, lb__gptq_layer_options *g)
 {
@@ -103,6 +119,7 @@ lb_status lb_qmodel_apply_method(lb_qmodel *q, const int32_t *tokens, size_t n, 
     case LB_METHOD_COUNT: return lb__fail(LB_ERR_ARG, "lb_qmodel_apply_method: method %d", (int)o->method);
     }
     if (with_gptq && (st = gptq_options(o, &gptq)) != LB_OK) return st;
+    if ((st = refuse_imatrix(q, o->method)) != LB_OK) return st;
     if (o->method == LB_METHOD_SMOOTHQUANT && method_targets(q, o->method, 0) == 0)
         return lb__fail(LB_ERR_ARG, "SmoothQuant moves activation outliers into the weights, so it needs layers whose "
                         "input activations are quantized (W8A8: --scheme W8A8-INT8, or a recipe with "

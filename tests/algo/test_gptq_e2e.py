@@ -212,6 +212,29 @@ def test_gptq_gguf_blocks_take_the_hessians_diagonal_as_importance():
                 assert not np.array_equal(q.values(i), gptq_ggml_values("q4_0", src[i], h, None)), name
 
 
+def test_methods_that_rescale_channels_refuse_an_imatrix():
+    """lb_qmodel_apply_method: smoothquant, awq and awq+gptq refuse a decoder weight with an
+    importance vector (measured on the inputs they rescale), naming it; gptq takes it."""
+    with A.QModel(ml.STORIES) as q:
+        ids = calib_windows(q).ravel()
+    for m, name in [(A.METHOD_AWQ, "awq"), (A.METHOD_AWQ_GPTQ, "awq+gptq"), (A.METHOD_SMOOTHQUANT, "smoothquant"),
+                    (A.METHOD_GPTQ, "gptq")]:
+        with A.QModel(ml.STORIES) as q:
+            for i in weights(q):
+                q.set_spec(i, "int8:channel")
+                if m == A.METHOD_SMOOTHQUANT:
+                    q.set_act(i, A.ACT_DYNAMIC, "int8:token")
+            target = q.index("model.layers.2.mlp.up_proj.weight")
+            q.set_imatrix(target, np.ones(64, np.float32))
+            st = q.apply_method(m, ids, 4, 64, 256)
+            if m == A.METHOD_GPTQ:
+                assert st == 0, lib.lb_last_error()
+            else:
+                assert st == 1, name  # LB_ERR_ARG
+                msg = lib.lb_last_error().decode()
+                assert f"{name} rescales the input channels of model.layers.2.mlp.up_proj.weight" in msg, msg
+
+
 kld = A.kld  # numpy KL divergence (algo_lib)
 
 
