@@ -32,6 +32,15 @@ static int is_gptq(lb_method m) { return m == LB_METHOD_GPTQ || m == LB_METHOD_A
 int cli_method_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a)
 {
     const char *o = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (strcmp(o, "--gptq-scales") == 0) {
+        if (a->gptq_scales) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--gptq-scales is given twice"), -1;
+        if (!v || (strcmp(v, "mse") != 0 && strcmp(v, "minmax") != 0))
+            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--gptq-scales takes mse or minmax, not '%s'",
+                            v ? v : "nothing"), -1;
+        a->gptq_scales = v, a->gptq_minmax = strcmp(v, "minmax") == 0;
+        *i += 1;
+        return 1;
+    }
     if (strcmp(o, "--actorder") == 0) {
         if (a->actorder) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--actorder is given twice"), -1;
         a->actorder = 1;
@@ -118,9 +127,9 @@ int cli_method_check(const char *cmd, int json, const cli_recipe_args *a, const 
     if (a->alpha && !(a->method && a->method_id == LB_METHOD_SMOOTHQUANT))
         return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--alpha is SmoothQuant's migration strength: it "
                         "needs --method smoothquant");
-    if ((a->damp || a->block || a->actorder) && !(a->method && is_gptq(a->method_id)))
+    if ((a->damp || a->block || a->actorder || a->gptq_scales) && !(a->method && is_gptq(a->method_id)))
         return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s is GPTQ's: it needs --method gptq or awq+gptq",
-                        a->damp ? "--damp" : a->block ? "--block" : "--actorder");
+                        a->damp ? "--damp" : a->block ? "--block" : a->actorder ? "--actorder" : "--gptq-scales");
     if (!cli_method_given(a)) {
         /* a loop over methods passes the same options to rtn: a note, no error */
         if (a->calib_seqs || a->calib_len)
@@ -164,7 +173,9 @@ int cli_method_apply(const char *cmd, int json, lb_qmodel *q, const lb_tokenizer
                            .calib_seqs = a->calib_seqs ? a->calib_seqs : CLI_METHOD_DEFAULT_SEQS,
                            .calib_len = a->calib_len ? a->calib_len : CLI_METHOD_DEFAULT_LEN,
                            .damp = a->damp ? a->damp_value : 0, .block = a->block ? a->block_value : 0,
-                           .actorder = a->actorder, .threads = threads, .progress = cli_progress_fn,
+                           .actorder = a->actorder,
+                           .gptq_scales = a->gptq_minmax ? LB_GPTQ_SCALES_MINMAX : LB_GPTQ_SCALES_MSE,
+                           .threads = threads, .progress = cli_progress_fn,
                            .progress_ctx = &pc, .warn = warn_fn, .warn_ctx = (void *)cmd};
     st = lb_qmodel_apply_method(q, ids, n, &o);
     free(ids);
@@ -193,8 +204,9 @@ void cli_method_print(FILE *out, const cli_recipe_args *a, const char *calib, in
         if (gptq) {
             fprintf(out, ", \"damp\": ");
             json_number(out, a->damp ? a->damp_value : CLI_METHOD_DEFAULT_DAMP);
-            fprintf(out, ", \"block\": %u, \"actorder\": %s", a->block ? a->block_value : CLI_METHOD_DEFAULT_BLOCK,
-                    a->actorder ? "true" : "false");
+            fprintf(out, ", \"block\": %u, \"actorder\": %s, \"gptq_scales\": \"%s\"",
+                    a->block ? a->block_value : CLI_METHOD_DEFAULT_BLOCK, a->actorder ? "true" : "false",
+                    a->gptq_minmax ? "minmax" : "mse");
         }
         return;
     }
@@ -206,7 +218,8 @@ void cli_method_print(FILE *out, const cli_recipe_args *a, const char *calib, in
     if (sq && a->alpha_search) fprintf(out, " (alpha searched)");
     else if (sq) fprintf(out, " (alpha %g)", (double)(a->alpha ? a->alpha_value : CLI_METHOD_DEFAULT_ALPHA));
     if (gptq)
-        fprintf(out, " (damp %g, block %u%s)", a->damp ? a->damp_value : CLI_METHOD_DEFAULT_DAMP,
-                a->block ? a->block_value : CLI_METHOD_DEFAULT_BLOCK, a->actorder ? ", act-order" : "");
+        fprintf(out, " (damp %g, block %u%s, %s scales)", a->damp ? a->damp_value : CLI_METHOD_DEFAULT_DAMP,
+                a->block ? a->block_value : CLI_METHOD_DEFAULT_BLOCK, a->actorder ? ", act-order" : "",
+                a->gptq_minmax ? "minmax" : "mse");
     fprintf(out, ", %u x %u tokens of %s", seqs, len, calib ? calib : "?");
 }

@@ -38,6 +38,8 @@ typedef struct cli_recipe_args {
     const char *block;                       /* --block as given (GPTQ); NULL: the library's 128 */
     uint32_t block_value;
     int actorder;                            /* --actorder (GPTQ) */
+    const char *gptq_scales;                 /* --gptq-scales as given (GPTQ); NULL: mse */
+    int gptq_minmax;                         /* --gptq-scales minmax */
 } cli_recipe_args;
 
 /* The calibration of a method (--method smoothquant|awq|gptq|awq+gptq): calib_seqs
@@ -52,7 +54,7 @@ typedef struct cli_recipe_args {
 
 /* Consumes argv[*i] (and its value) if it is one of the options above
  * or a method option (--method, --alpha, --calib-seqs, --calib-len,
- * --damp, --block, --actorder):
+ * --damp, --block, --actorder, --gptq-scales):
  * returns 1 (consumed), 0 (not ours) or -1 (reported usage error). */
 int cli_recipe_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a);
 /* Whether any recipe option was given: not --keep-sensitive or
@@ -70,7 +72,7 @@ int cli_method_given(const cli_recipe_args *a);
  * with rtn or gptq it is used. EXIT_OK or the reported exit code. */
 int cli_method_imatrix_check(const char *cmd, int json, const cli_recipe_args *a, int has_imatrix);
 /* Their combination, before any work: --alpha only with smoothquant,
- * --damp, --block and --actorder only with gptq or awq+gptq; a
+ * --damp, --block, --actorder and --gptq-scales only with gptq or awq+gptq; a
  * method other than rtn needs calib (the --calib FILE; a usage error
  * naming the shipped calibration texts otherwise); --calib-seqs and
  * --calib-len without one are noted on stderr as unused. EXIT_OK or the
@@ -84,7 +86,7 @@ int cli_method_apply(const char *cmd, int json, lb_qmodel *q, const lb_tokenizer
                      const cli_recipe_args *a, int threads);
 /* The method as JSON fields (leading comma: "method", "alpha",
  * "calib_seqs", "calib_len", and for gptq and awq+gptq "damp", "block",
- * "actorder") or as text ("awq, 128 x 512 tokens of FILE"; "rtn" alone
+ * "actorder", "gptq_scales") or as text ("awq, 128 x 512 tokens of FILE"; "rtn" alone
  * for none). */
 void cli_method_print(FILE *out, const cli_recipe_args *a, const char *calib, int json);
 /* The recipe the options say (none: an empty recipe, every weight 16-bit,
@@ -177,6 +179,11 @@ int cli_scheme_list(int json);
     "  --block B           GPTQ's columns per lazy batch update (default 128; speed only)\n"         \
     "  --actorder          GPTQ rounds the columns of largest input energy first (scales of every\n" \
     "                      group fixed before rounding; stored in the original order)\n"             \
+    "  --gptq-scales S     how GPTQ chooses each group's scales before rounding it: mse (default:\n"  \
+    "                      the clipping of least squared error, as a spec's clip=mse; where the\n"   \
+    "                      scales take it: not e8m0, two-level or GGUF types, whose blocks take\n"     \
+    "                      llama.cpp's search) or minmax (the group's range, as\n"                     \
+    "                      round-to-nearest and the paper's code). The checkpoint's format is the same\n" \
     "  --calib FILE        the calibration text of a method (and of static scales): never the text\n" \
     "                      you evaluate on. Shipped: data/wikitext-2-raw/wiki.train.excerpt.raw\n"     \
     "                      (general models), data/tinystories/calib-excerpt.txt (stories260K)\n"       \

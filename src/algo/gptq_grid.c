@@ -51,7 +51,7 @@ static lb_status spec_params(void *ctx, const float *w, size_t ld, size_t rows, 
         x = g->sub;
     }
     lb_qtensor *q = NULL;
-    lb_status st = lb__quantize_ts(&g->spec, x, rows, n, g->threads, g->rules.tensor_scale, &q);
+    lb_status st = lb__quantize_ts(&g->choose, x, rows, n, g->threads, g->rules.tensor_scale, &q);
     if (st != LB_OK) return st;
     /* the scratch holds scale_count <= rows floats twice: sub (rows x group) is free again */
     float *vals = g->sub, *divs = g->sub + q->scale_count;
@@ -92,7 +92,7 @@ static lb_status whole_weight_scales(lb__gptq_spec_grid *g, const float *w, floa
 {
     if (!g->spec.two_level && g->spec.granularity != LB_GRAN_TENSOR) return LB_OK;
     lb_qtensor *q = NULL;
-    lb_status st = lb__quantize_ex(&g->spec, w, g->rows, g->cols, g->threads, tensor_amax, &q);
+    lb_status st = lb__quantize_ex(&g->choose, w, g->rows, g->cols, g->threads, tensor_amax, &q);
     if (st != LB_OK) return st;
     g->rules.tensor_scale = q->tensor_scale;
     if (g->whole_tensor) {
@@ -108,7 +108,7 @@ static lb_status whole_weight_scales(lb__gptq_spec_grid *g, const float *w, floa
 }
 
 lb_status lb__gptq_grid_init(lb__gptq_spec_grid *g, const lb_qspec *spec, const float *w, size_t rows, size_t cols,
-                             float tensor_amax, int threads, lb__gptq_grid *out)
+                             float tensor_amax, int threads, int mse_scales, lb__gptq_grid *out)
 {
     if (!g || !spec || !w || !out) return lb__fail(LB_ERR_ARG, "lb__gptq_grid_init: NULL argument");
     memset(g, 0, sizeof *g);
@@ -116,7 +116,9 @@ lb_status lb__gptq_grid_init(lb__gptq_spec_grid *g, const lb_qspec *spec, const 
     if (rows > SIZE_MAX / 4 / cols) return lb__fail(LB_ERR_ARG, "GPTQ grid: %zu x %zu is too large", rows, cols);
     lb_status st = lb_qspec_validate(spec);
     if (st != LB_OK) return st;
-    g->spec = *spec;
+    g->spec = g->choose = *spec;
+    /* lb_qspec_validate's rule for clip=mse: single-level, not e8m0 */
+    if (mse_scales && spec->scale_format != LB_FMT_E8M0 && !spec->two_level) g->choose.search = LB_SEARCH_MSE;
     lb__scale_rules_init(spec, &g->rules);
     g->isa = lb_isa_active();
     g->threads = threads;

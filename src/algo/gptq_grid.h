@@ -36,7 +36,9 @@
 /* The grid's state; fill it with lb__gptq_grid_init, free it with
  * lb__gptq_grid_free. */
 typedef struct lb__gptq_spec_grid {
-    lb_qspec spec;
+    lb_qspec spec;             /* the entry's: the quantized tensor's */
+    lb_qspec choose;           /* what params() and the whole-weight scales are chosen with: spec, or spec with
+                                  clip=mse when lb__gptq_grid_init was asked for it and the spec's scales allow it */
     lb__scale_rules rules;     /* rules.tensor_scale: the two-level tensor scale, else 1 */
     lb_isa isa;
     int threads;               /* for lb__quantize_ts of a group and the final tensor */
@@ -51,7 +53,12 @@ typedef struct lb__gptq_spec_grid {
     uint8_t *codes;            /* 4 x rows */
 } lb__gptq_spec_grid;
 
-/* A grid for a rows x cols weight w under spec: g holds its state, out
+/* mse_scales: each group's scales (and a per-tensor scale) chosen by the
+ * spec's clip=mse search (lb_quantize's: the clipping ratio of least
+ * squared error per block) instead of its range, where the spec's scale
+ * format takes the search (not e8m0, not two-level); the stored tensor
+ * keeps spec.
+ * A grid for a rows x cols weight w under spec: g holds its state, out
  * the callbacks for lb__gptq (out->ctx = g). w is read here only (per-tensor
  * and two-level scales); tensor_amax: a fused group's shared largest
  * magnitude for a two-level spec's tensor scale, 0 for the weight's own
@@ -60,7 +67,7 @@ typedef struct lb__gptq_spec_grid {
  * spec lb_qspec_validate refuses or bad sizes, LB_ERR_NAN for a value of w
  * that is not finite, LB_ERR_NOMEM. On an error g holds nothing to free. */
 lb_status lb__gptq_grid_init(lb__gptq_spec_grid *g, const lb_qspec *spec, const float *w, size_t rows, size_t cols,
-                             float tensor_amax, int threads, lb__gptq_grid *out);
+                             float tensor_amax, int threads, int mse_scales, lb__gptq_grid *out);
 void lb__gptq_grid_free(lb__gptq_spec_grid *g);
 
 /* The quantized tensor of q (rows x cols: lb__gptq's output with this grid,

@@ -34,7 +34,7 @@ lb_status lb__gptq_spec_test(const char *spec_text, float *w, size_t rows, size_
     if (!w) return lb__fail(LB_ERR_ARG, "lb__gptq_spec_test: NULL weight");
     lb__gptq_spec_grid g;
     lb__gptq_grid grid;
-    if ((st = lb__gptq_grid_init(&g, &spec, w, rows, cols, tensor_amax, threads, &grid)) != LB_OK) return st;
+    if ((st = lb__gptq_grid_init(&g, &spec, w, rows, cols, tensor_amax, threads, 0, &grid)) != LB_OK) return st;
     if (!h) {
         st = grid_rtn(w, rows, cols, &grid);
     } else {

@@ -81,7 +81,7 @@ static lb_status gptq_spec_weight(lb__gptq_layer_options *o, lb_qmodel *q, size_
     lb__gptq_report rep = {0};
     lb_qtensor *qt = NULL;
     st = lb_qmodel_source_f32(q, i, w);
-    if (st == LB_OK) st = lb__gptq_grid_init(&g, &e.spec, w, rows, cols, amax, o->gptq.threads, &grid);
+    if (st == LB_OK) st = lb__gptq_grid_init(&g, &e.spec, w, rows, cols, amax, o->gptq.threads, o->mse_scales, &grid);
     if (st == LB_OK) {
         st = lb__gptq(w, rows, cols, h, &o->gptq, &grid, &rep);
         if (st == LB_OK) st = lb__gptq_grid_qtensor(&g, w, &qt);

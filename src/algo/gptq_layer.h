@@ -12,6 +12,8 @@
 
 typedef struct lb__gptq_layer_options {
     lb__gptq_options gptq;   /* damp (relative, > 0), block, actorder, static_groups, threads */
+    int mse_scales;          /* 1: spec grids choose each group's scales by the clip=mse search
+                                (lb__gptq_grid_init), 0: by the group's range, as RTN */
     lb_message_fn warn;      /* raised dampening, dead input columns (NULL: not told) */
     void *warn_ctx;
     /* filled by the callback, summed over the layers */

@@ -84,6 +84,8 @@ static lb_status refuse_imatrix(const lb_qmodel *q, lb_method m)
 /* GPTQ's options from the method's: LB_ERR_ARG for values out of range. */
 static lb_status gptq_options(const lb_method_options *o, lb__gptq_layer_options *g)
 {
+    if (o->gptq_scales != LB_GPTQ_SCALES_MSE && o->gptq_scales != LB_GPTQ_SCALES_MINMAX)
+        return lb__fail(LB_ERR_ARG, "GPTQ's scales: %d is neither LB_GPTQ_SCALES_MSE nor _MINMAX", (int)o->gptq_scales);
     if (!(o->damp == 0 || (o->damp > 0 && o->damp <= 1)))
         return lb__fail(LB_ERR_ARG, "GPTQ's dampening is a fraction of the Hessian's mean diagonal in (0, 1] (the "
                         "paper: 0.01), not %g", o->damp);
@@ -92,6 +94,7 @@ static lb_status gptq_options(const lb_method_options *o, lb__gptq_layer_options
                                            /* act-order's groups: scales fixed before any rounding */
                                            .static_groups = o->static_groups || o->actorder,
                                            .threads = o->threads},
+                                  .mse_scales = o->gptq_scales == LB_GPTQ_SCALES_MSE,
                                   .warn = o->warn, .warn_ctx = o->warn_ctx};
     return LB_OK;
 }

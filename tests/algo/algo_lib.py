@@ -65,7 +65,7 @@ class MethodOptions(ctypes.Structure):
                 ("calib_seqs", ctypes.c_uint32), ("calib_len", ctypes.c_uint32), ("sample_rows", ctypes.c_uint32),
                 ("damp", ctypes.c_double), ("block", ctypes.c_uint32), ("actorder", ctypes.c_int),
                 ("static_groups", ctypes.c_int), ("threads", ctypes.c_int), ("progress", _P), ("progress_ctx", _P),
-                ("warn", _P), ("warn_ctx", _P)]
+                ("warn", _P), ("warn_ctx", _P), ("gptq_scales", ctypes.c_int)]
 
 
 lib = internal_lib.load()

@@ -26,6 +26,7 @@ import subprocess
 import sys
 
 import ml_dtypes
+import pytest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -54,7 +55,8 @@ class GptqOptions(ctypes.Structure):
 
 class GptqLayerOptions(ctypes.Structure):
     """lb__gptq_layer_options"""
-    _fields_ = [("gptq", GptqOptions), ("warn", WARN_FN), ("warn_ctx", P), ("weights", ctypes.c_size_t),
+    _fields_ = [("gptq", GptqOptions), ("mse_scales", ctypes.c_int), ("warn", WARN_FN), ("warn_ctx", P),
+                ("weights", ctypes.c_size_t),
                 ("damp_raised", ctypes.c_size_t), ("dead_columns", ctypes.c_size_t), ("seconds", ctypes.c_double)]
 
 
@@ -89,10 +91,11 @@ def stories_text():
     return text[:half], text[half:]
 
 
-def gptq_pass(q, windows, hessian_for=None, warn=None):
+def gptq_pass(q, windows, hessian_for=None, warn=None, mse_scales=0):
     """lb__calib_pass (QUANTIZED, Hessians) with lb__gptq_layer; hessian_for(layer, site, cols) may give the
     Hessian each site's is replaced with first. The layer options after the pass."""
-    opts = GptqLayerOptions(gptq=GptqOptions(damp=0.01, threads=2), warn=WARN_FN(warn) if warn else WARN_FN())
+    opts = GptqLayerOptions(gptq=GptqOptions(damp=0.01, threads=2), mse_scales=mse_scales,
+                            warn=WARN_FN(warn) if warn else WARN_FN())
 
     def layer(ctx, qh, stats):
         s = stats.contents
@@ -117,16 +120,23 @@ def calib_windows(q, n=8, length=64):
     return ids[:n * length].reshape(n, length)
 
 
-def test_gptq_with_identity_hessians_is_rtn_at_the_pass_level():
+@pytest.mark.parametrize("mse", [0, 1])
+def test_gptq_with_identity_hessians_is_rtn_at_the_pass_level(mse):
+    """mse_scales: the groups' scales by the clip=mse search, so RTN under the spec with
+    :clip=mse (NVFP4's two-level scales take no search: plain RTN); the entry keeps its spec."""
     for spec in ["int4:g32", "nvfp4"]:
         with A.QModel(ml.STORIES) as rtn:
             for i in weights(rtn):
-                rtn.set_spec(i, spec)
+                rtn.set_spec(i, spec + (":clip=mse" if mse and spec != "nvfp4" else ""))
             want = {i: rtn.values(i) for i in weights(rtn)}
+            if mse and spec != "nvfp4":  # the search changes some scales: the check can tell
+                for i in weights(rtn):
+                    rtn.set_spec(i, spec)
+                assert any(not np.array_equal(rtn.values(i), want[i]) for i in weights(rtn))
         with A.QModel(ml.STORIES) as q:
             for i in weights(q):
                 q.set_spec(i, spec)
-            opts = gptq_pass(q, calib_windows(q), lambda layer, site, cols: np.eye(cols))
+            opts = gptq_pass(q, calib_windows(q), lambda layer, site, cols: np.eye(cols), mse_scales=mse)
             assert opts.weights == len(want) and opts.damp_raised == 0 and opts.dead_columns == 0
             for i in weights(q):
                 assert q.entry(i).has_qtensor, q.name(i)

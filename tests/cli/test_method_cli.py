@@ -51,6 +51,10 @@ def test_the_shipped_calibration_text_is_not_the_evaluation_text():
     (["--method", "awq", "--damp", "0.1", "--calib", CALIB], "--damp is GPTQ's: it needs --method gptq or awq+gptq"),
     (["--block", "64"], "--block is GPTQ's"),
     (["--method", "rtn", "--actorder"], "--actorder is GPTQ's"),
+    (["--method", "awq", "--gptq-scales", "minmax", "--calib", CALIB], "--gptq-scales is GPTQ's"),
+    (["--method", "gptq", "--gptq-scales", "max", "--calib", CALIB], "--gptq-scales takes mse or minmax, not 'max'"),
+    (["--method", "gptq", "--gptq-scales", "mse", "--gptq-scales", "mse", "--calib", CALIB],
+     "--gptq-scales is given twice"),
     (["--method", "gptq", "--alpha", "0.5", "--calib", CALIB], "needs --method smoothquant"),
     (["--method", "awq"], "data/wikitext-2-raw/wiki.train.excerpt.raw"),
     (["--method", "awq"], "data/tinystories/calib-excerpt.txt"),
@@ -185,6 +189,9 @@ def test_gptq_options_reach_the_method():
     rule = "model.layers.*=int4:g32"
     base, _ = ppl_json("--rule", rule, "--method", "gptq", *SMALL)
     assert base["damp"] == 0.01 and base["block"] == 128 and base["actorder"] is False
+    assert base["gptq_scales"] == "mse"
+    mm, _ = ppl_json("--rule", rule, "--method", "gptq", "--gptq-scales", "minmax", *SMALL)
+    assert mm["gptq_scales"] == "minmax" and mm["ppl"] != base["ppl"]  # the scales' rule reached GPTQ
     same, _ = ppl_json("--rule", rule, "--method", "gptq", "--block", 8, *SMALL)
     assert same["block"] == 8 and abs(same["ppl"] - base["ppl"]) < 1e-3 * base["ppl"]  # block: speed only
     damp, _ = ppl_json("--rule", rule, "--method", "gptq", "--damp", 0.5, *SMALL)
