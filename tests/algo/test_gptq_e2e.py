@@ -168,12 +168,16 @@ def test_a_hessian_that_needs_more_dampening_is_reported():
         assert all(np.isfinite(q.values(i)).all() for i in weights(q))
 
 
-def gptq_ggml_values(t, w, h, imatrix):
-    """lb__gptq_ggml_test's result (the grid-level GPTQ of one weight), dequantized."""
-    f = lib.lb__gptq_ggml_test
-    f.restype = ctypes.c_int
-    f.argtypes = [ctypes.c_int, P, ctypes.c_size_t, ctypes.c_size_t, P, P, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                  P, P, P]
+GGML_TEST = lib.lb__gptq_ggml_test
+GGML_TEST.restype = ctypes.c_int
+GGML_TEST.argtypes = [ctypes.c_int, P, ctypes.c_size_t, ctypes.c_size_t, P, P, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      P, P, P]
+lib.lb_dtype_to_f32.argtypes = [ctypes.c_int, P, ctypes.c_size_t, P]
+
+
+def gptq_q4_0_values(w, h, imatrix):
+    """lb__gptq_ggml_test's Q4_0 result (the grid-level GPTQ of one weight), dequantized."""
+    f = GGML_TEST
     w = np.array(w, dtype=np.float32, order="C")
     rows, cols = w.shape
     dst = np.zeros(rows * cols // 32 * 18, dtype=np.uint8)  # q4_0: 18 bytes per 32 values
@@ -182,7 +186,6 @@ def gptq_ggml_values(t, w, h, imatrix):
     A.check(f(A.dtype("q4_0"), w.ctypes.data, rows, cols, h.ctypes.data, None if im is None else im.ctypes.data,
               0, 0, 2, dst.ctypes.data, None, None), "lb__gptq_ggml_test")
     out = np.zeros(rows * cols, dtype=np.float32)
-    lib.lb_dtype_to_f32.argtypes = [ctypes.c_int, P, ctypes.c_size_t, P]
     A.check(lib.lb_dtype_to_f32(A.dtype("q4_0"), dst.ctypes.data, out.size, out.ctypes.data), "dequantize q4_0")
     return out.reshape(rows, cols)
 
@@ -217,9 +220,9 @@ def test_gptq_gguf_blocks_take_the_hessians_diagonal_as_importance():
             layer, n = int(name.split(".")[2]), name.split(".", 3)[3][:-len(".weight")]
             h = hs[layer, sites[n]]
             im = given if i == im_given else (np.diag(h) / tokens_seen).astype(np.float32)
-            np.testing.assert_array_equal(q.values(i), gptq_ggml_values("q4_0", src[i], h, im), err_msg=name)
+            np.testing.assert_array_equal(q.values(i), gptq_q4_0_values(src[i], h, im), err_msg=name)
             if i != im_given:  # and not what the type's own rule (no importance) gives
-                assert not np.array_equal(q.values(i), gptq_ggml_values("q4_0", src[i], h, None)), name
+                assert not np.array_equal(q.values(i), gptq_q4_0_values(src[i], h, None)), name
 
 
 def test_methods_that_rescale_channels_refuse_an_imatrix():

@@ -485,13 +485,21 @@ def test_quantized_mode_sees_the_layers_before_quantized(lib, wins):
             np.testing.assert_allclose(d["mean_sq"], (x.astype(np.float64) ** 2).mean(axis=0), rtol=2e-7)
 
 
+NORM_1 = "model.layers.1.post_attention_layernorm.weight"
+
+
+def base_and_doubled_norm(lib, q, wins):
+    """The pass's statistics of q as it is, and layer 1's post-attention norm doubled."""
+    st, base, _ = run_pass(lib, q, wins, sample_rows=16)
+    assert st == LB_OK
+    return base, q.source(NORM_1, (64,)) * 2
+
+
 def test_a_callback_change_reaches_the_later_layers(lib, wins):
-    norm = "model.layers.1.post_attention_layernorm.weight"
+    norm = NORM_1
     plain = QModel(lib)
     try:
-        st, base, _ = run_pass(lib, plain, wins, sample_rows=16)
-        assert st == LB_OK
-        doubled = plain.source(norm, (64,)) * 2
+        base, doubled = base_and_doubled_norm(lib, plain, wins)
 
         def change(q, layer):
             return q.replace(norm, doubled) if layer == 1 else LB_OK
@@ -518,12 +526,10 @@ def test_kept_outputs_skip_the_callbacks_changes(lib, wins):
     callback, so a change to a layer (here one that is not output-preserving,
     to make the difference visible) reaches no later layer's statistics; the
     callback still runs at every layer. QUANTIZED mode refuses it."""
-    norm = "model.layers.1.post_attention_layernorm.weight"
+    norm = NORM_1
     q = QModel(lib)
     try:
-        st, base, _ = run_pass(lib, q, wins, sample_rows=16)
-        assert st == LB_OK
-        doubled = q.source(norm, (64,)) * 2
+        base, doubled = base_and_doubled_norm(lib, q, wins)
         calls = []
 
         def change(qq, layer):
