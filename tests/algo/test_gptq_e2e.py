@@ -168,16 +168,13 @@ def test_a_hessian_that_needs_more_dampening_is_reported():
         assert all(np.isfinite(q.values(i)).all() for i in weights(q))
 
 
-GGML_TEST = lib.lb__gptq_ggml_test
-GGML_TEST.restype = ctypes.c_int
-GGML_TEST.argtypes = [ctypes.c_int, P, ctypes.c_size_t, ctypes.c_size_t, P, P, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                      P, P, P]
-lib.lb_dtype_to_f32.argtypes = [ctypes.c_int, P, ctypes.c_size_t, P]
-
-
 def gptq_q4_0_values(w, h, imatrix):
-    """lb__gptq_ggml_test's Q4_0 result (the grid-level GPTQ of one weight), dequantized."""
-    f = GGML_TEST
+    """lb__gptq_ggml_test's Q4_0 result (the grid-level GPTQ of one weight), dequantized. The ctypes
+    signatures are set per call: test_gptq_ggml.py sets others on the same shared functions."""
+    f = lib.lb__gptq_ggml_test
+    f.restype = ctypes.c_int
+    f.argtypes = [ctypes.c_int, P, ctypes.c_size_t, ctypes.c_size_t, P, P, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                  P, P, P]
     w = np.array(w, dtype=np.float32, order="C")
     rows, cols = w.shape
     dst = np.zeros(rows * cols // 32 * 18, dtype=np.uint8)  # q4_0: 18 bytes per 32 values
@@ -186,6 +183,7 @@ def gptq_q4_0_values(w, h, imatrix):
     A.check(f(A.dtype("q4_0"), w.ctypes.data, rows, cols, h.ctypes.data, None if im is None else im.ctypes.data,
               0, 0, 2, dst.ctypes.data, None, None), "lb__gptq_ggml_test")
     out = np.zeros(rows * cols, dtype=np.float32)
+    lib.lb_dtype_to_f32.argtypes = [ctypes.c_int, P, ctypes.c_size_t, P]
     A.check(lib.lb_dtype_to_f32(A.dtype("q4_0"), dst.ctypes.data, out.size, out.ctypes.data), "dequantize q4_0")
     return out.reshape(rows, cols)
 
