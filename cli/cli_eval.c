@@ -525,6 +525,23 @@ int cli_eval_check_windows(const char *cmd, int json, const lb_model *m, size_t 
     return EXIT_OK;
 }
 
+cli_eval_args cli_eval_base_args(const cli_eval_args *ea)
+{
+    cli_eval_args b = *ea;
+    b.spec = b.spec_attn = b.spec_mlp = b.spec_embed = b.spec_head = NULL;
+    b.kv = b.act = b.calib = NULL;
+    b.fake = b.weights_only = 0, b.calib_tokens = 0;
+    memset(&b.recipe, 0, sizeof b.recipe);
+    memset(&b.gguf, 0, sizeof b.gguf);
+    return b;
+}
+
+int cli_eval_compares(const cli_eval_args *ea)
+{
+    return ea->spec || ea->spec_attn || ea->spec_mlp || ea->spec_embed || ea->spec_head || ea->kv || ea->act ||
+           cli_recipe_given(&ea->recipe) || ea->gguf.given;
+}
+
 void cli_eval_close(cli_eval_model *e)
 {
     lb_runner_free(e->runner);

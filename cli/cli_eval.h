@@ -69,6 +69,12 @@ int cli_eval_method_runner(const char *cmd, int json, const cli_eval_args *a, co
  * a warning on stderr, as llama.cpp gives one. */
 int cli_eval_check_windows(const char *cmd, int json, const lb_model *m, size_t n_tokens, uint32_t ctx);
 void cli_eval_close(cli_eval_model *e);
+/* The base model's options: a's with everything that quantizes removed
+ * (the model as stored, fp32 KV cache); kld's and eval's reference. */
+cli_eval_args cli_eval_base_args(const cli_eval_args *a);
+/* Whether a's options quantize the model (--spec*, --kv, --act, a recipe
+ * or --type): something to compare with the base. */
+int cli_eval_compares(const cli_eval_args *a);
 
 /* The whole file as tokens (BOS first when the tokenizer has one). */
 int cli_eval_tokens(const char *cmd, int json, const lb_tokenizer *tok, const char *path, int32_t **ids, size_t *n);

@@ -56,8 +56,7 @@ static int run(int argc, char **argv)
     }
     if (!paths[0] || !text) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "need BASE and --text FILE\n%s", usage);
     if (save && load) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "--save-base and --base exclude each other");
-    if (!paths[1] && !ea.spec && !ea.spec_attn && !ea.spec_mlp && !ea.spec_embed && !ea.spec_head && !ea.kv && !ea.act &&
-        !cli_recipe_given(&ea.recipe) && !ea.gguf.given)
+    if (!paths[1] && !cli_eval_compares(&ea))
         return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "nothing to compare: give QUANT, --spec, --scheme, "
                         "--recipe, --rule, --kv, --act or --type");
     ea.max_ctx = ctx;
@@ -77,12 +76,7 @@ static int run(int argc, char **argv)
     if (save) cli_note_leftovers("kld", save);
     if (save_tokens) cli_note_leftovers("kld", save_tokens);
     /* the base: the model as stored, unless its distributions come from a file */
-    cli_eval_args base_args = ea;
-    base_args.spec = base_args.spec_attn = base_args.spec_mlp = base_args.spec_embed = base_args.spec_head = NULL;
-    base_args.kv = base_args.act = base_args.calib = NULL;
-    base_args.fake = base_args.weights_only = 0, base_args.calib_tokens = 0;
-    memset(&base_args.recipe, 0, sizeof base_args.recipe);
-    memset(&base_args.gguf, 0, sizeof base_args.gguf);
+    cli_eval_args base_args = cli_eval_base_args(&ea);
     cli_eval_model base, quant = {0};
     rc = cli_eval_open("kld", json, paths[0], &base_args, 0, &base);
     if (rc != EXIT_OK) return rc;

@@ -747,6 +747,7 @@ LB_API void lb_runner_saturation_get(const lb_runner *r, lb_runner_saturation *o
 
 LB_API uint32_t lb_runner_vocab_size(const lb_runner *r);
 LB_API uint32_t lb_runner_position(const lb_runner *r); /* tokens in the cache */
+LB_API uint32_t lb_runner_context(const lb_runner *r);  /* the most tokens the cache holds */
 
 /* ===== Evaluation: perplexity and KL divergence =====
  *
@@ -825,6 +826,158 @@ LB_API lb_status lb_kld(lb_runner *base, lb_runner *quant, const int32_t *tokens
  * over a vocabulary: a 32-byte header and 8 + 2 vocab per scored token;
  * UINT64_MAX if that overflows. */
 LB_API uint64_t lb_kld_base_bytes(uint32_t vocab, uint32_t ctx, uint64_t chunks);
+
+/* ===== Evaluation: benchmarks by log-likelihood =====
+ *
+ * A task is a list of items read from a benchmark's published file. Each
+ * item has 2..LB_TASK_MAX_CHOICES choices and the index of the right one;
+ * choice c is scored as the log-likelihood of its continuation given its
+ * context, joined by one space (lm-evaluation-harness's target delimiter):
+ * text = preamble + few-shot examples + context_c + " " + continuation_c.
+ * Most tasks share one context among the choices; Winogrande's partial
+ * scoring has one context per choice (the sentence up to the blank, the
+ * option filled in) and one shared continuation (the rest). LAMBADA's
+ * items have one choice: the passage's last word. */
+
+#define LB_TASK_MAX_CHOICES 16
+
+typedef enum lb_task_kind {
+    LB_TASK_HELLASWAG = 1,  /* llama.cpp's 6-line text, or rowanz's JSONL (ctx_a, ctx_b, activity_label,
+                               endings, label) preprocessed as lm-eval does */
+    LB_TASK_ARC = 2,        /* AI2's JSONL: question.stem, question.choices[].text/label, answerKey */
+    LB_TASK_MMLU = 3,       /* Hendrycks' CSVs question,A,B,C,D,answer: one file or a directory of them */
+    LB_TASK_PIQA = 4,       /* goal/sol1/sol2 JSONL and its labels file (one 0/1 per line) */
+    LB_TASK_WINOGRANDE = 5, /* sentence with '_', option1, option2, answer (1 or 2) */
+    LB_TASK_LAMBADA = 6,    /* OpenAI's JSONL {"text"} or the original plain text, one passage per line */
+    LB_TASK_MC = 7          /* lowbit's JSONL: {"context": S, "choices": [S, ...], "label": N} */
+} lb_task_kind;
+
+/* "hellaswag", "arc", "mmlu", "piqa", "winogrande", "lambada", "mc"; NULL
+ * for other values. And back (LB_ERR_ARG naming the choices). */
+LB_API const char *lb_task_kind_name(lb_task_kind k);
+LB_API lb_status lb_task_kind_parse(const char *name, lb_task_kind *out);
+
+typedef struct lb_task_options {
+    /* MMLU: 0 (default) lettered choices as lm-eval's mmlu prompts them
+     * (the subject line, the question, "A. ..." to "D. ...", "Answer:",
+     * choices " A" to " D"); 1 the cloze form ("Question: ...\nAnswer:",
+     * the answer's text as the choice) */
+    int mmlu_cloze;
+    /* PIQA: the labels file; NULL: PATH with ".jsonl" replaced by
+     * "-labels.lst", as the published valid.jsonl / valid-labels.lst */
+    const char *labels;
+} lb_task_options;
+
+typedef struct lb_task lb_task;
+
+/* Reads a benchmark file (or an MMLU directory: every *.csv in it, in
+ * name order). A malformed file is LB_ERR_PARSE naming the file, the line
+ * and the field; a file without items is LB_ERR_PARSE too. */
+LB_API lb_status lb_task_load(lb_task_kind kind, const char *path, const lb_task_options *o, lb_task **out);
+/* The same from bytes in memory (`what` names them in messages); MMLU:
+ * one CSV (its subject from `what`'s file name). PIQA needs the labels'
+ * bytes too (labels, labels_len; ignored by other kinds). */
+LB_API lb_status lb_task_parse(lb_task_kind kind, const char *text, size_t len, const char *labels, size_t labels_len,
+                               const char *what, const lb_task_options *o, lb_task **out);
+LB_API void lb_task_free(lb_task *t);
+LB_API lb_task_kind lb_task_get_kind(const lb_task *t);
+LB_API size_t lb_task_size(const lb_task *t);
+
+typedef struct lb_task_item {
+    uint32_t n_choices;
+    uint32_t label;                                 /* the right choice */
+    const char *preamble;                           /* before any few-shot examples ("" if none) */
+    const char *context[LB_TASK_MAX_CHOICES];      /* few-shot examples included */
+    const char *continuation[LB_TASK_MAX_CHOICES]; /* without the delimiter */
+    const char *group;                              /* MMLU's subject, else "" */
+    uint64_t line;                                  /* where the item starts in its file (1-based) */
+} lb_task_item;
+/* Item i (0-based); the strings belong to t. LB_ERR_ARG past the end. */
+LB_API lb_status lb_task_get(const lb_task *t, size_t i, lb_task_item *out);
+
+/* Keeps the first n items (n >= size: all): --limit's fixed subset. */
+LB_API void lb_task_limit(lb_task *t, size_t n);
+
+/* Few-shot: prefixes each item's contexts with k solved examples from
+ * `examples` (context, " ", right continuation, "\n\n" each; after the
+ * item's preamble), drawn without replacement by a generator seeded with
+ * `seed` and the item's index, skipping any example whose context and
+ * continuations equal the item's (so examples = t itself never shows an
+ * item its own answer). Needs k < size of examples (LB_ERR_ARG). */
+LB_API lb_status lb_task_fewshot(lb_task *t, const lb_task *examples, uint32_t k, uint64_t seed);
+
+/* One item's scores under one model. */
+typedef struct lb_item_score {
+    double loglik[LB_TASK_MAX_CHOICES];   /* sum of log p over the continuation's tokens */
+    uint32_t tokens[LB_TASK_MAX_CHOICES]; /* continuation tokens (lm-eval: the tokens of context + " " +
+                                             continuation after those of the context alone) */
+    double loglik_tok[LB_TASK_MAX_CHOICES]; /* mean log p over the tokens after the choices' common
+                                               token prefix (llama.cpp's HellaSwag score) */
+    uint8_t greedy[LB_TASK_MAX_CHOICES];  /* every continuation token was the model's argmax */
+    uint8_t correct;          /* argmax loglik is the label (ties: the first); LAMBADA: greedy */
+    uint8_t correct_norm;     /* argmax loglik / characters of the continuation (lm-eval's acc_norm) */
+    uint8_t correct_norm_tok; /* argmax loglik_tok (llama.cpp's) */
+    uint32_t tokens_run;      /* tokens through the model for this item (shared prefix once) */
+} lb_item_score;
+
+typedef struct lb_task_score_options {
+    lb_progress_fn progress; /* optional: after each item */
+    void *progress_ctx;
+} lb_task_score_options;
+
+/* Scores every item: for each, the tokens the choices share are run once
+ * from an empty cache and each choice continues from that cache
+ * (lb_runner_rewind), so a 4-choice item costs its context once plus four
+ * continuations. scores: room for lb_task_size(t). An item longer than the
+ * runner's context, or one with nothing before its continuation (no BOS
+ * and an empty context), is LB_ERR_ARG naming it; non-finite logits
+ * LB_ERR_NAN naming the item. */
+LB_API lb_status lb_task_score(lb_runner *r, const lb_tokenizer *tok, const lb_task *t, const lb_task_score_options *o,
+                               lb_item_score *scores);
+
+/* Rewinds the KV cache to pos tokens (pos <= lb_runner_position): the next
+ * tokens continue from there, as if the later ones had never been run.
+ * LB_ERR_ARG past the cache's position. */
+LB_API lb_status lb_runner_rewind(lb_runner *r, uint32_t pos);
+
+/* ===== Evaluation: is a difference noise? =====
+ *
+ * Two models scored on the same items give paired outcomes. These
+ * statistics say whether their difference could be chance. */
+
+/* An accuracy's standard error as lm-eval gives it: the sample standard
+ * deviation of the 0/1 outcomes over sqrt(n): sqrt(p (1 - p) / (n - 1)). */
+LB_API double lb_binomial_se(uint64_t correct, uint64_t n);
+
+/* McNemar's exact test: b items only the first model got right, c only the
+ * second; the two-sided p-value 2 P(X <= min(b, c)) for X ~ Binomial(b + c,
+ * 1/2), at most 1 (1 when b + c = 0). Computed in log space: exact to
+ * double rounding for any counts. */
+LB_API double lb_mcnemar_exact(uint64_t b, uint64_t c);
+
+typedef struct lb_paired_result {
+    uint64_t n;                 /* items */
+    double mean_a, mean_b;      /* mean outcome of each (accuracy for 0/1 outcomes) */
+    double diff;                /* mean_b - mean_a */
+    double diff_se;             /* the paired standard error: sd(b_i - a_i) / sqrt(n) */
+    double ci_lo, ci_hi;        /* the 95% percentile bootstrap interval of diff */
+    uint64_t only_a, only_b;    /* 0/1 outcomes: items only a / only b got right */
+    double p_mcnemar;           /* 0/1 outcomes: lb_mcnemar_exact(only_a, only_b); else NaN */
+    double mde;                 /* the smallest |diff| this many items detect with 80% power at 5%
+                                   (two-sided): (1.959964 + 0.841621) sd(b_i - a_i) / sqrt(n),
+                                   the sd at least that of one disagreement in n */
+    int significant;            /* 0/1 outcomes: p_mcnemar < 0.05; else the bootstrap interval excludes 0 */
+} lb_paired_result;
+
+/* The paired comparison of outcomes a[i] and b[i] (the same n items):
+ * resamples items with replacement `resamples` times (0: 10000) by
+ * xorshift64* seeded with seed (0: 1) -- resample r draws n indices
+ * floor(u n), u the generator's next 53 bits / 2^53 -- and takes the
+ * 2.5th and 97.5th percentiles of the resampled differences with linear
+ * interpolation between order statistics (numpy's default). binary: the
+ * outcomes are 0/1 (McNemar's test applies). LB_ERR_ARG for n < 2. */
+LB_API lb_status lb_paired_compare(const double *a, const double *b, size_t n, int binary, uint32_t resamples,
+                                   uint64_t seed, lb_paired_result *out);
 
 /* ===== Napkin math (lowbit plan) =====
  *

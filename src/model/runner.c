@@ -102,6 +102,17 @@ void lb_runner_saturation_get(const lb_runner *r, lb_runner_saturation *out)
 
 uint32_t lb_runner_vocab_size(const lb_runner *r) { return r ? (uint32_t)r->vocab : 0; }
 uint32_t lb_runner_position(const lb_runner *r) { return r ? (uint32_t)r->pos : 0; }
+uint32_t lb_runner_context(const lb_runner *r) { return r ? (uint32_t)r->max_ctx : 0; }
+
+/* Positions past pos are simply written again by the next tokens:
+ * attention reads only positions below the cache's position. */
+lb_status lb_runner_rewind(lb_runner *r, uint32_t pos)
+{
+    if (!r) return lb__fail(LB_ERR_ARG, "lb_runner_rewind: runner is NULL");
+    if (pos > r->pos) return lb__fail(LB_ERR_ARG, "lb_runner_rewind: position %u is past the cache's %zu tokens", pos, r->pos);
+    r->pos = pos;
+    return LB_OK;
+}
 
 /* ---- the forward pass ---- */
 
