@@ -240,9 +240,11 @@ static int run(int argc, char **argv)
     }
     cli_eval_args base_args = cli_eval_base_args(&ea);
     cli_eval_model base = {0}, quant = {0};
+    /* both models before any scoring: a bad option of the quantized one
+     * is reported before minutes of work */
     if (rc == EXIT_OK) rc = cli_eval_open("eval", json, model, &base_args, 1, &base);
-    if (rc == EXIT_OK) rc = score_all(json, &r, &base, 0);
     if (rc == EXIT_OK && compare) rc = cli_eval_open("eval", json, vs ? vs : model, &ea, 1, &quant);
+    if (rc == EXIT_OK) rc = score_all(json, &r, &base, 0);
     if (rc == EXIT_OK && compare) rc = score_all(json, &r, &quant, 1);
     if (rc == EXIT_OK) rc = ppl_all(json, &r, &base, compare ? &quant : NULL, chunks);
     if (rc == EXIT_OK) rc = compare_all(json, &r);
