@@ -14,7 +14,7 @@ static const char usage[] =
     "usage: lowbit eval MODEL --task NAME --data PATH [--task NAME --data PATH]... [--limit N]\n"
     "                  [--shots K [--shots-from PATH]] [--mmlu-form letters|cloze] [--labels FILE] [--seed N]\n"
     "                  [--vs QUANT | --spec S | --scheme S | --recipe FILE | --type T | ...] [--resamples R]\n"
-    "                  [--items FILE] [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--force] [--json] [--quiet]\n\n"
+    "                  [--max-tokens N] [--stop STR] [--chat] [--items FILE] [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--force] [--json] [--quiet]\n\n"
     "Scores MODEL on benchmarks by log-likelihood (zero-shot unless --shots): each choice's\n"
     "continuation given its context, joined by a space, as lm-evaluation-harness scores it.\n"
     "NAME and the file PATH it reads, in the benchmark's published format:\n"
@@ -31,6 +31,11 @@ static const char usage[] =
     "              right when every one of its tokens is the model's first choice; also the\n"
     "              target perplexity\n"
     "  mc          lowbit's JSONL: {\"context\": \"...\", \"choices\": [\"...\", ...], \"label\": N}\n"
+    "  custom      prompts with expected answers (JSONL: \"prompt\", \"expected\", \"match\": exact,\n"
+    "              contains, regex (POSIX extended) or choices (with \"choices\" and \"label\", scored\n"
+    "              as mc); optional \"id\", \"stop\", \"max_tokens\"), generated greedily up to\n"
+    "              --max-tokens N (64) or --stop STR; --chat wraps each prompt in the model's\n"
+    "              chat template (GGUF or tokenizer_config.json: chatml, llama3, llama2, gemma, phi3)\n"
     "  ppl         a text: perplexity on lowbit ppl's windows (--ctx, --chunks), and with a\n"
     "              comparison the KL divergence and the paired perplexity difference\n"
     "Reported: acc; acc_norm (log-likelihood per character of the choice, lm-eval's);\n"
@@ -73,9 +78,16 @@ static int load_task(int json, const task_args *ta, const lb_task_options *to, s
     };
     out->name = ta->name, out->data = ta->data;
     if (strcmp(ta->name, "ppl") == 0) return EXIT_OK;
+    lb_status st;
+    if (strcmp(ta->name, "custom") == 0) {
+        out->headline = EVAL_ACC;
+        if ((st = lb_custom_load(ta->data, &out->custom)) != LB_OK) return cli_fail_lb("eval", json, EXIT_RUNTIME, st);
+        if (limit) lb_custom_limit(out->custom, limit);
+        return EXIT_OK;
+    }
     lb_task_kind kind;
-    lb_status st = lb_task_kind_parse(ta->name, &kind);
-    if (st != LB_OK) return cli_fail("eval", json, EXIT_USAGE, "bad_argument", "%s, or ppl", lb_last_error());
+    if ((st = lb_task_kind_parse(ta->name, &kind)) != LB_OK)
+        return cli_fail("eval", json, EXIT_USAGE, "bad_argument", "%s, custom or ppl", lb_last_error());
     lb_task_options o = *to;
     o.labels = ta->labels;
     if ((st = lb_task_load(kind, ta->data, &o, &out->task)) != LB_OK) return cli_fail_lb("eval", json, EXIT_RUNTIME, st);
@@ -92,11 +104,44 @@ static int load_task(int json, const task_args *ta, const lb_task_options *to, s
     return EXIT_OK;
 }
 
-/* Scores every multiple-choice task with one model. */
+/* A custom eval's generations, and their right/wrong as item scores. */
+static int run_custom(int json, eval_run *r, eval_task *t, cli_eval_model *m, int quant)
+{
+    size_t n = lb_custom_size(t->custom);
+    lb_custom_result *g = calloc(n, sizeof *g);
+    lb_item_score *s = calloc(n, sizeof *s);
+    if (!g || !s) {
+        free(g), free(s);
+        return cli_fail("eval", json, EXIT_RUNTIME, "out_of_memory", "out of memory");
+    }
+    *(quant ? &t->cquant : &t->cbase) = g;
+    *(quant ? &t->quant : &t->base) = s;
+    cli_progress_ctx progress = {"eval", "item", quant ? "custom, quantized" : "custom, base"};
+    lb_custom_options o = r->custom;
+    o.progress = cli_progress_fn, o.progress_ctx = &progress;
+    double t0 = lb__now();
+    lb_status st = lb_custom_run(m->runner, m->tok, t->custom, &o, g);
+    *(quant ? &t->quant_seconds : &t->base_seconds) = lb__now() - t0;
+    if (st != LB_OK) return cli_fail_lb("eval", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
+    uint64_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        s[i].correct = s[i].correct_norm = s[i].correct_norm_tok = g[i].correct;
+        run += g[i].prompt_tokens + g[i].generated_tokens + g[i].choices.tokens_run;
+    }
+    *(quant ? &t->quant_tokens : &t->base_tokens) = run;
+    return EXIT_OK;
+}
+
+/* Scores every multiple-choice task and custom eval with one model. */
 static int score_all(int json, eval_run *r, cli_eval_model *m, int quant)
 {
     for (size_t k = 0; k < r->n_tasks; k++) {
         eval_task *t = &r->tasks[k];
+        if (t->custom) {
+            int rc = run_custom(json, r, t, m, quant);
+            if (rc != EXIT_OK) return rc;
+            continue;
+        }
         if (!t->task) continue;
         lb_item_score *s = calloc(lb_task_size(t->task), sizeof *s);
         if (!s) return cli_fail("eval", json, EXIT_RUNTIME, "out_of_memory", "out of memory");
@@ -121,7 +166,7 @@ static int ppl_all(int json, eval_run *r, cli_eval_model *base, cli_eval_model *
 {
     for (size_t k = 0; k < r->n_tasks; k++) {
         eval_task *t = &r->tasks[k];
-        if (t->task) continue;
+        if (t->task || t->custom) continue;
         int rc = cli_eval_tokens("eval", json, base->tok, t->data, &t->ids, &t->n_ids);
         if (rc == EXIT_OK) rc = cli_eval_check_windows("eval", json, base->model, t->n_ids, r->ctx);
         if (rc != EXIT_OK) return rc;
@@ -140,8 +185,8 @@ static int compare_all(int json, eval_run *r)
 {
     for (size_t k = 0; k < r->n_tasks; k++) {
         eval_task *t = &r->tasks[k];
-        if (!t->task || !t->quant) continue;
-        size_t n = lb_task_size(t->task);
+        if (!t->quant) continue;
+        size_t n = eval_items(t);
         double *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
         lb_status st = a && b ? LB_OK : LB_ERR_NOMEM;
         for (int m = 0; st == LB_OK && m < EVAL_N_METRICS; m++) {
@@ -167,8 +212,9 @@ static int write_items(int json, const char *path, const eval_run *r)
 
 static int run(int argc, char **argv)
 {
-    int json = 0, force = 0;
+    int json = 0, force = 0, chat = 0;
     const char *model = NULL, *vs = NULL, *items = NULL;
+    char *chat_template = NULL;
     task_args ta[EVAL_MAX_TASKS] = {{0}};
     size_t n_ta = 0, chunks = 0;
     unsigned long long limit = 0, shots = 0, seed = 1, resamples = 10000;
@@ -207,7 +253,16 @@ static int run(int argc, char **argv)
             if (strcmp(v, "letters") && strcmp(v, "cloze"))
                 return cli_fail("eval", json, EXIT_USAGE, "bad_argument", "--mmlu-form takes letters or cloze, not '%s'", v);
             to.mmlu_cloze = strcmp(v, "cloze") == 0, i++;
-        } else if (strcmp(a, "--vs") == 0 && v) vs = v, i++;
+        } else if (strcmp(a, "--max-tokens") == 0 && v) {
+            unsigned long long mt;
+            if (parse_count(a, v, 4096, &mt) != EXIT_OK || mt == 0)
+                return cli_fail("eval", json, EXIT_USAGE, "bad_argument", "--max-tokens takes 1..4096");
+            r.custom.max_tokens = (uint32_t)mt, i++;
+        } else if (strcmp(a, "--stop") == 0 && v) {
+            if (!v[0]) return cli_fail("eval", json, EXIT_USAGE, "bad_argument", "--stop takes a non-empty string");
+            r.custom.stop = v, i++;
+        } else if (strcmp(a, "--chat") == 0) chat = 1;
+        else if (strcmp(a, "--vs") == 0 && v) vs = v, i++;
         else if (strcmp(a, "--items") == 0 && v) items = v, i++;
         else if (a[0] == '-' && a[1]) return cli_fail("eval", json, EXIT_USAGE, "bad_argument", "unknown option or missing value: '%s'", a);
         else if (model) return cli_fail("eval", json, EXIT_USAGE, "bad_argument", "more than one MODEL (the quantized one goes after --vs)");
@@ -244,6 +299,15 @@ static int run(int argc, char **argv)
      * is reported before minutes of work */
     if (rc == EXIT_OK) rc = cli_eval_open("eval", json, model, &base_args, 1, &base);
     if (rc == EXIT_OK && compare) rc = cli_eval_open("eval", json, vs ? vs : model, &ea, 1, &quant);
+    if (rc == EXIT_OK && chat) { /* the base model's template, for both */
+        lb_status st = lb_chat_template(base.model, &chat_template);
+        if (st != LB_OK) rc = cli_fail_lb("eval", json, EXIT_RUNTIME, st);
+        else if (!chat_template) rc = cli_fail("eval", json, EXIT_USAGE, "bad_argument", "--chat: '%s' carries no chat template", model);
+        else if (!lb_chat_family(chat_template))
+            rc = cli_fail("eval", json, EXIT_USAGE, "bad_argument", "--chat: the model's chat template is of no family lowbit "
+                          "writes (chatml, llama3, llama2 [INST], gemma, phi3)");
+        r.custom.chat_template = chat_template;
+    }
     if (rc == EXIT_OK) rc = score_all(json, &r, &base, 0);
     if (rc == EXIT_OK && compare) rc = score_all(json, &r, &quant, 1);
     if (rc == EXIT_OK) rc = ppl_all(json, &r, &base, compare ? &quant : NULL, chunks);
@@ -256,8 +320,15 @@ static int run(int argc, char **argv)
     }
     for (size_t k = 0; k < r.n_tasks; k++) {
         lb_task_free(r.tasks[k].task);
+        if (r.tasks[k].custom) {
+            lb_custom_results_free(r.tasks[k].cbase, r.tasks[k].cbase ? lb_custom_size(r.tasks[k].custom) : 0);
+            lb_custom_results_free(r.tasks[k].cquant, r.tasks[k].cquant ? lb_custom_size(r.tasks[k].custom) : 0);
+            free(r.tasks[k].cbase), free(r.tasks[k].cquant);
+            lb_custom_free(r.tasks[k].custom);
+        }
         free(r.tasks[k].base), free(r.tasks[k].quant), free(r.tasks[k].ids);
     }
+    free(chat_template);
     cli_eval_close(&base);
     cli_eval_close(&quant);
     return rc;

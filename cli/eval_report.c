@@ -29,10 +29,15 @@ double eval_outcome(const lb_item_score *s, eval_metric m)
     return 0;
 }
 
+size_t eval_items(const eval_task *t)
+{
+    return t->task ? lb_task_size(t->task) : t->custom ? lb_custom_size(t->custom) : 0;
+}
+
 uint64_t eval_correct(const eval_task *t, const lb_item_score *s, eval_metric m)
 {
     uint64_t n = 0;
-    for (size_t i = 0; i < lb_task_size(t->task); i++) n += eval_outcome(&s[i], m) > 0;
+    for (size_t i = 0; i < eval_items(t); i++) n += eval_outcome(&s[i], m) > 0;
     return n;
 }
 
@@ -44,7 +49,9 @@ double eval_target_ppl(const eval_task *t, const lb_item_score *s)
     return exp(-sum / (double)n);
 }
 
-static int is_lambada(const eval_task *t) { return lb_task_get_kind(t->task) == LB_TASK_LAMBADA; }
+static int is_lambada(const eval_task *t) { return t->task && lb_task_get_kind(t->task) == LB_TASK_LAMBADA; }
+/* one score per item (no length normalisation to speak of) */
+static int acc_only(const eval_task *t) { return is_lambada(t) || t->custom; }
 
 /* "indistinguishable from noise at 95%", "worse by X +- Y points". */
 static void verdict(char *buf, size_t size, int significant, double diff, double lo, double hi, double scale,
@@ -72,7 +79,7 @@ static void ppl_verdict(char *buf, size_t size, const lb_kld_result *k)
 
 static void json_model(FILE *out, const eval_task *t, const lb_item_score *s, double seconds, uint64_t tokens)
 {
-    size_t n = lb_task_size(t->task);
+    size_t n = eval_items(t);
     fprintf(out, "{");
     for (int m = 0; m < EVAL_N_METRICS; m++) {
         uint64_t c = eval_correct(t, s, (eval_metric)m);
@@ -109,7 +116,7 @@ static void json_task(FILE *out, const eval_run *r, const eval_task *t)
     json_string(out, t->name);
     fprintf(out, ", \"data\": ");
     json_string(out, t->data);
-    if (!t->task) { /* ppl */
+    if (!t->task && !t->custom) { /* ppl */
         fprintf(out, ", \"ctx\": %u", r->ctx);
         if (r->quant_name) {
             const lb_kld_result *k = &t->kld;
@@ -134,7 +141,7 @@ static void json_task(FILE *out, const eval_run *r, const eval_task *t)
         fprintf(out, "}");
         return;
     }
-    fprintf(out, ", \"items\": %zu, \"shots\": %u, \"headline\": \"%s\", \"base\": ", lb_task_size(t->task), r->shots,
+    fprintf(out, ", \"items\": %zu, \"shots\": %u, \"headline\": \"%s\", \"base\": ", eval_items(t), t->custom ? 0 : r->shots,
             eval_metric_name(t->headline));
     json_model(out, t, t->base, t->base_seconds, t->base_tokens);
     if (t->quant) {
@@ -154,10 +161,10 @@ static void json_task(FILE *out, const eval_run *r, const eval_task *t)
 
 static void text_model(FILE *out, const char *who, const eval_task *t, const lb_item_score *s, double seconds, uint64_t tokens)
 {
-    size_t n = lb_task_size(t->task);
+    size_t n = eval_items(t);
     fprintf(out, "  %-6s", who);
     for (int m = 0; m < EVAL_N_METRICS; m++) {
-        if (is_lambada(t) && m > EVAL_ACC) break; /* one choice: the norms say nothing */
+        if (acc_only(t) && m > EVAL_ACC) break; /* one choice, or generated text: the norms say nothing */
         uint64_t c = eval_correct(t, s, (eval_metric)m);
         fprintf(out, "  %s %6.2f +- %.2f", eval_metric_name((eval_metric)m), 100.0 * (double)c / (double)n,
                 100 * lb_binomial_se(c, n));
@@ -169,7 +176,7 @@ static void text_model(FILE *out, const char *who, const eval_task *t, const lb_
 static void text_task(FILE *out, const eval_run *r, const eval_task *t)
 {
     char v[128];
-    if (!t->task) {
+    if (!t->task && !t->custom) {
         fprintf(out, "ppl (%s): windows of %u", t->data, r->ctx);
         if (!r->quant_name) {
             fprintf(out, ", %zu windows, %llu scored tokens\n  base    ppl %.4f +- %.4f\n", t->ppl.chunks,
@@ -185,8 +192,9 @@ static void text_task(FILE *out, const eval_run *r, const eval_task *t)
         fprintf(out, "  verdict: %s\n", v);
         return;
     }
-    fprintf(out, "%s (%s): %zu items, ", t->name, t->data, lb_task_size(t->task));
-    if (r->shots) fprintf(out, "%u-shot\n", r->shots);
+    fprintf(out, "%s (%s): %zu items, ", t->name, t->data, eval_items(t));
+    if (t->custom) fprintf(out, "generated greedily%s\n", r->custom.chat_template ? " through the chat template" : "");
+    else if (r->shots) fprintf(out, "%u-shot\n", r->shots);
     else fprintf(out, "zero-shot\n");
     text_model(out, "base", t, t->base, t->base_seconds, t->base_tokens);
     if (!t->quant) return;
@@ -207,7 +215,7 @@ static void text_summary(FILE *out, const eval_run *r)
     for (size_t k = 0; k < r->n_tasks; k++) {
         const eval_task *t = &r->tasks[k];
         char v[128], ci[64];
-        if (!t->task) {
+        if (!t->task && !t->custom) {
             const lb_kld_result *q = &t->kld;
             ppl_verdict(v, sizeof v, q);
             snprintf(ci, sizeof ci, "[%+.3f, %+.3f]", q->dppl - 1.959963984540054 * q->dppl_err, q->dppl + 1.959963984540054 * q->dppl_err);
@@ -259,10 +267,48 @@ static void json_scores(FILE *out, const lb_item_score *s, uint32_t n)
     fprintf(out, "], \"acc\": %d, \"acc_norm\": %d, \"acc_norm_tok\": %d}", s->correct, s->correct_norm, s->correct_norm_tok);
 }
 
+static void json_generation(FILE *out, const lb_custom_result *g)
+{
+    fprintf(out, "{\"output\": ");
+    json_string(out, g->output ? g->output : "");
+    fprintf(out, ", \"correct\": %d, \"stopped\": %s, \"prompt_tokens\": %u, \"generated_tokens\": %u}", g->correct,
+            g->stopped ? "true" : "false", g->prompt_tokens, g->generated_tokens);
+}
+
+static void write_custom_items(FILE *out, const eval_task *t)
+{
+    static const char *const match[] = {[LB_MATCH_EXACT] = "exact", [LB_MATCH_CONTAINS] = "contains",
+                                        [LB_MATCH_REGEX] = "regex", [LB_MATCH_CHOICES] = "choices"};
+    for (size_t i = 0; i < lb_custom_size(t->custom); i++) {
+        lb_custom_item it;
+        if (lb_custom_get(t->custom, i, &it) != LB_OK) continue;
+        fprintf(out, "{\"task\": \"custom\", \"index\": %zu, \"line\": %llu, \"id\": ", i, (unsigned long long)it.line);
+        json_string(out, it.id);
+        fprintf(out, ", \"match\": \"%s\", \"prompt\": ", match[it.match]);
+        json_string(out, it.prompt);
+        if (it.expected) {
+            fprintf(out, ", \"expected\": ");
+            json_string(out, it.expected);
+        } else {
+            fprintf(out, ", \"label\": %u", it.label);
+        }
+        fprintf(out, ", \"base\": ");
+        if (it.match == LB_MATCH_CHOICES) json_scores(out, &t->cbase[i].choices, it.n_choices);
+        else json_generation(out, &t->cbase[i]);
+        if (t->cquant) {
+            fprintf(out, ", \"quant\": ");
+            if (it.match == LB_MATCH_CHOICES) json_scores(out, &t->cquant[i].choices, it.n_choices);
+            else json_generation(out, &t->cquant[i]);
+        }
+        fprintf(out, "}\n");
+    }
+}
+
 void eval_write_items(FILE *out, const eval_run *r)
 {
     for (size_t k = 0; k < r->n_tasks; k++) {
         const eval_task *t = &r->tasks[k];
+        if (t->custom) write_custom_items(out, t);
         for (size_t i = 0; t->task && i < lb_task_size(t->task); i++) {
             lb_task_item it;
             if (lb_task_get(t->task, i, &it) != LB_OK) continue;

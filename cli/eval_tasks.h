@@ -13,7 +13,9 @@ typedef enum eval_metric { EVAL_ACC, EVAL_ACC_NORM, EVAL_ACC_NORM_TOK, EVAL_N_ME
 typedef struct eval_task {
     const char *name;        /* a task kind's name, or "ppl" */
     const char *data;        /* --data */
-    lb_task *task;           /* NULL for ppl */
+    lb_task *task;           /* multiple-choice tasks (NULL for ppl and custom) */
+    lb_custom *custom;       /* custom evals */
+    lb_custom_result *cbase, *cquant; /* their generations; base/quant below hold their right/wrong */
     lb_item_score *base, *quant; /* per item; quant NULL without a comparison */
     double base_seconds, quant_seconds;
     uint64_t base_tokens, quant_tokens; /* run through the model */
@@ -35,7 +37,11 @@ typedef struct eval_run {
     uint64_t seed;
     uint32_t shots;
     size_t limit;
+    lb_custom_options custom; /* --max-tokens, --stop, --chat */
 } eval_run;
+
+/* The number of items of a task (multiple-choice or custom; 0 for ppl). */
+size_t eval_items(const eval_task *t);
 
 /* A metric's name ("acc", "acc_norm", "acc_norm_tok"), and the 0/1
  * outcome of one item under it. */

@@ -637,6 +637,22 @@ LB_API lb_status lb_tokenize(const lb_tokenizer *t, const char *text, size_t len
  * SentencePiece's U+2581 as a space, <0xNN> byte tokens as the byte). */
 LB_API lb_status lb_token_bytes(const lb_tokenizer *t, int32_t id, const char **bytes, size_t *len);
 
+/* Chat prompts. The chat template a model carries: a GGUF's
+ * tokenizer.chat_template; beside a Hugging Face model, tokenizer_config.json's
+ * chat_template (a string, or the "default" entry of a list), else
+ * chat_template.jinja. *out is malloc'd, or NULL when the model has none. */
+LB_API lb_status lb_chat_template(const lb_model *m, char **out);
+/* The family of a template, recognised by the markers it writes:
+ * "chatml", "llama3", "llama2" ([INST]), "gemma" or "phi3"; NULL for
+ * others. lowbit does not run the template (a Jinja program). */
+LB_API const char *lb_chat_family(const char *tmpl);
+/* One user message and the assistant's header after it, as the family
+ * writes them (a ChatML template's literal default system message first,
+ * as SmolLM2's writes it when the conversation has none); without BOS (the
+ * tokenizer adds it). *out malloc'd. LB_ERR_UNSUPPORTED for a template of
+ * no known family. */
+LB_API lb_status lb_chat_prompt(const char *tmpl, const char *user, char **out);
+
 typedef struct lb_runner lb_runner;
 
 /* Which weights a quantization spec applies to. By default the runner
@@ -934,6 +950,73 @@ typedef struct lb_task_score_options {
  * LB_ERR_NAN naming the item. */
 LB_API lb_status lb_task_score(lb_runner *r, const lb_tokenizer *tok, const lb_task *t, const lb_task_score_options *o,
                                lb_item_score *scores);
+
+/* ===== Evaluation: custom evals =====
+ *
+ * A JSON Lines file of prompts with what a right answer looks like, one
+ * object per line:
+ *   {"prompt": "...", "expected": "...", "match": "exact"}   the generated
+ *       text, stripped of white space at both ends, equals expected's (stripped)
+ *   {"prompt": "...", "expected": "...", "match": "contains"}  expected
+ *       occurs in the generated text
+ *   {"prompt": "...", "expected": "REGEX", "match": "regex"}  a POSIX
+ *       extended regular expression matches somewhere in it
+ *   {"prompt": "...", "choices": ["...", ...], "label": N, "match": "choices"}
+ *       scored by log-likelihood as a multiple-choice task item (the
+ *       prompt as context), no generation
+ * "match" defaults to "exact" with "expected", "choices" with "choices".
+ * Optional: "id" (a string, echoed in results), "stop" (generation ends at
+ * this string, which is cut off), "max_tokens" (1..4096). Generation is
+ * greedy; it ends at the end-of-text token, the stop string or the token
+ * limit. */
+
+typedef enum lb_match { LB_MATCH_EXACT = 1, LB_MATCH_CONTAINS = 2, LB_MATCH_REGEX = 3, LB_MATCH_CHOICES = 4 } lb_match;
+
+typedef struct lb_custom lb_custom;
+
+typedef struct lb_custom_item {
+    const char *id;          /* "" when the line has none */
+    const char *prompt;
+    lb_match match;
+    const char *expected;    /* NULL for choices */
+    uint32_t n_choices, label;
+    const char *choices[LB_TASK_MAX_CHOICES];
+    const char *stop;        /* NULL: the run's */
+    uint32_t max_tokens;     /* 0: the run's */
+    uint64_t line;
+} lb_custom_item;
+
+/* Reads a custom eval file (LB_ERR_PARSE naming the line and the field;
+ * a regex that does not compile is refused with regcomp's reason). */
+LB_API lb_status lb_custom_load(const char *path, lb_custom **out);
+LB_API lb_status lb_custom_parse(const char *text, size_t len, const char *what, lb_custom **out);
+LB_API void lb_custom_free(lb_custom *c);
+LB_API size_t lb_custom_size(const lb_custom *c);
+LB_API lb_status lb_custom_get(const lb_custom *c, size_t i, lb_custom_item *out);
+LB_API void lb_custom_limit(lb_custom *c, size_t n);
+
+typedef struct lb_custom_options {
+    uint32_t max_tokens;     /* 0: 64 */
+    const char *stop;        /* NULL: none (end-of-text and the token limit only) */
+    const char *chat_template; /* non-NULL: each prompt as one user turn of this template (lb_chat_prompt) */
+    lb_progress_fn progress;
+    void *progress_ctx;
+} lb_custom_options;
+
+typedef struct lb_custom_result {
+    char *output;            /* the generated text (malloc'd; "" for choices items) */
+    uint8_t correct;
+    uint8_t stopped;         /* 1: at the stop string or end-of-text; 0: at the token limit or the context's end */
+    uint32_t prompt_tokens, generated_tokens;
+    lb_item_score choices;   /* choices items: their scores */
+} lb_custom_result;
+
+/* Runs every item; results: room for lb_custom_size(c), freed with
+ * lb_custom_results_free. A prompt beyond the runner's context is
+ * LB_ERR_ARG naming the item; non-finite logits LB_ERR_NAN. */
+LB_API lb_status lb_custom_run(lb_runner *r, const lb_tokenizer *tok, const lb_custom *c, const lb_custom_options *o,
+                               lb_custom_result *results);
+LB_API void lb_custom_results_free(lb_custom_result *results, size_t n);
 
 /* Rewinds the KV cache to pos tokens (pos <= lb_runner_position): the next
  * tokens continue from there, as if the later ones had never been run.

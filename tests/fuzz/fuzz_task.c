@@ -4,7 +4,10 @@
  * a label among them, every context and continuation a non-empty string
  * without NUL (its bytes are then tokenized), contexts and continuations
  * readable to their end; few-shot prompts built from them keep all that.
- * The first byte picks PIQA's labels (none, "0\n1\n", "1\n").
+ * The first byte picks PIQA's labels (none, "0\n1\n", "1\n"). The same
+ * bytes as a custom eval file (src/eval/custom_read.c): refused naming the
+ * input, or items whose prompt is non-empty and whose expectation fits
+ * their match kind.
  *
  * Built with -DLB_LIBFUZZER and clang -fsanitize=fuzzer,address (`make fuzz`)
  * it is a libFuzzer target; built plainly (`make test`) its main() runs a
@@ -56,6 +59,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (lb_task_size(t) > 1 && lb_task_fewshot(t, t, 1, 7) == LB_OK) check_task(t, text);
         lb_task_free(t);
     }
+    /* the same bytes as a custom eval file */
+    lb_custom *c = NULL;
+    if (lb_custom_parse(text, size, "fuzz_test.csv", &c) != LB_OK) {
+        if (c) fail("custom: refused but returned items", text);
+        if (!strstr(lb_last_error(), "fuzz_test.csv")) fail("custom: refused without naming the input", text);
+    } else {
+        for (size_t i = 0; i < lb_custom_size(c); i++) {
+            lb_custom_item it;
+            if (lb_custom_get(c, i, &it) != LB_OK || !it.prompt || !it.prompt[0] || !it.id) fail("custom: bad item", text);
+            if ((it.match == LB_MATCH_CHOICES) != (it.expected == NULL)) fail("custom: expected vs choices", text);
+            if (it.match == LB_MATCH_CHOICES && (it.n_choices < 2 || it.label >= it.n_choices)) fail("custom: choices", text);
+        }
+        lb_custom_free(c);
+    }
     free(text);
     return 0;
 }
@@ -70,6 +87,8 @@ static const char *const seeds[] = {
     "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\"}\n{\"goal\": \"h\", \"sol1\": \"c\", \"sol2\": \"d\"}\n",
     "{\"sentence\": \"A is taller than B so _ won.\", \"option1\": \"A\", \"option2\": \"B\", \"answer\": \"2\"}\n",
     "{\"context\": \"c\", \"choices\": [\"a\", \"b\", \"c\"], \"label\": 2}\n{\"context\": \"d\", \"choices\": [\"e\", \"f\"], \"label\": 0}\n",
+    "{\"id\": \"a\", \"prompt\": \"p\", \"expected\": \"^x[0-9]+\", \"match\": \"regex\", \"stop\": \"\\n\", \"max_tokens\": 9}\n"
+    "{\"prompt\": \"q\", \"choices\": [\"a\", \"b\"], \"label\": 1}\n",
 };
 
 int main(void)
