@@ -14,7 +14,7 @@ static const char usage[] =
     "usage: lowbit eval MODEL --task NAME --data PATH [--task NAME --data PATH]... [--limit N]\n"
     "                  [--shots K [--shots-from PATH]] [--mmlu-form letters|cloze] [--labels FILE] [--seed N]\n"
     "                  [--vs QUANT | --spec S | --scheme S | --recipe FILE | --type T | ...] [--resamples R]\n"
-    "                  [--max-tokens N] [--stop STR] [--chat] [--items FILE] [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--force] [--json] [--quiet]\n\n"
+    "                  [--max-tokens N] [--stop STR] [--chat] [--items FILE] [--base-items FILE] [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--force] [--json] [--quiet]\n\n"
     "Scores MODEL on benchmarks by log-likelihood (zero-shot unless --shots): each choice's\n"
     "continuation given its context, joined by a space, as lm-evaluation-harness scores it.\n"
     "NAME and the file PATH it reads, in the benchmark's published format:\n"
@@ -49,7 +49,9 @@ static const char usage[] =
     "the items where they disagree, a 95% bootstrap interval (--resamples R, default 10000,\n"
     "fixed --seed), the smallest difference this many items could detect (80% power, 5%\n"
     "level), and a verdict: \"indistinguishable from noise at 95%\" or \"worse by X +- Y\n"
-    "points\". --items FILE writes every item's scores as JSON Lines (to read the failures).\n"
+    "points\". --items FILE writes every item's scores as JSON Lines (to read the failures);\n"
+    "--base-items FILE takes the base model's scores from such a file of an earlier run (the\n"
+    "same tasks, --limit and --shots) instead of scoring it again: one base, many quantizations.\n"
     CLI_FORCE_HELP CLI_EVAL_RUNNER_HELP CLI_EVAL_CHECKPOINT_HELP CLI_EVAL_RECIPE_HELP CLI_RECIPE_HELP;
 
 typedef struct task_args {
@@ -137,6 +139,7 @@ static int score_all(int json, eval_run *r, cli_eval_model *m, int quant)
 {
     for (size_t k = 0; k < r->n_tasks; k++) {
         eval_task *t = &r->tasks[k];
+        if (!quant && t->base) continue; /* from --base-items */
         if (t->custom) {
             int rc = run_custom(json, r, t, m, quant);
             if (rc != EXIT_OK) return rc;
@@ -213,7 +216,7 @@ static int write_items(int json, const char *path, const eval_run *r)
 static int run(int argc, char **argv)
 {
     int json = 0, force = 0, chat = 0;
-    const char *model = NULL, *vs = NULL, *items = NULL;
+    const char *model = NULL, *vs = NULL, *items = NULL, *base_items = NULL;
     char *chat_template = NULL;
     task_args ta[EVAL_MAX_TASKS] = {{0}};
     size_t n_ta = 0, chunks = 0;
@@ -264,6 +267,7 @@ static int run(int argc, char **argv)
         } else if (strcmp(a, "--chat") == 0) chat = 1;
         else if (strcmp(a, "--vs") == 0 && v) vs = v, i++;
         else if (strcmp(a, "--items") == 0 && v) items = v, i++;
+        else if (strcmp(a, "--base-items") == 0 && v) base_items = v, i++;
         else if (a[0] == '-' && a[1]) return cli_fail("eval", json, EXIT_USAGE, "bad_argument", "unknown option or missing value: '%s'", a);
         else if (model) return cli_fail("eval", json, EXIT_USAGE, "bad_argument", "more than one MODEL (the quantized one goes after --vs)");
         else model = a;
@@ -274,6 +278,8 @@ static int run(int argc, char **argv)
     if (vs && cli_eval_compares(&ea))
         return cli_fail("eval", json, EXIT_USAGE, "bad_argument", "--vs QUANT or the quantization options, not both");
     int compare = vs || cli_eval_compares(&ea);
+    if (base_items && !compare)
+        return cli_fail("eval", json, EXIT_USAGE, "bad_argument", "--base-items is for a comparison (--vs QUANT, --spec, --scheme ...)");
     /* inputs first: --items must not land on one */
     lb_output_allow_replace(force);
     int rc = cli_protect("eval", json, model, "MODEL");
@@ -285,6 +291,7 @@ static int run(int argc, char **argv)
     }
     if (rc == EXIT_OK) rc = cli_protect("eval", json, ea.tokenizer, "the --tokenizer file");
     if (rc == EXIT_OK) rc = cli_protect("eval", json, ea.calib, "the --calib file");
+    if (rc == EXIT_OK) rc = cli_protect("eval", json, base_items, "the --base-items file");
     if (rc == EXIT_OK && items) rc = cli_output_check("eval", json, items);
     if (rc != EXIT_OK) return rc;
     r.model = model, r.seed = seed, r.resamples = (uint32_t)resamples, r.shots = (uint32_t)shots, r.limit = (size_t)limit;
@@ -293,6 +300,7 @@ static int run(int argc, char **argv)
         rc = load_task(json, &ta[k], &to, (size_t)limit, (uint32_t)shots, seed, &r.tasks[k]);
         r.n_tasks = k + 1;
     }
+    if (rc == EXIT_OK && base_items) rc = eval_read_base_items(json, base_items, &r);
     cli_eval_args base_args = cli_eval_base_args(&ea);
     cli_eval_model base = {0}, quant = {0};
     /* both models before any scoring: a bad option of the quantized one

@@ -170,7 +170,8 @@ static void text_model(FILE *out, const char *who, const eval_task *t, const lb_
                 100 * lb_binomial_se(c, n));
     }
     if (is_lambada(t)) fprintf(out, "  ppl %.3f", eval_target_ppl(t, s));
-    fprintf(out, "   (%.1f items/s, %.0f tokens/s)\n", seconds > 0 ? (double)n / seconds : 0, seconds > 0 ? (double)tokens / seconds : 0);
+    if (seconds < 0) fprintf(out, "   (scores from --base-items)\n");
+    else fprintf(out, "   (%.1f items/s, %.0f tokens/s)\n", seconds > 0 ? (double)n / seconds : 0, seconds > 0 ? (double)tokens / seconds : 0);
 }
 
 static void text_task(FILE *out, const eval_run *r, const eval_task *t)

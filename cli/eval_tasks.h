@@ -52,6 +52,11 @@ uint64_t eval_correct(const eval_task *t, const lb_item_score *s, eval_metric m)
 /* LAMBADA's target perplexity: exp(-mean over items of the word's log-likelihood). */
 double eval_target_ppl(const eval_task *t, const lb_item_score *s);
 
+/* --base-items FILE: the base model's scores of every item of every task
+ * (not ppl) from an earlier run's --items file, checked against the tasks
+ * (task names, item order, lines and labels); base_seconds set to -1. */
+int eval_read_base_items(int json, const char *path, eval_run *r);
+
 /* The results: a table (one row per task and model, then the paired
  * comparisons and their verdicts) or one JSON object. */
 void eval_report(FILE *out, const eval_run *r, int json);

@@ -190,3 +190,27 @@ def test_bad_files_and_outputs(tmp_path):
     long.write_text(json.dumps({"context": "Once upon a time " * 200, "choices": ["a", "b"], "label": 0}) + "\n")
     p = lowbit("eval", ml.STORIES, "--task", "mc", "--data", long, check=False)
     assert p.returncode == 2 and "item 0 (line 1)" in p.stderr and "context" in p.stderr
+
+
+def test_base_items_reuse_the_base_scores(tmp_path):
+    data = tmp_path / "l.jsonl"
+    data.write_text("".join(json.dumps(d) + "\n" for d in lambada_items(30)))
+    mc = write_items(tmp_path)
+    custom = tmp_path / "c.jsonl"
+    custom.write_text(json.dumps({"prompt": "Once upon a time", "expected": "there", "match": "contains"}) + "\n" +
+                      json.dumps({"prompt": "The sun was", "choices": ["hot", "cold"], "label": 0}) + "\n")
+    tasks = ["--task", "lambada", "--data", data, "--task", "mc", "--data", mc, "--task", "custom", "--data", custom,
+             "--max-tokens", 8]
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a = json.loads(lowbit("eval", ml.STORIES, *tasks, "--spec", "int4:tensor", "--items", first, "--json").stdout)
+    b = json.loads(lowbit("eval", ml.STORIES, *tasks, "--spec", "int4:tensor", "--base-items", first, "--items", second,
+                          "--json").stdout)
+    for ta, tb in zip(a["tasks"], b["tasks"]):
+        assert ta["paired"] == tb["paired"] and ta["verdict"] == tb["verdict"]
+        for m in ("acc", "acc_norm", "acc_norm_tok"):
+            assert ta["base"][m] == tb["base"][m]
+    assert first.read_text() == second.read_text()
+    p = lowbit("eval", ml.STORIES, *tasks, "--spec", "int4:tensor", "--base-items", first, "--limit", 2, check=False)
+    assert p.returncode == 2 and "--base-items" in p.stderr and "line 3" in p.stderr, p.stderr
+    p = lowbit("eval", ml.STORIES, *tasks, "--base-items", first, check=False)
+    assert p.returncode == 2 and "comparison" in p.stderr
