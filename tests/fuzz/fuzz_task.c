@@ -87,8 +87,8 @@ static const char *const seeds[] = {
     "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\"}\n{\"goal\": \"h\", \"sol1\": \"c\", \"sol2\": \"d\"}\n",
     "{\"sentence\": \"A is taller than B so _ won.\", \"option1\": \"A\", \"option2\": \"B\", \"answer\": \"2\"}\n",
     "{\"context\": \"c\", \"choices\": [\"a\", \"b\", \"c\"], \"label\": 2}\n{\"context\": \"d\", \"choices\": [\"e\", \"f\"], \"label\": 0}\n",
-    "{\"id\": \"a\", \"prompt\": \"p\", \"expected\": \"^x[0-9]+\", \"match\": \"regex\", \"stop\": \"\\n\", \"max_tokens\": 9}\n"
-    "{\"prompt\": \"q\", \"choices\": [\"a\", \"b\"], \"label\": 1}\n",
+    ("{\"id\": \"a\", \"prompt\": \"p\", \"expected\": \"^x[0-9]+\", \"match\": \"regex\", \"stop\": \"\\n\", \"max_tokens\": 9}\n"
+     "{\"prompt\": \"q\", \"choices\": [\"a\", \"b\"], \"label\": 1}\n"),
 };
 
 int main(void)
