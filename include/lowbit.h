@@ -963,7 +963,8 @@ LB_API lb_status lb_task_score(lb_runner *r, const lb_tokenizer *tok, const lb_t
  *       extended regular expression matches somewhere in it
  *   {"prompt": "...", "choices": ["...", ...], "label": N, "match": "choices"}
  *       scored by log-likelihood as a multiple-choice task item (the
- *       prompt as context), no generation
+ *       prompt as context), no generation; right when the label's choice
+ *       is the most likely (acc)
  * "match" defaults to "exact" with "expected", "choices" with "choices".
  * Optional: "id" (a string, echoed in results), "stop" (generation ends at
  * this string, which is cut off), "max_tokens" (1..4096). Generation is
