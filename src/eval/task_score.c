@@ -96,9 +96,12 @@ static lb_status score_item(lb_runner *r, const lb__task_item *it, choice_tokens
     }
     size_t s = shared < min_start ? shared : min_start; /* run once: tokens [0, s) */
     lb_runner_reset(r);
-    lb_status st = lb_runner_forward(r, ct[0].ids, s, first, 1);
-    if (st != LB_OK) return st;
-    if (!all_finite(first, vocab))
+    lb_status st = LB_OK;
+    /* s == 0: the choices differ from their first token (no BOS, a
+     * Winogrande blank at the start); each runs from an empty cache, and
+     * token 0 is never scored (every continuation starts at 1 or later) */
+    if (s > 0 && (st = lb_runner_forward(r, ct[0].ids, s, first, 1)) != LB_OK) return st;
+    if (s > 0 && !all_finite(first, vocab))
         return lb__fail(LB_ERR_NAN, "item %zu (line %llu): the model's logits are not finite", index, (unsigned long long)it->line);
     memset(out, 0, sizeof *out);
     out->tokens_run = (uint32_t)s;

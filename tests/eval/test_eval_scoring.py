@@ -214,3 +214,40 @@ def test_base_items_reuse_the_base_scores(tmp_path):
     assert p.returncode == 2 and "--base-items" in p.stderr and "line 3" in p.stderr, p.stderr
     p = lowbit("eval", ml.STORIES, *tasks, "--base-items", first, check=False)
     assert p.returncode == 2 and "comparison" in p.stderr
+
+
+def test_choices_that_differ_from_their_first_token(tmp_path):
+    """SmolLM2 adds no BOS: a Winogrande blank at the start leaves the choices no shared token."""
+    smollm2 = ml.ROOT / ".cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    data = tmp_path / "w.jsonl"
+    data.write_text(json.dumps({"sentence": "_ was hungry, so Sarah gave Maria an apple.", "option1": "Sarah",
+                                "option2": "Maria", "answer": "2"}) + "\n")
+    out_items = tmp_path / "o.jsonl"
+    out = json.loads(lowbit("eval", smollm2, "--task", "winogrande", "--data", data, "--items", out_items,
+                            "--json").stdout)
+    row = json.loads(out_items.read_text())
+    assert row["base"]["tokens"][0] == row["base"]["tokens"][1] > 0
+    assert all(np.isfinite(row["base"]["loglik"]))
+    assert out["tasks"][0]["base"]["tokens_run"] == sum(len(tokens_of_smollm2(c)) - 1 for c in (
+        "Sarah was hungry, so Sarah gave Maria an apple.", "Maria was hungry, so Sarah gave Maria an apple."))
+
+
+def tokens_of_smollm2(text):
+    import ctypes
+    lib = ml.lib
+    lib.lb_model_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    lib.lb_tokenizer_from_model.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    lib.lb_tokenize.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
+                                ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)), ctypes.POINTER(ctypes.c_size_t)]
+    lib.lb_tokenizer_free.argtypes = [ctypes.c_void_p]
+    lib.lb_model_close.argtypes = [ctypes.c_void_p]
+    path = str(ml.ROOT / ".cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf").encode()
+    m, t = ctypes.c_void_p(), ctypes.c_void_p()
+    assert lib.lb_model_open(path, ctypes.byref(m)) == 0 and lib.lb_tokenizer_from_model(m, path, ctypes.byref(t)) == 0
+    ids, n = ctypes.POINTER(ctypes.c_int32)(), ctypes.c_size_t()
+    data = text.encode()
+    assert lib.lb_tokenize(t, data, len(data), 0, ctypes.byref(ids), ctypes.byref(n)) == 0
+    out = [ids[i] for i in range(n.value)]
+    lib.lb_tokenizer_free(t)
+    lib.lb_model_close(m)
+    return out
