@@ -151,10 +151,8 @@ void lb_custom_limit(lb_custom *c, size_t n)
 /* white space at both ends does not count for exact */
 static void trimmed(const char *s, const char **p, size_t *n)
 {
-    size_t len = strlen(s);
-    while (len && strchr(" \t\n\r\v\f", s[len - 1])) len--;
-    while (len && strchr(" \t\n\r\v\f", s[0])) s++, len--;
-    *p = s, *n = len;
+    *p = s, *n = strlen(s);
+    lb__task_trim(p, n);
 }
 
 int lb__custom_matches(const lb_custom_item *it, const char *text)

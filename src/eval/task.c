@@ -91,6 +91,12 @@ lb_status lb__task_check_item(const lb_task *t, const lb__task_item *it)
     return LB_OK;
 }
 
+void lb__task_trim(const char **s, size_t *n)
+{
+    while (*n && strchr(" \t\n\r\v\f", (*s)[*n - 1])) (*n)--;
+    while (*n && strchr(" \t\n\r\v\f", (*s)[0])) (*s)++, (*n)--;
+}
+
 int lb__lines_next(lb__lines *l, const char **line, size_t *len)
 {
     if (l->p >= l->end) return 0;

@@ -45,6 +45,9 @@ lb_status lb__task_fail(const lb_task *t, uint64_t line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+/* Python's str.strip() on ASCII white space: moves *s and shortens *n
+ * (lm-eval strips questions, endings and Winogrande's rest this way). */
+void lb__task_trim(const char **s, size_t *n);
 /* Checks every choice of the last item: non-empty context and
  * continuation, a label among the choices. */
 lb_status lb__task_check_item(const lb_task *t, const lb__task_item *it);

@@ -126,8 +126,7 @@ static lb_status winogrande_item(lb_task *t, uint64_t no, const lb__json *o)
     lb__task_item *it = lb__task_push(t, no);
     const char *rest = blank + 1;
     size_t rn = strlen(rest);
-    while (rn && strchr(" \t\n\r\v\f", rest[rn - 1])) rn--;
-    while (rn && strchr(" \t\n\r\v\f", rest[0])) rest++, rn--;
+    lb__task_trim(&rest, &rn);
     const char *cont = it ? lb__task_str(t, rest, rn) : NULL;
     if (!cont) return lb__fail(LB_ERR_NOMEM, "out of memory");
     it->n_choices = 2, it->label = (uint32_t)(a - 1);

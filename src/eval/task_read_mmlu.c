@@ -73,8 +73,7 @@ static int csv_record(lb_task *t, csv *c, const char **fields, size_t *n_fields,
 static const char *strip(lb_task *t, const char *s)
 {
     size_t n = strlen(s);
-    while (n && strchr(" \t\n\r\v\f", s[n - 1])) n--;
-    while (n && strchr(" \t\n\r\v\f", s[0])) s++, n--;
+    lb__task_trim(&s, &n);
     return lb__task_str(t, s, n);
 }
 

@@ -25,8 +25,7 @@ static int looks_like_jsonl(const char *text, size_t len)
 static const char *hs_preprocess(lb_task *t, const char *s)
 {
     size_t n = strlen(s);
-    while (n && strchr(" \t\n\r\v\f", s[n - 1])) n--;
-    while (n && strchr(" \t\n\r\v\f", s[0])) s++, n--;
+    lb__task_trim(&s, &n);
     char *a = lb__arena_alloc(&t->strings, 2 * n + 1, 1), *b = lb__arena_alloc(&t->strings, 2 * n + 1, 1);
     if (!a || !b) return NULL;
     size_t m = 0;
