@@ -193,7 +193,7 @@ static int recipe_runner(const char *cmd, int json, const cli_eval_args *a, cli_
                         "(never the evaluation text itself)", needs ? "the recipe has static scales (static or NVFP4 "
                         "activations, or --kv fp8)" : "--keep-sensitive and --outlier-threshold measure on a "
                         "calibration text");
-    if (!needs && !wants && a->calib && !cli_method_given(&ra)) /* a loop over schemes passes --calib to all: a note */
+    if (!needs && !wants && a->calib && !cli_method_given(&ra) && !a->calib_used) /* a loop over schemes passes --calib to all: a note */
         fprintf(stderr, "lowbit %s: note: --calib %s is unused: the recipe has no static scales to calibrate (its "
                 "activations are dynamic or 16-bit, no --kv fp8) and no --method\n", cmd, a->calib);
     /* the method changes the weights; outlier columns, static scales and the layer sensitivity are then
@@ -203,6 +203,7 @@ static int recipe_runner(const char *cmd, int json, const cli_eval_args *a, cli_
     if ((needs || wants) && (rc = cli_recipe_prepare(cmd, json, &ra, e->qmodel, e->tok, a->calib, a->calib_tokens,
                                                      a->threads, &recipe_steps)) != EXIT_OK)
         return rc;
+    if (a->qmodel_only) return EXIT_OK;
     cli_progress_ctx loading = {cmd, "loading layer", NULL};
     lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .fake = a->fake,
                            .progress = cli_progress_fn, .progress_ctx = &loading};
@@ -446,7 +447,7 @@ static int gguf_runner(const char *cmd, int json, const cli_eval_args *a, cli_ev
     cli_gguf_args gg;
     split_gguf(a, &ra, &gg);
     if (cli_recipe_given(&ra) || a->spec || a->spec_attn || a->spec_mlp || a->spec_embed || a->spec_head || a->act ||
-        (a->calib && !cli_method_given(&ra)) || a->calib_tokens || a->fake || (a->kv && strcmp(a->kv, "fp32") != 0))
+        (a->calib && !cli_method_given(&ra) && !a->calib_used) || a->calib_tokens || a->fake || (a->kv && strcmp(a->kv, "fp32") != 0))
         return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--type T says how every weight is stored (as in the "
                         "GGUF lowbit quantize writes): it does not combine with --scheme, --recipe, --keep, lowbit "
                         "--rule specs, --spec*, --act, --calib (but a --method's), --calib-tokens, --fake or --kv");
@@ -461,7 +462,7 @@ static int gguf_runner(const char *cmd, int json, const cli_eval_args *a, cli_ev
     if (rc == EXIT_OK) rc = cli_gguf_choose(cmd, json, e->qmodel, &gg, a->threads, NULL);
     if (rc == EXIT_OK) rc = cli_method_apply(cmd, json, e->qmodel, e->tok, a->calib, &ra, a->threads);
     lb_imatrix_free(gg.imatrix);
-    if (rc != EXIT_OK) return rc;
+    if (rc != EXIT_OK || a->qmodel_only) return rc;
     cli_progress_ctx loading = {cmd, "loading layer", NULL};
     lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .progress = cli_progress_fn,
                            .progress_ctx = &loading};

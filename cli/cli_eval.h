@@ -26,6 +26,8 @@ typedef struct cli_eval_args {
                                (instead of the --spec options; --kv fp8 then gives its calibrated KV cache) */
     int weights_only;       /* --weights-only: a quantized checkpoint's weights alone (no activation or KV
                                quantization) */
+    int qmodel_only;        /* cli_eval_runner stops at the qmodel of a recipe or --type (no runner) */
+    int calib_used;         /* the command uses --calib itself (no "unused" note) */
     cli_gguf_args gguf;     /* --type T and llama-quantize's options: the weights as lowbit quantize --format
                                gguf writes them (--rule P=X with X a ggml type joins them) */
 } cli_eval_args;

@@ -1310,6 +1310,8 @@ typedef struct lb_qmodel_size {
     uint64_t outlier_params;      /* the weights in them */
 } lb_qmodel_size;
 LB_API lb_status lb_qmodel_size_of(const lb_qmodel *q, lb_qmodel_size *out);
+/* The bits of tensor i as lb_qmodel_size_of counts them. */
+LB_API lb_status lb_qmodel_entry_bits(const lb_qmodel *q, size_t i, double *bits);
 
 /* The values tensor i has before quantization: the replacement, or the
  * stored values as fp32 (dst: n_elements floats). */
@@ -1593,6 +1595,92 @@ LB_API lb_status lb_layer_sensitivity(const lb_qmodel *q, const int32_t *tokens,
  * the layer count. */
 LB_API lb_status lb_qmodel_keep_sensitive(lb_qmodel *q, const int32_t *tokens, size_t n, size_t keep,
                                           const lb_sensitivity_options *o, lb_layer_kld *ranking_out);
+
+/* ===== Sensitivity of units: tensors, layers, classes =====
+ * What quantizing one part of a model costs, each part alone (the rest as
+ * stored), for one or more candidate quantized models of the same model:
+ * the measurement behind `lowbit sensitivity` and the mixed-precision
+ * choice of `lowbit quantize --target-bpw`. */
+typedef enum lb_unit_kind {
+    LB_UNIT_TENSOR = 0, /* each weight the candidate quantizes */
+    LB_UNIT_LAYER = 1,  /* each decoder layer (all its entries: weights, norms, activations), the embedding, the head */
+    LB_UNIT_CLASS = 2   /* attn, mlp (every layer's, with the norm in front), embed, head, kv, act */
+} lb_unit_kind;
+
+typedef struct lb_units lb_units;
+typedef struct lb_imatrix lb_imatrix; /* ("Importance matrices" below) */
+
+typedef struct lb_unit_info {
+    const char *name;   /* a tensor's canonical name; "layer N"; "embed", "head" ("embed+head" when tied),
+                           "attn", "mlp", "kv", "act" */
+    lb_unit_kind kind;
+    size_t n_entries;   /* qmodel entries it takes from the candidate */
+    const size_t *entries;
+    int kv;             /* 1: the KV cache as the candidate holds it */
+    int act_only;       /* 1: the entries' activation quantization alone, the weights as stored */
+    uint64_t params;    /* elements of its weights (lb_tensor_is_weight) */
+} lb_unit_info;
+
+/* The units of the given kind that q changes (a weight QUANTIZED or given a
+ * ggml type, an activation quantized, the KV cache), in model order; for
+ * LB_UNIT_CLASS also kv and act when q quantizes them. LB_UNIT_TENSOR
+ * refuses a q whose method changed 1-D tensors (SmoothQuant and AWQ fold
+ * scales into the norms: one tensor alone would not be that model); its
+ * layers and classes carry their norms. LB_ERR_ARG when q changes
+ * nothing. */
+LB_API lb_status lb_units_make(const lb_qmodel *q, lb_unit_kind kind, lb_units **out);
+LB_API void lb_units_free(lb_units *u);
+LB_API size_t lb_units_count(const lb_units *u);
+LB_API lb_status lb_units_get(const lb_units *u, size_t i, lb_unit_info *out);
+
+typedef struct lb_unit_cost {
+    int measured;       /* 0: the candidate changes nothing of the unit (kld 0, bits as stored) */
+    double kld;         /* mean KL(base || unit quantized) per scored token, nats */
+    double kld_err;     /* its standard error */
+    double nll;         /* mean negative log-likelihood of the scored tokens (perplexity exp(nll)) */
+    double bits;        /* the unit's weight bits as the candidate holds them (lb_qmodel_entry_bits) */
+    double bits_stored; /* as stored */
+} lb_unit_cost;
+
+typedef struct lb_sensitivity_summary {
+    size_t windows;         /* of ctx tokens */
+    uint32_t ctx;
+    uint64_t scored_tokens; /* windows x scored rows */
+    double base_nll;        /* the model as stored (perplexity exp(base_nll)) */
+    double seconds;
+} lb_sensitivity_summary;
+
+/* For each candidate c and unit u, costs[c * n_units + u]: the model with
+ * unit u as candidate c holds it and everything else as stored, against
+ * the model as stored, on lb_kld's windows of the tokens (whole windows of
+ * ctx, BOS first when bos >= 0, the second half scored): lowbit kld's
+ * figure for a recipe quantizing that unit alone (and, for a layer unit,
+ * lb_layer_sensitivity's). Candidates are qmodels of one model with
+ * static scales calibrated; units come from lb_units_make on any of them
+ * (a unit a candidate leaves as stored costs 0, unmeasured). Memory: one
+ * runner of the model as stored plus one unit's extra copy at a time, the
+ * window's base logits at its scored rows and the inputs to each layer
+ * (ctx x dim floats per layer). Time: for each window, each measured unit
+ * runs from its first layer on, reloading its layers from the candidate
+ * and back. progress: after each measurement (done of windows x
+ * candidates x units). */
+LB_API lb_status lb_sensitivity(const lb_qmodel *const *cands, size_t n_cands, const lb_units *units,
+                                const int32_t *tokens, size_t n, const lb_sensitivity_options *o,
+                                lb_unit_cost *costs, lb_sensitivity_summary *summary);
+
+/* The proxy beside the measurement, from calibration statistics alone:
+ * for each unit, the sum over its quantized linear weights of
+ * sum_j E[x_j^2] * sum_r (W_rj - Q(W)_rj)^2 -- the expected squared error
+ * of the layer outputs under a diagonal input covariance, E[x^2] being the
+ * importance matrix's values (lb_imatrix_compute). NaN for a unit it
+ * cannot score: a quantized weight without an imatrix entry (an
+ * embedding, a tied head), activations alone, the KV cache. */
+LB_API lb_status lb_unit_proxy(const lb_qmodel *cand, const lb_units *units, const lb_imatrix *im, int threads,
+                               double *proxy);
+/* Spearman's rank correlation of x and y over the i where both are
+ * finite (average ranks for ties); NaN with fewer than 3 such pairs or a
+ * constant side. */
+LB_API double lb_rank_correlation(const double *x, const double *y, size_t n);
 
 typedef struct lb_outlier_options {
     float threshold;         /* a feature whose largest |x| over the tokens exceeds it is an outlier (paper: 6.0) */

@@ -1,32 +1,40 @@
-/* Which decoder layers cost the most to quantize (lowbit.h,
- * lb_layer_sensitivity, lb_qmodel_keep_sensitive): each layer quantized
- * alone, the KL divergence of the model's next-token distributions from
- * the model as stored, on lb_kld's windows (whole windows, BOS first,
- * the second half scored), so that the figure for layer L is the one
- * `lowbit kld` gives a recipe that quantizes layer L alone (the same
- * logits, and the same sums in double).
+/* What quantizing each unit of a model costs, each alone (lowbit.h,
+ * lb_sensitivity; lb_layer_sensitivity and lb_qmodel_keep_sensitive on top):
+ * the KL divergence of the model's next-token distributions from the
+ * model as stored, on lb_kld's windows (whole windows, BOS first, the
+ * second half scored), so that a unit's figure is the one `lowbit kld`
+ * gives a recipe that quantizes that unit alone (the same logits, and the
+ * same sums in double).
  *
- * One runner of the model as stored does all of it, window by window:
+ * One runner of the model as stored (built from a probe qmodel whose
+ * entries are all as stored) does all of it, window by window:
  *   1. the window through the base model: its logits at the scored rows
  *      are kept (scored rows x vocab floats, with each row's log-sum-exp);
- *   2. for L = 0 .. n-1, with h the window's input to layer L (the base
- *      model's: the embeddings, then advanced one base layer at a time):
- *      layer L is loaded from the quantized model (lb__runner_reload_layer),
- *      a copy of h runs through layers L .. n-1 and the head, is scored
- *      against the kept base logits, and layer L is loaded back as stored.
- * So at most one layer exists twice, layers before L never run again for
- * L (about half the layer passes of a loop of full forward passes), and
- * the head runs once per layer on the scored rows only. The price: each
- * measured layer is quantized again for every window (cheap beside the
- * forward passes). */
+ *   2. for L = -1 (the embedding), 0 .. n-1, n (the head), with h the
+ *      window's input to layer L (the base model's, advanced one base layer
+ *      at a time), every unit whose first changed layer is L, for every
+ *      candidate: the unit's entries are lent from the candidate to the
+ *      probe (lb__qmodel_borrow: nothing copied), the layers they belong to
+ *      (and the embedding and head, the KV cache) are reloaded from the
+ *      probe, a copy of h runs through layers L .. n-1 and the head and is
+ *      scored against the kept base logits; then the entries go back and
+ *      the layers are reloaded as stored.
+ * So at most one unit exists twice, layers before a unit never run again
+ * for it (about half the layer passes of a loop of full forward passes),
+ * and the head runs once per measurement on the scored rows only. The
+ * price: each measured unit is quantized again for every window (cheap
+ * beside the forward passes). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/units.h"
 #include "eval/eval_internal.h"
 #include "model/runner_internal.h"
+#include "util/clock.h"
 #include "util/error.h"
+#include "weights/qmodel_internal.h"
 
 #define SENSITIVITY_DEFAULT_CTX 512
 /* Scored rows whose logits the measured model computes at once: the head
@@ -35,9 +43,11 @@
 #define SENSITIVITY_ROW_BLOCK 128
 
 typedef struct job {
-    const lb_qmodel *q;       /* what each layer becomes when measured */
-    lb_qmodel *base_q;        /* every tensor as stored */
-    lb_runner *r;             /* built from base_q; one layer at a time reloaded from q */
+    const lb_qmodel *const *cands;
+    size_t n_cands;
+    const lb_units *units;
+    lb_qmodel *probe;         /* every tensor as stored, but the entries lent for one measurement */
+    lb_runner *r;             /* built from probe */
     size_t n_layers, dim, vocab;
     uint32_t ctx;
     size_t windows, first, scored; /* scored rows: first .. first + scored - 1 of each window */
@@ -47,36 +57,40 @@ typedef struct job {
     float *base;              /* [scored][vocab] the base model's logits at the scored rows */
     double *base_lse;         /* [scored] their log-sum-exp */
     float *lq;                /* [ROW_BLOCK][vocab] the measured model's logits */
-    int *measured;            /* [n_layers] 1: the layer has something quantized */
-    double *sum, *sum2;       /* [n_layers] sums of the scored rows' KLD and its square */
+    unsigned char *touched;   /* [n_layers] layers of the unit being measured */
+    int *changed;             /* [cands x units] 1: the candidate changes something of the unit */
+    double *sum, *sum2, *nll; /* [cands x units] sums over the scored rows: KLD, its square, NLL */
+    double base_nll;
 } job;
 
 static void free_job(job *j)
 {
     lb_runner_free(j->r);
-    lb_qmodel_free(j->base_q);
+    lb_qmodel_free(j->probe);
     free(j->window), free(j->h), free(j->tmp), free(j->base), free(j->base_lse), free(j->lq);
-    free(j->measured), free(j->sum), free(j->sum2);
+    free(j->touched), free(j->changed), free(j->sum), free(j->sum2), free(j->nll);
 }
 
-/* 1 if layer l of q holds any weight quantized (under a spec or a ggml type). */
-static int layer_quantized(const lb_qmodel *q, size_t l)
+/* Whether candidate q changes unit x (a weight quantized, an activation, the KV cache). */
+static int unit_changed(const lb_qmodel *q, const lb__unit *x)
 {
-    char prefix[48];
-    int len = snprintf(prefix, sizeof prefix, "model.layers.%zu.", l);
-    for (size_t i = 0; i < lb_qmodel_count(q); i++) {
+    if (x->kv && lb_qmodel_kv(q) != LB_FMT_FP32) return 1;
+    for (size_t k = 0; k < x->n; k++) {
         lb_qentry e;
-        if (lb_qmodel_entry(q, i, &e) != LB_OK || strncmp(e.tensor->name, prefix, (size_t)len) != 0 ||
-            !lb_tensor_is_weight(e.tensor))
-            continue;
-        if (e.state == LB_QSTATE_QUANTIZED || e.ggml != LB_DT_COUNT) return 1;
+        if (lb_qmodel_entry(q, x->entries[k], &e) != LB_OK) continue;
+        if (x->act_only ? e.act.mode != LB_ACT_NONE
+                        : e.state != LB_QSTATE_STORED || e.ggml != LB_DT_COUNT || e.act.mode != LB_ACT_NONE)
+            return 1;
     }
     return 0;
 }
 
 static lb_status setup(job *j, size_t n, const lb_sensitivity_options *o)
 {
-    const lb_model *m = lb_qmodel_model(j->q);
+    const lb_model *m = lb_qmodel_model(j->cands[0]);
+    for (size_t c = 1; c < j->n_cands; c++)
+        if (lb_qmodel_model(j->cands[c]) != m)
+            return lb__fail(LB_ERR_ARG, "lb_sensitivity: candidate %zu is of another model than candidate 0", c);
     uint32_t model_ctx = lb_model_arch(m)->max_seq_len;
     lb_eval_options eo = {.ctx = o->ctx ? o->ctx
                                         : model_ctx && model_ctx < SENSITIVITY_DEFAULT_CTX ? model_ctx
@@ -85,24 +99,36 @@ static lb_status setup(job *j, size_t n, const lb_sensitivity_options *o)
     lb_status st = lb__eval_windows(n, &eo, &j->ctx, &j->windows);
     if (st != LB_OK) return st;
     j->first = j->ctx / 2, j->scored = j->ctx - 1 - j->ctx / 2;
-    if ((st = lb_qmodel_new(m, &j->base_q)) != LB_OK) return st;
+    if ((st = lb_qmodel_new(m, &j->probe)) != LB_OK) return st;
+    if ((st = lb_qmodel_set_dtype(j->probe, lb_qmodel_dtype(j->cands[0]))) != LB_OK) return st;
     lb_runner_options ro = {.threads = o->threads, .max_ctx = j->ctx};
-    if ((st = lb__runner_build(j->base_q, &ro, 0, &j->r)) != LB_OK) return st;
+    if ((st = lb__runner_build(j->probe, &ro, 0, &j->r)) != LB_OK) return st;
     j->n_layers = lb__runner_n_layers(j->r), j->dim = lb__runner_dim(j->r), j->vocab = lb_runner_vocab_size(j->r);
     size_t block = j->scored < SENSITIVITY_ROW_BLOCK ? j->scored : SENSITIVITY_ROW_BLOCK;
+    size_t cells = j->n_cands * j->units->n;
     j->window = malloc(j->ctx * sizeof *j->window);
     j->h = malloc(j->ctx * j->dim * sizeof *j->h);
     j->tmp = malloc(j->ctx * j->dim * sizeof *j->tmp);
     j->base = malloc(j->scored * j->vocab * sizeof *j->base);
     j->base_lse = malloc(j->scored * sizeof *j->base_lse);
     j->lq = malloc(block * j->vocab * sizeof *j->lq);
-    j->measured = calloc(j->n_layers + 1, sizeof *j->measured);
-    j->sum = calloc(j->n_layers + 1, sizeof *j->sum), j->sum2 = calloc(j->n_layers + 1, sizeof *j->sum2);
-    if (!j->window || !j->h || !j->tmp || !j->base || !j->base_lse || !j->lq || !j->measured || !j->sum || !j->sum2)
-        return lb__fail(LB_ERR_NOMEM, "lb_layer_sensitivity: out of memory for windows of %u over a vocabulary of %zu",
+    j->touched = calloc(j->n_layers + 1, 1);
+    j->changed = calloc(cells + 1, sizeof *j->changed);
+    j->sum = calloc(cells + 1, sizeof *j->sum), j->sum2 = calloc(cells + 1, sizeof *j->sum2);
+    j->nll = calloc(cells + 1, sizeof *j->nll);
+    if (!j->window || !j->h || !j->tmp || !j->base || !j->base_lse || !j->lq || !j->touched || !j->changed ||
+        !j->sum || !j->sum2 || !j->nll)
+        return lb__fail(LB_ERR_NOMEM, "lb_sensitivity: out of memory for windows of %u over a vocabulary of %zu",
                         j->ctx, j->vocab);
-    for (size_t l = 0; l < j->n_layers; l++) j->measured[l] = layer_quantized(j->q, l);
+    for (size_t c = 0; c < j->n_cands; c++)
+        for (size_t u = 0; u < j->units->n; u++) j->changed[c * j->units->n + u] = unit_changed(j->cands[c], &j->units->u[u]);
     return LB_OK;
+}
+
+/* NLL of the token after scored row t. */
+static double row_nll(const job *j, const float *logits, double lse, size_t t)
+{
+    return lse - (double)logits[j->window[j->first + t + 1]];
 }
 
 /* Window w: its embeddings in j->h, and the base model's logits at the
@@ -119,13 +145,15 @@ static lb_status base_window(job *j, const int32_t *tokens, size_t w, int32_t bo
         j->base_lse[t] = lb__log_sum_exp(j->base + t * j->vocab, j->vocab);
         if (!isfinite(j->base_lse[t]))
             st = lb__fail(LB_ERR_NAN, "window %zu, position %zu: the base model's logits are not finite", w, j->first + t);
+        else j->base_nll += row_nll(j, j->base + t * j->vocab, j->base_lse[t], t);
     }
     return st;
 }
 
 /* KL(base || measured) of scored row t (lb_kld's sum: p_base x (log p_base
- * - log p_measured) in double over the tokens the base finds possible). */
-static lb_status row_kld(const job *j, size_t t, const float *lq, size_t w, double *out)
+ * - log p_measured) in double over the tokens the base finds possible),
+ * and the measured model's NLL of the next token. */
+static lb_status row_kld(const job *j, size_t t, const float *lq, size_t w, double *out, double *nll)
 {
     const float *lb = j->base + t * j->vocab;
     double lse_q = lb__log_sum_exp(lq, j->vocab), kld = 0;
@@ -136,32 +164,143 @@ static lb_status row_kld(const job *j, size_t t, const float *lq, size_t w, doub
         if (p > 0) kld += p * (pb - ((double)lq[i] - lse_q));
     }
     if (!isfinite(kld))
-        return lb__fail(LB_ERR_NAN, "window %zu, position %zu: the KL divergence is not finite (the quantized layer "
+        return lb__fail(LB_ERR_NAN, "window %zu, position %zu: the KL divergence is not finite (the quantized unit "
                         "gives a probability of 0 to what the base model finds possible)", w, j->first + t);
     *out = kld > 0 ? kld : 0; /* rounding can leave a tiny negative, as in lb_kld */
+    *nll = row_nll(j, lq, lse_q, t);
     return LB_OK;
 }
 
-/* Layer l as q holds it on window w, from the window's input to layer l. */
-static lb_status measure_layer(job *j, size_t l, size_t w)
+/* Reloads what unit x touches from the probe: its layers, the embedding
+ * and head, the KV cache. */
+static lb_status reload(job *j, const lb__unit *x)
 {
-    lb_status st = lb__runner_reload_layer(j->r, j->q, l);
-    if (st != LB_OK) return st;
-    memcpy(j->tmp, j->h, j->ctx * j->dim * sizeof *j->tmp);
-    for (size_t k = l; k < j->n_layers && st == LB_OK; k++) st = lb__runner_layer(j->r, k, j->tmp, j->ctx);
+    memset(j->touched, 0, j->n_layers);
+    int ends = 0;
+    const lb_model *m = lb_qmodel_model(j->probe);
+    for (size_t k = 0; k < x->n; k++) {
+        long l = lb__unit_layer_of(lb_model_tensor(m, x->entries[k])->name);
+        if (l >= 0 && (size_t)l < j->n_layers) j->touched[l] = 1;
+        else ends = 1;
+    }
+    lb_status st = LB_OK;
+    for (size_t l = 0; l < j->n_layers && st == LB_OK; l++)
+        if (j->touched[l]) st = lb__runner_reload_layer(j->r, j->probe, l);
+    if (st == LB_OK && ends) st = lb__runner_reload_ends(j->r, j->probe);
+    if (st == LB_OK && x->kv) st = lb__runner_reload_kv(j->r, j->probe);
+    return st;
+}
+
+/* Unit x as candidate c holds it, from the window's input to layer L (the
+ * embedding for L = -1) on. */
+static lb_status measure(job *j, size_t c, size_t u, long L, size_t w)
+{
+    const lb__unit *x = &j->units->u[u];
+    const lb_qmodel *cand = j->cands[c];
+    lb_status st = LB_OK;
+    for (size_t k = 0; k < x->n && st == LB_OK; k++) st = lb__qmodel_borrow(j->probe, cand, x->entries[k], x->act_only);
+    if (st == LB_OK && x->kv) st = lb__qmodel_borrow_kv(j->probe, cand);
+    if (st == LB_OK) st = reload(j, x);
+    size_t start = L < 0 ? 0 : (size_t)L;
+    if (st == LB_OK && L < 0) st = lb__runner_embed(j->r, j->window, j->ctx, j->tmp);
+    else if (st == LB_OK) memcpy(j->tmp, j->h, j->ctx * j->dim * sizeof *j->tmp);
+    for (size_t k = start; k < j->n_layers && st == LB_OK; k++) st = lb__runner_layer(j->r, k, j->tmp, j->ctx);
+    size_t cell = c * j->units->n + u;
     for (size_t b = 0; b < j->scored && st == LB_OK; b += SENSITIVITY_ROW_BLOCK) {
         size_t rows = j->scored - b < SENSITIVITY_ROW_BLOCK ? j->scored - b : SENSITIVITY_ROW_BLOCK;
         st = lb__runner_logits(j->r, j->tmp + (j->first + b) * j->dim, rows, j->lq);
         for (size_t t = 0; t < rows && st == LB_OK; t++) {
-            double kld = 0;
-            st = row_kld(j, b + t, j->lq + t * j->vocab, w, &kld);
-            if (st == LB_OK) j->sum[l] += kld, j->sum2[l] += kld * kld;
+            double kld = 0, nll = 0;
+            st = row_kld(j, b + t, j->lq + t * j->vocab, w, &kld, &nll);
+            if (st == LB_OK) j->sum[cell] += kld, j->sum2[cell] += kld * kld, j->nll[cell] += nll;
         }
     }
     /* back as stored, whatever happened */
-    lb_status back = lb__runner_reload_layer(j->r, j->base_q, l);
-    if (st != LB_OK) return lb__fail(st, "layer %zu: %s", l, lb_last_error());
+    for (size_t k = 0; k < x->n; k++) lb__qmodel_return(j->probe, x->entries[k]);
+    if (x->kv) lb__qmodel_return_kv(j->probe);
+    lb_status back = reload(j, x);
+    if (st != LB_OK) return lb__fail(st, "%s: %s", x->name, lb_last_error());
     return back;
+}
+
+/* Every (candidate, unit) whose first changed layer is L. */
+static lb_status measure_at(job *j, long L, size_t w, const lb_sensitivity_options *o, size_t *done, size_t steps)
+{
+    lb_status st = LB_OK;
+    for (size_t u = 0; u < j->units->n && st == LB_OK; u++) {
+        if (j->units->u[u].first_layer != L) continue;
+        for (size_t c = 0; c < j->n_cands && st == LB_OK; c++) {
+            if (j->changed[c * j->units->n + u]) st = measure(j, c, u, L, w);
+            ++*done;
+            if (st == LB_OK && o->progress) o->progress(o->progress_ctx, *done, steps);
+        }
+    }
+    return st;
+}
+
+static lb_status unit_bits(const job *j, const lb_qmodel *q, const lb__unit *x, double *bits)
+{
+    *bits = 0;
+    for (size_t k = 0; k < x->n; k++) {
+        if (!lb_tensor_is_weight(lb_model_tensor(lb_qmodel_model(q), x->entries[k]))) continue;
+        double b;
+        lb_status st = lb_qmodel_entry_bits(x->act_only ? j->probe : q, x->entries[k], &b);
+        if (st != LB_OK) return st;
+        *bits += b;
+    }
+    return LB_OK;
+}
+
+static lb_status results(job *j, lb_unit_cost *costs, lb_sensitivity_summary *summary, double t0)
+{
+    double count = (double)(j->windows * j->scored);
+    size_t nu = j->units->n;
+    for (size_t c = 0; c < j->n_cands; c++)
+        for (size_t u = 0; u < nu; u++) {
+            size_t cell = c * nu + u;
+            lb_unit_cost *k = &costs[cell];
+            *k = (lb_unit_cost){.measured = j->changed[cell], .nll = j->base_nll / count};
+            if (j->changed[cell]) {
+                double mean = j->sum[cell] / count, var = j->sum2[cell] / count - mean * mean;
+                k->kld = mean, k->kld_err = count > 1 && var > 0 ? sqrt(var / (count - 1)) : 0;
+                k->nll = j->nll[cell] / count;
+            }
+            lb_status st = unit_bits(j, j->cands[c], &j->units->u[u], &k->bits);
+            if (st == LB_OK) st = unit_bits(j, j->probe, &j->units->u[u], &k->bits_stored);
+            if (st != LB_OK) return st;
+        }
+    if (summary)
+        *summary = (lb_sensitivity_summary){.windows = j->windows, .ctx = j->ctx,
+                                            .scored_tokens = (uint64_t)(j->windows * j->scored),
+                                            .base_nll = j->base_nll / count, .seconds = lb__now() - t0};
+    return LB_OK;
+}
+
+lb_status lb_sensitivity(const lb_qmodel *const *cands, size_t n_cands, const lb_units *units, const int32_t *tokens,
+                         size_t n, const lb_sensitivity_options *o, lb_unit_cost *costs, lb_sensitivity_summary *summary)
+{
+    if (!cands || !n_cands || !units || !costs) return lb__fail(LB_ERR_ARG, "lb_sensitivity: NULL argument");
+    for (size_t c = 0; c < n_cands; c++)
+        if (!cands[c]) return lb__fail(LB_ERR_ARG, "lb_sensitivity: candidate %zu is NULL", c);
+    if (!tokens || n == 0) return lb__fail(LB_ERR_ARG, "lb_sensitivity: no tokens");
+    lb_sensitivity_options defaults = {.bos = -1};
+    if (!o) o = &defaults;
+    double t0 = lb__now();
+    job j = {.cands = cands, .n_cands = n_cands, .units = units};
+    lb_status st = setup(&j, n, o);
+    size_t steps = j.windows * n_cands * units->n, done = 0;
+    for (size_t w = 0; w < j.windows && st == LB_OK; w++) {
+        st = base_window(&j, tokens, w, o->bos);
+        if (st == LB_OK) st = measure_at(&j, -1, w, o, &done, steps);
+        for (size_t l = 0; l <= j.n_layers && st == LB_OK; l++) {
+            st = measure_at(&j, (long)l, w, o, &done, steps);
+            /* the window's input to layer l + 1, through layer l as stored */
+            if (st == LB_OK && l < j.n_layers) st = lb__runner_layer(j.r, l, j.h, j.ctx);
+        }
+    }
+    if (st == LB_OK) st = results(&j, costs, summary, t0);
+    free_job(&j);
+    return st;
 }
 
 /* Largest KLD first; unmeasured last; ties by layer index. */
@@ -177,29 +316,29 @@ lb_status lb_layer_sensitivity(const lb_qmodel *q, const int32_t *tokens, size_t
                                lb_layer_kld *out)
 {
     if (!q || !out) return lb__fail(LB_ERR_ARG, "lb_layer_sensitivity: NULL argument");
-    if (!tokens || n == 0) return lb__fail(LB_ERR_ARG, "lb_layer_sensitivity: no tokens");
-    lb_sensitivity_options defaults = {.bos = -1};
-    if (!o) o = &defaults;
-    job j = {.q = q};
-    lb_status st = setup(&j, n, o);
-    size_t steps = j.windows * j.n_layers;
-    for (size_t w = 0; w < j.windows && st == LB_OK; w++) {
-        st = base_window(&j, tokens, w, o->bos);
-        for (size_t l = 0; l < j.n_layers && st == LB_OK; l++) {
-            if (j.measured[l]) st = measure_layer(&j, l, w);
-            /* the window's input to layer l + 1, through layer l as stored */
-            if (st == LB_OK && l + 1 < j.n_layers) st = lb__runner_layer(j.r, l, j.h, j.ctx);
-            if (st == LB_OK && o->progress) o->progress(o->progress_ctx, w * j.n_layers + l + 1, steps);
-        }
+    size_t n_layers = lb_model_arch(lb_qmodel_model(q))->n_layers;
+    for (size_t l = 0; l < n_layers; l++) out[l] = (lb_layer_kld){.layer = (uint32_t)l};
+    lb_units *u = NULL;
+    lb_status st = lb__units_make(q, LB_UNIT_LAYER, 1, &u);
+    if (st != LB_OK) return lb__fail(st, "lb_layer_sensitivity: %s", lb_last_error());
+    /* the decoder layers only (the embedding and head are not layers to keep) */
+    size_t kept = 0;
+    for (size_t i = 0; i < u->n; i++) {
+        if (strncmp(u->u[i].name, "layer ", 6) == 0) u->u[kept++] = u->u[i];
+        else free(u->u[i].entries);
     }
-    double count = (double)(j.windows * j.scored);
-    for (size_t l = 0; l < j.n_layers && st == LB_OK; l++) {
-        double mean = j.sum[l] / count, var = j.sum2[l] / count - mean * mean;
-        out[l] = (lb_layer_kld){.layer = (uint32_t)l, .measured = j.measured[l]};
-        if (j.measured[l]) out[l].kld = mean, out[l].kld_err = count > 1 && var > 0 ? sqrt(var / (count - 1)) : 0;
+    u->n = kept;
+    lb_unit_cost *costs = malloc((kept + 1) * sizeof *costs);
+    if (!costs) st = lb__fail(LB_ERR_NOMEM, "lb_layer_sensitivity: out of memory");
+    if (st == LB_OK && kept) st = lb_sensitivity(&q, 1, u, tokens, n, o, costs, NULL);
+    for (size_t i = 0; i < kept && st == LB_OK; i++) {
+        long l = u->u[i].first_layer;
+        out[l].measured = costs[i].measured;
+        out[l].kld = costs[i].kld, out[l].kld_err = costs[i].kld_err;
     }
-    if (st == LB_OK) qsort(out, j.n_layers, sizeof *out, by_kld);
-    free_job(&j);
+    if (st == LB_OK) qsort(out, n_layers, sizeof *out, by_kld);
+    free(costs);
+    lb_units_free(u);
     return st;
 }
 

@@ -69,4 +69,13 @@ lb_status lb__runner_reload_layer(lb_runner *r, const lb_qmodel *q, size_t li);
  * windows on through it as the quantized model holds it. */
 lb_status lb__runner_reload_layer_as(lb_runner *r, const lb_qmodel *q, size_t li, int calibration);
 
+/* Loads the embedding and the output head again from q (as
+ * lb__runner_reload_layer does a layer); on failure they are as they were.
+ * The memory counts stay those of the build. */
+lb_status lb__runner_reload_ends(lb_runner *r, const lb_qmodel *q);
+/* Makes the KV cache again as q says (its format and static scales, or
+ * the runner options' format when q has none): what the next
+ * lb__runner_layer stores and attends over. On failure it is as it was. */
+lb_status lb__runner_reload_kv(lb_runner *r, const lb_qmodel *q);
+
 #endif

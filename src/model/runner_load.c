@@ -631,3 +631,42 @@ static lb_status reload_layer(lb_runner *r, const lb_qmodel *q, size_t li, int c
     r->mem = mem; /* the counts stay those of the build (a reloaded layer has the same shapes) */
     return LB_OK;
 }
+
+lb_status lb__runner_reload_ends(lb_runner *r, const lb_qmodel *q)
+{
+    if (lb_qmodel_model(q) != NULL && lb_model_arch(lb_qmodel_model(q))->vocab_size != r->a.vocab_size)
+        return lb__fail(LB_ERR_ARG, "lb__runner_reload_ends: the quantized model is of another model");
+    loader l = {lb_qmodel_model(q), q, &r->opts, r->threads, r->act, r->calibration};
+    lb_runner fresh = *r; /* load_embeddings fills the embedding and head fields of fresh only */
+    fresh.embed = NULL;
+    memset(&fresh.embed_q, 0, sizeof fresh.embed_q);
+    memset(&fresh.head, 0, sizeof fresh.head);
+    lb_status st = load_embeddings(&l, &fresh);
+    if (st != LB_OK) {
+        free(fresh.embed);
+        lb__qmat_free(&fresh.embed_q);
+        linear_free(&fresh.head);
+        return st;
+    }
+    free(r->embed);
+    lb__qmat_free(&r->embed_q);
+    linear_free(&r->head);
+    r->embed = fresh.embed, r->embed_q = fresh.embed_q, r->head = fresh.head;
+    if (r->head.has_a8) r->head.a8.m = &r->head.q; /* the W8A8 state borrows its matrix: this copy's */
+    return LB_OK;
+}
+
+lb_status lb__runner_reload_kv(lb_runner *r, const lb_qmodel *q)
+{
+    loader l = {lb_qmodel_model(q), q, &r->opts, r->threads, r->act, r->calibration};
+    lb__kvcache old = r->kv;
+    memset(&r->kv, 0, sizeof r->kv);
+    lb_status st = init_kv(&l, r);
+    if (st != LB_OK) {
+        lb__kv_free(&r->kv);
+        r->kv = old;
+        return st;
+    }
+    lb__kv_free(&old);
+    return LB_OK;
+}

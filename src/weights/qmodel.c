@@ -19,33 +19,7 @@
 #include "util/alloc.h"
 #include "util/error.h"
 #include "weights/qmodel_internal.h"
-
-typedef struct qslot {
-    lb_qentry e;
-    float *replacement;   /* n_elements floats, or NULL */
-    lb_qtensor *qt;       /* set by an algorithm (owned), or NULL */
-    int group_known;      /* e.group_amax is current */
-    int has_plain;        /* lb__qmodel_keep_plain */
-    lb_qspec plain;
-    float *imatrix;       /* lb_qmodel_set_imatrix, or NULL */
-    size_t n_imatrix;
-    uint32_t *outliers;   /* lb_qmodel_set_outliers: input columns kept 16-bit, ascending; or NULL */
-    size_t n_outliers;
-    unsigned char *ggml_bytes; /* lb__qmodel_set_ggml_bytes (owned), or NULL */
-    size_t n_ggml_bytes;
-    float ggml_scale;     /* NVFP4's tensor scale of ggml_bytes */
-} qslot;
-
-struct lb_qmodel {
-    const lb_model *m;
-    size_t n;
-    qslot *s;
-    lb_dtype dtype;
-    lb_format kv;
-    uint32_t n_layers;
-    float *kv_amax;       /* [layer][k, v] once a KV format is set */
-    pthread_mutex_t lock; /* the lazily cached group ranges */
-};
+#include "weights/qmodel_slot.h"
 
 long lb__fused_group_of(const char *name)
 {
@@ -87,14 +61,7 @@ lb_status lb_qmodel_new(const lb_model *m, lb_qmodel **out)
     q->kv = LB_FMT_FP32;
     q->n_layers = lb_model_arch(m)->n_layers;
     pthread_mutex_init(&q->lock, NULL);
-    for (size_t i = 0; i < n; i++) {
-        lb_qentry *e = &q->s[i].e;
-        e->tensor = lb_model_tensor(m, i);
-        e->state = LB_QSTATE_STORED;
-        e->ggml = LB_DT_COUNT;
-        e->act.mode = LB_ACT_NONE;
-        e->fused_group = e->tensor->n_dims == 2 ? (int)lb__fused_group_of(e->tensor->name) : -1;
-    }
+    for (size_t i = 0; i < n; i++) lb__qslot_fresh(&q->s[i], lb_model_tensor(m, i));
     *out = q;
     return LB_OK;
 }
@@ -103,6 +70,7 @@ void lb_qmodel_free(lb_qmodel *q)
 {
     if (!q) return;
     for (size_t i = 0; i < q->n; i++) {
+        if (q->s[i].borrowed) continue; /* the lender's */
         free(q->s[i].replacement);
         free(q->s[i].imatrix);
         free(q->s[i].outliers);
@@ -110,7 +78,7 @@ void lb_qmodel_free(lb_qmodel *q)
         free(q->s[i].ggml_bytes);
     }
     free(q->s);
-    free(q->kv_amax);
+    if (!q->kv_borrowed) free(q->kv_amax);
     pthread_mutex_destroy(&q->lock);
     free(q);
 }

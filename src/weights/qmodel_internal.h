@@ -65,6 +65,21 @@ lb_status lb__qmodel_outlier_values(const lb_qmodel *q, size_t i, float *dst);
  * format (a writer's name) that cannot hold it; LB_OK when none has. */
 lb_status lb__qmodel_check_no_outliers(const lb_qmodel *q, const char *format);
 
+/* Lending (qmodel_borrow.c): entry i of dst, which must be as
+ * lb_qmodel_new made it, becomes src's entry i, shallow (the same
+ * quantized tensor, imatrix, replacement: nothing copied), or with
+ * act_only its activation quantization alone (the weight as stored).
+ * Both qmodels are of one model and keep 16-bit values in one dtype; src
+ * must not change or be freed while dst holds the entry, and dst's
+ * setters must not touch it; lb__qmodel_return(dst, i) makes it as stored
+ * again (lb_qmodel_free of dst never frees a borrowed entry). The same
+ * for the KV cache's format and per-layer ranges. What the sensitivity
+ * sweep measures a unit of a candidate through. */
+lb_status lb__qmodel_borrow(lb_qmodel *dst, const lb_qmodel *src, size_t i, int act_only);
+void lb__qmodel_return(lb_qmodel *dst, size_t i);
+lb_status lb__qmodel_borrow_kv(lb_qmodel *dst, const lb_qmodel *src);
+void lb__qmodel_return_kv(lb_qmodel *dst);
+
 /* The fused group id of a canonical name: 2N for
  * model.layers.N.self_attn.{q,k,v}_proj.weight, 2N + 1 for
  * model.layers.N.mlp.{gate,up}_proj.weight, -1 otherwise. */

@@ -42,6 +42,14 @@ static lb_status entry_bits(const lb_qmodel *q, size_t i, const lb_qentry *e, do
     return lb__fail(LB_ERR_ARG, "%s has an unknown state", t->name);
 }
 
+lb_status lb_qmodel_entry_bits(const lb_qmodel *q, size_t i, double *bits)
+{
+    if (!q || !bits) return lb__fail(LB_ERR_ARG, "lb_qmodel_entry_bits: NULL argument");
+    lb_qentry e;
+    lb_status st = lb_qmodel_entry(q, i, &e);
+    return st == LB_OK ? entry_bits(q, i, &e, bits) : st;
+}
+
 lb_status lb_qmodel_size_of(const lb_qmodel *q, lb_qmodel_size *out)
 {
     if (!q || !out) return lb__fail(LB_ERR_ARG, "lb_qmodel_size_of: NULL argument");
