@@ -11,6 +11,8 @@
 #include "cli_recipe.h"
 
 #define CLI_GGUF_MAX_OVERRIDES 64
+/* --rule P=X and a recipe's rules: one per tensor in a chosen mix */
+#define CLI_GGUF_MAX_RULES 4096
 
 typedef struct cli_gguf_args {
     const char *type;
@@ -18,7 +20,7 @@ typedef struct cli_gguf_args {
     const char *output_type, *embd_type;
     const char *tensor_types[CLI_GGUF_MAX_OVERRIDES];
     size_t n_tensor_types;
-    const char *rules[CLI_GGUF_MAX_OVERRIDES]; /* --rule PATTERN=GGMLTYPE (canonical names; cli_gguf_take_rules) */
+    const char *rules[CLI_GGUF_MAX_RULES]; /* --rule PATTERN=GGMLTYPE (canonical names; cli_gguf_take_rules) */
     size_t n_rules;
     const char *imatrix_file;  /* --imatrix FILE (GGUF or legacy .dat) */
     const char *imatrix_text;  /* --imatrix-from TEXT: computed on the model, llama-imatrix's defaults */
@@ -47,9 +49,28 @@ int cli_gguf_imatrix(const char *cmd, int json, cli_gguf_args *g, const lb_model
                      int threads);
 /* Opens model, chooses the types, applies the method of `method` (on the
  * text at calib; cli_method_apply) and prints the types (dry run) or
- * writes out. */
+ * writes out. mix_json: NULL, or a "mix" object for the JSON output
+ * (cli_target_choose's). */
 int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *out, const cli_gguf_args *g,
-                      const cli_recipe_args *method, const char *calib, int threads);
+                      const cli_recipe_args *method, const char *calib, int threads, const char *mix_json);
+
+/* A GGUF recipe file (README, "Recipe files"; what --target-bpw writes):
+ * {"lowbit_recipe": 1, "format": "gguf", "type": T, "imatrix": FILE or
+ * "imatrix_from": TEXT (optional), "rules": [{"match": P, "ggml": X}, ...]}
+ * (a "description" anywhere, "mix" at the top: what chose it). */
+typedef struct cli_gguf_recipe {
+    struct lb__json *root;
+    char **rules;
+    size_t n_rules;
+} cli_gguf_recipe;
+/* Whether the file at path is a GGUF recipe ("format": "gguf"). */
+int cli_gguf_recipe_is(const char *path);
+/* Reads it into g: its type (a --type given must agree), its imatrix
+ * (unless one is given), its rules after any --rule; strict: an unknown
+ * key, a missing field or a type name ggml lacks is a usage error naming
+ * the rule. The strings live in out until cli_gguf_recipe_free. */
+int cli_gguf_recipe_load(const char *cmd, int json, const char *path, cli_gguf_args *g, cli_gguf_recipe *out);
+void cli_gguf_recipe_free(cli_gguf_recipe *r);
 
 #define CLI_GGUF_HELP                                                                                           \
     "GGUF (--format gguf, or an OUT ending in .gguf): llama-quantize's choices, tensor for tensor\n"            \

@@ -13,6 +13,7 @@
 #include "cli_gguf.h"
 #include "cli_output.h"
 #include "cli_recipe.h"
+#include "cli_target.h"
 
 static const char usage[] =
     "usage: lowbit quantize MODEL -o OUT [--scheme S] [--recipe FILE] [--rule P=SPEC]... [--keep P]... [--keep-sensitive N]\n"
@@ -25,6 +26,9 @@ static const char usage[] =
     "                       [--imatrix FILE | --imatrix-from TEXT [--tokenizer FILE]]\n"
     "                       [--include-weights S | --exclude-weights S]...\n"
     "                       [--method awq|gptq|awq+gptq --calib FILE [--calib-seqs N] [--calib-len L]]\n"
+    "       lowbit quantize MODEL -o OUT[.gguf] (--target-bpw B | --target-size S | --max-kld K) --calib FILE\n"
+    "                       [--candidates LIST] [--recipe-out FILE] [--calib-tokens N] [--imatrix-from TEXT]\n"
+    "                       [--method gptq ...]\n"
     "       lowbit quantize --list [--json]\n\n"
     "Writes MODEL (GGUF, safetensors, a Hugging Face directory or llama2.c) quantized as a Hugging Face\n"
     "directory an engine loads: compressed-tensors (vLLM, SGLang; the default) or modelopt (TensorRT-LLM),\n"
@@ -40,7 +44,7 @@ static const char usage[] =
     "                      8 windows of 512)\n"
     "  --max-shard-size S  largest safetensors shard: bytes, or with KB/MB/GB (default 5GB, as Hugging Face)\n"
     "  --threads N         worker threads (0: one per CPU)\n"
-    "  --list              every scheme with its bits per weight\n" CLI_GGUF_HELP;
+    "  --list              every scheme with its bits per weight\n" CLI_GGUF_HELP CLI_TARGET_HELP;
 
 /* "5GB", "500MB", "123" (decimal units, as Hugging Face's max_shard_size). */
 static int parse_size(const char *s, uint64_t *out)
@@ -76,6 +80,9 @@ static int run(int argc, char **argv)
     size_t calib_tokens = 0;
     cli_recipe_args ra;
     memset(&ra, 0, sizeof ra);
+    cli_target_args target = {0};
+    cli_target_result chosen = {0};
+    cli_gguf_recipe gguf_recipe = {0};
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--json") == 0) json = 1;
     for (int i = 1; i < argc; i++) {
@@ -84,6 +91,9 @@ static int run(int argc, char **argv)
         if (r < 0) return EXIT_USAGE;
         if (r > 0) continue;
         r = cli_recipe_option("quantize", json, argc, argv, &i, &ra);
+        if (r < 0) return EXIT_USAGE;
+        if (r > 0) continue;
+        r = cli_target_option("quantize", json, argc, argv, &i, &target);
         if (r < 0) return EXIT_USAGE;
         if (r > 0) continue;
         int has = i + 1 < argc;
@@ -123,14 +133,24 @@ static int run(int argc, char **argv)
                         "write; evaluate it with lowbit ppl or kld --outlier-threshold");
     size_t out_len = out ? strlen(out) : 0;
     if (!format) format = (out_len >= 5 && strcasecmp(out + out_len - 5, ".gguf") == 0) || gg.given ? "gguf" : "compressed-tensors";
+    if ((target.candidates || target.recipe_out) && !target.given)
+        return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--candidates and --recipe-out go with "
+                        "--target-bpw, --target-size or --max-kld");
     if (strcmp(format, "gguf") == 0) {
         cli_gguf_take_rules(&ra, &gg);
         if (!model) return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "need MODEL\n%s", usage);
+        /* a GGUF recipe (what --target-bpw writes for a GGUF) holds ggml types: the GGUF options' */
+        int from_recipe = ra.recipe_file && cli_gguf_recipe_is(ra.recipe_file);
+        if (from_recipe && target.given)
+            return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--recipe and a target: the target writes "
+                            "the recipe");
+        const char *recipe_path = from_recipe ? ra.recipe_file : NULL;
+        if (from_recipe) ra.recipe_file = NULL;
         if (cli_recipe_given(&ra) || ra.keep_sensitive)
             return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
                             "a GGUF holds ggml types: give --type T (and --rule P=X with X a ggml type), not lowbit "
                             "schemes (--scheme, --recipe, --keep, --keep-sensitive, --kv, --rule P=SPEC)");
-        if ((calib && !cli_method_given(&ra)) || shard || calib_tokens)
+        if ((calib && !cli_method_given(&ra) && !target.given) || shard || (calib_tokens && !target.given))
             return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "--max-shard-size and --calib-tokens are not "
                             "GGUF options, nor --calib without a --method");
         if (gg.tokenizer && !gg.imatrix_text && !cli_method_given(&ra))
@@ -141,7 +161,18 @@ static int run(int argc, char **argv)
         if (mrc != EXIT_OK) return mrc;
         lb_output_allow_replace(force);
         if (out) cli_note_leftovers("quantize", out);
-        return cli_quantize_gguf("quantize", json, model, out, &gg, &ra, calib, threads);
+        if (target.given) {
+            mrc = cli_target_choose("quantize", json, model, out, 1, &gg, &ra, calib, calib_tokens, threads, &target,
+                                    &chosen);
+            recipe_path = chosen.recipe;
+        }
+        if (mrc == EXIT_OK && recipe_path)
+            mrc = cli_gguf_recipe_load("quantize", json, recipe_path, &gg, &gguf_recipe);
+        if (mrc == EXIT_OK)
+            mrc = cli_quantize_gguf("quantize", json, model, out, &gg, &ra, calib, threads, chosen.json);
+        cli_gguf_recipe_free(&gguf_recipe);
+        free(chosen.json);
+        return mrc;
     }
     if (gg.given || gg.tokenizer)
         return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
@@ -154,9 +185,12 @@ static int run(int argc, char **argv)
     else
         return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
                         "unknown --format '%s' (compressed-tensors, modelopt, gguf)", format);
-    if (!cli_recipe_given(&ra))
+    if (!cli_recipe_given(&ra) && !target.given)
         return cli_fail("quantize", json, EXIT_USAGE, "bad_argument",
                         "say what to quantize: --scheme S (lowbit quantize --list), --recipe FILE or --rule P=SPEC");
+    if (target.given && fmt != LB_EXPORT_COMPRESSED_TENSORS)
+        return cli_fail("quantize", json, EXIT_USAGE, "bad_argument", "a target mixes specs per tensor: "
+                        "compressed-tensors or gguf (modelopt holds one scheme per model)");
     int rc = cli_method_check("quantize", json, &ra, calib);
     if (rc != EXIT_OK) return rc;
     lb_output_allow_replace(force);
@@ -164,6 +198,12 @@ static int run(int argc, char **argv)
     if (rc == EXIT_OK && calib) rc = cli_protect("quantize", json, calib, "--calib");
     if (rc != EXIT_OK) return rc;
     cli_note_leftovers("quantize", out);
+    if (target.given) {
+        rc = cli_target_choose("quantize", json, model, out, 0, &gg, &ra, calib, calib_tokens, threads, &target,
+                               &chosen);
+        if (rc != EXIT_OK) return rc;
+        ra.recipe_file = chosen.recipe;
+    }
     lb_recipe *recipe = NULL;
     rc = cli_recipe_build("quantize", json, &ra, &recipe);
     if (rc != EXIT_OK) return rc;
@@ -218,6 +258,7 @@ static int run(int argc, char **argv)
                    (unsigned long long)r.weight_params);
             json_field(stdout, "bits_per_weight", r.bits_per_weight);
             json_field(stdout, "seconds", secs);
+            if (chosen.json) printf(", \"mix\": %s", chosen.json);
             if (steps.ranking) cli_recipe_print(stdout, NULL, &steps, 1);
             printf("}\n");
         } else {
@@ -237,6 +278,7 @@ static int run(int argc, char **argv)
     lb_qmodel_free(q);
     lb_model_close(m);
     lb_recipe_free(recipe);
+    free(chosen.json);
     return rc;
 }
 

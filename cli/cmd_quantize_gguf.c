@@ -56,7 +56,7 @@ void cli_gguf_take_rules(cli_recipe_args *ra, cli_gguf_args *g)
     size_t kept = 0;
     for (size_t k = 0; k < ra->n_rules; k++) {
         const char *eq = ra->rule_is_keep[k] ? NULL : strchr(ra->rules[k], '=');
-        if (eq && lb_ggml_type_by_name(eq + 1) >= 0 && g->n_rules < CLI_GGUF_MAX_OVERRIDES) {
+        if (eq && lb_ggml_type_by_name(eq + 1) >= 0 && g->n_rules < CLI_GGUF_MAX_RULES) {
             g->rules[g->n_rules++] = ra->rules[k];
             continue;
         }
@@ -272,7 +272,7 @@ static size_t with_imatrix(const lb_qmodel *q)
 }
 
 int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *out, const cli_gguf_args *given,
-                      const cli_recipe_args *method, const char *calib, int threads)
+                      const cli_recipe_args *method, const char *calib, int threads, const char *mix_json)
 {
     cli_gguf_args ga = *given, *g = &ga;
     int with_method = cli_method_given(method);
@@ -322,6 +322,7 @@ int cli_quantize_gguf(const char *cmd, int json, const char *model, const char *
             json_field(stdout, "bits_per_weight", r.bits_per_weight);
             if (g->imatrix) printf(", \"imatrix_tensors\": %zu", with_imatrix(q));
             json_field(stdout, "seconds", now() - t0);
+            if (mix_json) printf(", \"mix\": %s", mix_json);
             printf("}\n");
         } else {
             printf("wrote %s (gguf %s", out, g->type);

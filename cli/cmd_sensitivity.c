@@ -41,6 +41,7 @@ static const char *kind_name(lb_unit_kind k)
     case LB_UNIT_TENSOR: return "tensor";
     case LB_UNIT_LAYER: return "layer";
     case LB_UNIT_CLASS: return "class";
+    case LB_UNIT_MODEL: return "model";
     }
     return "?";
 }

@@ -1569,6 +1569,8 @@ typedef struct lb_sensitivity_options {
     int threads;             /* 0: one per CPU */
     lb_progress_fn progress; /* optional: after each layer of each window (done of windows x n_layers) */
     void *progress_ctx;
+    const unsigned char *skip; /* lb_sensitivity: NULL, or [candidates x units]: 1 leaves that cell unmeasured
+                                  (the caller knows it: e.g. two candidates that quantize a unit alike) */
 } lb_sensitivity_options;
 
 /* For each decoder layer L that q quantizes (any weight QUANTIZED or held
@@ -1604,7 +1606,8 @@ LB_API lb_status lb_qmodel_keep_sensitive(lb_qmodel *q, const int32_t *tokens, s
 typedef enum lb_unit_kind {
     LB_UNIT_TENSOR = 0, /* each weight the candidate quantizes */
     LB_UNIT_LAYER = 1,  /* each decoder layer (all its entries: weights, norms, activations), the embedding, the head */
-    LB_UNIT_CLASS = 2   /* attn, mlp (every layer's, with the norm in front), embed, head, kv, act */
+    LB_UNIT_CLASS = 2,  /* attn, mlp (every layer's, with the norm in front), embed, head, kv, act */
+    LB_UNIT_MODEL = 3   /* one unit, "model": everything q changes (lowbit kld's figure for q itself) */
 } lb_unit_kind;
 
 typedef struct lb_units lb_units;
@@ -1681,6 +1684,45 @@ LB_API lb_status lb_unit_proxy(const lb_qmodel *cand, const lb_units *units, con
  * finite (average ranks for ties); NaN with fewer than 3 such pairs or a
  * constant side. */
 LB_API double lb_rank_correlation(const double *x, const double *y, size_t n);
+
+/* A qmodel whose entries are the candidates': each unit's from
+ * cands[choice[u]], every other entry (and the KV cache unless a kv unit
+ * says otherwise) from cands[base]. Nothing is copied: it borrows from the
+ * candidates (an algorithm's quantized tensors, imatrices), so free it
+ * before any of them and do not change it. What a chosen mix is measured
+ * as before it is written. */
+LB_API lb_status lb_qmodel_compose(const lb_qmodel *const *cands, size_t n_cands, size_t base, const lb_units *units,
+                                   const size_t *choice, lb_qmodel **out);
+
+/* ===== Mixed precision under a budget =====
+ * One candidate per unit from lb_sensitivity's costs, the units' costs
+ * taken as additive: each unit's candidates reduce to their lower convex
+ * hull in (bits, KLD), every unit starts at its cheapest, and the step of
+ * most KLD saved per bit is taken while it fits (then smaller steps that
+ * still fit): the greedy of bit allocation, optimal on the hulls up to
+ * the last step. The path it walks is the Pareto front it explored. */
+typedef struct lb_mix_point {
+    double bits, kld; /* the units' total bits and summed KLD */
+} lb_mix_point;
+
+typedef struct lb_mix_options {
+    double budget_bits; /* > 0: the units' bits at most this */
+    double max_kld;     /* when budget_bits is 0: the fewest bits whose summed KLD is at most this */
+} lb_mix_options;
+
+typedef struct lb_mix_result {
+    double bits, kld;    /* the choice's total bits and summed (predicted) KLD */
+    int reached;         /* max_kld: 0 when even the best candidates sum above it (the best is chosen) */
+    lb_mix_point *front; /* the path, cheapest first (lb_mix_result_free) */
+    size_t n_front;
+} lb_mix_result;
+
+/* costs: [n_cands x n_units] (lb_sensitivity's; an unmeasured cell counts
+ * KLD 0 at its bits). choice[n_units]: the candidate of each unit.
+ * LB_ERR_ARG when the budget is below the cheapest candidates. */
+LB_API lb_status lb_mix_choose(const lb_unit_cost *costs, size_t n_cands, size_t n_units, const lb_mix_options *o,
+                               size_t *choice, lb_mix_result *out);
+LB_API void lb_mix_result_free(lb_mix_result *r);
 
 typedef struct lb_outlier_options {
     float threshold;         /* a feature whose largest |x| over the tokens exceeds it is an outlier (paper: 6.0) */

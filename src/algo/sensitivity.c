@@ -230,7 +230,7 @@ static lb_status measure_at(job *j, long L, size_t w, const lb_sensitivity_optio
     for (size_t u = 0; u < j->units->n && st == LB_OK; u++) {
         if (j->units->u[u].first_layer != L) continue;
         for (size_t c = 0; c < j->n_cands && st == LB_OK; c++) {
-            if (j->changed[c * j->units->n + u]) st = measure(j, c, u, L, w);
+            if (j->changed[c * j->units->n + u] && !(o->skip && o->skip[c * j->units->n + u])) st = measure(j, c, u, L, w);
             ++*done;
             if (st == LB_OK && o->progress) o->progress(o->progress_ctx, *done, steps);
         }
@@ -251,7 +251,8 @@ static lb_status unit_bits(const job *j, const lb_qmodel *q, const lb__unit *x, 
     return LB_OK;
 }
 
-static lb_status results(job *j, lb_unit_cost *costs, lb_sensitivity_summary *summary, double t0)
+static lb_status results(job *j, const lb_sensitivity_options *o, lb_unit_cost *costs, lb_sensitivity_summary *summary,
+                         double t0)
 {
     double count = (double)(j->windows * j->scored);
     size_t nu = j->units->n;
@@ -259,8 +260,9 @@ static lb_status results(job *j, lb_unit_cost *costs, lb_sensitivity_summary *su
         for (size_t u = 0; u < nu; u++) {
             size_t cell = c * nu + u;
             lb_unit_cost *k = &costs[cell];
-            *k = (lb_unit_cost){.measured = j->changed[cell], .nll = j->base_nll / count};
-            if (j->changed[cell]) {
+            int measured = j->changed[cell] && !(o->skip && o->skip[cell]);
+            *k = (lb_unit_cost){.measured = measured, .nll = j->base_nll / count};
+            if (measured) {
                 double mean = j->sum[cell] / count, var = j->sum2[cell] / count - mean * mean;
                 k->kld = mean, k->kld_err = count > 1 && var > 0 ? sqrt(var / (count - 1)) : 0;
                 k->nll = j->nll[cell] / count;
@@ -298,7 +300,7 @@ lb_status lb_sensitivity(const lb_qmodel *const *cands, size_t n_cands, const lb
             if (st == LB_OK && l < j.n_layers) st = lb__runner_layer(j.r, l, j.h, j.ctx);
         }
     }
-    if (st == LB_OK) st = results(&j, costs, summary, t0);
+    if (st == LB_OK) st = results(&j, o, costs, summary, t0);
     free_job(&j);
     return st;
 }

@@ -177,6 +177,25 @@ static lb_status act_and_kv(lb_units *u, const lb_qmodel *q)
     return LB_OK;
 }
 
+/* Every entry in one unit, and the KV cache when q quantizes it. */
+static lb_status whole(lb_units *u, const lb_qmodel *q)
+{
+    int any = lb_qmodel_kv(q) != LB_FMT_FP32;
+    lb_status st = add_unit(u, "model", LB_UNIT_MODEL);
+    for (size_t i = 0; i < lb_qmodel_count(q) && st == LB_OK; i++) {
+        lb_qentry e;
+        if ((st = lb_qmodel_entry(q, i, &e)) == LB_OK) st = add_entry(u, q, i);
+        any |= st == LB_OK && changes(q, i, &e) != 0;
+    }
+    if (st != LB_OK) return st;
+    u->u[0].kv = lb_qmodel_kv(q) != LB_FMT_FP32;
+    if (!any) {
+        free(u->u[0].entries);
+        u->n = 0;
+    }
+    return LB_OK;
+}
+
 lb_status lb_units_make(const lb_qmodel *q, lb_unit_kind kind, lb_units **out)
 {
     return lb__units_make(q, kind, 0, out);
@@ -197,6 +216,7 @@ lb_status lb__units_make(const lb_qmodel *q, lb_unit_kind kind, int allow_empty,
         st = group_by(u, q, kind, tied);
         if (st == LB_OK) st = act_and_kv(u, q);
         break;
+    case LB_UNIT_MODEL: st = whole(u, q); break;
     default: st = lb__fail(LB_ERR_ARG, "lb_units_make: unknown unit kind %d", (int)kind);
     }
     if (st == LB_OK && u->n == 0 && !allow_empty)
