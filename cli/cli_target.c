@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "cli_eval.h"
 #include "cli_output.h"
+#include "cli_sweep.h"
 #include "util/clock.h"
 #include "util/file.h"
 
@@ -42,6 +44,7 @@ int cli_target_option(const char *cmd, int json, int argc, char **argv, int *i, 
                                                   : NULL;
     const char **text = strcmp(o, "--candidates") == 0 ? &t->candidates
                         : strcmp(o, "--recipe-out") == 0 ? &t->recipe_out
+                        : strcmp(o, "--sweep") == 0      ? &t->sweep
                                                          : NULL;
     if (!slot && !text) return 0;
     if (!v) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s needs a value", o), -1;
@@ -80,6 +83,7 @@ typedef struct state {
     int32_t *ids;
     size_t n_ids;
     lb_sensitivity_options so;
+    const char *model, *calib, *sweep; /* the --sweep file's key, and the file */
 } state;
 
 static int is_keep(const char *s) { return strcmp(s, "keep") == 0 || strcasecmp(s, "bf16") == 0 || strcasecmp(s, "16-bit") == 0; }
@@ -188,21 +192,40 @@ static size_t *twins(const state *s)
     return t;
 }
 
+static int measure_cells(state *s);
+static int fixed_bits(state *s);
+
 static int measure_units(state *s)
 {
     /* the units: the weights of the candidate that changes the most of them */
-    size_t best = 0;
     for (size_t c = 0; c < s->n; c++) {
         lb_units *u = NULL;
         if (lb_units_make(s->qs[c], LB_UNIT_TENSOR, &u) != LB_OK) continue;
         if (!s->units || lb_units_count(u) > s->nu) {
             lb_units_free(s->units);
-            s->units = u, s->nu = lb_units_count(u), best = c;
+            s->units = u, s->nu = lb_units_count(u);
         } else lb_units_free(u);
     }
-    (void)best;
     if (!s->units) return cli_fail(s->cmd, s->json, EXIT_USAGE, "bad_argument", "no candidate quantizes any weight");
     s->costs = calloc(s->n * s->nu + 1, sizeof *s->costs);
+    if (!s->costs) return cli_fail(s->cmd, s->json, EXIT_RUNTIME, "out_of_memory", "out of memory");
+    const char *names[CLI_TARGET_MAX_CANDIDATES];
+    for (size_t c = 0; c < s->n; c++) names[c] = s->c[c].name;
+    size_t windows = s->n_ids / s->so.ctx < s->so.max_windows ? s->n_ids / s->so.ctx : s->so.max_windows;
+    cli_sweep_key key = {s->model, s->calib, windows, s->so.ctx, names, s->n, s->units};
+    int found = 0, rc = s->sweep ? cli_sweep_read(s->cmd, s->json, s->sweep, &key, s->costs, &found) : EXIT_OK;
+    if (rc != EXIT_OK) return rc;
+    if (!found) {
+        if ((rc = measure_cells(s)) != EXIT_OK) return rc;
+        if (s->sweep && (rc = cli_sweep_write(s->cmd, s->json, s->sweep, &key, s->costs)) != EXIT_OK) return rc;
+    } else if (!s->json)
+        fprintf(stderr, "lowbit %s: the measurement comes from --sweep %s\n", s->cmd, s->sweep);
+    return fixed_bits(s);
+}
+
+/* Every (candidate, weight) measured alone; twins copied. */
+static int measure_cells(state *s)
+{
     size_t *twin = twins(s);
     unsigned char *skip = calloc(s->n * s->nu + 1, 1);
     if (!s->costs || !twin || !skip) {
@@ -222,6 +245,12 @@ static int measure_units(state *s)
         }
     free(twin), free(skip);
     if (st != LB_OK) return cli_fail_lb(s->cmd, s->json, EXIT_RUNTIME, st);
+    return EXIT_OK;
+}
+
+/* The bits outside the units: weights no candidate changes, the tensors that are no weights. */
+static int fixed_bits(state *s)
+{
     double unit_bits = 0;
     for (size_t u = 0; u < s->nu; u++) unit_bits += s->costs[u].bits;
     s->fixed_bits = s->c[0].bits - unit_bits;
@@ -519,11 +548,14 @@ int cli_target_choose(const char *cmd, int json, const char *model, const char *
     if (t->recipe_out) snprintf(res->recipe, sizeof res->recipe, "%s", t->recipe_out);
     else snprintf(res->recipe, sizeof res->recipe, "%s.recipe.json", out);
     int rc = cli_output_check(cmd, json, res->recipe);
+    struct stat sb;
+    if (rc == EXIT_OK && t->sweep && stat(t->sweep, &sb) != 0) rc = cli_output_check(cmd, json, t->sweep);
     if (rc == EXIT_OK && strcmp(res->recipe, out) == 0)
         rc = cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--recipe-out is the output itself");
     if (rc != EXIT_OK) return rc;
     double t0 = lb__now();
-    state s = {.cmd = cmd, .json = json, .gguf = gguf, .threads = threads, .g = *gg};
+    state s = {.cmd = cmd, .json = json, .gguf = gguf, .threads = threads, .g = *gg, .model = model, .calib = calib,
+               .sweep = t->sweep};
     s.g.imatrix = NULL;
     cli_eval_args ea = {.tokenizer = gg->tokenizer, .threads = threads, .max_ctx = TARGET_CTX};
     rc = cli_eval_open(cmd, json, model, &ea, 0, &s.e);

@@ -23,6 +23,7 @@ typedef struct cli_target_args {
     double max_kld;         /* --max-kld */
     const char *candidates; /* --candidates LIST; NULL: the defaults above */
     const char *recipe_out; /* --recipe-out FILE; NULL: OUT.recipe.json */
+    const char *sweep;      /* --sweep FILE: the measured costs, read if it exists (same run), else written */
     int given;
 } cli_target_args;
 
@@ -54,6 +55,8 @@ int cli_target_choose(const char *cmd, int json, const char *model, const char *
     "  --candidates LIST   what each weight may become: ggml types for a GGUF (default\n"                  \
     "                      " CLI_TARGET_GGUF_CANDIDATES "), else specs or keep (default\n"                      \
     "                      " CLI_TARGET_SPEC_CANDIDATES ")\n" \
+    "  --sweep FILE        keep the measurement: written if FILE does not exist, read (instead of measuring)\n" \
+    "                      if it does and was made from the same model, candidates, text and windows\n"   \
     "  --recipe-out FILE   where the chosen recipe goes (default OUT.recipe.json); rerun with --recipe FILE\n" \
     "                      (and the same --imatrix or --method options) for the same file, byte for byte\n"  \
     "  Each weight is quantized alone under each candidate and its KLD measured on --calib FILE\n"        \

@@ -202,3 +202,20 @@ def test_refusals(tmp_path):
     fails("--candidates", "q4_0,q8_0", msg="go with --target-bpw")
     fails("--target-bpw", 7.5, "--candidates", "q4_0,bogus", *TARGET, msg="'bogus' is not a ggml type")
     fails("--target-bpw", 7.5, "--method", "awq", *TARGET, msg="folds scales into the norms")
+
+
+def test_sweep_file_serves_several_budgets(tmp_path):
+    sweep = tmp_path / "sweep.json"
+    a = quantize_json("-o", tmp_path / "a.gguf", "--target-bpw", 7.5, "--sweep", sweep, *TARGET)["mix"]
+    assert sweep.exists()
+    before = sweep.read_bytes()
+    b = quantize_json("-o", tmp_path / "b.gguf", "--target-bpw", 7.5, "--sweep", sweep, *TARGET)["mix"]
+    assert sweep.read_bytes() == before  # read, not written again
+    assert b["weights"] == a["weights"] and b["front"] == a["front"]
+    assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "b.gguf").read_bytes()
+    c = quantize_json("-o", tmp_path / "c.gguf", "--target-bpw", 8, "--sweep", sweep, *TARGET)["mix"]
+    assert 7.99 <= c["bpw"] <= 8
+    # a sweep of another run is refused, never silently reused
+    r = lowbit("quantize", STORIES, "-o", tmp_path / "d.gguf", "--target-bpw", 8, "--sweep", sweep,
+               "--candidates", "Q4_0,Q8_0", *TARGET, check=False)
+    assert r.returncode == 2 and "not the same candidates" in r.stderr
