@@ -11,6 +11,10 @@
 #include "cli_plot.h"
 #include "cli_sensitivity.h"
 
+/* The proxy's statistic: at most this many windows of --proxy-text (as
+ * a calibration: enough for a mean of x^2, a fraction of a measurement). */
+#define SENSITIVITY_PROXY_WINDOWS 32
+
 static const char usage[] =
     "usage: lowbit sensitivity MODEL --text FILE (--spec S | --scheme S | --recipe FILE | --rule P=SPEC... |\n"
     "                          --type T [GGUF options]) [--unit tensor,layer,class] [--proxy-text FILE]\n"
@@ -28,9 +32,10 @@ static const char usage[] =
     "for their tensors.\n"
     "The proxy (with --proxy-text FILE, or the --calib text): the layer-output error each\n"
     "unit's weights cause, weighted by the mean squared input per column (an importance\n"
-    "matrix computed on that text, llama-imatrix's statistic), sum_j E[x_j^2] |W_j - Q(W)_j|^2:\n"
-    "no forward pass per unit. Its Spearman rank correlation with the measured KLD says\n"
-    "whether its ranking can be trusted. Never give the --text file itself.\n"
+    "matrix computed on that text's first " CLI_STR(SENSITIVITY_PROXY_WINDOWS) " windows, llama-imatrix's statistic),\n"
+    "sum_j E[x_j^2] |W_j - Q(W)_j|^2: no forward pass per unit. Its Spearman rank correlation\n"
+    "with the measured KLD says"
+    " whether its ranking can be trusted. Never give the --text file itself.\n"
     "Windows as lowbit kld: --ctx tokens each (default 512), the second half scored, every\n"
     "whole window of the text unless --chunks N. --top N: the N costliest of each kind in\n"
     "the table (default all); --plot draws them as bars.\n" CLI_EVAL_RECIPE_HELP CLI_RECIPE_HELP;
@@ -244,6 +249,7 @@ static int run(int argc, char **argv)
     if (rc == EXIT_OK && proxy_text) {
         cli_progress_ctx progress = {"sensitivity", "proxy statistics window", NULL};
         lb_imatrix_options io = {.ctx = ctx, .bos = bos, .threads = ea.threads, .process_output = 1,
+                                 .max_chunks = SENSITIVITY_PROXY_WINDOWS,
                                  .progress = cli_progress_fn, .progress_ctx = &progress};
         lb_status st = lb_imatrix_compute(e.model, pids, pn, &io, &im);
         if (st != LB_OK) rc = cli_fail_lb("sensitivity", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, st);
