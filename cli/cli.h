@@ -18,7 +18,7 @@ typedef struct cli_command {
 } cli_command;
 
 extern const cli_command cmd_formats, cmd_cast, cmd_grid, cmd_quant, cmd_inspect, cmd_error, cmd_convert, cmd_plan,
-    cmd_ppl, cmd_kld, cmd_eval, cmd_generate, cmd_compare, cmd_bench, cmd_quantize, cmd_imatrix, cmd_sensitivity;
+    cmd_ppl, cmd_kld, cmd_eval, cmd_generate, cmd_compare, cmd_bench, cmd_quantize, cmd_imatrix, cmd_sensitivity, cmd_report;
 
 /* Reports an error: on stderr as "lowbit CMD: message", or with json set
  * as {"error": {...}} on stdout. Returns exit_code for `return fail(...)`. */

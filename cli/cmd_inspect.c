@@ -6,8 +6,10 @@
 
 #include "cli_model.h"
 
+#define INSPECT_HIST_BINS 64 /* the usage text says 64 */
+
 static const char usage[] =
-    "usage: lowbit inspect MODEL [--json] [--quiet]\n\n"
+    "usage: lowbit inspect MODEL [--json [--histogram [--spec S]]] [--quiet]\n\n"
     "MODEL is a .gguf, .safetensors or llama2.c .bin file, or a Hugging Face model\n"
     "directory (config.json + model.safetensors or sharded model-*.safetensors).\n"
     "Prints the architecture, parameter count and bytes, and per tensor: canonical\n"
@@ -17,7 +19,11 @@ static const char usage[] =
     "values beyond 6 standard deviations from the mean.\n"
     "A quantized checkpoint (compressed-tensors or ModelOpt directory) shows its\n"
     "format and each config group's weights and input activations; its quantized\n"
-    "weights are listed as dtype 'quantized', their bytes counting every scale.\n";
+    "weights are listed as dtype 'quantized', their bytes counting every scale.\n"
+    "--histogram (with --json) adds each weight's histogram: 64 equal bins over [-absmax, absmax];\n"
+    "--spec S also the element grid of S at the tensor's absmax (one scale for the whole tensor:\n"
+    "the coarse grid a per-tensor scale gives; group scales refine it per group). lowbit report\n"
+    "draws them.\n";
 
 /* A quantized checkpoint's config, before the tensor table. */
 static void print_quant(const lb_model_quant *q)
@@ -75,12 +81,67 @@ static void print_arch(const char *path, const lb_model *m, uint64_t params, uin
            params ? 8.0 * (double)bytes / (double)params : 0.0);
 }
 
+/* Counts of x over INSPECT_HIST_BINS equal bins of [-absmax, absmax]. */
+static void fill_histogram(const float *x, uint64_t n, double absmax, uint64_t *counts)
+{
+    if (!(absmax > 0)) {
+        counts[INSPECT_HIST_BINS / 2] += n;
+        return;
+    }
+    for (uint64_t k = 0; k < n; k++) {
+        long b = (long)floor(((double)x[k] + absmax) / (2 * absmax) * INSPECT_HIST_BINS);
+        counts[b < 0 ? 0 : b >= INSPECT_HIST_BINS ? INSPECT_HIST_BINS - 1 : b]++;
+    }
+}
+
+/* The finite values of an element format (every code of at most 9 bits), sorted, distinct; 0 for wider ones. */
+static size_t element_grid(lb_format f, float *out, size_t cap)
+{
+    const lb_format_info *fi = lb_format_get(f);
+    if (!fi || fi->bits > 9) return 0;
+    size_t n = 0;
+    for (uint32_t c = 0; c < (1u << fi->bits) && n < cap; c++) {
+        float v;
+        if (lb_decode_value(f, c, &v) != LB_OK || !isfinite(v)) continue;
+        size_t k = 0;
+        while (k < n && out[k] < v) k++;
+        if (k < n && out[k] == v) continue;
+        memmove(out + k + 1, out + k, (n - k) * sizeof *out);
+        out[k] = v, n++;
+    }
+    return n;
+}
+
+static void print_histogram(const uint64_t *counts, double absmax, const float *grid, size_t n_grid, const char *spec)
+{
+    printf(", \"histogram\": {\"lo\": ");
+    json_number(stdout, -absmax);
+    printf(", \"hi\": ");
+    json_number(stdout, absmax);
+    printf(", \"counts\": [");
+    for (int b = 0; b < INSPECT_HIST_BINS; b++) printf("%s%llu", b ? ", " : "", (unsigned long long)counts[b]);
+    printf("]}");
+    if (!spec) return;
+    double top = 0;
+    for (size_t k = 0; k < n_grid; k++) top = fmax(top, fabs(grid[k]));
+    printf(", \"grid_spec\": ");
+    json_string(stdout, spec);
+    printf(", \"grid\": [");
+    for (size_t k = 0; k < n_grid; k++) {
+        printf("%s", k ? ", " : "");
+        json_number(stdout, top > 0 ? grid[k] / top * absmax : 0);
+    }
+    printf("]");
+}
+
 static int run(int argc, char **argv)
 {
-    int json = 0;
-    const char *path = NULL;
+    int json = 0, histogram = 0;
+    const char *path = NULL, *spec_text = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (strcmp(argv[i], "--histogram") == 0) histogram = 1;
+        else if (strcmp(argv[i], "--spec") == 0 && i + 1 < argc) spec_text = argv[++i];
         else if (strcmp(argv[i], "--quiet") == 0) cli_progress_set_quiet(1);
         else if (argv[i][0] == '-' && argv[i][1]) return cli_fail("inspect", json, EXIT_USAGE, "bad_argument",
                                                                    "unknown option '%s'", argv[i]);
@@ -88,6 +149,18 @@ static int run(int argc, char **argv)
         else path = argv[i];
     }
     if (!path) return cli_fail("inspect", json, EXIT_USAGE, "bad_argument", "no MODEL given\n%s", usage);
+    if ((histogram || spec_text) && !json)
+        return cli_fail("inspect", json, EXIT_USAGE, "bad_argument", "--histogram and --spec go with --json");
+    if (spec_text && !histogram)
+        return cli_fail("inspect", json, EXIT_USAGE, "bad_argument", "--spec draws its grid over --histogram");
+    lb_qspec spec;
+    float grid[512];
+    size_t n_grid = 0;
+    if (spec_text) {
+        lb_status ps = lb_qspec_parse(spec_text, &spec);
+        if (ps != LB_OK) return cli_fail_lb("inspect", json, EXIT_USAGE, ps);
+        n_grid = element_grid(spec.element, grid, sizeof grid / sizeof *grid);
+    }
     lb_model *m;
     lb_status st = lb_model_open(path, &m);
     if (st != LB_OK) return cli_fail_lb("inspect", json, EXIT_RUNTIME, st);
@@ -96,9 +169,11 @@ static int run(int argc, char **argv)
     for (size_t i = 0; i < n; i++) bytes += lb_model_tensor(m, i)->n_bytes;
     /* all statistics first: a failure (a NaN in a tensor) prints nothing half-done */
     lb_tensor_stats *stats = calloc(n ? n : 1, sizeof *stats);
+    uint64_t *hist = histogram ? calloc((n ? n : 1) * INSPECT_HIST_BINS, sizeof *hist) : NULL;
     float *buf = NULL;
     size_t cap = 0;
-    if (!stats) {
+    if (!stats || (histogram && !hist)) {
+        free(hist);
         lb_model_close(m);
         return cli_fail("inspect", json, EXIT_RUNTIME, "out_of_memory", "out of memory");
     }
@@ -110,10 +185,11 @@ static int run(int argc, char **argv)
         if (t->n_elements == 0) continue;
         st = cli_tensor_f32(t, &buf, &cap);
         if (st == LB_OK) st = lb_tensor_stats_compute(buf, rows, cols, &stats[i]);
+        if (st == LB_OK && hist && lb_tensor_is_weight(t)) fill_histogram(buf, t->n_elements, stats[i].absmax, hist + i * INSPECT_HIST_BINS);
         if (st != LB_OK) {
             char msg[1200];
             snprintf(msg, sizeof msg, "tensor '%s': %s", t->name, st == LB_ERR_NOMEM ? "out of memory" : lb_last_error());
-            free(stats), free(buf);
+            free(stats), free(buf), free(hist);
             lb_model_close(m);
             return cli_fail("inspect", json, EXIT_RUNTIME, lb_status_name(st), "%s", msg);
         }
@@ -155,7 +231,9 @@ static int run(int argc, char **argv)
             json_field(stdout, "std", s->std);
             json_field(stdout, "kurtosis", s->kurtosis);
             json_field(stdout, "outlier_ratio", s->outlier_ratio);
-            printf(", \"beyond_6std\": %llu}", (unsigned long long)s->beyond_6std);
+            printf(", \"beyond_6std\": %llu", (unsigned long long)s->beyond_6std);
+            if (hist && lb_tensor_is_weight(t)) print_histogram(hist + i * INSPECT_HIST_BINS, s->absmax, grid, n_grid, spec_text);
+            printf("}");
         } else {
             char name[1024]; /* escaped: a name from the file may hold terminal escapes */
             printf("%-48s %-7s %-14s %11llu %9.4g %9.4g %9.4g %8.3g %7llu\n", cli_escape(name, sizeof name, t->name), dt, shape,
@@ -164,7 +242,7 @@ static int run(int argc, char **argv)
         }
     }
     if (json) printf("]}\n");
-    free(stats);
+    free(stats), free(hist);
     lb_model_close(m);
     return EXIT_OK;
 }

@@ -6,7 +6,7 @@
 #include "cli.h"
 #include "cli_output.h"
 
-static const cli_command *const commands[] = {&cmd_formats, &cmd_cast, &cmd_grid, &cmd_quant, &cmd_inspect, &cmd_error, &cmd_convert, &cmd_plan, &cmd_ppl, &cmd_kld, &cmd_eval, &cmd_generate, &cmd_compare, &cmd_bench, &cmd_quantize, &cmd_imatrix, &cmd_sensitivity};
+static const cli_command *const commands[] = {&cmd_formats, &cmd_cast, &cmd_grid, &cmd_quant, &cmd_inspect, &cmd_error, &cmd_convert, &cmd_plan, &cmd_ppl, &cmd_kld, &cmd_eval, &cmd_generate, &cmd_compare, &cmd_bench, &cmd_quantize, &cmd_imatrix, &cmd_sensitivity, &cmd_report};
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
 static void usage(FILE *out)
