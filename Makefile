@@ -52,7 +52,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%) $(FUZZ_SRC:tests/fuzz/%.
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all demo test test-unit test-python test-interop llamacpp test-llamacpp venv asan asan-full bench bench-quantize bench-llmcompressor install uninstall clean warnings fuzz cross-aarch64 test-aarch64
+.PHONY: all demo test chromium test-unit test-python test-interop llamacpp test-llamacpp venv asan asan-full bench bench-quantize bench-llmcompressor install uninstall clean warnings fuzz cross-aarch64 test-aarch64
 
 all: $(BUILD)/liblowbit.a $(BUILD)/liblowbit.so $(BUILD)/lowbit
 
@@ -142,10 +142,18 @@ $(SMOLLM2): tests/fetch_smollm2.sh | $(VENV)/.ready
 test-unit: $(UNIT_BIN)
 	@for t in $(UNIT_BIN); do echo "== $$t"; $$t || exit 1; done
 
-test-python: all $(TEST_LIB) $(VENV)/.ready $(SMOLLM2)
+test-python: all $(TEST_LIB) $(VENV)/.ready $(SMOLLM2) chromium
 	LOWBIT_BUILD=$(BUILD) $(VENV)/bin/python -m pytest -q tests
 
 test: test-unit test-python
+
+# Headless Chromium renders lowbit report's page in the tests: Debian's
+# package, installed on first use (the machines have apt and root).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { echo "installing Debian's chromium for the report's rendering test"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) \
+	  >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || { echo "chromium is missing and could not be installed"; exit 1; }
 
 # The real readers (torch, compressed-tensors, transformers, nvidia-modelopt)
 # check lowbit's checkpoints: a large environment, so it lives outside the
@@ -182,7 +190,7 @@ asan:
 	    $(patsubst $(BUILD)/%,build-asan/%,$(UNIT_BIN))
 	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    LDLIBS="-lm -lpthread -fsanitize=address,undefined" test-unit
-	$(MAKE) venv $(SMOLLM2)
+	$(MAKE) venv $(SMOLLM2) chromium
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	    LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	    LOWBIT_BUILD=build-asan LOWBIT_SANITIZED=1 $(VENV)/bin/python -m pytest -q $(ASAN_PYTEST) tests
