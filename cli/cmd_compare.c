@@ -9,6 +9,7 @@
 #include "cli_eval.h"
 #include "cli_model.h"
 #include "cli_output.h"
+#include "cli_plot.h"
 
 #define COMPARE_MAX_SPECS 16
 #define COMPARE_MAX_ROWS (COMPARE_MAX_SPECS * LB_METHOD_COUNT)
@@ -16,7 +17,7 @@
 static const char usage[] =
     "usage: lowbit compare MODEL --text FILE --spec SPEC[,SPEC...] [--spec-embed SPEC] [--spec-head SPEC]\n"
     "                     [--ctx 512] [--chunks N] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
-    "                     [--kv FORMAT] [--tokenizer FILE] [--threads N] [--tmpdir DIR] [--json] [--quiet]\n"
+    "                     [--kv FORMAT] [--tokenizer FILE] [--threads N] [--tmpdir DIR] [--plot] [--json] [--quiet]\n"
     "                     [--method M[,M...] [--alpha A|search] [--damp D] [--block B] [--actorder] [--gptq-scales S] --calib FILE\n"
     "                      [--calib-seqs N] [--calib-len L]]\n\n"
     "For each spec, applied to the attention and MLP projections (and the embedding\n"
@@ -30,7 +31,8 @@ static const char usage[] =
     "model as stored. With several specs the base model's distributions are\n"
     "kept for the later rows in a file of 8 + 2 x vocab bytes per scored token\n"
     "in --tmpdir (default $TMPDIR or /tmp): its size is said on stderr first,\n"
-    "and a disk without room for it is refused before any work.\n\n"
+    "and a disk without room for it is refused before any work. --plot adds a text scatter\n"
+    "of KLD against bits per weight and the rows' KLD as bars.\n\n"
     "--method rtn,awq,gptq gives one row per spec and method: each row's model is built\n"
     "as lowbit quantize builds it (q/k/v and gate/up share NVFP4's global scales), the method\n"
     "applied on the --calib text (with --act, --calib also fixes static activation scales, as\n"
@@ -150,7 +152,7 @@ static cli_recipe_args row_method(const cli_recipe_args *shared, lb_method m)
 
 static int run(int argc, char **argv)
 {
-    int json = 0;
+    int json = 0, plot = 0;
     const char *model = NULL, *text = NULL, *spec_text = NULL, *method_text = NULL, *tmpdir = getenv("TMPDIR");
     cli_eval_args ea = {0};
     uint32_t ctx = 512;
@@ -174,6 +176,7 @@ static int run(int argc, char **argv)
         else if ((r = cli_eval_option("compare", json, argc, argv, &i, &ea)) || (r = cli_parse_window("compare", json, argc, argv, &i, &ctx, &chunks))) {
             if (r < 0) return EXIT_USAGE;
         } else if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (strcmp(argv[i], "--plot") == 0) plot = 1;
         else if (strcmp(argv[i], "--text") == 0 && i + 1 < argc) text = argv[++i];
         else if (argv[i][0] == '-' && argv[i][1]) return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "unknown option or missing value: '%s'", argv[i]);
         else if (model) return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "more than one MODEL");
@@ -343,6 +346,15 @@ static int run(int argc, char **argv)
     if (rc == EXIT_OK && st != LB_OK)
         rc = cli_fail("compare", json, st == LB_ERR_ARG ? EXIT_USAGE : EXIT_RUNTIME, lb_status_name(st), "%s",
                       st == LB_ERR_NOMEM ? "out of memory" : lb_last_error());
+    if (rc == EXIT_OK && plot && !json && done) {
+        const char *labels[COMPARE_MAX_ROWS];
+        double x[COMPARE_MAX_ROWS], y[COMPARE_MAX_ROWS];
+        for (size_t s = 0; s < done; s++) labels[s] = rows[s], x[s] = costs[s].bits, y[s] = klds[s].kld_mean;
+        printf("\n");
+        cli_plot_scatter(stdout, "KLD against bits per weight (down and left is better)", "bits per weight",
+                         "mean KLD", labels, x, y, done, 60, 14);
+        cli_plot_bars(stdout, "\nmean KLD per row", labels, y, done, 40, "%.5f");
+    }
     if (rc == EXIT_OK && json) { /* printed whole, only once everything is known */
         printf("{\"model\": ");
         json_string(stdout, model);

@@ -183,3 +183,15 @@ def test_refusals(bf16_model, tmp_path):
     r = lowbit("sensitivity", bf16_model, "--text", EVAL, "--scheme", "W4A16", "--method", "awq", "--calib", CALIB,
                "--calib-seqs", 2, "--calib-len", 64, "--unit", "tensor", *WINDOW, check=False)
     assert r.returncode == 2 and "measure layers or classes" in r.stderr
+
+
+def test_compare_plot_draws_every_row(bf16_model):
+    specs = ["int4:g32", "int8:channel", "mxfp4"]
+    out = lowbit("compare", bf16_model, "--text", EVAL, *WINDOW, "--spec", ",".join(specs), "--plot").stdout
+    chart = out[out.index("KLD against bits per weight"):]
+    grid = [l.split("|", 1)[1] for l in chart.splitlines()[1:15]]
+    assert sorted(c for row in grid for c in row if c.isalpha()) == ["A", "B", "C"]
+    for mark, spec in zip("ABC", specs):
+        assert f"  {mark} {spec} (" in chart
+    bars = [l for l in chart.splitlines() if "|" in l and l.strip().split()[0] in specs]
+    assert len(bars) == 3 and max(b.count("#") for b in bars) == 40
