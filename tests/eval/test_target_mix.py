@@ -219,3 +219,22 @@ def test_sweep_file_serves_several_budgets(tmp_path):
     r = lowbit("quantize", STORIES, "-o", tmp_path / "d.gguf", "--target-bpw", 8, "--sweep", sweep,
                "--candidates", "Q4_0,Q8_0", *TARGET, check=False)
     assert r.returncode == 2 and "not the same candidates" in r.stderr
+
+
+def test_the_readme_gguf_recipe_runs(tmp_path):
+    import re
+    text = (ROOT / "README.md").read_text()
+    block = [b for b in re.findall(r"```json\n(.*?)```", text, re.S) if '"format": "gguf"' in b][0]
+    recipe = json.loads(block)
+    im = tmp_path / recipe["imatrix"]
+    lowbit("imatrix", STORIES, "--text", CALIB, "-o", im, "--ctx", 128, "--quiet")
+    recipe["imatrix"] = str(im)
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(recipe))
+    out = tmp_path / "o.gguf"
+    lowbit("quantize", STORIES, "-o", out, "--recipe", f, "--quiet")
+    from gguf import GGUFReader
+    types = {t.name: t.tensor_type.name for t in GGUFReader(str(out)).tensors}
+    assert types["token_embd.weight"] == "Q5_1" and types["blk.0.attn_q.weight"] == "Q4_0"
+    fields = GGUFReader(str(out)).fields
+    assert bytes(fields["quantize.imatrix.file"].parts[-1]).decode() == str(im)
