@@ -52,9 +52,10 @@ static lb_status make_hull(const lb_unit_cost *costs, size_t n_cands, size_t n_u
         const lb_unit_cost *k = &costs[c * n_units + u];
         all[c] = (point){k->bits, k->measured ? k->kld : 0, c};
         if (!isfinite(all[c].bits) || !isfinite(all[c].kld) || all[c].bits < 0) {
+            lb_status st = lb__fail(LB_ERR_ARG, "lb_mix_choose: unit %zu, candidate %zu: bits %g, KLD %g", u, c,
+                                    all[c].bits, all[c].kld);
             free(all);
-            return lb__fail(LB_ERR_ARG, "lb_mix_choose: unit %zu, candidate %zu: bits %g, KLD %g", u, c,
-                            all[c].bits, all[c].kld);
+            return st;
         }
     }
     qsort(all, n_cands, sizeof *all, by_bits);

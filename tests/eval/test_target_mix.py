@@ -102,9 +102,14 @@ def test_every_front_point_is_the_exhaustive_optimum_for_its_bits(seed):
     assert reached and tk <= target and tb == pytest.approx(front[len(front) // 2][0])
 
 
-def test_budget_below_the_cheapest_is_refused():
+def test_budget_below_the_cheapest_and_bad_costs_are_refused():
     bits = np.array([[10.0, 10.0], [20.0, 20.0]]); kld = np.array([[1.0, 1.0], [0.5, 0.5]])
     st, _, _ = mix_choose(bits, kld, budget=19)
+    assert st == 1
+    kld[1, 1] = np.nan
+    st, _, _ = mix_choose(bits, kld, budget=100)
+    assert st == 1
+    st, _, _ = mix_choose(bits, np.abs(kld), budget=0, max_kld=0)  # neither a budget nor a largest KLD
     assert st == 1
 
 
