@@ -15,7 +15,7 @@ static void usage(FILE *out)
             "lowbit %s: post-training quantization of large language models\n\n"
             "usage: lowbit COMMAND [OPTIONS] [ARGS]\n\ncommands:\n",
             lb_version());
-    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
+    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-12s %s\n", commands[i]->name, commands[i]->summary);
     fprintf(out,
             "\n'lowbit help COMMAND' or 'lowbit COMMAND --help' shows a command's options.\n"
             "Exit status: 0 success, 1 runtime failure, 2 bad usage.\n");
