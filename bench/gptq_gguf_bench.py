@@ -41,6 +41,21 @@ def sh(args):
     return r, time.perf_counter() - t0
 
 
+def reference(lb, llb, chunks, t):
+    """the scratch folder, the F32 SmolLM2 (the reference of every row) and llama-perplexity's base logits on
+    `chunks` windows of wiki.test.raw, each made once"""
+    d = pathlib.Path(os.environ.get("LOWBIT_BENCH_DIR", pathlib.Path.home() / ".cache/lowbit/bench-gptq-gguf"))
+    d.mkdir(parents=True, exist_ok=True)
+    f32 = d / "f32.gguf"
+    if not f32.exists():
+        sh([lb, "convert", SMOLLM2, f32, "--dtype", "f32", "--quiet"])
+    base = d / f"base-{chunks}.kld"
+    if not base.exists():
+        sh([llb / "llama-perplexity", "-m", f32, "-f", WIKI, "-c", 512, "--chunks", chunks, *SAME_CACHE,
+            "--kl-divergence-base", base, "-t", t])
+    return d, f32, base
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("llamacpp_bin", type=pathlib.Path)
@@ -52,16 +67,8 @@ def main():
     ap.add_argument("--rows", default=",".join(ROWS))
     a = ap.parse_args()
     lb, llb = str((ROOT / a.build / "lowbit").resolve()), a.llamacpp_bin
-    d = pathlib.Path(os.environ.get("LOWBIT_BENCH_DIR", pathlib.Path.home() / ".cache/lowbit/bench-gptq-gguf"))
-    d.mkdir(parents=True, exist_ok=True)
     t = str(a.threads)
-    f32 = d / "f32.gguf"
-    if not f32.exists():
-        sh([lb, "convert", SMOLLM2, f32, "--dtype", "f32", "--quiet"])
-    base = d / f"base-{a.chunks}.kld"
-    if not base.exists():
-        sh([llb / "llama-perplexity", "-m", f32, "-f", WIKI, "-c", 512, "--chunks", a.chunks, *SAME_CACHE,
-            "--kl-divergence-base", base, "-t", t])
+    d, f32, base = reference(lb, llb, a.chunks, t)
     imatrix, t_imatrix = d / f"imatrix-{a.calib_seqs}x{a.calib_len}.gguf", 0.0
     rows = a.rows.split(",")
     if any("imatrix" in r for r in rows):

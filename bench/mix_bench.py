@@ -22,7 +22,7 @@ import pathlib
 import subprocess
 import time
 
-from gptq_gguf_bench import CALIB, SAME_CACHE, SMOLLM2, WIKI, sh
+from gptq_gguf_bench import CALIB, SAME_CACHE, WIKI, reference, sh
 from llamacpp_kld import parse_kl_divergence
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -44,15 +44,7 @@ def main():
     ap.add_argument("--sections", default="sensitivity,mix")
     a = ap.parse_args()
     lb, llb, t = str((ROOT / a.build / "lowbit").resolve()), a.llamacpp_bin, str(a.threads)
-    d = pathlib.Path(os.environ.get("LOWBIT_BENCH_DIR", pathlib.Path.home() / ".cache/lowbit/bench-gptq-gguf"))
-    d.mkdir(parents=True, exist_ok=True)
-    f32 = d / "f32.gguf"
-    if not f32.exists():
-        sh([lb, "convert", SMOLLM2, f32, "--dtype", "f32", "--quiet"])
-    base = d / f"base-{a.chunks}.kld"
-    if not base.exists():
-        sh([llb / "llama-perplexity", "-m", f32, "-f", WIKI, "-c", 512, "--chunks", a.chunks, *SAME_CACHE,
-            "--kl-divergence-base", base, "-t", t])
+    d, f32, base = reference(lb, llb, a.chunks, t)
     imatrix = d / "imatrix-128x512.gguf"
     if not imatrix.exists():
         sh([llb / "llama-imatrix", "-m", f32, "-f", CALIB, "-c", 512, "--chunks", 128, "-o", imatrix, "-t", t])

@@ -9,15 +9,14 @@
   the kept layers;
 * the refusals."""
 import json
-import os
 import pathlib
 import struct
-import subprocess
 
 import pytest
 
+from cli_lib import lowbit, stories_bf16
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-LOWBIT = str(ROOT / os.environ.get("LOWBIT_BUILD", "build") / "lowbit")
 STORIES = ROOT / "models/stories260K.bin"
 CALIB = ROOT / "models/tinystories-valid-excerpt.txt"  # calibration; the evaluation text is another
 EVAL = ROOT / "data/wikitext-2-raw/wiki.test.raw"
@@ -25,18 +24,11 @@ SPEC = "int4:g32:scale=bf16"
 N_LAYERS = 5
 
 
-def lowbit(*args, check=True):
-    r = subprocess.run([LOWBIT, *map(str, args)], capture_output=True, text=True, timeout=600)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
 
 
 @pytest.fixture(scope="module")
 def bf16_model(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bf16") / "stories-bf16"
-    lowbit("convert", STORIES, out, "--dtype", "bf16")
-    return out
+    return stories_bf16(tmp_path_factory)
 
 
 def header(path):

@@ -23,8 +23,9 @@ from html.parser import HTMLParser
 
 import pytest
 
+from cli_lib import lowbit
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-LOWBIT = str(ROOT / os.environ.get("LOWBIT_BUILD", "build") / "lowbit")
 M = ROOT / "models/stories260K.bin"
 T = ROOT / "models/tinystories-valid-excerpt.txt"
 C = ROOT / "data/tinystories/calib-excerpt.txt"
@@ -32,11 +33,6 @@ HELLASWAG = ROOT / "data/evals/hellaswag/hellaswag_val_full.txt"
 SVG = "{http://www.w3.org/2000/svg}"
 
 
-def lowbit(*args, check=True):
-    r = subprocess.run([LOWBIT, *map(str, args)], capture_output=True, text=True, timeout=600)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
 
 
 @pytest.fixture(scope="module")

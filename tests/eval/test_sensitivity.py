@@ -7,17 +7,17 @@
 * the proxy equals an independent numpy sum of E[x^2]-weighted squared weight errors;
 * --plot, --json, the refusals."""
 import json
-import os
 import pathlib
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 for safetensors.numpy)
 import numpy as np
 import pytest
+
+from cli_lib import lowbit, stories_bf16
 from safetensors.numpy import load_file, save_file
 from scipy.stats import spearmanr
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-LOWBIT = str(ROOT / os.environ.get("LOWBIT_BUILD", "build") / "lowbit")
 STORIES = ROOT / "models/stories260K.bin"
 EVAL = ROOT / "models/tinystories-valid-excerpt.txt"
 CALIB = ROOT / "data/tinystories/calib-excerpt.txt"
@@ -25,20 +25,11 @@ W4 = "int4:g32:scale=bf16:range=full"  # the weights of W4A16:g32
 WINDOW = ["--ctx", 128, "--chunks", 3, "--threads", 2, "--quiet"]
 
 
-def lowbit(*args, check=True):
-    import subprocess
-    r = subprocess.run([LOWBIT, *map(str, args)], capture_output=True, text=True, timeout=600)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
 
 
 @pytest.fixture(scope="module")
 def bf16_model(tmp_path_factory):
-    """stories260K in bf16: the 16-bit default of the weights a recipe leaves alone changes nothing"""
-    out = tmp_path_factory.mktemp("bf16") / "stories-bf16"
-    lowbit("convert", STORIES, out, "--dtype", "bf16")
-    return out
+    return stories_bf16(tmp_path_factory)
 
 
 def sensitivity(model, *args):

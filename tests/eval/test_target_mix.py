@@ -12,15 +12,14 @@
 import ctypes
 import itertools
 import json
-import os
 import pathlib
-import subprocess
 
 import numpy as np
 import pytest
 
+from cli_lib import lowbit
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-LOWBIT = str(ROOT / os.environ.get("LOWBIT_BUILD", "build") / "lowbit")
 STORIES = ROOT / "models/stories260K.bin"
 TOKENIZER = ROOT / "models/tok512.bin"
 EVAL = ROOT / "models/tinystories-valid-excerpt.txt"
@@ -28,11 +27,6 @@ CALIB = ROOT / "data/tinystories/calib-excerpt.txt"
 TARGET = ["--calib", CALIB, "--calib-tokens", 1024, "--threads", 2, "--quiet"]
 
 
-def lowbit(*args, check=True):
-    r = subprocess.run([LOWBIT, *map(str, args)], capture_output=True, text=True, timeout=900)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
 
 
 class UnitCost(ctypes.Structure):
