@@ -83,6 +83,7 @@ typedef struct state {
     int32_t *ids;
     size_t n_ids;
     lb_sensitivity_options so;
+    size_t windows;      /* of so.ctx tokens measured on: the text's whole windows, at most so.max_windows */
     const char *model, *calib, *sweep; /* the --sweep file's key, and the file */
 } state;
 
@@ -211,8 +212,7 @@ static int measure_units(state *s)
     if (!s->costs) return cli_fail(s->cmd, s->json, EXIT_RUNTIME, "out_of_memory", "out of memory");
     const char *names[CLI_TARGET_MAX_CANDIDATES];
     for (size_t c = 0; c < s->n; c++) names[c] = s->c[c].name;
-    size_t windows = s->n_ids / s->so.ctx < s->so.max_windows ? s->n_ids / s->so.ctx : s->so.max_windows;
-    cli_sweep_key key = {s->model, s->calib, windows, s->so.ctx, names, s->n, s->units};
+    cli_sweep_key key = {s->model, s->calib, s->windows, s->so.ctx, names, s->n, s->units};
     int found = 0, rc = s->sweep ? cli_sweep_read(s->cmd, s->json, s->sweep, &key, s->costs, &found) : EXIT_OK;
     if (rc != EXIT_OK) return rc;
     if (!found) {
@@ -363,7 +363,7 @@ static int choose(state *s, const cli_target_args *t, choice *ch)
 static void print_text(const state *s, const cli_target_args *t, const choice *ch, const char *calib, double secs)
 {
     printf("mix: %zu weights x %zu candidates, each weight alone, KLD on %zu windows of %u of %s (%.1f s)\n", s->nu,
-           s->n, s->n_ids / s->so.ctx < s->so.max_windows || !s->so.max_windows ? s->n_ids / s->so.ctx : s->so.max_windows,
+           s->n, s->windows,
            s->so.ctx, calib, secs);
     printf("  uniform candidates (bits per weight, predicted KLD = the sum of each weight's):\n");
     for (size_t c = 0; c < s->n; c++)
@@ -406,7 +406,7 @@ static char *json_text(const state *s, const cli_target_args *t, const choice *c
     FILE *f = open_memstream(&buf, &len);
     if (!f) return NULL;
     fprintf(f, "{\"units\": %zu, \"windows\": %zu, \"ctx\": %u", s->nu,
-            s->so.max_windows && s->so.max_windows < s->n_ids / s->so.ctx ? s->so.max_windows : s->n_ids / s->so.ctx,
+            s->windows,
             s->so.ctx);
     if (t->bpw > 0) json_field(f, "target_bpw", t->bpw);
     if (t->size_bytes > 0) json_field(f, "target_bytes", t->size_bytes);
@@ -564,6 +564,7 @@ int cli_target_choose(const char *cmd, int json, const char *model, const char *
     s.so = (lb_sensitivity_options){.ctx = trained && trained < TARGET_CTX ? trained : TARGET_CTX, .threads = threads,
                                     .bos = rc == EXIT_OK && lb_tokenizer_add_bos(s.e.tok) ? lb_tokenizer_bos(s.e.tok) : -1};
     s.so.max_windows = calib_tokens ? (calib_tokens + s.so.ctx - 1) / s.so.ctx : CLI_TARGET_DEFAULT_WINDOWS;
+    s.windows = s.n_ids / s.so.ctx < s.so.max_windows ? s.n_ids / s.so.ctx : s.so.max_windows;
     if (rc == EXIT_OK) rc = cli_eval_check_windows(cmd, json, s.e.model, s.n_ids, s.so.ctx);
     if (rc == EXIT_OK && gguf) rc = cli_gguf_imatrix(cmd, json, &s.g, s.e.model, s.e.tok, threads);
     if (rc == EXIT_OK)

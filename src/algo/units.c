@@ -29,11 +29,10 @@ long lb__unit_layer_of(const char *name)
     return *p == '.' ? l : -1;
 }
 
-/* What q does to entry i: 1 a weight quantized (a spec or a ggml type),
- * 2 only its activations, 0 nothing. */
-static int changes(const lb_qmodel *q, size_t i, const lb_qentry *e)
+/* What a qmodel does to entry e: 1 a weight quantized (a spec or a ggml
+ * type), 2 only its activations, 0 nothing. */
+static int changes(const lb_qentry *e)
 {
-    (void)q, (void)i;
     if (e->state == LB_QSTATE_QUANTIZED || e->ggml != LB_DT_COUNT) return 1;
     if (e->act.mode != LB_ACT_NONE) return 2;
     return 0;
@@ -121,7 +120,7 @@ static lb_status group_by(lb_units *u, const lb_qmodel *q, lb_unit_kind kind, in
                 made = 1;
             }
             if ((st = add_entry(u, q, i)) != LB_OK) return st;
-            any |= changes(q, i, &e) != 0;
+            any |= changes(&e) != 0;
         }
         if (made && !any) { /* nothing of it changes: no unit */
             free(u->u[u->n - 1].entries);
@@ -146,7 +145,7 @@ static lb_status tensors(lb_units *u, const lb_qmodel *q)
         lb_qentry e;
         lb_status st = lb_qmodel_entry(q, i, &e);
         if (st != LB_OK) return st;
-        if (!lb_tensor_is_weight(e.tensor) || !changes(q, i, &e)) continue;
+        if (!lb_tensor_is_weight(e.tensor) || !changes(&e)) continue;
         if ((st = add_unit(u, e.tensor->name, LB_UNIT_TENSOR)) != LB_OK || (st = add_entry(u, q, i)) != LB_OK)
             return st;
     }
@@ -185,7 +184,7 @@ static lb_status whole(lb_units *u, const lb_qmodel *q)
     for (size_t i = 0; i < lb_qmodel_count(q) && st == LB_OK; i++) {
         lb_qentry e;
         if ((st = lb_qmodel_entry(q, i, &e)) == LB_OK) st = add_entry(u, q, i);
-        any |= st == LB_OK && changes(q, i, &e) != 0;
+        any |= st == LB_OK && changes(&e) != 0;
     }
     if (st != LB_OK) return st;
     u->u[0].kv = lb_qmodel_kv(q) != LB_FMT_FP32;
