@@ -63,7 +63,7 @@ static int kind_of(lb_format f)
     return -1;
 }
 
-/* 1 for the formats scale_value (and the vector kernels' scale decoders)
+/* 1 for the formats lb__qdot_scale_value (and the vector kernels' scale decoders)
  * read; each listed. */
 static int is_scale_format(lb_format f)
 {
@@ -163,7 +163,7 @@ void lb__qdot_stage_x(const lb__qdot_plan *p, const float *x, size_t nx, size_t 
     }
 }
 
-static int zero_point_at(const lb_format_info *e, const uint8_t *zrow, size_t b)
+int lb__qdot_zero_point(const lb_format_info *e, const uint8_t *zrow, size_t b)
 {
     uint32_t c = lb__load_code(e, zrow, b);
     if (e->sign_bits && (c >> (e->bits - 1))) return (int)c - (1 << e->bits);
@@ -175,7 +175,7 @@ static int zero_point_at(const lb_format_info *e, const uint8_t *zrow, size_t b)
  * from the bits without the generic codec's arithmetic, which cost more
  * than the dot products for small blocks. NaN codes (never produced by
  * lb_quantize) give a NaN. */
-static float scale_value(lb_format f, const uint8_t *codes, size_t i)
+float lb__qdot_scale_value(lb_format f, const uint8_t *codes, size_t i)
 {
     uint32_t bits = 0x7FC00000u;
     switch (f) {
@@ -224,25 +224,25 @@ void lb__qdot_stage_scales(const lb__qmat *m, const lb__qdot_plan *p, lb_isa isa
     /* lb__scale_divisors multiplies every decoded scale, by 1 too */
     float sm = m->scale_mul;
     if (m->one_scale) {
-        p->mul[0] = scale_value(m->scale_format, m->scales, 0) * sm;  /* a product by 1 is exact */
+        p->mul[0] = lb__qdot_scale_value(m->scale_format, m->scales, 0) * sm;  /* a product by 1 is exact */
         for (size_t i = 1; i < n; i++) p->mul[i * nb] = p->mul[0];
     } else if (m->block_rows > 1) { /* 2-D blocks: each row's scales are its band's row */
         for (size_t i = 0; i < n; i++)
             for (size_t b = 0; b < nb; b++)
-                p->mul[i * nb + b] = scale_value(m->scale_format, m->scales, lb__qmat_scale_row(m, r + i) * nb + b) * sm;
+                p->mul[i * nb + b] = lb__qdot_scale_value(m->scale_format, m->scales, lb__qmat_scale_row(m, r + i) * nb + b) * sm;
     } else {
         const uint8_t *codes = m->scales + lb_format_bytes(m->scale_format, r * nb);
         /* whole vectors through the format layer's decoder of isa (the same
          * values), the rest one by one: its scalar tail is the slow part */
         size_t total = n * nb, vec = isa == LB_ISA_SCALAR ? 0 : total / 16 * 16;
         if (vec) lb__decode_kernel(isa)(lb_format_get(m->scale_format), codes, vec, p->mul);
-        for (size_t i = vec; i < total; i++) p->mul[i] = scale_value(m->scale_format, codes, i);
+        for (size_t i = vec; i < total; i++) p->mul[i] = lb__qdot_scale_value(m->scale_format, codes, i);
         for (size_t i = 0; i < total; i++) p->mul[i] *= sm;
     }
     if (!p->affine) return;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *zrow = m->zero_points + (m->one_scale ? 0 : r + i) * m->zp_row_bytes;
-        for (size_t b = 0; b < nb; b++) p->zp[i * nb + b] = (float)zero_point_at(p->e, zrow, b);
+        for (size_t b = 0; b < nb; b++) p->zp[i * nb + b] = (float)lb__qdot_zero_point(p->e, zrow, b);
     }
 }
 
@@ -311,7 +311,7 @@ static void row_values(const lb__qmat *m, const lb__qdot_plan *p, size_t r, floa
         }
         if (p->affine) {
             const uint8_t *zrow = m->zero_points + (m->one_scale ? 0 : r) * m->zp_row_bytes;
-            for (size_t b = 0; b < nb; b++) p->zp[b] = (float)zero_point_at(e, zrow, b);
+            for (size_t b = 0; b < nb; b++) p->zp[b] = (float)lb__qdot_zero_point(e, zrow, b);
         }
     }
     for (size_t k = 0; k < p->xstride; k++) {

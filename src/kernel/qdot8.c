@@ -1,0 +1,331 @@
+/* The int8-activation decode path (qdot8.h): which matrices it takes, the
+ * activations quantized and staged once per call, the weight scales
+ * staged per batch of rows, the scalar reference (qdot8.h's definition
+ * read literally) and the product split over threads. */
+#include "kernel/qdot8.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/convert.h"
+#include "kernel/qdot_internal.h"
+#include "kernel/w8a8_kernels.h"
+#include "quant/qkernels.h"
+#include "util/cpu.h"
+#include "util/error.h"
+#include "util/parallel.h"
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* 4 for the 4-bit elements, 1 for int8, 0 for what the path does not take.
+ * Every format is listed: a new one is a compile error here. */
+static int element_kind(lb_format f)
+{
+    switch (f) {
+    case LB_FMT_INT4:
+    case LB_FMT_UINT4:
+    case LB_FMT_FP4_E2M1: return 4;
+    case LB_FMT_INT8: return 8;
+    case LB_FMT_UINT8: /* u up to 255: AVX2's maddubs pairs would saturate */
+    case LB_FMT_FP32:
+    case LB_FMT_BF16:
+    case LB_FMT_FP16:
+    case LB_FMT_FP8_E4M3: /* fp8 and fp6 values are not small integers times one scale */
+    case LB_FMT_FP8_E5M2:
+    case LB_FMT_FP8_E4M3FNUZ:
+    case LB_FMT_FP8_E5M2FNUZ:
+    case LB_FMT_FP6_E2M3:
+    case LB_FMT_FP6_E3M2:
+    case LB_FMT_E8M0:
+    case LB_FMT_UE4M3:
+    case LB_FMT_COUNT: return 0;
+    }
+    return 0;
+}
+
+size_t lb__qdot8_lane_elems(const lb__qmat *m) { return element_kind(m->element) == 4 ? 8 : 4; }
+
+static size_t blocks_of(const lb__qmat *m) { return m->blocks ? m->blocks : 1; }
+
+int lb__qdot8_supported(const lb__qmat *m)
+{
+    if (m->ggml_block || m->plain || !element_kind(m->element)) return 0;
+    const lb_format_info *sf = lb_format_get(m->scale_format);
+    if (!sf || !(m->scale_format == LB_FMT_FP32 || m->scale_format == LB_FMT_BF16 || m->scale_format == LB_FMT_FP16 ||
+                 m->scale_format == LB_FMT_E8M0 || m->scale_format == LB_FMT_UE4M3))
+        return 0;
+    size_t e = lb__qdot8_lane_elems(m), g = LB__QDOT8_LANES * e;
+    if (blocks_of(m) == 1 || m->one_scale) return 1;
+    return m->block % e == 0 && (g % m->block == 0 || m->block % g == 0);
+}
+
+/* The integer value u of an element code: the code for integers, twice
+ * the value for fp4. */
+static int unit_value(lb_format f, uint32_t code)
+{
+    const lb_format_info *e = lb_format_get(f);
+    uint32_t b = e->decode(e, code);
+    float v;
+    memcpy(&v, &b, sizeof v);
+    return (int)(f == LB_FMT_FP4_E2M1 ? 2.0f * v : v);
+}
+
+void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16])
+{
+    for (uint32_t c = 0; c < 16; c++) lut[c] = (uint8_t)(unit_value(element, c) + off);
+}
+
+size_t lb__qdot8_stage_stride(const lb__qmat *m) { return blocks_of(m) + LB__QDOT8_LANES; }
+
+size_t lb__qdot8_scratch_bytes(const lb__qmat *m)
+{
+    return 2 * align64(LB__QDOT8_STAGE_ROWS * lb__qdot8_stage_stride(m) * sizeof(float));
+}
+
+size_t lb__qdot8_group_block(const lb__qmat *m, size_t g)
+{
+    if (blocks_of(m) == 1 || m->one_scale) return 0;
+    return g * LB__QDOT8_LANES * lb__qdot8_lane_elems(m) / m->block;
+}
+
+void lb__qdot8_lane_blocks(const lb__qmat *m, int32_t lane_block[LB__QDOT8_LANES])
+{
+    size_t e = lb__qdot8_lane_elems(m);
+    for (size_t l = 0; l < LB__QDOT8_LANES; l++)
+        lane_block[l] = blocks_of(m) == 1 || m->one_scale ? 0 : (int32_t)(l * e / m->block);
+}
+
+void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scale, size_t r, size_t n, float *mw,
+                          int32_t *zp)
+{
+    size_t nb = blocks_of(m), st = lb__qdot8_stage_stride(m);
+    const float f = m->element == LB_FMT_FP4_E2M1 ? 0.5f : 1.0f, sm = m->scale_mul;
+    for (size_t i = 0; i < n; i++) {
+        float *w = mw + i * st;
+        if (m->one_scale) {
+            w[0] = lb__qdot_scale_value(m->scale_format, m->scales, 0);
+            for (size_t b = 1; b < nb; b++) w[b] = w[0];
+        } else {
+            size_t first = lb__qmat_scale_row(m, r + i) * nb;
+            const uint8_t *codes = m->scales + lb_format_bytes(m->scale_format, first);
+            /* whole vectors through the format layer's decoder (the same
+             * values), the rest one by one; e8m0/ue4m3 codes are bytes, the
+             * others start on their own byte too */
+            size_t vec = isa == LB_ISA_SCALAR ? 0 : nb / 16 * 16;
+            if (vec) lb__decode_kernel(isa)(lb_format_get(m->scale_format), codes, vec, w);
+            for (size_t b = vec; b < nb; b++) w[b] = lb__qdot_scale_value(m->scale_format, codes, b);
+        }
+        if (sm != 1.0f || f != 1.0f) { /* products by 1 are exact: skipped */
+            if (scale) scale(w, nb, sm, f);
+            else for (size_t b = 0; b < nb; b++) w[b] = (w[b] * sm) * f;
+        }
+        for (size_t b = nb; b < st; b++) w[b] = w[nb - 1];
+        if (!m->zero_points) continue;
+        const uint8_t *zrow = m->zero_points + (m->one_scale ? 0 : r + i) * m->zp_row_bytes;
+        int32_t *z = zp + i * st;
+        const lb_format_info *e = lb_format_get(m->element);
+        for (size_t b = 0; b < nb; b++) z[b] = lb__qdot_zero_point(e, zrow, b);
+        for (size_t b = nb; b < st; b++) z[b] = z[nb - 1];
+    }
+}
+
+/* ---- activations ---- */
+
+/* Position of element e of a group in the staged codes. */
+static size_t staged_pos(int nib, size_t e) { return nib ? (e & 1) * 64 + e / 2 : e; }
+
+static void act8_free(lb__act8 *a)
+{
+    free(a->buf);
+    memset(a, 0, sizeof *a);
+}
+
+/* Quantizes and stages x's n tokens for m with the set's quantizer and
+ * offset. LB_ERR_NOMEM only. */
+static lb_status act8_stage(const lb__qmat *m, const float *x, size_t n, const lb__qdot8_set *set, lb__act8 *a)
+{
+    const size_t e = lb__qdot8_lane_elems(m), G = LB__QDOT8_LANES * e, cols = m->cols;
+    const int nib = e == 8, off = set->offset(m->element);
+    memset(a, 0, sizeof *a);
+    a->n = n;
+    a->groups = (cols + G - 1) / G;
+    a->stride = a->groups * G;
+    a->lanes = a->groups * LB__QDOT8_LANES;
+    int affine = m->zero_points != NULL;
+    size_t qb = align64(n * a->stride), lb = align64(n * a->lanes * 4);
+    a->buf = aligned_alloc(64, qb + (affine ? 3 : 2) * lb);
+    if (!a->buf) return lb__fail(LB_ERR_NOMEM, "cannot allocate %zu staged activations", n * a->stride);
+    uint8_t *p = a->buf;
+    a->q = (int8_t *)p, p += qb;
+    a->cxs = (int32_t *)p, p += lb;
+    a->d = (float *)p, p += lb;
+    a->xs = affine ? (int32_t *)p : NULL;
+    for (size_t t = 0; t < n; t++) {
+        const float *xt = x + t * cols;
+        int8_t *q = a->q + t * a->stride;
+        int32_t *cxs = a->cxs + t * a->lanes, *xs = affine ? a->xs + t * a->lanes : NULL;
+        float *d = a->d + t * a->lanes;
+        for (size_t k0 = 0; k0 < a->stride; k0 += LB__ACT8_BLOCK) {
+            int8_t c[LB__ACT8_BLOCK] = {0}; /* past the row: code 0 */
+            float s = 0.0f;                  /* a block wholly past it: d = 0 */
+            if (k0 < cols) s = set->quant->quant_i8(xt + k0, cols - k0 < LB__ACT8_BLOCK ? cols - k0 : LB__ACT8_BLOCK, 0.0f, c);
+            int8_t *qg = q + k0 / G * G;
+            for (size_t i = 0; i < LB__ACT8_BLOCK; i++) qg[staged_pos(nib, k0 % G + i)] = c[i];
+            for (size_t i = 0; i < LB__ACT8_BLOCK; i += e) {
+                int32_t sum = 0;
+                for (size_t j = i; j < i + e; j++) sum += c[j];
+                size_t l = (k0 + i) / e;
+                d[l] = s, cxs[l] = -off * sum;
+                if (xs) xs[l] = sum;
+            }
+        }
+    }
+    return LB_OK;
+}
+
+/* ---- the reference ---- */
+
+static int element_unit(const lb__qmat *m, const uint8_t *row, size_t k)
+{
+    if (k >= m->cols) return 0; /* padding: its activation code is 0 anyway */
+    uint32_t c = element_kind(m->element) == 4 ? (row[k / 2] >> (4 * (k & 1))) & 15u : row[k];
+    return unit_value(m->element, c);
+}
+
+static void rows_scalar(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
+                        size_t ldy, void *scratch)
+{
+    const size_t e = lb__qdot8_lane_elems(m), G = LB__QDOT8_LANES * e, st = lb__qdot8_stage_stride(m);
+    const int nib = e == 8;
+    float *mw = scratch;
+    int32_t *zp = (int32_t *)((uint8_t *)scratch + align64(LB__QDOT8_STAGE_ROWS * st * sizeof(float)));
+    int32_t lane_block[LB__QDOT8_LANES];
+    lb__qdot8_lane_blocks(m, lane_block);
+    for (size_t r = r0; r < r1; r++) {
+        lb__qdot8_stage_rows(m, LB_ISA_SCALAR, NULL, r, 1, mw, zp);
+        const uint8_t *row = m->data + r * m->row_bytes;
+        for (size_t t = 0; t < nx; t++) {
+            const int8_t *q = a->q + (t0 + t) * a->stride;
+            const float *d = a->d + (t0 + t) * a->lanes;
+            float p[16] = {0};
+            for (size_t g = 0; g < a->groups; g++)
+                for (size_t l = 0; l < LB__QDOT8_LANES; l++) {
+                    size_t b = lb__qdot8_group_block(m, g) + (size_t)lane_block[l];
+                    int32_t z = m->zero_points ? zp[b] : 0, sum = 0;
+                    for (size_t k = g * G + l * e; k < g * G + (l + 1) * e; k++)
+                        sum += q[g * G + staged_pos(nib, k % G)] * (element_unit(m, row, k) - z);
+                    p[l] = fmaf((float)sum, d[g * LB__QDOT8_LANES + l] * mw[b], p[l]);
+                }
+            y[t * ldy + r] = lb__sum16f(p);
+        }
+    }
+}
+
+static int no_offset(lb_format element)
+{
+    (void)element;
+    return 0;
+}
+
+const lb__qdot8_set lb__qdot8_scalar_set = {"scalar", no_offset, rows_scalar, &lb__w8a8_scalar_ops};
+
+const lb__qdot8_set *lb__qdot8_get(lb_isa isa)
+{
+    isa = lb__isa_clamp(isa);
+    if (isa == LB_ISA_NEON && lb__qdot8_neon_set.rows) return &lb__qdot8_neon_set;
+    if (isa == LB_ISA_AVX512 && lb__qdot8_vnni_set.rows && (lb__cpu_extras() & LB__CPU_AVX512_VNNI))
+        return &lb__qdot8_vnni_set;
+    if ((isa == LB_ISA_AVX512 || isa == LB_ISA_AVX2) && lb__qdot8_avx2_set.rows) return &lb__qdot8_avx2_set;
+    return &lb__qdot8_scalar_set;
+}
+
+/* ---- the product ---- */
+
+/* Several matrices on one input: their rows as one range that the threads
+ * split (one parallel section, one staging of the activations). */
+typedef struct act8_job {
+    const lb__qmat *const *m;
+    size_t k;
+    const lb__act8 *a;
+    float *const *y;
+    const lb__qdot8_set *set;
+    size_t scratch;
+} act8_job;
+
+static lb_status act8_rows(void *ctx, size_t r0, size_t r1)
+{
+    const act8_job *j = ctx;
+    void *scratch = aligned_alloc(64, j->scratch);
+    if (!scratch) return lb__fail(LB_ERR_NOMEM, "cannot allocate %zu bytes of kernel scratch", j->scratch);
+    for (size_t i = 0, first = 0; i < j->k; first += j->m[i]->rows, i++) {
+        const lb__qmat *m = j->m[i];
+        size_t a = r0 > first ? r0 - first : 0, b = r1 - first < m->rows ? r1 - first : m->rows;
+        if (r1 <= first || a >= b) continue;
+        for (size_t t = 0; t < j->a->n; t += LB__QDOT_MAX_NX) {
+            size_t nx = j->a->n - t < LB__QDOT_MAX_NX ? j->a->n - t : LB__QDOT_MAX_NX;
+            j->set->rows(m, j->a, t, nx, a, b, j->y[i] + t * m->rows, m->rows, scratch);
+        }
+    }
+    free(scratch);
+    return LB_OK;
+}
+
+int lb__qdot8_shares_input(const lb__qmat *a, const lb__qmat *b)
+{
+    return lb__qdot8_supported(a) && lb__qdot8_supported(b) && a->cols == b->cols &&
+           lb__qdot8_lane_elems(a) == lb__qdot8_lane_elems(b) && a->element == b->element &&
+           (a->zero_points != NULL) == (b->zero_points != NULL);
+}
+
+lb_status lb__qmat_matmul_act8_multi(const lb__qmat *const *ms, size_t k, const float *x, size_t n, float *const *ys,
+                                     int threads, const lb__qdot8_set *set)
+{
+    for (size_t i = 0; i < k; i++)
+        if (!lb__qdot8_shares_input(ms[0], ms[i])) return LB_ERR_UNSUPPORTED;
+    const lb__qmat *m = ms[0];
+    size_t rows = 0, bytes = 0, scratch = 64;
+    for (size_t i = 0; i < k; i++) {
+        rows += ms[i]->rows, bytes += ms[i]->bytes;
+        size_t sb = lb__qdot8_scratch_bytes(ms[i]);
+        scratch = sb > scratch ? sb : scratch;
+    }
+    if (n == 0 || rows == 0) return LB_OK;
+    if (m->cols == 0) {
+        for (size_t i = 0; i < k; i++) memset(ys[i], 0, n * ms[i]->rows * sizeof(float));
+        return LB_OK;
+    }
+    /* NaN or infinity cannot be quantized: the exact kernels carry them */
+    if (lb__qkernels_get(lb_isa_active())->first_nonfinite(x, n * m->cols) < n * m->cols) {
+        lb_status st = LB_OK;
+        for (size_t i = 0; i < k && st == LB_OK; i++) st = lb__qmat_matmul(ms[i], x, n, ys[i], threads);
+        return st;
+    }
+    /* the scale codes are a stream the rows' prefetching does not cover:
+     * asked for now, they arrive while the activations are quantized */
+    for (size_t i = 0; i < k; i++) {
+        const lb__qmat *q = ms[i];
+        if (q->one_scale) continue;
+        size_t srows = q->block_rows > 1 ? (q->rows + q->block_rows - 1) / q->block_rows : q->rows;
+        size_t sb = lb_format_bytes(q->scale_format, srows * blocks_of(q));
+        for (size_t o = 0; o < sb && o < ((size_t)256 << 10); o += 64) __builtin_prefetch(q->scales + o);
+    }
+    lb__act8 a;
+    lb_status st = act8_stage(m, x, n, set, &a);
+    if (st != LB_OK) return st;
+    act8_job j = {.m = ms, .k = k, .a = &a, .y = ys, .set = set, .scratch = (scratch + 63) / 64 * 64};
+    st = lb__parallel_for(rows, 16, lb__threads_for(threads, bytes * n), act8_rows, &j);
+    act8_free(&a);
+    return st;
+}
+
+lb_status lb__qmat_matmul_act8_set(const lb__qmat *m, const float *x, size_t n, float *y, int threads,
+                                   const lb__qdot8_set *set)
+{
+    return lb__qmat_matmul_act8_multi(&m, 1, x, n, &y, threads, set);
+}
+
+lb_status lb__qmat_matmul_act8(const lb__qmat *m, const float *x, size_t n, float *y, int threads, lb_isa isa)
+{
+    return lb__qmat_matmul_act8_set(m, x, n, y, threads, lb__qdot8_get(isa));
+}

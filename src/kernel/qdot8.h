@@ -1,0 +1,127 @@
+/* Int8-activation decode kernels ("--decode-act int8"): packed weights
+ * times activations quantized to int8 per block of 32, once per call and
+ * reused by every row, the integer products summed exactly.
+ *
+ * This changes the arithmetic of qdot.h (the activations are rounded), so
+ * it is a mode the caller names; qdot.h's exact path stays the default.
+ *
+ * Weights: 4-bit (int4, uint4, fp4 e2m1) or int8 elements, any scale
+ * (block, channel, tensor, 2-D, two-level), affine or not, where the scale
+ * block is the whole row or a multiple of the lane width E (below) that
+ * divides or is divided by the group G; others are refused (the caller
+ * falls back to the exact kernels). Each element has an integer value u:
+ * int4/uint4/int8 the code, fp4 twice the E2M1 value (-12 .. 12, so the
+ * weight scale is halved).
+ *
+ * The result, which every instruction set computes bit for bit:
+ *   - Activation blocks of 32 along the row: d_j = absmax_j / 127 (fp32
+ *     division; 1 where absmax is 0), q_k = round-half-even(x_k / d_j)
+ *     clamped to [-127, 127] (lb__w8a8_i8_code). Columns past the row are
+ *     q = 0 and a block wholly past it has d = 0.
+ *   - Lanes: E = 8 elements for 4-bit weights, 4 for int8; groups of
+ *     G = 16 E. Lane l of group g covers elements [gG + lE, gG + lE + E):
+ *     one activation block j and one weight block b.
+ *   - P(g,l) = sum over the lane of q_k * (u_k - zp_b), exact in int32.
+ *   - mw_b = (scale_b * scale_mul) * f, f = 0.5 for fp4 else 1 (fp32
+ *     products in that order; blocks past the row's last take the last's),
+ *     s(g,l) = d_j * mw_b (fp32).
+ *   - 16 partial sums p[l] start at +0; for g in increasing order:
+ *     p[l] = fma((float)P(g,l), s(g,l), p[l]). The dot is lb__sum16f(p).
+ * A token with a NaN or infinite activation cannot be quantized: callers
+ * (lb__qmat_matmul_act8) run such calls on the exact kernels instead. */
+#ifndef LB_KERNEL_QDOT8_H
+#define LB_KERNEL_QDOT8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernel/qdot.h"
+#include "kernel/qmat.h"
+
+#define LB__ACT8_BLOCK 32 /* activation elements per int8 scale */
+#define LB__QDOT8_LANES 16
+
+/* 1 if the int8-activation kernels take m (a refusal is routine: the
+ * caller runs the exact kernels), else 0. */
+int lb__qdot8_supported(const lb__qmat *m);
+
+/* The quantized activations of one call, staged for one matrix's
+ * geometry (a token's codes in the order its weight bytes unpack).
+ *   q    [t * stride + ...]: codes; 4-bit: per group the 64 even
+ *        elements, then the 64 odd ones (low, high nibbles); int8: natural.
+ *   cxs  [t * lanes + g * 16 + l]: -off * (sum of the lane's codes), where
+ *        off is the offset the kernel set adds to its unsigned weight
+ *        operand (lb__qdot8_set.offset): a lane's sum starts there, so
+ *        it ends without the offset; xs: the plain sums (affine only).
+ *   d    [t * lanes + g * 16 + l]: the lane's activation scale d_j. */
+typedef struct lb__act8 {
+    size_t n, groups, stride, lanes;
+    int8_t *q;
+    int32_t *cxs, *xs;
+    float *d;
+    void *buf;
+} lb__act8;
+
+/* The kernels of one instruction set. */
+typedef void (*lb__qdot8_fn)(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1,
+                             float *y, size_t ldy, void *scratch);
+typedef struct lb__qdot8_set {
+    const char *name;
+    int (*offset)(lb_format element); /* the c of cxs for this set's weight operand */
+    lb__qdot8_fn rows;                /* nx <= 4 tokens; NULL where the build lacks the set */
+    /* whose quant_i8 quantizes an activation block (w8a8.h's per-token
+     * int8 quantizer, static scale 0: every set gives the same codes) */
+    const struct lb__w8a8_ops *quant;
+} lb__qdot8_set;
+
+extern const lb__qdot8_set lb__qdot8_scalar_set, lb__qdot8_avx2_set, lb__qdot8_vnni_set, lb__qdot8_neon_set;
+
+/* The best set for isa on this CPU (VNNI needs AVX512-VNNI; AVX-512
+ * without it takes AVX2's); scalar where nothing else runs. */
+const lb__qdot8_set *lb__qdot8_get(lb_isa isa);
+
+/* Y[n][rows] = X[n][cols] . W^T with X quantized as above, on the kernels
+ * of isa (clamped to the CPU). LB_ERR_UNSUPPORTED (no message) for a
+ * matrix lb__qdot8_supported refuses; calls with a non-finite activation
+ * run lb__qmat_matmul_isa's exact kernels. Threads split the rows: any
+ * count gives the same bits. */
+lb_status lb__qmat_matmul_act8(const lb__qmat *m, const float *x, size_t n, float *y, int threads, lb_isa isa);
+/* Matrices that take the same staged activations (same columns, lane
+ * width, element format and zero-point presence): 1, else 0. */
+int lb__qdot8_shares_input(const lb__qmat *a, const lb__qmat *b);
+/* ys[i] = x . ms[i]^T for k matrices that share their input (q/k/v,
+ * gate/up): the activations staged once and all rows split over the
+ * threads in one parallel section; each matrix's bits are those of its
+ * own call. LB_ERR_UNSUPPORTED (no message) unless every pair shares. */
+lb_status lb__qmat_matmul_act8_multi(const lb__qmat *const *ms, size_t k, const float *x, size_t n, float *const *ys,
+                                     int threads, const lb__qdot8_set *set);
+/* The same with a named set (tests compare the sets with each other). */
+lb_status lb__qmat_matmul_act8_set(const lb__qmat *m, const float *x, size_t n, float *y, int threads,
+                                   const lb__qdot8_set *set);
+
+/* ---- shared by the sets (qdot8*.c) ---- */
+
+/* Lane width E and group G of m's element format. */
+size_t lb__qdot8_lane_elems(const lb__qmat *m);
+/* Rows whose scales are staged at once (a multiple of every set's rows in flight). */
+#define LB__QDOT8_STAGE_ROWS 32
+/* Floats (and int32s) per staged row: blocks + LB__QDOT8_LANES, the tail
+ * repeating the last block, so a kernel may load 16 from any group's
+ * first block. */
+size_t lb__qdot8_stage_stride(const lb__qmat *m);
+size_t lb__qdot8_scratch_bytes(const lb__qmat *m);
+/* mw and zp of rows r .. r+n-1 (n <= LB__QDOT8_STAGE_ROWS) into
+ * mw[i * stride + b] and zp[i * stride + b] (zp: affine only). scale:
+ * w[i] = (w[i] * a) * b for i < n, in a set's vectors (NULL: scalar; the
+ * loop took as long as the dot products on blocks of 32). */
+typedef void (*lb__qdot8_scale_fn)(float *w, size_t n, float a, float b);
+void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scale, size_t r, size_t n, float *mw,
+                          int32_t *zp);
+/* The first block of group g, and lane l's block relative to it:
+ * first + lane_block[l] (the same for every group). */
+size_t lb__qdot8_group_block(const lb__qmat *m, size_t g);
+void lb__qdot8_lane_blocks(const lb__qmat *m, int32_t lane_block[LB__QDOT8_LANES]);
+/* The 16 values u + off of the 4-bit codes (lb__qdot8_set.offset). */
+void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16]);
+
+#endif

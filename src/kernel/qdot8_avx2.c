@@ -1,0 +1,191 @@
+/* AVX2 int8-activation decode kernels: qdot8.h's sums, bit for bit the
+ * scalar reference.
+ *
+ * A group's 64 bytes are two ymm halves, lanes 0-7 and 8-15. vpmaddubsw
+ * multiplies unsigned bytes by signed ones and adds pairs into int16 with
+ * saturation, so the operands are kept small enough never to saturate:
+ *   4-bit: u + c from a vpshufb table (int4 + 8, uint4, fp4 2v + 12: at
+ *          most 24), x codes at most 127 in magnitude: a pair is at most
+ *          2 * 24 * 127, the low and high nibbles' pairs added at most
+ *          12192; vpmaddwd by 1 gives the int32 lanes, then plus the
+ *          staged -c * (lane sum of x).
+ *   int8:  |w| and x with w's sign (vpsignb), c = 0: a pair is at most
+ *          2 * 128 * 127 = 32512 < 2^15.
+ * Rows in flight: 4 for one token, 2 for two, 1 for three or four (16
+ * ymm registers). */
+#include "kernel/qdot8.h"
+#include "kernel/w8a8_kernels.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "quant/qkernels.h"
+
+#define INL static inline __attribute__((always_inline))
+#define RMAX 4
+
+static int avx2_offset(lb_format element)
+{
+    switch (element) {
+    case LB_FMT_INT4: return 8;
+    case LB_FMT_FP4_E2M1: return 12;
+    case LB_FMT_INT8: /* signed, by vpsignb */
+    case LB_FMT_UINT4:
+    case LB_FMT_FP32:
+    case LB_FMT_BF16:
+    case LB_FMT_FP16:
+    case LB_FMT_FP8_E4M3:
+    case LB_FMT_FP8_E5M2:
+    case LB_FMT_FP8_E4M3FNUZ:
+    case LB_FMT_FP8_E5M2FNUZ:
+    case LB_FMT_FP6_E2M3:
+    case LB_FMT_FP6_E3M2:
+    case LB_FMT_UINT8:
+    case LB_FMT_E8M0:
+    case LB_FMT_UE4M3:
+    case LB_FMT_COUNT: return 0;
+    }
+    return 0;
+}
+
+static void scale_avx2(float *w, size_t n, float a, float b)
+{
+    const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(w + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(w + i), av), bv));
+    for (; i < n; i++) w[i] = (w[i] * a) * b;
+}
+
+INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+             size_t ldy, void *scratch, const int nib, const int aff)
+{
+    const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1;
+    const size_t st = lb__qdot8_stage_stride(m), groups = a->groups, G = nib ? 128 : 64;
+    float *mw = scratch;
+    int32_t *zp = (int32_t *)((uint8_t *)scratch + (LB__QDOT8_STAGE_ROWS * st * sizeof(float) + 63) / 64 * 64);
+    int32_t lb[LB__QDOT8_LANES];
+    lb__qdot8_lane_blocks(m, lb);
+    /* half h's lanes take blocks lb[8h] + idx[h][j] */
+    const __m256i idx0 = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)lb), _mm256_set1_epi32(lb[0]));
+    const __m256i idx1 = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(lb + 8)), _mm256_set1_epi32(lb[8]));
+    uint8_t lut16[16];
+    lb__qdot8_nibble_table(m->element, avx2_offset(m->element), lut16);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lut16));
+    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const int one = m->blocks <= 1 || m->one_scale;
+    const size_t gmul = one ? 0 : m->block < G ? G / m->block : 1, gdiv = one || m->block < G ? 1 : m->block / G;
+    const size_t whole = m->row_bytes / 64 < groups ? m->row_bytes / 64 : groups;
+    _Alignas(32) uint8_t tail[RMAX][64];
+    size_t first = SIZE_MAX;
+    for (size_t r = r0; r < r1; r += R) {
+        size_t n = r1 - r < R ? r1 - r : R;
+        if (first == SIZE_MAX || r + n > first + LB__QDOT8_STAGE_ROWS) {
+            first = r;
+            size_t k = r1 - r < LB__QDOT8_STAGE_ROWS ? r1 - r : LB__QDOT8_STAGE_ROWS;
+            lb__qdot8_stage_rows(m, LB_ISA_AVX2, scale_avx2, r, k, mw, zp);
+        }
+        const uint8_t *row[RMAX];
+        const float *mwp[RMAX];
+        const int32_t *zpp[RMAX];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++) {
+            size_t k = i < n ? i : n - 1;
+            row[i] = m->data + (r + k) * m->row_bytes;
+            mwp[i] = mw + (r - first + k) * st;
+            zpp[i] = zp + (r - first + k) * st;
+            if (whole < groups) { /* the row's last, partial group, zero padded */
+                memset(tail[i], 0, 64);
+                memcpy(tail[i], row[i] + whole * 64, m->row_bytes - whole * 64);
+            }
+        }
+        __m256 acc[RMAX][LB__QDOT_MAX_NX][2];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) acc[i][t][0] = acc[i][t][1] = _mm256_setzero_ps();
+        for (size_t g = 0; g < groups; g++) {
+            const size_t b0 = g * gmul / gdiv;
+            _Pragma("GCC unroll 8")
+            for (size_t h = 0; h < 2; h++) {
+                const __m256i idx = h ? idx1 : idx0;
+                const size_t bh = b0 + (size_t)lb[8 * h];
+                _Pragma("GCC unroll 8")
+                for (size_t i = 0; i < R; i++) {
+                    const uint8_t *src = g < whole ? row[i] + g * 64 : tail[i];
+                    __m256i wb = _mm256_loadu_si256((const __m256i *)(src + 32 * h));
+                    __m256 mwv = _mm256_permutevar8x32_ps(_mm256_loadu_ps(mwp[i] + bh), idx);
+                    __m256i zv = aff ? _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(zpp[i] + bh)), idx)
+                                     : idx;
+                    __m256i ul = wb, uh = wb;
+                    if (nib) {
+                        ul = _mm256_shuffle_epi8(lut, _mm256_and_si256(wb, low4));
+                        uh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(wb, 4), low4));
+                    }
+                    _Pragma("GCC unroll 8")
+                    for (size_t t = 0; t < nx; t++) {
+                        const int8_t *q = a->q + (t0 + t) * a->stride + g * G;
+                        size_t lo = (t0 + t) * a->lanes + g * LB__QDOT8_LANES + 8 * h;
+                        __m256i p16;
+                        if (nib) {
+                            __m256i xl = _mm256_load_si256((const __m256i *)(q + 32 * h));
+                            __m256i xh = _mm256_load_si256((const __m256i *)(q + 64 + 32 * h));
+                            p16 = _mm256_add_epi16(_mm256_maddubs_epi16(ul, xl), _mm256_maddubs_epi16(uh, xh));
+                        } else {
+                            __m256i xv = _mm256_load_si256((const __m256i *)(q + 32 * h));
+                            p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(wb), _mm256_sign_epi8(xv, wb));
+                        }
+                        __m256i p = _mm256_add_epi32(_mm256_madd_epi16(p16, ones),
+                                                     _mm256_load_si256((const __m256i *)(a->cxs + lo)));
+                        if (aff)
+                            p = _mm256_sub_epi32(p, _mm256_mullo_epi32(zv, _mm256_load_si256((const __m256i *)(a->xs + lo))));
+                        __m256 s = _mm256_mul_ps(_mm256_load_ps(a->d + lo), mwv);
+                        acc[i][t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[i][t][h]);
+                    }
+                }
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < n; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) {
+                _Alignas(32) float s[16];
+                _mm256_store_ps(s, acc[i][t][0]);
+                _mm256_store_ps(s + 8, acc[i][t][1]);
+                y[t * ldy + r + i] = lb__sum16f(s);
+            }
+    }
+}
+
+#define INST(NIB, AFF, NX)                                                                                         \
+    static void run_##NIB##_##AFF##_##NX(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t r0, size_t r1, \
+                                         float *y, size_t ldy, void *scratch)                                    \
+    {                                                                                                             \
+        run(m, a, t0, NX, r0, r1, y, ldy, scratch, NIB, AFF);                                                     \
+    }
+#define INST4(NIB, AFF) INST(NIB, AFF, 1) INST(NIB, AFF, 2) INST(NIB, AFF, 3) INST(NIB, AFF, 4)
+INST4(0, 0) INST4(0, 1) INST4(1, 0) INST4(1, 1)
+
+typedef void (*run_fn)(const lb__qmat *, const lb__act8 *, size_t, size_t, size_t, float *, size_t, void *);
+#define ROW(NIB, AFF) {run_##NIB##_##AFF##_1, run_##NIB##_##AFF##_2, run_##NIB##_##AFF##_3, run_##NIB##_##AFF##_4}
+static const run_fn runs[2][2][LB__QDOT_MAX_NX] = {{ROW(0, 0), ROW(0, 1)}, {ROW(1, 0), ROW(1, 1)}};
+
+static void rows_avx2(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
+                      size_t ldy, void *scratch)
+{
+    if (r0 >= r1 || nx == 0) return;
+    runs[lb__qdot8_lane_elems(m) == 8][m->zero_points != NULL][nx - 1](m, a, t0, r0, r1, y, ldy, scratch);
+}
+
+const lb__qdot8_set lb__qdot8_avx2_set = {"avx2", avx2_offset, rows_avx2, &lb__w8a8_avx2_ops};
+
+#else
+static int avx2_offset(lb_format element)
+{
+    (void)element;
+    return 0;
+}
+const lb__qdot8_set lb__qdot8_avx2_set = {"avx2", avx2_offset, NULL, &lb__w8a8_avx2_ops};
+#endif

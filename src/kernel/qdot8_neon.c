@@ -1,0 +1,173 @@
+/* aarch64 NEON int8-activation decode kernels: qdot8.h's sums, bit for
+ * bit the scalar reference.
+ *
+ * A group's 64 bytes are four 16-byte quarters, lanes 4h .. 4h+3 each, one
+ * float32x4_t of partial sums per quarter. The weights are signed bytes
+ * (a tbl of the 16 nibble values, or the int8 codes), so no offset is
+ * needed (c = 0). With the dot-product extension (Armv8.2, sdot) a lane's
+ * four byte products are one instruction; without it, smull (and smlal
+ * for the high nibbles: |u * x| <= 12 * 127, two fit in int16) and two
+ * pairwise widening adds give the same exact int32 sums.
+ * Rows in flight: 4 for one token, 2 for two, 1 for three or four. */
+#include "kernel/qdot8.h"
+#include "kernel/w8a8_kernels.h"
+
+#if defined(__aarch64__)
+
+#include <arm_neon.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "quant/qkernels.h"
+
+#define INL static inline __attribute__((always_inline))
+#define RMAX 4
+
+static int neon_offset(lb_format element)
+{
+    (void)element;
+    return 0;
+}
+
+/* Sums of four consecutive byte products: lanes of u . x (+ v . z). */
+INL int32x4_t dot4(int8x16_t u, int8x16_t x, int8x16_t v, int8x16_t z, const int two)
+{
+#if defined(__ARM_FEATURE_DOTPROD)
+    int32x4_t p = vdotq_s32(vdupq_n_s32(0), u, x);
+    return two ? vdotq_s32(p, v, z) : p;
+#else
+    int16x8_t lo = vmull_s8(vget_low_s8(u), vget_low_s8(x)), hi = vmull_high_s8(u, x);
+    if (two) lo = vmlal_s8(lo, vget_low_s8(v), vget_low_s8(z)), hi = vmlal_high_s8(hi, v, z);
+    return vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi));
+#endif
+}
+
+static void scale_neon(float *w, size_t n, float a, float b)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(w + i, vmulq_n_f32(vmulq_n_f32(vld1q_f32(w + i), a), b));
+    for (; i < n; i++) w[i] = (w[i] * a) * b;
+}
+
+INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+             size_t ldy, void *scratch, const int nib, const int aff)
+{
+    const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1;
+    const size_t st = lb__qdot8_stage_stride(m), groups = a->groups, G = nib ? 128 : 64;
+    float *mw = scratch;
+    int32_t *zp = (int32_t *)((uint8_t *)scratch + (LB__QDOT8_STAGE_ROWS * st * sizeof(float) + 63) / 64 * 64);
+    int32_t lb[LB__QDOT8_LANES];
+    lb__qdot8_lane_blocks(m, lb);
+    uint8_t lut16[16];
+    lb__qdot8_nibble_table(m->element, 0, lut16);
+    const int8x16_t lut = vreinterpretq_s8_u8(vld1q_u8(lut16));
+    const uint8x16_t low4 = vdupq_n_u8(0x0F);
+    const int one = m->blocks <= 1 || m->one_scale;
+    const size_t gmul = one ? 0 : m->block < G ? G / m->block : 1, gdiv = one || m->block < G ? 1 : m->block / G;
+    const size_t whole = m->row_bytes / 64 < groups ? m->row_bytes / 64 : groups;
+    uint8_t tail[RMAX][64];
+    size_t first = SIZE_MAX;
+    for (size_t r = r0; r < r1; r += R) {
+        size_t n = r1 - r < R ? r1 - r : R;
+        if (first == SIZE_MAX || r + n > first + LB__QDOT8_STAGE_ROWS) {
+            first = r;
+            size_t k = r1 - r < LB__QDOT8_STAGE_ROWS ? r1 - r : LB__QDOT8_STAGE_ROWS;
+            lb__qdot8_stage_rows(m, LB_ISA_NEON, scale_neon, r, k, mw, zp);
+        }
+        const uint8_t *row[RMAX];
+        const float *mwp[RMAX];
+        const int32_t *zpp[RMAX];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++) {
+            size_t k = i < n ? i : n - 1;
+            row[i] = m->data + (r + k) * m->row_bytes;
+            mwp[i] = mw + (r - first + k) * st;
+            zpp[i] = zp + (r - first + k) * st;
+            if (whole < groups) {
+                memset(tail[i], 0, 64);
+                memcpy(tail[i], row[i] + whole * 64, m->row_bytes - whole * 64);
+            }
+        }
+        float32x4_t acc[RMAX][LB__QDOT_MAX_NX][4];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++)
+                _Pragma("GCC unroll 8")
+                for (size_t h = 0; h < 4; h++) acc[i][t][h] = vdupq_n_f32(0.0f);
+        for (size_t g = 0; g < groups; g++) {
+            const size_t b0 = g * gmul / gdiv;
+            _Pragma("GCC unroll 8")
+            for (size_t h = 0; h < 4; h++) {
+                _Pragma("GCC unroll 8")
+                for (size_t i = 0; i < R; i++) {
+                    const uint8_t *src = g < whole ? row[i] + g * 64 : tail[i];
+                    uint8x16_t wb = vld1q_u8(src + 16 * h);
+                    float mws[4];
+                    int32_t zs[4];
+                    _Pragma("GCC unroll 8")
+                    for (size_t j = 0; j < 4; j++) {
+                        mws[j] = mwp[i][b0 + (size_t)lb[4 * h + j]];
+                        zs[j] = aff ? zpp[i][b0 + (size_t)lb[4 * h + j]] : 0;
+                    }
+                    float32x4_t mwv = vld1q_f32(mws);
+                    int8x16_t ul = vreinterpretq_s8_u8(wb), uh = ul;
+                    if (nib) {
+                        ul = vqtbl1q_s8(lut, vandq_u8(wb, low4));
+                        uh = vqtbl1q_s8(lut, vshrq_n_u8(wb, 4));
+                    }
+                    _Pragma("GCC unroll 8")
+                    for (size_t t = 0; t < nx; t++) {
+                        const int8_t *q = a->q + (t0 + t) * a->stride + g * G;
+                        size_t lo = (t0 + t) * a->lanes + g * LB__QDOT8_LANES + 4 * h;
+                        int32x4_t p = nib ? dot4(ul, vld1q_s8(q + 16 * h), uh, vld1q_s8(q + 64 + 16 * h), 1)
+                                          : dot4(ul, vld1q_s8(q + 16 * h), ul, ul, 0);
+                        if (aff) p = vmlsq_s32(p, vld1q_s32(zs), vld1q_s32(a->xs + lo));
+                        float32x4_t s = vmulq_f32(vld1q_f32(a->d + lo), mwv);
+                        acc[i][t][h] = vfmaq_f32(acc[i][t][h], vcvtq_f32_s32(p), s);
+                    }
+                }
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < n; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) {
+                float s[16];
+                _Pragma("GCC unroll 8")
+                for (size_t h = 0; h < 4; h++) vst1q_f32(s + 4 * h, acc[i][t][h]);
+                y[t * ldy + r + i] = lb__sum16f(s);
+            }
+    }
+}
+
+#define INST(NIB, AFF, NX)                                                                                         \
+    static void run_##NIB##_##AFF##_##NX(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t r0, size_t r1, \
+                                         float *y, size_t ldy, void *scratch)                                    \
+    {                                                                                                             \
+        run(m, a, t0, NX, r0, r1, y, ldy, scratch, NIB, AFF);                                                     \
+    }
+#define INST4(NIB, AFF) INST(NIB, AFF, 1) INST(NIB, AFF, 2) INST(NIB, AFF, 3) INST(NIB, AFF, 4)
+INST4(0, 0) INST4(0, 1) INST4(1, 0) INST4(1, 1)
+
+typedef void (*run_fn)(const lb__qmat *, const lb__act8 *, size_t, size_t, size_t, float *, size_t, void *);
+#define ROW(NIB, AFF) {run_##NIB##_##AFF##_1, run_##NIB##_##AFF##_2, run_##NIB##_##AFF##_3, run_##NIB##_##AFF##_4}
+static const run_fn runs[2][2][LB__QDOT_MAX_NX] = {{ROW(0, 0), ROW(0, 1)}, {ROW(1, 0), ROW(1, 1)}};
+
+static void rows_neon(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
+                      size_t ldy, void *scratch)
+{
+    if (r0 >= r1 || nx == 0) return;
+    runs[lb__qdot8_lane_elems(m) == 8][m->zero_points != NULL][nx - 1](m, a, t0, r0, r1, y, ldy, scratch);
+}
+
+const lb__qdot8_set lb__qdot8_neon_set = {"neon", neon_offset, rows_neon, &lb__w8a8_neon_ops};
+
+#else
+static int neon_offset(lb_format element)
+{
+    (void)element;
+    return 0;
+}
+const lb__qdot8_set lb__qdot8_neon_set = {"neon", neon_offset, NULL, &lb__w8a8_neon_ops};
+#endif

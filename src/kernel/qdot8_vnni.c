@@ -1,0 +1,233 @@
+/* AVX-512 VNNI int8-activation decode kernels: qdot8.h's sums, bit for
+ * bit the scalar reference.
+ *
+ * A group is 64 bytes of a row in both layouts (128 4-bit elements, or
+ * 64 int8 ones) and its 16 lanes are the 16 int32 lanes of a zmm:
+ * vpdpbusd adds four byte products into each, so for 4-bit weights the
+ * low nibbles (even elements, staged x's first 64 codes) and the high
+ * ones (odd) give each lane its 8 elements in two instructions.
+ * vpdpbusd multiplies unsigned bytes by signed ones: the weights are the
+ * unsigned operand, u + c with c the set's offset (a vpshufb table of the
+ * 16 nibble values: int4 + 8, uint4 + 0, fp4 2v + 12; int8 codes xor
+ * 0x80 = + 128) and each lane's sum starts at the staged -c * (lane sum
+ * of x), which makes it end exactly at P (qdot8.h). Then one int->float
+ * conversion (exact: |P| < 2^24), s = d * mw and an fma per lane.
+ * Rows in flight: 4 (2 for three or four tokens, so the sums stay in the
+ * 32 registers). */
+#include "kernel/qdot8.h"
+#include "kernel/w8a8_kernels.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "kernel/qdot_scales_avx512.h"
+#include "quant/qkernels.h"
+
+#define INL static inline __attribute__((always_inline))
+#define RMAX 4
+
+static int vnni_offset(lb_format element)
+{
+    switch (element) {
+    case LB_FMT_INT4: return 8;
+    case LB_FMT_FP4_E2M1: return 12;
+    case LB_FMT_INT8: return 128;
+    case LB_FMT_UINT4:
+    case LB_FMT_FP32:
+    case LB_FMT_BF16:
+    case LB_FMT_FP16:
+    case LB_FMT_FP8_E4M3:
+    case LB_FMT_FP8_E5M2:
+    case LB_FMT_FP8_E4M3FNUZ:
+    case LB_FMT_FP8_E5M2FNUZ:
+    case LB_FMT_FP6_E2M3:
+    case LB_FMT_FP6_E3M2:
+    case LB_FMT_UINT8:
+    case LB_FMT_E8M0:
+    case LB_FMT_UE4M3:
+    case LB_FMT_COUNT: return 0;
+    }
+    return 0;
+}
+
+/* Rows of a few hundred bytes end before the hardware prefetchers ramp
+ * up: each group step also fetches its share of the rows two row groups
+ * ahead (qdot_avx512.c measured the same for the exact kernels). */
+INL void prefetch_ahead(const uint8_t *ahead, size_t step, size_t g, int to_l1)
+{
+    const char *p = (const char *)ahead + g * step;
+    if (to_l1)
+        for (size_t o = 0; o < step; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    else
+        for (size_t o = 0; o < step; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+}
+
+static void scale_avx512(float *w, size_t n, float a, float b)
+{
+    const __m512 av = _mm512_set1_ps(a), bv = _mm512_set1_ps(b);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 k = (__mmask16)(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(w + i, k, _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, w + i), av), bv));
+    }
+}
+
+/* The weight scales of rows r .. r+n-1: qdot8.c's staging, with the
+ * common layout (a row of block scales per row, no zero points) decoded
+ * here: all n rows' codes in one pass (qdot_scales_avx512.h, the same
+ * values) into the zero-point area, which that layout leaves unused, then
+ * copied to the staged rows 16 at a time, times f, without masked stores
+ * (those dominated the staging on 18 blocks per row). */
+static void stage(const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp)
+{
+    if (m->one_scale || m->block_rows > 1 || m->zero_points || m->blocks <= 1) {
+        lb__qdot8_stage_rows(m, LB_ISA_AVX512, scale_avx512, r, n, mw, zp);
+        return;
+    }
+    const size_t nb = m->blocks, st = lb__qdot8_stage_stride(m);
+    float *tmp = (float *)zp; /* LB__QDOT8_STAGE_ROWS * st floats: room for n * nb + 16 */
+    lb__scales_to_f32_avx512(m->scale_format, m->scales + lb_format_bytes(m->scale_format, r * nb), n * nb,
+                             m->scale_mul, tmp);
+    const __m512 f = _mm512_set1_ps(m->element == LB_FMT_FP4_E2M1 ? 0.5f : 1.0f); /* (s * sm) * f; by 1: exact */
+    for (size_t i = 0; i < n; i++) {
+        float *w = mw + i * st;
+        const float *t = tmp + i * nb;
+        for (size_t b = 0; b < nb; b += 16) _mm512_storeu_ps(w + b, _mm512_mul_ps(_mm512_loadu_ps(t + b), f));
+        _mm512_storeu_ps(w + nb, _mm512_mul_ps(_mm512_set1_ps(t[nb - 1]), f));
+    }
+}
+
+INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+             size_t ldy, void *scratch, const int nib, const int aff)
+{
+    const size_t R = nx <= 2 ? RMAX : RMAX / 2;
+    const size_t st = lb__qdot8_stage_stride(m), groups = a->groups, G = nib ? 128 : 64;
+    float *mw = scratch;
+    int32_t *zp = (int32_t *)((uint8_t *)scratch + (LB__QDOT8_STAGE_ROWS * st * sizeof(float) + 63) / 64 * 64);
+    int32_t lb[LB__QDOT8_LANES];
+    lb__qdot8_lane_blocks(m, lb);
+    const __m512i idx = _mm512_loadu_si512(lb);
+    uint8_t lut16[16];
+    lb__qdot8_nibble_table(m->element, vnni_offset(m->element), lut16);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut16));
+    const __m512i low4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
+    /* group g's first block: g * gmul / gdiv (one of them 1), 0 for one block */
+    const int one = m->blocks <= 1 || m->one_scale;
+    const size_t gmul = one ? 0 : m->block < G ? G / m->block : 1, gdiv = one || m->block < G ? 1 : m->block / G;
+    const size_t whole = m->row_bytes / 64 < groups ? m->row_bytes / 64 : groups;
+    const __mmask64 tail = _cvtu64_mask64(~0ull >> (64 - (m->row_bytes - whole * 64 ? m->row_bytes - whole * 64 : 64)));
+    const size_t pstep = (R * m->row_bytes / groups + 63) / 64 * 64;
+    static int pfmode = -1;
+    if (pfmode < 0) { const char *e = getenv("LB_PF"); pfmode = e ? atoi(e) : 0; }
+    const int short_rows = pfmode == 0 ? m->row_bytes < 4096 : pfmode == 1 ? 0 : pfmode == 2 ? 1 : m->row_bytes < 1024;
+    size_t first = SIZE_MAX;
+    for (size_t r = r0; r < r1; r += R) {
+        size_t n = r1 - r < R ? r1 - r : R;
+        if (first == SIZE_MAX || r + n > first + LB__QDOT8_STAGE_ROWS) {
+            first = r;
+            size_t k = r1 - r < LB__QDOT8_STAGE_ROWS ? r1 - r : LB__QDOT8_STAGE_ROWS;
+            stage(m, r, k, mw, zp);
+            /* the next batch's scale codes: a stream of their own that the
+             * hardware does not fetch ahead (the staging's loads waited on
+             * memory for as long as the dot products took) */
+            if (!m->one_scale && m->block_rows <= 1 && m->blocks > 1) {
+                const char *next = (const char *)m->scales + lb_format_bytes(m->scale_format, (r + k) * m->blocks);
+                size_t bytes = lb_format_bytes(m->scale_format, LB__QDOT8_STAGE_ROWS * m->blocks);
+                for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+            }
+        }
+        const uint8_t *row[RMAX];
+        const float *mwp[RMAX];
+        const int32_t *zpp[RMAX];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++) {
+            size_t k = i < n ? i : n - 1; /* rows past n repeat the last; their sums are dropped */
+            row[i] = m->data + (r + k) * m->row_bytes;
+            mwp[i] = mw + (r - first + k) * st;
+            zpp[i] = zp + (r - first + k) * st;
+        }
+        __m512 acc[RMAX][LB__QDOT_MAX_NX];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
+        const uint8_t *ahead = m->data + (r + 2 * R) * m->row_bytes;
+        for (size_t g = 0; g < groups; g++) {
+            prefetch_ahead(ahead, pstep, g, short_rows);
+            const size_t b0 = g * gmul / gdiv;
+            __m512i xl[LB__QDOT_MAX_NX], xh[LB__QDOT_MAX_NX], cx[LB__QDOT_MAX_NX], xs[LB__QDOT_MAX_NX];
+            __m512 dv[LB__QDOT_MAX_NX];
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) {
+                const int8_t *q = a->q + (t0 + t) * a->stride + g * G;
+                size_t lo = (t0 + t) * a->lanes + g * LB__QDOT8_LANES;
+                xl[t] = _mm512_load_si512(q);
+                xh[t] = nib ? _mm512_load_si512(q + 64) : xl[t];
+                cx[t] = _mm512_load_si512(a->cxs + lo);
+                xs[t] = aff ? _mm512_load_si512(a->xs + lo) : cx[t];
+                dv[t] = _mm512_load_ps(a->d + lo);
+            }
+            _Pragma("GCC unroll 8")
+            for (size_t i = 0; i < R; i++) {
+                __m512i wb = g < whole ? _mm512_loadu_si512(row[i] + g * 64) : _mm512_maskz_loadu_epi8(tail, row[i] + g * 64);
+                __m512i ul, uh;
+                if (nib) {
+                    ul = _mm512_shuffle_epi8(lut, _mm512_and_si512(wb, low4));
+                    uh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(wb, 4), low4));
+                } else {
+                    ul = uh = _mm512_xor_si512(wb, flip);
+                }
+                __m512 mwv = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(mwp[i] + b0));
+                __m512i zv = aff ? _mm512_permutexvar_epi32(idx, _mm512_loadu_si512(zpp[i] + b0)) : idx;
+                _Pragma("GCC unroll 8")
+                for (size_t t = 0; t < nx; t++) {
+                    __m512i p = _mm512_dpbusd_epi32(cx[t], ul, xl[t]); /* from -c * (lane sum of x) */
+                    if (nib) p = _mm512_dpbusd_epi32(p, uh, xh[t]);
+                    if (aff) p = _mm512_sub_epi32(p, _mm512_mullo_epi32(zv, xs[t]));
+                    acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv[t], mwv), acc[i][t]);
+                }
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < n; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) {
+                _Alignas(64) float s[16];
+                _mm512_store_ps(s, acc[i][t]);
+                y[t * ldy + r + i] = lb__sum16f(s);
+            }
+    }
+}
+
+#define INST(NIB, AFF, NX)                                                                                         \
+    static void run_##NIB##_##AFF##_##NX(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t r0, size_t r1, \
+                                         float *y, size_t ldy, void *scratch)                                    \
+    {                                                                                                             \
+        run(m, a, t0, NX, r0, r1, y, ldy, scratch, NIB, AFF);                                                     \
+    }
+#define INST4(NIB, AFF) INST(NIB, AFF, 1) INST(NIB, AFF, 2) INST(NIB, AFF, 3) INST(NIB, AFF, 4)
+INST4(0, 0) INST4(0, 1) INST4(1, 0) INST4(1, 1)
+
+typedef void (*run_fn)(const lb__qmat *, const lb__act8 *, size_t, size_t, size_t, float *, size_t, void *);
+#define ROW(NIB, AFF) {run_##NIB##_##AFF##_1, run_##NIB##_##AFF##_2, run_##NIB##_##AFF##_3, run_##NIB##_##AFF##_4}
+static const run_fn runs[2][2][LB__QDOT_MAX_NX] = {{ROW(0, 0), ROW(0, 1)}, {ROW(1, 0), ROW(1, 1)}};
+
+static void rows_vnni(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
+                      size_t ldy, void *scratch)
+{
+    if (r0 >= r1 || nx == 0) return;
+    runs[lb__qdot8_lane_elems(m) == 8][m->zero_points != NULL][nx - 1](m, a, t0, r0, r1, y, ldy, scratch);
+}
+
+const lb__qdot8_set lb__qdot8_vnni_set = {"avx512-vnni", vnni_offset, rows_vnni, &lb__w8a8_avx512_ops};
+
+#else
+static int vnni_offset(lb_format element)
+{
+    (void)element;
+    return 0;
+}
+const lb__qdot8_set lb__qdot8_vnni_set = {"avx512-vnni", vnni_offset, NULL, &lb__w8a8_avx512_ops};
+#endif

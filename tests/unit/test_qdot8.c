@@ -1,0 +1,258 @@
+/* Int8-activation decode kernels (kernel/qdot8.h): this file's own reading
+ * of the documented definition, from the public qtensor view (codes,
+ * scales, zero points, lb_decode_value), against every kernel set of this
+ * build and CPU, bit for bit; thread counts; the matrices refused; a
+ * non-finite activation running the exact kernels; and a sanity bound on
+ * how far the rounded activations move the result from the exact one.
+ *
+ * No tolerance in the kernel comparisons: the lane sums are exact
+ * integers and the float arithmetic has one documented order. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernel/qdot8.h"
+#include "kernel/qmat.h"
+#include "lowbit.h"
+#include "util/cpu.h"
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+
+static uint32_t next_u32(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+/* mostly in (-1, 1), some small, a few outliers */
+static float rand_f(void)
+{
+    float u = (float)(next_u32() & 0xFFFFFF) / 8388608.0f - 1.0f;
+    uint32_t k = next_u32() & 31;
+    return k < 8 ? u * 0.01f : k == 31 ? u * 20.0f : u;
+}
+
+static float decode(lb_format f, uint32_t code)
+{
+    float v;
+    lb_decode_value(f, code, &v);
+    return v;
+}
+
+static uint32_t code_at(lb_format f, const uint8_t *row, size_t k)
+{
+    return lb_format_get(f)->bits == 4 ? (row[k / 2] >> (4 * (k & 1))) & 15u : row[k];
+}
+
+/* Element k's integer value u as the header defines it. */
+static int unit_of(lb_format f, uint32_t code)
+{
+    float v = decode(f, code);
+    return (int)(f == LB_FMT_FP4_E2M1 ? 2.0f * v : v);
+}
+
+static uint32_t load_le(const uint8_t *p, int bytes)
+{
+    uint32_t c = 0;
+    for (int b = 0; b < bytes; b++) c |= (uint32_t)p[b] << (8 * b);
+    return c;
+}
+
+/* The definition, token by token, row by row. */
+static void reference(const lb_qtensor *qt, const float *x, size_t n, float *y)
+{
+    lb_qtensor_view v;
+    lb_qtensor_view_get(qt, &v);
+    const lb_format ef = v.spec.element;
+    const size_t rows = v.rows, cols = v.cols;
+    const size_t E = lb_format_get(ef)->bits == 4 ? 8 : 4, G = 16 * E;
+    const size_t groups = (cols + G - 1) / G, padded = groups * G;
+    const size_t block = v.spec.granularity == LB_GRAN_GROUP ? v.spec.group : cols;
+    const size_t nb = (cols + block - 1) / block;
+    const int sbytes = lb_format_get(v.spec.scale_format)->bits / 8;
+    const size_t band = v.spec.granularity == LB_GRAN_GROUP && v.spec.group_rows > 1 ? v.spec.group_rows : 1;
+    int *q = malloc(padded * sizeof *q);
+    float *d = malloc((padded / 32 + 1) * sizeof *d);
+    for (size_t t = 0; t < n; t++) {
+        const float *xt = x + t * cols;
+        for (size_t j = 0; j * 32 < padded; j++) {
+            if (j * 32 >= cols) { /* wholly past the row */
+                d[j] = 0.0f;
+                for (size_t k = j * 32; k < j * 32 + 32; k++) q[k] = 0;
+                continue;
+            }
+            float amax = 0.0f;
+            for (size_t k = j * 32; k < j * 32 + 32 && k < cols; k++) amax = fmaxf(amax, fabsf(xt[k]));
+            d[j] = amax / 127.0f;
+            if (d[j] == 0.0f) d[j] = 1.0f;
+            for (size_t k = j * 32; k < j * 32 + 32; k++) {
+                if (k >= cols) {
+                    q[k] = 0;
+                    continue;
+                }
+                float c = fminf(fmaxf(xt[k] / d[j], -127.0f), 127.0f);
+                q[k] = (int)nearbyintf(c); /* the default mode: half to even */
+            }
+        }
+        for (size_t r = 0; r < rows; r++) {
+            const uint8_t *row = v.data + r * v.row_bytes;
+            float p[16] = {0};
+            for (size_t g = 0; g < groups; g++)
+                for (size_t l = 0; l < 16; l++) {
+                    size_t k0 = g * G + l * E, b = k0 / block;
+                    if (b >= nb) b = nb - 1;
+                    size_t si = v.spec.granularity == LB_GRAN_TENSOR ? 0 : (r / band) * nb + b;
+                    float mw = decode(v.spec.scale_format, load_le(v.scales + si * (size_t)sbytes, sbytes));
+                    mw = (mw * v.tensor_scale) * (ef == LB_FMT_FP4_E2M1 ? 0.5f : 1.0f);
+                    int zp = 0;
+                    if (v.zero_points) {
+                        const uint8_t *zr = v.zero_points + (v.spec.granularity == LB_GRAN_TENSOR ? 0 : r) * v.zero_point_row_bytes;
+                        zp = unit_of(ef, code_at(ef, zr, b));
+                    }
+                    int32_t sum = 0;
+                    for (size_t k = k0; k < k0 + E; k++)
+                        if (k < cols) sum += q[k] * (unit_of(ef, code_at(ef, row, k)) - zp);
+                    p[l] = fmaf((float)sum, d[k0 / 32] * mw, p[l]);
+                }
+            float t8[8];
+            for (int i = 0; i < 8; i++) t8[i] = p[i] + p[i + 8];
+            for (int i = 0; i < 4; i++) t8[i] = t8[i] + t8[i + 4];
+            y[t * rows + r] = (t8[0] + t8[2]) + (t8[1] + t8[3]);
+        }
+    }
+    free(q);
+    free(d);
+}
+
+static int same_bits(const float *a, const float *b, size_t n, size_t *at)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+            *at = i;
+            return 0;
+        }
+    return 1;
+}
+
+static const lb__qdot8_set *sets[] = {&lb__qdot8_scalar_set, &lb__qdot8_avx2_set, &lb__qdot8_vnni_set,
+                                      &lb__qdot8_neon_set};
+
+static int set_runs(const lb__qdot8_set *s)
+{
+    if (!s->rows) return 0;
+    if (s == &lb__qdot8_vnni_set)
+        return lb__isa_supported(LB_ISA_AVX512) && (lb__cpu_extras() & LB__CPU_AVX512_VNNI);
+    if (s == &lb__qdot8_avx2_set) return lb__isa_supported(LB_ISA_AVX2);
+    if (s == &lb__qdot8_neon_set) return lb__isa_supported(LB_ISA_NEON);
+    return 1;
+}
+
+static void check_spec(const char *spec_text, size_t rows, size_t cols, size_t n)
+{
+    lb_qspec spec;
+    CHECK(lb_qspec_parse(spec_text, &spec) == LB_OK, "%s", spec_text);
+    float *w = malloc(rows * cols * sizeof *w), *x = malloc(n * cols * sizeof *x);
+    float *want = malloc(n * rows * sizeof *want), *got = malloc(n * rows * sizeof *got);
+    float *exact = malloc(n * rows * sizeof *exact);
+    for (size_t i = 0; i < rows * cols; i++) w[i] = rand_f();
+    for (size_t i = 0; i < n * cols; i++) x[i] = rand_f();
+    lb__qmat m;
+    CHECK(lb__qmat_from_f32(w, rows, cols, &spec, 1, &m) == LB_OK, "%s", spec_text);
+    CHECK(lb__qdot8_supported(&m), "%s %zux%zu is taken", spec_text, rows, cols);
+    reference(m.owned_q, x, n, want);
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
+        if (!set_runs(sets[s])) continue;
+        for (int threads = 1; threads <= 2; threads++) {
+            memset(got, 0xFF, n * rows * sizeof *got);
+            CHECK(lb__qmat_matmul_act8_set(&m, x, n, got, threads, sets[s]) == LB_OK, "%s", spec_text);
+            size_t at = 0;
+            CHECK(same_bits(want, got, n * rows, &at), "%s %zux%zu n=%zu set %s threads %d: y[%zu] %.9g want %.9g",
+                  spec_text, rows, cols, n, sets[s]->name, threads, at, got[at], want[at]);
+        }
+    }
+    /* the rounded activations move each output by at most what rounding
+     * each activation by half its block's step d_j can: sum |w_k| d_j / 2
+     * (no clipping: |x / d| <= 127), plus the float sums' rounding */
+    CHECK(lb__qmat_matmul(&m, x, n, exact, 1) == LB_OK, "%s", spec_text);
+    float *wd = malloc(rows * cols * sizeof *wd);
+    lb_dequantize(m.owned_q, wd, 1);
+    int close = 1;
+    for (size_t t = 0; t < n; t++)
+        for (size_t r = 0; r < rows; r++) {
+            double bound = 0, mag = 0;
+            for (size_t k = 0; k < cols; k++) {
+                double amax = 0;
+                for (size_t i = k / 32 * 32; i < k / 32 * 32 + 32 && i < cols; i++)
+                    amax = fmax(amax, fabs(x[t * cols + i]));
+                bound += fabs(wd[r * cols + k]) * amax / 127.0 / 2.0;
+                mag += fabs((double)x[t * cols + k] * wd[r * cols + k]);
+            }
+            if (fabs((double)got[t * rows + r] - exact[t * rows + r]) > bound * 1.001 + mag * 1e-5) close = 0;
+        }
+    CHECK(close, "%s: int8 activations within sum |w| d / 2 of the exact product", spec_text);
+    free(wd);
+    lb__qmat_free(&m);
+    free(w), free(x), free(want), free(got), free(exact);
+}
+
+static void check_refused(const char *spec_text)
+{
+    lb_qspec spec;
+    CHECK(lb_qspec_parse(spec_text, &spec) == LB_OK, "%s", spec_text);
+    float w[4 * 96], x[96], y[4];
+    for (size_t i = 0; i < 4 * 96; i++) w[i] = rand_f();
+    for (size_t i = 0; i < 96; i++) x[i] = rand_f();
+    lb__qmat m;
+    CHECK(lb__qmat_from_f32(w, 4, 96, &spec, 1, &m) == LB_OK, "%s", spec_text);
+    CHECK(!lb__qdot8_supported(&m), "%s is refused", spec_text);
+    CHECK(lb__qmat_matmul_act8(&m, x, 1, y, 1, lb_isa_active()) == LB_ERR_UNSUPPORTED, "%s", spec_text);
+    lb__qmat_free(&m);
+}
+
+/* A NaN or infinity cannot be quantized: the call gives the exact kernels' bits. */
+static void check_nonfinite(void)
+{
+    lb_qspec spec;
+    lb_qspec_parse("int4:g32", &spec);
+    size_t rows = 8, cols = 256;
+    float *w = malloc(rows * cols * sizeof *w), x[2 * 256], y8[16], y[16];
+    for (size_t i = 0; i < rows * cols; i++) w[i] = rand_f();
+    for (size_t i = 0; i < 2 * cols; i++) x[i] = rand_f();
+    lb__qmat m;
+    lb__qmat_from_f32(w, rows, cols, &spec, 1, &m);
+    for (int kind = 0; kind < 2; kind++) {
+        x[cols + 7] = kind ? INFINITY : NAN;
+        CHECK(lb__qmat_matmul_act8(&m, x, 2, y8, 1, lb_isa_active()) == LB_OK, "non-finite");
+        CHECK(lb__qmat_matmul(&m, x, 2, y, 1) == LB_OK, "exact");
+        size_t at = 0;
+        int same = 1;
+        for (size_t i = 0; i < 2 * rows; i++)
+            if (!(isnan(y[i]) && isnan(y8[i])) && memcmp(&y[i], &y8[i], 4) != 0) same = 0, at = i;
+        CHECK(same, "%s in x: the exact kernels' results (y[%zu])", kind ? "inf" : "NaN", at);
+    }
+    lb__qmat_free(&m);
+    free(w);
+}
+
+int main(void)
+{
+    static const char *specs[] = {"int4:g32",     "int4:channel", "int4:g128:affine", "int4:g64",  "int4:g16",
+                                  "int4:g256",    "int4:tensor",  "int4:g32:affine",  "uint4:g32:affine",
+                                  "int4:b4x32",   "mxfp4",        "nvfp4",            "int8:channel",
+                                  "int8:g32",     "int8:g16",     "int8:g128:affine", "int8:tensor",
+                                  "int4:g8",      "int8:g4"};
+    static const size_t shapes[][2] = {{16, 128}, {5, 96}, {37, 576}, {9, 1000}, {3, 2048}, {1, 64}};
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++)
+        for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
+            size_t cols = shapes[h][1];
+            for (size_t n = 1; n <= 6; n += (n < 4 ? 1 : 2)) check_spec(specs[s], shapes[h][0], cols, n);
+        }
+    check_refused("fp8_e4m3:channel");
+    check_refused("mxfp6_e2m3");
+    check_refused("int4:g48");
+    check_nonfinite();
+    return check_summary();
+}
