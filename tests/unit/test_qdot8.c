@@ -237,6 +237,52 @@ static void check_nonfinite(void)
     free(w);
 }
 
+/* q/k/v in one call: each matrix's bits are those of its own call, and
+ * matrices that cannot share the staged input are refused. */
+static void check_multi(void)
+{
+    static const size_t rows[3] = {576, 192, 37};
+    const size_t cols = 576, n = 3;
+    lb_qspec spec;
+    lb_qspec_parse("int4:g32", &spec);
+    lb__qmat m[3];
+    float *x = malloc(n * cols * sizeof *x), *y[3], *y1[3];
+    for (size_t i = 0; i < n * cols; i++) x[i] = rand_f();
+    for (int i = 0; i < 3; i++) {
+        float *w = malloc(rows[i] * cols * sizeof *w);
+        for (size_t k = 0; k < rows[i] * cols; k++) w[k] = rand_f();
+        lb__qmat_from_f32(w, rows[i], cols, &spec, 1, &m[i]);
+        free(w);
+        y[i] = malloc(n * rows[i] * sizeof(float)), y1[i] = malloc(n * rows[i] * sizeof(float));
+    }
+    const lb__qmat *ms[3] = {&m[0], &m[1], &m[2]};
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
+        if (!set_runs(sets[s])) continue;
+        for (int threads = 1; threads <= 2; threads++) {
+            CHECK(lb__qmat_matmul_act8_multi(ms, 3, x, n, y, threads, sets[s]) == LB_OK, "multi");
+            for (int i = 0; i < 3; i++) {
+                CHECK(lb__qmat_matmul_act8_set(&m[i], x, n, y1[i], 1, sets[s]) == LB_OK, "single");
+                size_t at = 0;
+                CHECK(same_bits(y[i], y1[i], n * rows[i], &at), "multi %s threads %d matrix %d: y[%zu]", sets[s]->name,
+                      threads, i, at);
+            }
+        }
+    }
+    lb_qspec other;
+    lb_qspec_parse("mxfp4", &other);
+    lb__qmat mx;
+    float *w = calloc(8 * cols, sizeof *w);
+    lb__qmat_from_f32(w, 8, cols, &other, 1, &mx);
+    const lb__qmat *mixed[2] = {&m[0], &mx};
+    CHECK(!lb__qdot8_shares_input(&m[0], &mx), "int4 and fp4 stage their inputs differently");
+    CHECK(lb__qmat_matmul_act8_multi(mixed, 2, x, 1, y, 1, lb__qdot8_get(lb_isa_active())) == LB_ERR_UNSUPPORTED,
+          "a pair that cannot share is refused");
+    lb__qmat_free(&mx);
+    free(w);
+    for (int i = 0; i < 3; i++) lb__qmat_free(&m[i]), free(y[i]), free(y1[i]);
+    free(x);
+}
+
 int main(void)
 {
     static const char *specs[] = {"int4:g32",     "int4:channel", "int4:g128:affine", "int4:g64",  "int4:g16",
@@ -254,5 +300,6 @@ int main(void)
     check_refused("mxfp6_e2m3");
     check_refused("int4:g48");
     check_nonfinite();
+    check_multi();
     return check_summary();
 }
