@@ -10,7 +10,7 @@
 #include "cli.h"
 
 #define MAX_SPECS 48
-#define MAX_ROWS (2 * MAX_SPECS) /* each spec, and a W8A8 row after an 8-bit one */
+#define MAX_ROWS (3 * MAX_SPECS) /* each spec, a W8A8 row after an 8-bit one, an int8-activation row */
 #define MAX_KV 8
 #define SMALL_ROWS 256 /* the random matrix that is quantized once, then tiled */
 #define COLS 4096
@@ -20,6 +20,7 @@ typedef struct item {
     char name[96];
     lb_qspec spec;
     lb_format act; /* W8A8 activations, or LB_FMT_FP32 */
+    lb_format decode_act; /* "+decode-act=int8": lb_runner_options.decode_act */
     int stored;    /* --decode-specs "stored": the file's tensors as stored (ggml blocks read in place);
                       2 for "stored-fp32": the same values held as fp32 copies */
 } item;

@@ -10,6 +10,7 @@
 #include "bench.h"
 #include "kernel/qmat.h"
 #include "kernel/readbw.h"
+#include "kernel/qdot8.h"
 #include "kernel/w8a8.h"
 #include "util/clock.h"
 #include "util/cpu.h"
@@ -166,11 +167,13 @@ static int tile_matrix(const lb__qmat *small, double target, tiled *t)
 typedef struct product {
     const lb__qmat *m;
     const lb__w8a8 *a8; /* non-NULL: the W8A8 product on m */
+    int act8;           /* 1: the int8-activation decode kernels (qdot8.h) */
 } product;
 
 static lb_status run_product(const product *p, const float *x, float *y, int threads)
 {
-    return p->a8 ? lb__w8a8_matmul(p->a8, x, 1, 0.0f, y, threads) : lb__qmat_matmul(p->m, x, 1, y, threads);
+    if (p->a8) return lb__w8a8_matmul(p->a8, x, 1, 0.0f, y, threads);
+    return p->act8 ? lb__qmat_matmul_act8(p->m, x, 1, y, threads, lb_isa_active()) : lb__qmat_matmul(p->m, x, 1, y, threads);
 }
 
 /* Best of reps full passes, after one untimed pass (first-touch, caches);
@@ -200,7 +203,7 @@ static size_t rows_to_time(const product *p, const float *x, float *y, const opt
 {
     lb__qmat probe = *p->m;
     lb__w8a8 a8 = p->a8 ? *p->a8 : (lb__w8a8){0};
-    product pp = {&probe, p->a8 ? &a8 : NULL};
+    product pp = {&probe, p->a8 ? &a8 : NULL, p->act8};
     a8.m = &probe;
     probe.rows = (p->m->rows / 16 + SMALL_ROWS - 1) / SMALL_ROWS * SMALL_ROWS; /* a sixteenth, in whole tiles */
     if (probe.rows > p->m->rows) probe.rows = p->m->rows;
@@ -220,12 +223,12 @@ static lb_status measure_row(const product *p, const char *name, const item *it,
 {
     memset(row, 0, sizeof *row);
     snprintf(row->name, sizeof row->name, "%s", name);
-    row->plain = !p->a8 && cli_is_plain_float(&it->spec);
+    row->plain = !p->a8 && !p->act8 && cli_is_plain_float(&it->spec);
     row->element = it->spec.element;
     lb_status st = LB_OK;
     lb__qmat view = *p->m;
     lb__w8a8 a8 = p->a8 ? *p->a8 : (lb__w8a8){0};
-    product pv = {&view, p->a8 ? &a8 : NULL};
+    product pv = {&view, p->a8 ? &a8 : NULL, p->act8};
     a8.m = &view;
     if (min_bytes > 0) { /* the beyond-L3 rows: maybe fewer rows for a slow kernel */
         view.rows = rows_to_time(p, x, y, o, min_bytes, &st);
@@ -249,14 +252,15 @@ static lb_format w8a8_act(const lb_qspec *s)
     return s->element == LB_FMT_INT8 || s->element == LB_FMT_FP8_E4M3 ? s->element : LB_FMT_FP32;
 }
 
-/* One size class (beyond L3, or in L3) of one spec, with its W8A8 row. */
+/* One size class (beyond L3, or in L3) of one spec, with its W8A8 row
+ * and its int8-activation row where the kernels take the spec. */
 static lb_status measure_size(const lb__qmat *small, const item *it, double target, int reps, double min_bytes,
                               const float *x, const opts *o, mv_row *rows, size_t *n)
 {
     tiled t;
     if (tile_matrix(small, target, &t) != 0) return LB_ERR_NOMEM;
     float *y = malloc(t.m.rows * sizeof *y);
-    product p = {&t.m, NULL};
+    product p = {&t.m, NULL, 0};
     lb_status st = y ? measure_row(&p, it->name, it, x, y, o, reps, min_bytes, &rows[(*n)++]) : LB_ERR_NOMEM;
     lb_format act = w8a8_act(&it->spec);
     if (st == LB_OK && act != LB_FMT_FP32) {
@@ -269,6 +273,12 @@ static lb_status measure_size(const lb__qmat *small, const item *it, double targ
             st = measure_row(&p, name, it, x, y, o, reps, min_bytes, &rows[(*n)++]);
             lb__w8a8_free(&k);
         }
+    }
+    if (st == LB_OK && lb__qdot8_supported(&t.m)) {
+        char name[128];
+        snprintf(name, sizeof name, "%s +act int8", it->name);
+        product p8 = {&t.m, NULL, 1};
+        st = measure_row(&p8, name, it, x, y, o, reps, min_bytes, &rows[(*n)++]);
     }
     free(y);
     tiled_free(&t);
@@ -327,7 +337,7 @@ typedef struct model_ctx {
 static lb_status new_runner(const model_ctx *c, const item *it, lb_format kv, size_t ctx, lb_runner **out)
 {
     lb_runner_options ro = {.threads = c->o->threads, .attn = &it->spec, .mlp = &it->spec, .embed = &it->spec,
-                            .max_ctx = (uint32_t)ctx, .act = it->act, .kv = kv};
+                            .max_ctx = (uint32_t)ctx, .act = it->act, .kv = kv, .decode_act = it->decode_act};
     if (it->stored) /* no spec: every weight as the file stores it; fake: as fp32 copies */
         ro.attn = ro.mlp = ro.embed = NULL, ro.fake = it->stored == 2;
     return lb_runner_new(c->m, &ro, out);

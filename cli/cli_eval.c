@@ -38,6 +38,14 @@ int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cl
         a->weights_only = 1;
         return 1;
     }
+    if (strcmp(o, "--decode-act") == 0) {
+        if (!v || (strcmp(v, "int8") != 0 && strcmp(v, "exact") != 0))
+            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--decode-act takes int8 (activations rounded to "
+                            "int8 per block of 32, integer dot products) or exact, not '%s'", v ? v : ""), -1;
+        a->decode_act = strcmp(v, "int8") == 0 ? LB_FMT_INT8 : LB_FMT_FP32;
+        *i += 1;
+        return 1;
+    }
     if (!slot) slot = strcmp(o, "--kv") == 0 ? &a->kv : strcmp(o, "--act") == 0 ? &a->act
                       : strcmp(o, "--calib") == 0 ? &a->calib : NULL;
     int threads = strcmp(o, "--threads") == 0, calib_tokens = strcmp(o, "--calib-tokens") == 0;
@@ -206,7 +214,7 @@ static int recipe_runner(const char *cmd, int json, const cli_eval_args *a, cli_
     if (a->qmodel_only) return EXIT_OK;
     cli_progress_ctx loading = {cmd, "loading layer", NULL};
     lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .fake = a->fake,
-                           .progress = cli_progress_fn, .progress_ctx = &loading};
+                           .progress = cli_progress_fn, .progress_ctx = &loading, .decode_act = a->decode_act};
     st = lb_runner_from_qmodel(e->qmodel, &o, &e->runner);
     if (st != LB_OK) return cli_fail_lb(cmd, json, st == LB_ERR_ARG || st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
     return EXIT_OK;
@@ -236,7 +244,7 @@ static int checkpoint_runner(const char *cmd, int json, const cli_eval_args *a, 
     checkpoint_mode = a->weights_only ? 2 : 1;
     cli_progress_ctx loading = {cmd, "loading layer", NULL};
     lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .progress = cli_progress_fn,
-                           .progress_ctx = &loading};
+                           .progress_ctx = &loading, .decode_act = a->decode_act};
     st = lb_runner_from_qmodel(e->qmodel, &o, &e->runner);
     return st == LB_OK ? EXIT_OK : cli_fail_lb(cmd, json, EXIT_RUNTIME, st);
 }
@@ -260,7 +268,7 @@ int cli_eval_runner(const char *cmd, int json, const cli_eval_args *a, cli_eval_
     lb_qspec attn, mlp, embed, head;
     cli_progress_ctx loading = {cmd, "loading layer", NULL};
     lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .fake = a->fake,
-                           .progress = cli_progress_fn, .progress_ctx = &loading};
+                           .progress = cli_progress_fn, .progress_ctx = &loading, .decode_act = a->decode_act};
     rc = parse_spec(cmd, json, a->spec_attn ? a->spec_attn : a->spec, &attn, &o.attn);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_mlp ? a->spec_mlp : a->spec, &mlp, &o.mlp);
     if (rc == EXIT_OK) rc = parse_spec(cmd, json, a->spec_embed, &embed, &o.embed);
@@ -379,10 +387,11 @@ void cli_eval_print_memory(FILE *out, const lb_runner *r, int json)
     if (json) {
         fprintf(out, ", \"memory\": {\"weights_bytes\": %llu, \"weights_fp32_bytes\": %llu, \"other_bytes\": %llu, "
                "\"kv_cache_bytes\": %llu, \"packed_matrices\": %llu, \"fp32_matrices\": %llu, \"rss_bytes\": %llu, "
-               "\"rss_peak_bytes\": %llu}",
+               "\"rss_peak_bytes\": %llu, \"decode_act\": \"%s\", \"int8_act_matrices\": %llu}",
                (unsigned long long)m.weights, (unsigned long long)m.weights_fp32, (unsigned long long)m.other,
                (unsigned long long)m.kv_cache, (unsigned long long)m.packed_matrices,
-               (unsigned long long)m.fp32_matrices, rss, peak);
+               (unsigned long long)m.fp32_matrices, rss, peak, m.decode_act == LB_FMT_INT8 ? "int8" : "exact",
+               (unsigned long long)m.int8_act_matrices);
         return;
     }
     const double mib = 1024.0 * 1024.0;
@@ -390,6 +399,11 @@ void cli_eval_print_memory(FILE *out, const lb_runner *r, int json)
            "other %.1f MiB, KV cache %.1f MiB; resident now %.1f MiB (peak %.1f)\n",
            m.weights / mib, (unsigned long long)m.packed_matrices, (unsigned long long)m.fp32_matrices,
            m.weights_fp32 / mib, m.other / mib, m.kv_cache / mib, rss / mib, peak / mib);
+    if (m.decode_act == LB_FMT_INT8) /* what the mode reached: a GGUF's ggml blocks and fp32 copies stay exact */
+        fprintf(out, "decode activations: int8 on %llu of %llu matrices (the rest exact: %s)\n",
+                (unsigned long long)m.int8_act_matrices, (unsigned long long)(m.packed_matrices + m.fp32_matrices),
+                m.int8_act_matrices == m.packed_matrices + m.fp32_matrices ? "none"
+                : "fp32 copies, ggml blocks and formats other than int4/uint4/fp4/int8 with a fitting block");
 }
 
 void cli_eval_print_saturation(const char *cmd, FILE *out, const lb_runner *r, const cli_eval_args *a, int json)
@@ -465,7 +479,7 @@ static int gguf_runner(const char *cmd, int json, const cli_eval_args *a, cli_ev
     if (rc != EXIT_OK || a->qmodel_only) return rc;
     cli_progress_ctx loading = {cmd, "loading layer", NULL};
     lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .progress = cli_progress_fn,
-                           .progress_ctx = &loading};
+                           .progress_ctx = &loading, .decode_act = a->decode_act};
     st = lb_runner_from_qmodel(e->qmodel, &o, &e->runner);
     if (st != LB_OK) return cli_fail_lb(cmd, json, st == LB_ERR_ARG || st == LB_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME, st);
     return EXIT_OK;
@@ -532,6 +546,7 @@ cli_eval_args cli_eval_base_args(const cli_eval_args *ea)
     b.spec = b.spec_attn = b.spec_mlp = b.spec_embed = b.spec_head = NULL;
     b.kv = b.act = b.calib = NULL;
     b.fake = b.weights_only = 0, b.calib_tokens = 0;
+    b.decode_act = LB_FMT_FP32; /* the base is exact */
     memset(&b.recipe, 0, sizeof b.recipe);
     memset(&b.gguf, 0, sizeof b.gguf);
     return b;
@@ -540,7 +555,7 @@ cli_eval_args cli_eval_base_args(const cli_eval_args *ea)
 int cli_eval_compares(const cli_eval_args *ea)
 {
     return ea->spec || ea->spec_attn || ea->spec_mlp || ea->spec_embed || ea->spec_head || ea->kv || ea->act ||
-           cli_recipe_given(&ea->recipe) || ea->gguf.given;
+           ea->decode_act != LB_FMT_FP32 || cli_recipe_given(&ea->recipe) || ea->gguf.given;
 }
 
 void cli_eval_close(cli_eval_model *e)

@@ -28,6 +28,7 @@ typedef struct cli_eval_args {
                                quantization) */
     int qmodel_only;        /* cli_eval_runner stops at the qmodel of a recipe or --type (no runner) */
     int calib_used;         /* the command uses --calib itself (no "unused" note) */
+    lb_format decode_act;   /* --decode-act int8|exact: LB_FMT_INT8 or LB_FMT_FP32 (lb_runner_options.decode_act) */
     cli_gguf_args gguf;     /* --type T and llama-quantize's options: the weights as lowbit quantize --format
                                gguf writes them (--rule P=X with X a ggml type joins them) */
 } cli_eval_args;
@@ -42,7 +43,7 @@ typedef struct cli_eval_model {
 
 /* Takes the shared options (--spec, --spec-attn, --spec-mlp,
  * --spec-embed, --spec-head, --tokenizer, --threads, --fake, --kv, --act,
- * --calib, --calib-tokens, --quiet, and the recipe options of
+ * --decode-act, --calib, --calib-tokens, --quiet, and the recipe options of
  * cli_recipe.h: --scheme, --recipe, --rule, --keep) at argv[*i]; 1 if it did (and moved *i), 0 if
  * argv[*i] is not one of them, -1 (reported) on a bad value. */
 int cli_eval_option(const char *cmd, int json, int argc, char **argv, int *i, cli_eval_args *a);
@@ -93,7 +94,10 @@ int cli_parse_window(const char *cmd, int json, int argc, char **argv, int *i, u
     "token (W8A8: needs int8 or fp8_e4m3 weights, channel or tensor scale); --calib FILE\n"            \
     "[--calib-tokens N] fixes static activation scales from that text instead. --kv FORMAT\n"          \
     "stores the KV cache as fp32 (default), bf16, fp16, fp8_e4m3, fp8_e5m2, int8 or int4\n"            \
-    "(the last four with a scale per token and head). --threads N: N threads (0, the\n"            \
+    "(the last four with a scale per token and head). --decode-act int8 rounds the input of\n"     \
+    "every product on packed 4-bit (int4, uint4, fp4) or int8 weights to int8 per block of 32\n"  \
+    "and sums integer products (faster; README, \"Decode modes\"); exact (the default) does not.\n" \
+    "--threads N: N threads (0, the\n"                                                              \
     "default: one per CPU; at most 64). Progress goes to stderr (a line every few seconds\n"    \
     "when it is not a terminal); --quiet or LOWBIT_QUIET=1 turns it off.\n"
 

@@ -55,7 +55,7 @@ int cli_eval_method_runner(const char *cmd, int json, const cli_eval_args *a, co
     /* --calib without --act is the method's text alone: no static scales */
     cli_eval_args fa = *a;
     if (!a->act) fa.calib = NULL, fa.calib_tokens = 0;
-    lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .fake = a->fake};
+    lb_runner_options o = {.threads = a->threads, .max_ctx = a->max_ctx, .fake = a->fake, .decode_act = a->decode_act};
     int rc = cli_eval_formats(cmd, json, &fa, &o);
     if (rc == EXIT_OK && o.ggml_act)
         rc = cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--act ggml is for GGUF types, not compare --method rows");

@@ -33,8 +33,10 @@ static const char usage[] =
     "                  mxfp8_e4m3,mxfp6_e2m3,mxfp4,nvfp4); fp32, bf16, fp16 are plain (no scale).\n"
     "                  fp32 and bf16 are added as baselines when absent.\n"
     "--decode-specs    model specs (default fp32,bf16,fp8_e4m3:channel,int8:channel,int4:g32,mxfp4,\n"
-    "                  nvfp4,int8:channel+act=int8,fp8_e4m3:channel+act=fp8_e4m3); SPEC+act=FORMAT\n"
-    "                  adds W8A8 activations (int8 or fp8_e4m3). bf16 is added when absent.\n"
+    "                  nvfp4,int8:channel+act=int8,fp8_e4m3:channel+act=fp8_e4m3, and int8:channel,\n"
+    "                  int4:g32, mxfp4, nvfp4 +decode-act=int8); SPEC+act=FORMAT adds W8A8\n"
+    "                  activations (int8 or fp8_e4m3); SPEC+decode-act=int8 the int8 decode mode\n"
+    "                  (lowbit generate --decode-act int8). bf16 is added when absent.\n"
     "                  \"stored\": the model's weights as the file stores them (a GGUF's ggml\n"
     "                  blocks read in place); \"stored-fp32\": the same values as fp32 copies.\n"
     "--kv LIST         KV cache formats (default fp32,bf16,fp16,fp8_e4m3,fp8_e5m2,int8,int4)\n"
@@ -46,7 +48,8 @@ static const char usage[] =
 static const char *const default_specs = "fp32,bf16,fp16,fp8_e4m3:channel,fp8_e5m2:channel,fp8_e4m3:g32,int8:channel,"
                                          "int8:g32,int4:channel,int4:g32,int4:g128:affine,mxfp8_e4m3,mxfp6_e2m3,mxfp4,nvfp4";
 static const char *const default_decode = "fp32,bf16,fp8_e4m3:channel,int8:channel,int4:g32,mxfp4,nvfp4,"
-                                          "int8:channel+act=int8,fp8_e4m3:channel+act=fp8_e4m3";
+                                          "int8:channel+act=int8,fp8_e4m3:channel+act=fp8_e4m3,int8:channel+decode-act=int8,"
+                                          "int4:g32+decode-act=int8,mxfp4+decode-act=int8,nvfp4+decode-act=int8";
 static const char *const default_kv = "fp32,bf16,fp16,fp8_e4m3,fp8_e5m2,int8,int4";
 static const char *const default_model = ".cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -59,8 +62,16 @@ static int parse_item(const char *text, int allow_act, int json, item *it)
     char base[96];
     snprintf(it->name, sizeof it->name, "%s", text);
     snprintf(base, sizeof base, "%s", strcmp(text, "f32") == 0 ? "fp32" : text);
-    it->act = LB_FMT_FP32;
+    it->act = it->decode_act = LB_FMT_FP32;
     it->stored = 0;
+    char *dact = strstr(base, "+decode-act=");
+    if (dact) {
+        if (!allow_act || strcmp(dact + 12, "int8") != 0)
+            return cli_fail("bench", json, EXIT_USAGE, "bad_argument", "'%s': +decode-act= takes int8%s", text,
+                            allow_act ? " (at the end)" : ", and only in --decode-specs");
+        it->decode_act = LB_FMT_INT8;
+        *dact = '\0';
+    }
     if (allow_act && (strcmp(base, "stored") == 0 || strcmp(base, "stored-fp32") == 0)) {
         it->stored = strcmp(base, "stored") == 0 ? 1 : 2;
         it->spec = (lb_qspec){.element = LB_FMT_FP32, .granularity = LB_GRAN_TENSOR, .scale_format = LB_FMT_FP32};
@@ -99,7 +110,7 @@ static int parse_list(const char *opt, const char *text, int allow_act, int json
 
 int bench_is_plain_of(const item *it, lb_format f)
 {
-    return !it->stored && it->act == LB_FMT_FP32 && cli_is_plain_float(&it->spec) && it->spec.element == f;
+    return !it->stored && it->act == LB_FMT_FP32 && it->decode_act == LB_FMT_FP32 && cli_is_plain_float(&it->spec) && it->spec.element == f;
 }
 
 /* The baselines every speedup divides by, put first (in the order given)

@@ -17,7 +17,7 @@
 static const char usage[] =
     "usage: lowbit compare MODEL --text FILE --spec SPEC[,SPEC...] [--spec-embed SPEC] [--spec-head SPEC]\n"
     "                     [--ctx 512] [--chunks N] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
-    "                     [--kv FORMAT] [--tokenizer FILE] [--threads N] [--tmpdir DIR] [--plot] [--json] [--quiet]\n"
+    "                     [--kv FORMAT] [--decode-act int8|exact] [--tokenizer FILE] [--threads N] [--tmpdir DIR] [--plot] [--json] [--quiet]\n"
     "                     [--method M[,M...] [--alpha A|search] [--damp D] [--block B] [--actorder] [--gptq-scales S] --calib FILE\n"
     "                      [--calib-seqs N] [--calib-len L]]\n\n"
     "For each spec, applied to the attention and MLP projections (and the embedding\n"

@@ -13,7 +13,7 @@
 static const char usage[] =
     "usage: lowbit eval MODEL --task NAME --data PATH [--task NAME --data PATH]... [--limit N]\n"
     "                  [--shots K [--shots-from PATH]] [--mmlu-form letters|cloze] [--labels FILE] [--seed N]\n"
-    "                  [--vs QUANT | --spec S | --scheme S | --recipe FILE | --type T | ...] [--resamples R]\n"
+    "                  [--vs QUANT | --spec S | --scheme S | --recipe FILE | --type T | ...] [--decode-act int8|exact] [--resamples R]\n"
     "                  [--max-tokens N] [--stop STR] [--chat] [--items FILE] [--base-items FILE] [--ctx 512] [--chunks N] [--tokenizer FILE] [--threads N] [--force] [--json] [--quiet]\n\n"
     "Scores MODEL on benchmarks by log-likelihood (zero-shot unless --shots): each choice's\n"
     "continuation given its context, joined by a space, as lm-evaluation-harness scores it.\n"

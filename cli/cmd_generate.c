@@ -10,7 +10,7 @@
 static const char usage[] =
     "usage: lowbit generate MODEL -p|--prompt PROMPT [-n 128] [--temp 0] [--seed 1] [--spec SPEC]\n"
     "                      [--spec-attn SPEC] [--spec-mlp SPEC] [--spec-embed SPEC] [--spec-head SPEC]\n"
-    "                      [--fake] [--act int8|fp8_e4m3|ggml [--calib FILE [--calib-tokens N]]] [--kv FORMAT]\n"
+    "                      [--fake] [--act int8|fp8_e4m3|ggml [--calib FILE [--calib-tokens N]]] [--kv FORMAT] [--decode-act int8|exact]\n"
     "                      [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
     "                      [--method rtn|smoothquant|awq|gptq|awq+gptq [--alpha A|search] [--damp D] [--block B]\n"
     "                       [--actorder] [--gptq-scales mse|minmax] --calib FILE [--calib-seqs N] [--calib-len L]]\n"

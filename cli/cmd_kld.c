@@ -8,8 +8,8 @@
 
 static const char usage[] =
     "usage: lowbit kld BASE [QUANT] --text FILE [--spec SPEC] [--spec-attn|--spec-mlp|--spec-embed|--spec-head SPEC]\n"
-    "                 [--save-base FILE | --base FILE] [--save-tokens FILE] [--fake] [--act int8|fp8_e4m3|ggml [--calib FILE [--calib-tokens N]]]\n"
-    "                 [--kv FORMAT] [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
+    "                 [--save-base FILE | --base FILE | --base-exact] [--save-tokens FILE] [--fake] [--act int8|fp8_e4m3|ggml [--calib FILE [--calib-tokens N]]]\n"
+    "                 [--kv FORMAT] [--decode-act int8|exact] [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
     "                 [--method rtn|smoothquant|awq|gptq|awq+gptq [--alpha A|search] [--damp D] [--block B] [--actorder]\n"
     "                  [--gptq-scales mse|minmax]\n"
     "                  --calib FILE [--calib-seqs N] [--calib-len L]]\n"
@@ -26,7 +26,9 @@ static const char usage[] =
     "quantized under --spec (and the options below). --save-base stores the base model's\n"
     "distributions (16 bits per log-probability) so later runs can skip the base\n"
     "model with --base FILE (then BASE only provides the tokenizer, and QUANT or\n"
-    "--spec the model to measure). The base always runs as stored, fp32 KV cache.\n"
+    "--spec the model to measure). The base always runs as stored, fp32 KV cache,\n"
+    "except with --base-exact: then it is the same quantized model computed with exact\n"
+    "activations, and the quant adds --decode-act int8 (that mode's own cost).\n"
     "--save-tokens writes every scored token's window, position, KLD and both NLLs\n"
     "(tab-separated text after a '#' header line): two runs on the same windows then\n"
     "compare token by token, as paired samples. Neither file is written over an\n"
@@ -34,7 +36,7 @@ static const char usage[] =
 
 static int run(int argc, char **argv)
 {
-    int json = 0, force = 0;
+    int json = 0, force = 0, base_exact = 0;
     const char *paths[2] = {NULL, NULL}, *text = NULL, *save = NULL, *load = NULL, *save_tokens = NULL;
     int n_paths = 0;
     cli_eval_args ea = {0};
@@ -46,6 +48,7 @@ static int run(int argc, char **argv)
             if (r < 0) return EXIT_USAGE;
         } else if (strcmp(argv[i], "--json") == 0) json = 1;
         else if (strcmp(argv[i], "--force") == 0) force = 1;
+        else if (strcmp(argv[i], "--base-exact") == 0) base_exact = 1;
         else if (strcmp(argv[i], "--text") == 0 && i + 1 < argc) text = argv[++i];
         else if (strcmp(argv[i], "--save-base") == 0 && i + 1 < argc) save = argv[++i];
         else if (strcmp(argv[i], "--base") == 0 && i + 1 < argc) load = argv[++i];
@@ -56,6 +59,9 @@ static int run(int argc, char **argv)
     }
     if (!paths[0] || !text) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "need BASE and --text FILE\n%s", usage);
     if (save && load) return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "--save-base and --base exclude each other");
+    if (base_exact && (ea.decode_act != LB_FMT_INT8 || paths[1] || load))
+        return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "--base-exact measures --decode-act int8 against the "
+                        "same model computed exactly: it needs --decode-act int8, and neither QUANT nor --base FILE");
     if (!paths[1] && !cli_eval_compares(&ea))
         return cli_fail("kld", json, EXIT_USAGE, "bad_argument", "nothing to compare: give QUANT, --spec, --scheme, "
                         "--recipe, --rule, --kv, --act or --type");
@@ -75,8 +81,10 @@ static int run(int argc, char **argv)
     if (rc != EXIT_OK) return rc;
     if (save) cli_note_leftovers("kld", save);
     if (save_tokens) cli_note_leftovers("kld", save_tokens);
-    /* the base: the model as stored, unless its distributions come from a file */
+    /* the base: the model as stored, unless its distributions come from a
+     * file; --base-exact: the same quantized model, exact activations */
     cli_eval_args base_args = cli_eval_base_args(&ea);
+    if (base_exact) base_args = ea, base_args.decode_act = LB_FMT_FP32;
     cli_eval_model base, quant = {0};
     rc = cli_eval_open("kld", json, paths[0], &base_args, 0, &base);
     if (rc != EXIT_OK) return rc;

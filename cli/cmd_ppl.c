@@ -8,7 +8,7 @@
 static const char usage[] =
     "usage: lowbit ppl MODEL --text FILE [--ctx 512] [--chunks N] [--spec SPEC] [--spec-attn SPEC]\n"
     "                 [--spec-mlp SPEC] [--spec-embed SPEC] [--spec-head SPEC] [--tokenizer FILE]\n"
-    "                 [--fake] [--act int8|fp8_e4m3|ggml [--calib FILE [--calib-tokens N]]] [--kv FORMAT]\n"
+    "                 [--fake] [--act int8|fp8_e4m3|ggml [--calib FILE [--calib-tokens N]]] [--kv FORMAT] [--decode-act int8|exact]\n"
     "                 [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
     "                 [--method rtn|smoothquant|awq|gptq|awq+gptq [--alpha A|search] [--damp D] [--block B] [--actorder]\n"
     "                  [--gptq-scales mse|minmax]\n"

@@ -18,7 +18,7 @@
 static const char usage[] =
     "usage: lowbit sensitivity MODEL --text FILE (--spec S | --scheme S | --recipe FILE | --rule P=SPEC... |\n"
     "                          --type T [GGUF options]) [--unit tensor,layer,class] [--proxy-text FILE]\n"
-    "                          [--method M --calib FILE ...] [--kv fp8 --calib FILE] [--ctx 512] [--chunks N]\n"
+    "                          [--method M --calib FILE ...] [--kv fp8 --calib FILE] [--decode-act int8|exact] [--ctx 512] [--chunks N]\n"
     "                          [--top N] [--plot] [--tokenizer FILE] [--threads N] [--json] [--quiet]\n\n"
     "Quantizes one unit at a time as the options say (the rest as stored) and measures\n"
     "what it costs on the text, as lowbit kld would for a recipe quantizing that unit\n"

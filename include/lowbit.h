@@ -696,6 +696,15 @@ typedef struct lb_runner_options {
      * bf16) first, as ggml quantizes it, and decoded back to fp32. The
      * token embedding (a row lookup) is not. Not combinable with act. */
     int ggml_act;
+    /* LB_FMT_INT8: every product on packed weights with 4-bit (int4,
+     * uint4, fp4) or int8 elements quantizes its input to int8 per block
+     * of 32 (scale absmax / 127) and sums the integer products exactly,
+     * on every token, prefill too (so ppl and kld measure what decode
+     * computes): faster decode, slightly rounded activations (README,
+     * "Decode modes"). Other matrices, fp32 copies and a GGUF's ggml
+     * blocks stay exact. 0 (LB_FMT_FP32): exact. Not combinable with
+     * act. */
+    lb_format decode_act;
 } lb_runner_options;
 
 /* Called with each linear layer's input during a forward pass (for
@@ -747,6 +756,8 @@ typedef struct lb_runner_memory {
     uint64_t other;          /* embeddings kept fp32, norms, biases, rotary tables */
     uint64_t kv_cache;       /* the KV cache at its full context, scales included */
     uint64_t packed_matrices, fp32_matrices; /* how many matrices are held each way */
+    lb_format decode_act;    /* options.decode_act as built */
+    uint64_t int8_act_matrices; /* matrices it applies to (packed, of a format its kernels take) */
 } lb_runner_memory;
 LB_API void lb_runner_memory_get(const lb_runner *r, lb_runner_memory *out);
 

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "model/act_sim.h"
+#include "kernel/qdot8.h"
 #include "model/runner_impl.h"
 #include "util/error.h"
 #include "util/parallel.h"
@@ -207,6 +208,8 @@ static lb_status linear_product(lb_runner *r, linear *lin, const float *x, size_
         free(xq);
         return st;
     }
+    if (lin->act8 && !r->calibrating)
+        return lb__qmat_matmul_act8(&lin->q, x, n, y, r->threads, lb_isa_active());
     if (lin->packed) return lb__qmat_matmul(&lin->q, x, n, y, r->threads);
     return lb__matmul(x, n, &lin->f, y, r->threads);
 }
@@ -220,6 +223,26 @@ typedef struct acts {
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
 } acts;
 
+/* Products of one input by k weights (q/k/v, gate/up): with int8 decode
+ * activations on all of them, one call that quantizes the input once and
+ * splits every row over the threads in one parallel section (the same
+ * bits as one call each); else linear_matmul each. */
+static lb_status shared_matmul(lb_runner *r, linear *const *lins, size_t k, const float *x, size_t n, float *const *ys)
+{
+    int shared = !r->calibrating;
+    for (size_t i = 0; i < k && shared; i++)
+        shared = lins[i]->act8 && !lins[i]->n_outliers && !lins[i]->has_out_scale && lins[i]->sim.mode == LB_ACT_NONE &&
+                 lb__qdot8_shares_input(&lins[0]->q, &lins[i]->q);
+    if (shared) {
+        const lb__qmat *ms[3];
+        for (size_t i = 0; i < k; i++) ms[i] = &lins[i]->q;
+        return lb__qmat_matmul_act8_multi(ms, k, x, n, ys, r->threads, lb__qdot8_get(lb_isa_active()));
+    }
+    lb_status st = LB_OK;
+    for (size_t i = 0; i < k && st == LB_OK; i++) st = linear_matmul(r, lins[i], x, n, ys[i]);
+    return st;
+}
+
 static lb_status attention_block(lb_runner *r, size_t li, acts *b, size_t n)
 {
     layer *ly = &r->layers[li];
@@ -227,9 +250,10 @@ static lb_status attention_block(lb_runner *r, size_t li, acts *b, size_t n)
     for (size_t t = 0; t < n; t++) rmsnorm(b->x + t * r->dim, ly->attn_norm, r->dim, r->a.norm_eps, b->xb + t * r->dim);
     float *dst[3] = {b->q, b->k, b->v};
     const float *bias[3] = {ly->q_bias, ly->k_bias, ly->v_bias};
+    linear *qkv[3] = {&ly->w[W_Q], &ly->w[W_K], &ly->w[W_V]};
+    for (int w = W_Q; w <= W_V; w++) hook(r, ly->name[w], b->xb, n, r->dim);
+    if ((st = shared_matmul(r, qkv, 3, b->xb, n, dst)) != LB_OK) return st;
     for (int w = W_Q; w <= W_V; w++) {
-        hook(r, ly->name[w], b->xb, n, r->dim);
-        if ((st = linear_matmul(r, &ly->w[w], b->xb, n, dst[w])) != LB_OK) return st;
         size_t width = ly->w[w].out;
         if (bias[w])
             for (size_t t = 0; t < n; t++)
@@ -263,9 +287,10 @@ static lb_status mlp_block(lb_runner *r, size_t li, acts *b, size_t n)
     lb_status st;
     for (size_t t = 0; t < n; t++) rmsnorm(b->x + t * r->dim, ly->ffn_norm, r->dim, r->a.norm_eps, b->xb + t * r->dim);
     hook(r, ly->name[W_GATE], b->xb, n, r->dim);
-    if ((st = linear_matmul(r, &ly->w[W_GATE], b->xb, n, b->hb)) != LB_OK) return st;
     hook(r, ly->name[W_UP], b->xb, n, r->dim);
-    if ((st = linear_matmul(r, &ly->w[W_UP], b->xb, n, b->hb2)) != LB_OK) return st;
+    linear *gate_up[2] = {&ly->w[W_GATE], &ly->w[W_UP]};
+    float *gu[2] = {b->hb, b->hb2};
+    if ((st = shared_matmul(r, gate_up, 2, b->xb, n, gu)) != LB_OK) return st;
     for (size_t i = 0; i < n * r->hidden; i++) {
         float g = b->hb[i];
         b->hb[i] = g / (1.0f + expf(-g)) * b->hb2[i]; /* silu(gate) * up */

@@ -22,6 +22,7 @@ typedef struct linear {
     lb__packed f;
     lb__qmat q;
     int has_a8;          /* W8A8 on q */
+    int act8;            /* options.decode_act int8 on q (its kernels take it: qdot8.h) */
     lb_format a8_fmt;    /* its activation element: int8 or fp8_e4m3 */
     lb__w8a8 a8;
     lb_qact sim;         /* simulated activation quantization (act_sim.h); mode NONE: none */

@@ -10,6 +10,7 @@
 
 #include "io/arch_support.h"
 #include "model/act_sim.h"
+#include "kernel/qdot8.h"
 #include "model/runner_impl.h"
 #include "util/error.h"
 #include "util/parallel.h"
@@ -119,6 +120,7 @@ static void count_matrix(lb_runner_memory *mem, const linear *lin)
     mem->weights_fp32 += (uint64_t)lin->out * lin->in * sizeof(float);
     if (lin->packed) mem->weights += lin->q.bytes, mem->packed_matrices++;
     else mem->weights += (uint64_t)lin->out * lin->in * sizeof(float), mem->fp32_matrices++;
+    mem->int8_act_matrices += (uint64_t)lin->act8;
     mem->weights += (uint64_t)lin->out * lin->n_outliers * sizeof(float) + lin->n_outliers * sizeof *lin->outliers;
 }
 
@@ -279,6 +281,9 @@ static lb_status load_matrix(const loader *l, const char *name, size_t out, size
     /* only a tensor kept as the file stores it is one ggml would multiply in its type */
     if (st == LB_OK && l->o->ggml_act && !l->calibration && e.state == LB_QSTATE_STORED)
         lin->ggml_act = lb__ggml_act_type(e.tensor->dtype);
+    if (st == LB_OK)
+        lin->act8 = l->o->decode_act == LB_FMT_INT8 && !l->calibration && lin->packed && !lin->has_a8 &&
+                    lb__qdot8_supported(&lin->q);
     if (st == LB_OK) count_matrix(mem, lin);
     return st;
 }
@@ -490,6 +495,14 @@ static lb_status init_kv(const loader *l, lb_runner *r)
 lb_status lb__runner_build_ex(const lb_qmodel *q, const lb_runner_options *o, lb_format legacy_act, int calibration,
                               lb_runner **out)
 {
+    if (o->decode_act != LB_FMT_FP32 && o->decode_act != LB_FMT_INT8)
+        return lb__fail(LB_ERR_ARG, "decode activations %d: int8 or fp32 (exact)", (int)o->decode_act);
+    if (o->decode_act != LB_FMT_FP32 && legacy_act != LB_FMT_FP32)
+        return lb__fail(LB_ERR_ARG, "int8 decode activations (decode_act) and W8A8 activations (act) exclude each "
+                        "other: give one");
+    if (o->decode_act != LB_FMT_FP32 && o->fake)
+        return lb__fail(LB_ERR_ARG, "int8 decode activations compute on packed weights: they do not combine with fake "
+                        "quantization (fp32 copies)");
     const lb_model *m = lb_qmodel_model(q);
     lb_runner *r = calloc(1, sizeof *r);
     if (!r) return lb__fail(LB_ERR_NOMEM, "cannot allocate a runner");
@@ -501,6 +514,7 @@ lb_status lb__runner_build_ex(const lb_qmodel *q, const lb_runner_options *o, lb
     r->opts = *o;
     r->opts.progress = NULL, r->opts.progress_ctx = NULL;
     r->calibration = calibration;
+    r->mem.decode_act = o->decode_act;
     lb_status st = lb__model_runnable(m, r->max_ctx);
     if (st == LB_OK) st = check_arch(r, m);
     if (st == LB_OK) st = check_tensors(&l, r);

@@ -17,7 +17,8 @@ DEFAULT_SPECS = ["fp32", "bf16", "fp16", "fp8_e4m3:channel", "fp8_e5m2:channel",
                  "int8:g32", "int4:channel", "int4:g32", "int4:g128:affine", "mxfp8_e4m3", "mxfp6_e2m3", "mxfp4",
                  "nvfp4"]
 DECODE_SPECS = ["fp32", "bf16", "fp8_e4m3:channel", "int8:channel", "int4:g32", "mxfp4", "nvfp4",
-                "int8:channel+act=int8", "fp8_e4m3:channel+act=fp8_e4m3"]
+                "int8:channel+act=int8", "fp8_e4m3:channel+act=fp8_e4m3", "int8:channel+decode-act=int8",
+                "int4:g32+decode-act=int8", "mxfp4+decode-act=int8", "nvfp4+decode-act=int8"]
 KV = ["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"]
 # Ratios printed with 17 significant digits are recomputed here from the
 # fields they came from: both sides are the same double operations, so the
@@ -61,7 +62,8 @@ def test_quick_json_has_every_spec_and_consistent_figures(quick_json):
     read = d["read"]
     assert read["gbps"] > 0 and read["gbps_1t"] > 0 and read["bytes"] >= 64 << 20 and read["method"]
     mem, l3 = d["matvec"]["rows"], d["matvec_l3"]["rows"]
-    # every default spec, in order, plus the W8A8 rows after their weights
+    # every default spec, in order, plus the W8A8 rows after their weights,
+    # then the int8-activation decode row of each spec its kernels take
     expect = []
     for s in DEFAULT_SPECS:
         expect.append(s)
@@ -69,6 +71,8 @@ def test_quick_json_has_every_spec_and_consistent_figures(quick_json):
             expect.append("w8a8 int8 (int8:channel)")
         if s == "fp8_e4m3:channel":
             expect.append("w8a8 fp8 (fp8_e4m3:channel)")
+        if s in ("int8:channel", "int8:g32", "int4:channel", "int4:g32", "int4:g128:affine", "mxfp4", "nvfp4"):
+            expect.append(s + " +act int8")
     assert [r["spec"] for r in mem] == expect and [r["spec"] for r in l3] == expect
     check_rows(mem, read)
     check_rows(l3)
@@ -93,9 +97,11 @@ def test_quick_text_prints_the_tables():
     lines = out.splitlines()
     heads = [i for i, l in enumerate(lines) if l.startswith("spec ")]
     assert len(heads) == 2, out
-    for h in heads:  # fp32 and bf16 baselines first, then the specs asked for, then W8A8
-        names = [l.split()[0] for l in lines[h + 1:h + 6]]
-        assert names == ["fp32", "bf16", "int4:g32", "int8:channel", "w8a8"], names
+    for h in heads:  # fp32 and bf16 baselines first, then the specs asked for, W8A8, int8 activations
+        names = [" ".join(l.split()[:2]) for l in lines[h + 1:h + 8]]
+        assert [n.split()[0] for n in names] == ["fp32", "bf16", "int4:g32", "int4:g32", "int8:channel", "w8a8",
+                                                 "int8:channel"], names
+        assert names[3] == "int4:g32 +act" and names[6] == "int8:channel +act", names
     assert "cache, not" in out and "Model: skipped" in out
 
 

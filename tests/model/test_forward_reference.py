@@ -54,6 +54,7 @@ class RunnerOptions(ctypes.Structure):
         ("progress", ctypes.c_void_p),  # lb_progress_fn, NULL here
         ("progress_ctx", ctypes.c_void_p),
         ("ggml_act", ctypes.c_int),
+        ("decode_act", ctypes.c_int),  # lb_format: 0 exact, LB_FMT_INT8
     ]
 
 

@@ -122,12 +122,15 @@ class RunnerOptions(ctypes.Structure):
     _fields_ = [("threads", ctypes.c_int), ("attn", ctypes.c_void_p), ("mlp", ctypes.c_void_p),
                 ("embed", ctypes.c_void_p), ("head", ctypes.c_void_p), ("max_ctx", ctypes.c_uint32),
                 ("fake", ctypes.c_int), ("act", ctypes.c_int), ("kv", ctypes.c_int), ("progress", ctypes.c_void_p),
-                ("progress_ctx", ctypes.c_void_p), ("ggml_act", ctypes.c_int)]
+                ("progress_ctx", ctypes.c_void_p), ("ggml_act", ctypes.c_int),
+                ("decode_act", ctypes.c_int)]
 
 
 class Memory(ctypes.Structure):
+    """lb_runner_memory"""
     _fields_ = [(n, ctypes.c_uint64) for n in ("weights", "weights_fp32", "other", "kv_cache", "packed_matrices",
-                                               "fp32_matrices")]
+                                               "fp32_matrices")] + [("decode_act", ctypes.c_int),
+                                                                    ("int8_act_matrices", ctypes.c_uint64)]
 
 
 lib = ctypes.CDLL(str(BUILD / "liblowbit.so"))
