@@ -241,6 +241,16 @@ static lb_status load_matrix(const loader *l, const char *name, size_t out, size
         st = lb__qmat_from_ggml(e.tensor->dtype, e.tensor->data, out, in, NULL, &lin->q);
         if (st != LB_OK) return lb__fail(st, "%s: %s", name, lb_last_error());
         lin->packed = 1;
+        /* int8 decode activations: Q4_0, Q8_0 and MXFP4 are lowbit formats
+         * in another layout; a copy in lowbit's (the same bytes and values)
+         * runs the int8 kernels, the other types stay as read */
+        lb__qmat lowbit_layout;
+        if (l->o->decode_act == LB_FMT_INT8 && !l->calibration) {
+            st = lb__qmat_repack_ggml(&lin->q, &lowbit_layout);
+            if (st == LB_OK) lin->q = lowbit_layout;
+            else if (st != LB_ERR_UNSUPPORTED) return lb__fail(st, "%s: %s", name, lb_last_error());
+            st = LB_OK;
+        }
     } else if (e.state == LB_QSTATE_QUANTIZED && !l->o->fake && l->calibration != LB__RUNNER_SOURCE) {
         lb_qtensor *qt = NULL;
         st = lb__qmodel_quantized_owned(l->q, i, l->threads, &qt);
@@ -500,6 +510,9 @@ lb_status lb__runner_build_ex(const lb_qmodel *q, const lb_runner_options *o, lb
     if (o->decode_act != LB_FMT_FP32 && legacy_act != LB_FMT_FP32)
         return lb__fail(LB_ERR_ARG, "int8 decode activations (decode_act) and W8A8 activations (act) exclude each "
                         "other: give one");
+    if (o->decode_act != LB_FMT_FP32 && o->ggml_act)
+        return lb__fail(LB_ERR_ARG, "int8 decode activations (decode_act) and llama.cpp's activation rounding "
+                        "(ggml_act) exclude each other: give one");
     if (o->decode_act != LB_FMT_FP32 && o->fake)
         return lb__fail(LB_ERR_ARG, "int8 decode activations compute on packed weights: they do not combine with fake "
                         "quantization (fp32 copies)");

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "io/ggml_quants.h"
 #include "kernel/qdot8.h"
 #include "kernel/qmat.h"
 #include "lowbit.h"
@@ -61,11 +62,10 @@ static uint32_t load_le(const uint8_t *p, int bytes)
     return c;
 }
 
-/* The definition, token by token, row by row. */
-static void reference(const lb_qtensor *qt, const float *x, size_t n, float *y)
+/* The definition, token by token, row by row, on a tensor's public view. */
+static void reference_of(const lb_qtensor_view *vp, const float *x, size_t n, float *y)
 {
-    lb_qtensor_view v;
-    lb_qtensor_view_get(qt, &v);
+    const lb_qtensor_view v = *vp;
     const lb_format ef = v.spec.element;
     const size_t rows = v.rows, cols = v.cols;
     const size_t E = lb_format_get(ef)->bits == 4 ? 8 : 4, G = 16 * E;
@@ -125,6 +125,21 @@ static void reference(const lb_qtensor *qt, const float *x, size_t n, float *y)
     }
     free(q);
     free(d);
+}
+
+static void reference(const lb_qtensor *qt, const float *x, size_t n, float *y)
+{
+    lb_qtensor_view v;
+    lb_qtensor_view_get(qt, &v);
+    reference_of(&v, x, n, y);
+}
+
+/* The same on a matrix built by hand (its spec, codes and scales). */
+static void reference_view(const lb__qmat *m, const float *x, size_t n, float *y)
+{
+    lb_qtensor_view v = {.spec = m->spec, .rows = m->rows, .cols = m->cols, .data = m->data, .row_bytes = m->row_bytes,
+                         .scales = m->scales, .tensor_scale = m->scale_mul};
+    reference_of(&v, x, n, y);
 }
 
 static int same_bits(const float *a, const float *b, size_t n, size_t *at)
@@ -283,6 +298,45 @@ static void check_multi(void)
     free(x);
 }
 
+/* Q4_0, Q8_0 and MXFP4 copied into lowbit's layout: every row's values
+ * are the ggml blocks' to the bit, the int8 kernels take the copy and give
+ * the definition's result on it; other types are left as they are. */
+static void check_repack(void)
+{
+    static const lb_dtype types[] = {LB_DT_Q4_0, LB_DT_Q8_0, LB_DT_MXFP4};
+    const size_t rows = 19, cols = 576;
+    float *w = malloc(rows * cols * sizeof *w), *a = malloc(cols * sizeof *a), *b = malloc(cols * sizeof *b);
+    float x[576], y[19], want[19];
+    for (size_t i = 0; i < rows * cols; i++) w[i] = rand_f();
+    for (size_t i = 0; i < cols; i++) x[i] = rand_f();
+    uint8_t *blocks = malloc(rows * cols * 2);
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        CHECK(lb__ggml_quantize_rows(types[k], w, rows, cols, NULL, blocks) == LB_OK, "quantize %d", (int)types[k]);
+        lb__qmat g, q;
+        CHECK(lb__qmat_from_ggml(types[k], blocks, rows, cols, NULL, &g) == LB_OK, "view");
+        CHECK(lb__qmat_repack_ggml(&g, &q) == LB_OK, "repack %s", lb_dtype_get(types[k])->name);
+        CHECK(q.bytes == g.bytes, "%s: the same bytes (%zu, %zu)", lb_dtype_get(types[k])->name, q.bytes, g.bytes);
+        int same = 1;
+        for (size_t r = 0; r < rows; r++) {
+            lb__qmat_row_f32(&g, r, a);
+            lb__qmat_row_f32(&q, r, b);
+            if (memcmp(a, b, cols * sizeof *a) != 0) same = 0;
+        }
+        CHECK(same, "%s: the repacked rows' values are the blocks'", lb_dtype_get(types[k])->name);
+        CHECK(lb__qdot8_supported(&q), "the int8 kernels take repacked %s", lb_dtype_get(types[k])->name);
+        CHECK(lb__qmat_matmul_act8(&q, x, 1, y, 2, lb_isa_active()) == LB_OK, "product");
+        reference_view(&q, x, 1, want);
+        size_t at = 0;
+        CHECK(same_bits(want, y, rows, &at), "%s: y[%zu]", lb_dtype_get(types[k])->name, at);
+        lb__qmat_free(&q);
+    }
+    lb__qmat g, q;
+    lb__ggml_quantize_rows(LB_DT_Q4_K, w, rows, 512, NULL, blocks);
+    lb__qmat_from_ggml(LB_DT_Q4_K, blocks, rows, 512, NULL, &g);
+    CHECK(lb__qmat_repack_ggml(&g, &q) == LB_ERR_UNSUPPORTED, "Q4_K stays as read (its minima are no zero points)");
+    free(w), free(a), free(b), free(blocks);
+}
+
 int main(void)
 {
     static const char *specs[] = {"int4:g32",     "int4:channel", "int4:g128:affine", "int4:g64",  "int4:g16",
@@ -301,5 +355,6 @@ int main(void)
     check_refused("int4:g48");
     check_nonfinite();
     check_multi();
+    check_repack();
     return check_summary();
 }
