@@ -21,7 +21,6 @@
 
 #include <immintrin.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "kernel/qdot_scales_avx512.h"
 #include "quant/qkernels.h"
@@ -119,9 +118,7 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
     const size_t whole = m->row_bytes / 64 < groups ? m->row_bytes / 64 : groups;
     const __mmask64 tail = _cvtu64_mask64(~0ull >> (64 - (m->row_bytes - whole * 64 ? m->row_bytes - whole * 64 : 64)));
     const size_t pstep = (R * m->row_bytes / groups + 63) / 64 * 64;
-    static int pfmode = -1;
-    if (pfmode < 0) { const char *e = getenv("LB_PF"); pfmode = e ? atoi(e) : 0; }
-    const int short_rows = pfmode == 0 ? m->row_bytes < 4096 : pfmode == 1 ? 0 : pfmode == 2 ? 1 : m->row_bytes < 1024;
+    const int short_rows = m->row_bytes < 4096;
     size_t first = SIZE_MAX;
     for (size_t r = r0; r < r1; r += R) {
         size_t n = r1 - r < R ? r1 - r : R;
