@@ -121,12 +121,29 @@ void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scal
             else for (size_t b = 0; b < nb; b++) w[b] = (w[b] * sm) * f;
         }
         for (size_t b = nb; b < st; b++) w[b] = w[nb - 1];
-        if (!m->zero_points) continue;
+    }
+    if (m->zero_points) lb__qdot8_stage_zero_points(m, r, n, zp);
+}
+
+void lb__qdot8_stage_zero_points(const lb__qmat *m, size_t r, size_t n, int32_t *zp)
+{
+    size_t nb = blocks_of(m), st = lb__qdot8_stage_stride(m);
+    const int nib = element_kind(m->element) == 4, sign = m->element != LB_FMT_UINT4;
+    for (size_t i = 0; i < n; i++) {
         const uint8_t *zrow = m->zero_points + (m->one_scale ? 0 : r + i) * m->zp_row_bytes;
         int32_t *z = zp + i * st;
-        const lb_format_info *e = lb_format_get(m->element);
-        for (size_t b = 0; b < nb; b++) z[b] = lb__qdot_zero_point(e, zrow, b);
-        for (size_t b = nb; b < st; b++) z[b] = z[nb - 1];
+        /* the element format's codes (lowbit.h: two's complement, 4-bit two
+         * per byte low first): decoded here, not through the generic code
+         * loader, which took 5 ms per token on SmolLM2's int4:g128:affine head */
+        if (nib && sign) /* (c ^ 8) - 8 sign-extends a 4-bit code without a branch (a random one per block) */
+            for (size_t b = 0; b < nb; b++) z[b] = (((zrow[b / 2] >> (4 * (b & 1))) & 15) ^ 8) - 8;
+        else if (nib)
+            for (size_t b = 0; b < nb; b++) z[b] = (zrow[b / 2] >> (4 * (b & 1))) & 15;
+        else
+            for (size_t b = 0; b < nb; b++) z[b] = (int8_t)zrow[b];
+        /* none past the last block: lanes there hold no element of the
+         * row (codes 0, lane sums 0), so whatever zero point a kernel loads
+         * for them adds 0 (the pads cost a third of decode on 5-block rows) */
     }
 }
 
@@ -258,6 +275,7 @@ static lb_status act8_rows(void *ctx, size_t r0, size_t r1)
     const act8_job *j = ctx;
     void *scratch = aligned_alloc(64, j->scratch);
     if (!scratch) return lb__fail(LB_ERR_NOMEM, "cannot allocate %zu bytes of kernel scratch", j->scratch);
+    memset(scratch, 0, j->scratch); /* the unstaged zero points past a row's last block read as 0 */
     for (size_t i = 0, first = 0; i < j->k; first += j->m[i]->rows, i++) {
         const lb__qmat *m = j->m[i];
         size_t a = r0 > first ? r0 - first : 0, b = r1 - first < m->rows ? r1 - first : m->rows;
@@ -309,6 +327,8 @@ lb_status lb__qmat_matmul_act8_multi(const lb__qmat *const *ms, size_t k, const 
         size_t srows = q->block_rows > 1 ? (q->rows + q->block_rows - 1) / q->block_rows : q->rows;
         size_t sb = lb_format_bytes(q->scale_format, srows * blocks_of(q));
         for (size_t o = 0; o < sb && o < ((size_t)256 << 10); o += 64) __builtin_prefetch(q->scales + o);
+        size_t zb = q->zero_points ? q->rows * q->zp_row_bytes : 0; /* and the zero points, a stream of their own too */
+        for (size_t o = 0; o < zb && o < ((size_t)64 << 10); o += 64) __builtin_prefetch(q->zero_points + o);
     }
     lb__act8 a;
     lb_status st = act8_stage(m, x, n, set, &a);

@@ -105,9 +105,10 @@ lb_status lb__qmat_matmul_act8_set(const lb__qmat *m, const float *x, size_t n, 
 size_t lb__qdot8_lane_elems(const lb__qmat *m);
 /* Rows whose scales are staged at once (a multiple of every set's rows in flight). */
 #define LB__QDOT8_STAGE_ROWS 32
-/* Floats (and int32s) per staged row: blocks + LB__QDOT8_LANES, the tail
- * repeating the last block, so a kernel may load 16 from any group's
- * first block. */
+/* Floats (and int32s) per staged row: blocks + LB__QDOT8_LANES, so a
+ * kernel may load 16 from any group's first block; the scales' tail
+ * repeats the last block's (a finite scale times a lane sum of 0 adds 0),
+ * the zero points' is not staged (it multiplies codes and sums of 0). */
 size_t lb__qdot8_stage_stride(const lb__qmat *m);
 size_t lb__qdot8_scratch_bytes(const lb__qmat *m);
 /* mw and zp of rows r .. r+n-1 (n <= LB__QDOT8_STAGE_ROWS) into
@@ -117,6 +118,8 @@ size_t lb__qdot8_scratch_bytes(const lb__qmat *m);
 typedef void (*lb__qdot8_scale_fn)(float *w, size_t n, float a, float b);
 void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scale, size_t r, size_t n, float *mw,
                           int32_t *zp);
+/* Only the zero points (affine m), as lb__qdot8_stage_rows stages them. */
+void lb__qdot8_stage_zero_points(const lb__qmat *m, size_t r, size_t n, int32_t *zp);
 /* The first block of group g, and lane l's block relative to it:
  * first + lane_block[l] (the same for every group). */
 size_t lb__qdot8_group_block(const lb__qmat *m, size_t g);

@@ -74,19 +74,19 @@ static void scale_avx512(float *w, size_t n, float a, float b)
 }
 
 /* The weight scales of rows r .. r+n-1: qdot8.c's staging, with the
- * common layout (a row of block scales per row, no zero points) decoded
- * here: all n rows' codes in one pass (qdot_scales_avx512.h, the same
- * values) into the zero-point area, which that layout leaves unused, then
- * copied to the staged rows 16 at a time, times f, without masked stores
- * (those dominated the staging on 18 blocks per row). */
+ * common layout (a row of block scales per row) decoded here: all n rows'
+ * codes in one pass (qdot_scales_avx512.h, the same values) into the
+ * zero-point area, then copied to the staged rows 16 at a time, times f,
+ * without masked stores (those dominated the staging on 18 blocks per
+ * row); the zero points, if any, are staged after. */
 static void stage(const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp)
 {
-    if (m->one_scale || m->block_rows > 1 || m->zero_points || m->blocks <= 1) {
+    if (m->one_scale || m->block_rows > 1 || m->blocks <= 1) {
         lb__qdot8_stage_rows(m, LB_ISA_AVX512, scale_avx512, r, n, mw, zp);
         return;
     }
     const size_t nb = m->blocks, st = lb__qdot8_stage_stride(m);
-    float *tmp = (float *)zp; /* LB__QDOT8_STAGE_ROWS * st floats: room for n * nb + 16 */
+    float *tmp = (float *)zp; /* LB__QDOT8_STAGE_ROWS * st floats: room for n * nb + 16; zero points come after */
     lb__scales_to_f32_avx512(m->scale_format, m->scales + lb_format_bytes(m->scale_format, r * nb), n * nb,
                              m->scale_mul, tmp);
     const __m512 f = _mm512_set1_ps(m->element == LB_FMT_FP4_E2M1 ? 0.5f : 1.0f); /* (s * sm) * f; by 1: exact */
@@ -96,6 +96,23 @@ static void stage(const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp)
         for (size_t b = 0; b < nb; b += 16) _mm512_storeu_ps(w + b, _mm512_mul_ps(_mm512_loadu_ps(t + b), f));
         _mm512_storeu_ps(w + nb, _mm512_mul_ps(_mm512_set1_ps(t[nb - 1]), f));
     }
+    if (m->zero_points) lb__qdot8_stage_zero_points(m, r, n, zp);
+}
+
+/* Batches of rows whose scales are fetched ahead of their staging. */
+#define SCALES_AHEAD 4
+
+/* The scale codes (and zero points) of the staging batch at row r;
+ * prefetches past the matrix are harmless (they never fault). */
+static void prefetch_scales(const lb__qmat *m, size_t r)
+{
+    if (r >= m->rows) return;
+    const char *s = (const char *)m->scales + lb_format_bytes(m->scale_format, r * m->blocks);
+    size_t bytes = lb_format_bytes(m->scale_format, LB__QDOT8_STAGE_ROWS * m->blocks);
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(s + o, _MM_HINT_T0);
+    if (!m->zero_points) return;
+    const char *z = (const char *)m->zero_points + r * m->zp_row_bytes;
+    for (size_t o = 0; o < LB__QDOT8_STAGE_ROWS * m->zp_row_bytes; o += 64) _mm_prefetch(z + o, _MM_HINT_T0);
 }
 
 INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
@@ -120,20 +137,22 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
     const size_t pstep = (R * m->row_bytes / groups + 63) / 64 * 64;
     const int short_rows = m->row_bytes < 4096;
     size_t first = SIZE_MAX;
+    int first_stage = 1;
     for (size_t r = r0; r < r1; r += R) {
         size_t n = r1 - r < R ? r1 - r : R;
         if (first == SIZE_MAX || r + n > first + LB__QDOT8_STAGE_ROWS) {
             first = r;
             size_t k = r1 - r < LB__QDOT8_STAGE_ROWS ? r1 - r : LB__QDOT8_STAGE_ROWS;
+            /* the scale codes and zero points are streams of their own that
+             * the hardware does not fetch ahead (the staging's loads waited
+             * on memory for as long as the dot products took): the batch
+             * SCALES_AHEAD ahead is asked for now, and at a range's start
+             * the ones before it as well */
+            if (!m->one_scale && m->block_rows <= 1 && m->blocks > 1)
+                for (size_t ahead_b = first_stage ? 1 : SCALES_AHEAD; ahead_b <= SCALES_AHEAD; ahead_b++)
+                    prefetch_scales(m, r + ahead_b * LB__QDOT8_STAGE_ROWS);
+            first_stage = 0;
             stage(m, r, k, mw, zp);
-            /* the next batch's scale codes: a stream of their own that the
-             * hardware does not fetch ahead (the staging's loads waited on
-             * memory for as long as the dot products took) */
-            if (!m->one_scale && m->block_rows <= 1 && m->blocks > 1) {
-                const char *next = (const char *)m->scales + lb_format_bytes(m->scale_format, (r + k) * m->blocks);
-                size_t bytes = lb_format_bytes(m->scale_format, LB__QDOT8_STAGE_ROWS * m->blocks);
-                for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
-            }
         }
         const uint8_t *row[RMAX];
         const float *mwp[RMAX];

@@ -71,8 +71,6 @@ void lb__qdot_stage_scales(const lb__qmat *m, const lb__qdot_plan *p, lb_isa isa
 /* Scale code i of format f (a scale format) as the format layer decodes
  * it, NaN for codes that are NaN (qdot_scalar.c). */
 float lb__qdot_scale_value(lb_format f, const uint8_t *codes, size_t i);
-/* Zero point b of a row of zero points (element format e's bulk layout). */
-int lb__qdot_zero_point(const lb_format_info *e, const uint8_t *zrow, size_t b);
 
 /* Row r's chunk c (c >= the last chunk that may be loaded in place) copied
  * into buf[64] with every element at or past cols as code 0. */

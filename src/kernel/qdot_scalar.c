@@ -163,7 +163,7 @@ void lb__qdot_stage_x(const lb__qdot_plan *p, const float *x, size_t nx, size_t 
     }
 }
 
-int lb__qdot_zero_point(const lb_format_info *e, const uint8_t *zrow, size_t b)
+static int zero_point_at(const lb_format_info *e, const uint8_t *zrow, size_t b)
 {
     uint32_t c = lb__load_code(e, zrow, b);
     if (e->sign_bits && (c >> (e->bits - 1))) return (int)c - (1 << e->bits);
@@ -242,7 +242,7 @@ void lb__qdot_stage_scales(const lb__qmat *m, const lb__qdot_plan *p, lb_isa isa
     if (!p->affine) return;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *zrow = m->zero_points + (m->one_scale ? 0 : r + i) * m->zp_row_bytes;
-        for (size_t b = 0; b < nb; b++) p->zp[i * nb + b] = (float)lb__qdot_zero_point(p->e, zrow, b);
+        for (size_t b = 0; b < nb; b++) p->zp[i * nb + b] = (float)zero_point_at(p->e, zrow, b);
     }
 }
 
@@ -311,7 +311,7 @@ static void row_values(const lb__qmat *m, const lb__qdot_plan *p, size_t r, floa
         }
         if (p->affine) {
             const uint8_t *zrow = m->zero_points + (m->one_scale ? 0 : r) * m->zp_row_bytes;
-            for (size_t b = 0; b < nb; b++) p->zp[b] = (float)lb__qdot_zero_point(e, zrow, b);
+            for (size_t b = 0; b < nb; b++) p->zp[b] = (float)zero_point_at(e, zrow, b);
         }
     }
     for (size_t k = 0; k < p->xstride; k++) {
