@@ -101,7 +101,7 @@ def gguf_section(bd, llb, files, rounds, title):
             rows = bench_decode(bd, f, ["stored", "stored+int8"], 3, 128)
             ex.append(rows["stored"][1])
             i8.append(rows["stored+int8"][1])
-        reach = {"Q8_0": "all", "Q4_0": "all (Q6_K head as int8:g16)", "MXFP4": "all",
+        reach = {"Q8_0": "all", "Q4_0": "all", "MXFP4": "all",
                  "Q4_K_M": "Q5_0, Q6_K, Q8_0 (Q4_K stays exact)"}[t]
         l, e, i = statistics.median(ll), statistics.median(ex), statistics.median(i8)
         print(f"| {t} | {f.stat().st_size / 2**20:.1f} | {l:.1f} | {e:.1f} | {i:.1f} | {i / l:.2f} | {reach} |",
