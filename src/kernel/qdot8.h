@@ -124,6 +124,38 @@ void lb__qdot8_stage_zero_points(const lb__qmat *m, size_t r, size_t n, int32_t 
  * first + lane_block[l] (the same for every group). */
 size_t lb__qdot8_group_block(const lb__qmat *m, size_t g);
 void lb__qdot8_lane_blocks(const lb__qmat *m, int32_t lane_block[LB__QDOT8_LANES]);
+/* Where a kernel finds things in its matrix (every set computes them alike):
+ * group g's first block is g * gmul / gdiv (one of them 1; 0 for a single
+ * block); the first `whole` groups of a row lie inside it, the one after
+ * (if any) ends early. */
+typedef struct lb__qdot8_geom {
+    size_t gmul, gdiv, whole;
+} lb__qdot8_geom;
+static inline lb__qdot8_geom lb__qdot8_geometry(const lb__qmat *m, size_t groups, size_t G)
+{
+    lb__qdot8_geom g;
+    const int one = m->blocks <= 1 || m->one_scale;
+    g.gmul = one ? 0 : m->block < G ? G / m->block : 1;
+    g.gdiv = one || m->block < G ? 1 : m->block / G;
+    g.whole = m->row_bytes / 64 < groups ? m->row_bytes / 64 : groups;
+    return g;
+}
+
+/* Row i (< R) of the row group at r with n real rows: its codes, staged
+ * scales and zero points (rows past n repeat the last; their sums are
+ * dropped). first: the staged batch's first row. */
+static inline void lb__qdot8_row_ptrs(const lb__qmat *m, size_t r, size_t n, size_t R, size_t first, size_t st,
+                                      const float *mw, const int32_t *zp, const uint8_t **row, const float **mwp,
+                                      const int32_t **zpp)
+{
+    for (size_t i = 0; i < R; i++) {
+        size_t k = i < n ? i : n - 1;
+        row[i] = m->data + (r + k) * m->row_bytes;
+        mwp[i] = mw + (r - first + k) * st;
+        zpp[i] = zp + (r - first + k) * st;
+    }
+}
+
 /* The 16 values u + off of the 4-bit codes (lb__qdot8_set.offset). */
 void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16]);
 

@@ -15,6 +15,7 @@
  * Rows in flight: 4 (2 for three or four tokens, so the sums stay in the
  * 32 registers). */
 #include "kernel/qdot8.h"
+#include "kernel/qdot8_instances.h"
 #include "kernel/w8a8_kernels.h"
 
 #if defined(__x86_64__)
@@ -129,10 +130,8 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
     lb__qdot8_nibble_table(m->element, vnni_offset(m->element), lut16);
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut16));
     const __m512i low4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
-    /* group g's first block: g * gmul / gdiv (one of them 1), 0 for one block */
-    const int one = m->blocks <= 1 || m->one_scale;
-    const size_t gmul = one ? 0 : m->block < G ? G / m->block : 1, gdiv = one || m->block < G ? 1 : m->block / G;
-    const size_t whole = m->row_bytes / 64 < groups ? m->row_bytes / 64 : groups;
+    const lb__qdot8_geom geo = lb__qdot8_geometry(m, groups, G);
+    const size_t gmul = geo.gmul, gdiv = geo.gdiv, whole = geo.whole;
     const __mmask64 tail = _cvtu64_mask64(~0ull >> (64 - (m->row_bytes - whole * 64 ? m->row_bytes - whole * 64 : 64)));
     const size_t pstep = (R * m->row_bytes / groups + 63) / 64 * 64;
     const int short_rows = m->row_bytes < 4096;
@@ -157,13 +156,7 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
         const uint8_t *row[RMAX];
         const float *mwp[RMAX];
         const int32_t *zpp[RMAX];
-        _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < R; i++) {
-            size_t k = i < n ? i : n - 1; /* rows past n repeat the last; their sums are dropped */
-            row[i] = m->data + (r + k) * m->row_bytes;
-            mwp[i] = mw + (r - first + k) * st;
-            zpp[i] = zp + (r - first + k) * st;
-        }
+        lb__qdot8_row_ptrs(m, r, n, R, first, st, mw, zp, row, mwp, zpp);
         __m512 acc[RMAX][LB__QDOT_MAX_NX];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++)
@@ -217,25 +210,7 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
     }
 }
 
-#define INST(NIB, AFF, NX)                                                                                         \
-    static void run_##NIB##_##AFF##_##NX(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t r0, size_t r1, \
-                                         float *y, size_t ldy, void *scratch)                                    \
-    {                                                                                                             \
-        run(m, a, t0, NX, r0, r1, y, ldy, scratch, NIB, AFF);                                                     \
-    }
-#define INST4(NIB, AFF) INST(NIB, AFF, 1) INST(NIB, AFF, 2) INST(NIB, AFF, 3) INST(NIB, AFF, 4)
-INST4(0, 0) INST4(0, 1) INST4(1, 0) INST4(1, 1)
-
-typedef void (*run_fn)(const lb__qmat *, const lb__act8 *, size_t, size_t, size_t, float *, size_t, void *);
-#define ROW(NIB, AFF) {run_##NIB##_##AFF##_1, run_##NIB##_##AFF##_2, run_##NIB##_##AFF##_3, run_##NIB##_##AFF##_4}
-static const run_fn runs[2][2][LB__QDOT_MAX_NX] = {{ROW(0, 0), ROW(0, 1)}, {ROW(1, 0), ROW(1, 1)}};
-
-static void rows_vnni(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
-                      size_t ldy, void *scratch)
-{
-    if (r0 >= r1 || nx == 0) return;
-    runs[lb__qdot8_lane_elems(m) == 8][m->zero_points != NULL][nx - 1](m, a, t0, r0, r1, y, ldy, scratch);
-}
+LB__QDOT8_ROWS_FN(rows_vnni)
 
 const lb__qdot8_set lb__qdot8_vnni_set = {"avx512-vnni", vnni_offset, rows_vnni, &lb__w8a8_avx512_ops};
 

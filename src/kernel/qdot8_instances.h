@@ -1,0 +1,33 @@
+/* The instantiations every int8-activation kernel set makes of its
+ * run(m, a, t0, nx, r0, r1, y, ldy, scratch, nib, affine): one function
+ * per (4-bit or 8-bit elements, affine or not, tokens 1..4), so every
+ * branch on them folds away, and the set's rows() that picks one.
+ * Included by qdot8_{vnni,avx2,neon}.c after their run(). */
+#ifndef LB_KERNEL_QDOT8_INSTANCES_H
+#define LB_KERNEL_QDOT8_INSTANCES_H
+
+#define LB__QDOT8_INST(NIB, AFF, NX)                                                                               \
+    static void run_##NIB##_##AFF##_##NX(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t r0, size_t r1, \
+                                         float *y, size_t ldy, void *scratch)                                    \
+    {                                                                                                             \
+        run(m, a, t0, NX, r0, r1, y, ldy, scratch, NIB, AFF);                                                     \
+    }
+#define LB__QDOT8_INST4(NIB, AFF)                                                                                \
+    LB__QDOT8_INST(NIB, AFF, 1) LB__QDOT8_INST(NIB, AFF, 2) LB__QDOT8_INST(NIB, AFF, 3) LB__QDOT8_INST(NIB, AFF, 4)
+#define LB__QDOT8_ROW(NIB, AFF) \
+    {run_##NIB##_##AFF##_1, run_##NIB##_##AFF##_2, run_##NIB##_##AFF##_3, run_##NIB##_##AFF##_4}
+
+/* Defines static void NAME(...), an lb__qdot8_fn over the instances. */
+#define LB__QDOT8_ROWS_FN(NAME)                                                                                   \
+    LB__QDOT8_INST4(0, 0) LB__QDOT8_INST4(0, 1) LB__QDOT8_INST4(1, 0) LB__QDOT8_INST4(1, 1)                       \
+    static void NAME(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y, \
+                     size_t ldy, void *scratch)                                                                   \
+    {                                                                                                             \
+        typedef void (*run_fn)(const lb__qmat *, const lb__act8 *, size_t, size_t, size_t, float *, size_t, void *); \
+        static const run_fn runs[2][2][LB__QDOT_MAX_NX] = {{LB__QDOT8_ROW(0, 0), LB__QDOT8_ROW(0, 1)},           \
+                                                           {LB__QDOT8_ROW(1, 0), LB__QDOT8_ROW(1, 1)}};          \
+        if (r0 >= r1 || nx == 0) return;                                                                          \
+        runs[lb__qdot8_lane_elems(m) == 8][m->zero_points != NULL][nx - 1](m, a, t0, r0, r1, y, ldy, scratch);   \
+    }
+
+#endif
