@@ -239,13 +239,37 @@ static void rows_scalar(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t 
     }
 }
 
-static int no_offset(lb_format element)
+int lb__qdot8_no_offset(lb_format element)
 {
     (void)element;
     return 0;
 }
 
-const lb__qdot8_set lb__qdot8_scalar_set = {"scalar", no_offset, rows_scalar, &lb__w8a8_scalar_ops};
+int lb__qdot8_nibble_offset(lb_format element)
+{
+    switch (element) {
+    case LB_FMT_INT4: return 8;        /* -8 .. 7 -> 0 .. 15 */
+    case LB_FMT_FP4_E2M1: return 12;   /* twice E2M1, -12 .. 12 -> 0 .. 24 */
+    case LB_FMT_UINT4:                 /* unsigned already */
+    case LB_FMT_INT8:                  /* not 4-bit: a set says what it does with int8 */
+    case LB_FMT_FP32:
+    case LB_FMT_BF16:
+    case LB_FMT_FP16:
+    case LB_FMT_FP8_E4M3:
+    case LB_FMT_FP8_E5M2:
+    case LB_FMT_FP8_E4M3FNUZ:
+    case LB_FMT_FP8_E5M2FNUZ:
+    case LB_FMT_FP6_E2M3:
+    case LB_FMT_FP6_E3M2:
+    case LB_FMT_UINT8:
+    case LB_FMT_E8M0:
+    case LB_FMT_UE4M3:
+    case LB_FMT_COUNT: return 0;
+    }
+    return 0;
+}
+
+const lb__qdot8_set lb__qdot8_scalar_set = {"scalar", lb__qdot8_no_offset, rows_scalar, &lb__w8a8_scalar_ops};
 
 const lb__qdot8_set *lb__qdot8_get(lb_isa isa)
 {

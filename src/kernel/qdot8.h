@@ -156,6 +156,12 @@ static inline void lb__qdot8_row_ptrs(const lb__qmat *m, size_t r, size_t n, siz
     }
 }
 
+/* Offsets (lb__qdot8_set.offset): none; or the one that makes a 4-bit
+ * value u + off unsigned for a byte multiply of unsigned by signed (int4
+ * 8, fp4 12, else 0). */
+int lb__qdot8_no_offset(lb_format element);
+int lb__qdot8_nibble_offset(lb_format element);
+
 /* The 16 values u + off of the 4-bit codes (lb__qdot8_set.offset). */
 void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16]);
 

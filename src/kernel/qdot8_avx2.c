@@ -28,30 +28,6 @@
 #define INL static inline __attribute__((always_inline))
 #define RMAX 4
 
-static int avx2_offset(lb_format element)
-{
-    switch (element) {
-    case LB_FMT_INT4: return 8;
-    case LB_FMT_FP4_E2M1: return 12;
-    case LB_FMT_INT8: /* signed, by vpsignb */
-    case LB_FMT_UINT4:
-    case LB_FMT_FP32:
-    case LB_FMT_BF16:
-    case LB_FMT_FP16:
-    case LB_FMT_FP8_E4M3:
-    case LB_FMT_FP8_E5M2:
-    case LB_FMT_FP8_E4M3FNUZ:
-    case LB_FMT_FP8_E5M2FNUZ:
-    case LB_FMT_FP6_E2M3:
-    case LB_FMT_FP6_E3M2:
-    case LB_FMT_UINT8:
-    case LB_FMT_E8M0:
-    case LB_FMT_UE4M3:
-    case LB_FMT_COUNT: return 0;
-    }
-    return 0;
-}
-
 static void scale_avx2(float *w, size_t n, float a, float b)
 {
     const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
@@ -73,7 +49,7 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
     const __m256i idx0 = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)lb), _mm256_set1_epi32(lb[0]));
     const __m256i idx1 = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(lb + 8)), _mm256_set1_epi32(lb[8]));
     uint8_t lut16[16];
-    lb__qdot8_nibble_table(m->element, avx2_offset(m->element), lut16);
+    lb__qdot8_nibble_table(m->element, lb__qdot8_nibble_offset(m->element), lut16);
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lut16));
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const lb__qdot8_geom geo = lb__qdot8_geometry(m, groups, G);
@@ -157,13 +133,9 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
 
 LB__QDOT8_ROWS_FN(rows_avx2)
 
-const lb__qdot8_set lb__qdot8_avx2_set = {"avx2", avx2_offset, rows_avx2, &lb__w8a8_avx2_ops};
+/* int8 stays signed (vpsignb): only 4-bit values take an offset */
+const lb__qdot8_set lb__qdot8_avx2_set = {"avx2", lb__qdot8_nibble_offset, rows_avx2, &lb__w8a8_avx2_ops};
 
 #else
-static int avx2_offset(lb_format element)
-{
-    (void)element;
-    return 0;
-}
-const lb__qdot8_set lb__qdot8_avx2_set = {"avx2", avx2_offset, NULL, &lb__w8a8_avx2_ops};
+const lb__qdot8_set lb__qdot8_avx2_set = {"avx2", lb__qdot8_no_offset, NULL, &lb__w8a8_avx2_ops};
 #endif

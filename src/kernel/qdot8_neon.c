@@ -24,12 +24,6 @@
 #define INL static inline __attribute__((always_inline))
 #define RMAX 4
 
-static int neon_offset(lb_format element)
-{
-    (void)element;
-    return 0;
-}
-
 /* Sums of four consecutive byte products: lanes of u . x (+ v . z). */
 INL int32x4_t dot4(int8x16_t u, int8x16_t x, int8x16_t v, int8x16_t z, const int two)
 {
@@ -139,13 +133,8 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
 
 LB__QDOT8_ROWS_FN(rows_neon)
 
-const lb__qdot8_set lb__qdot8_neon_set = {"neon", neon_offset, rows_neon, &lb__w8a8_neon_ops};
+const lb__qdot8_set lb__qdot8_neon_set = {"neon", lb__qdot8_no_offset, rows_neon, &lb__w8a8_neon_ops};
 
 #else
-static int neon_offset(lb_format element)
-{
-    (void)element;
-    return 0;
-}
-const lb__qdot8_set lb__qdot8_neon_set = {"neon", neon_offset, NULL, &lb__w8a8_neon_ops};
+const lb__qdot8_set lb__qdot8_neon_set = {"neon", lb__qdot8_no_offset, NULL, &lb__w8a8_neon_ops};
 #endif

@@ -29,29 +29,8 @@
 #define INL static inline __attribute__((always_inline))
 #define RMAX 4
 
-static int vnni_offset(lb_format element)
-{
-    switch (element) {
-    case LB_FMT_INT4: return 8;
-    case LB_FMT_FP4_E2M1: return 12;
-    case LB_FMT_INT8: return 128;
-    case LB_FMT_UINT4:
-    case LB_FMT_FP32:
-    case LB_FMT_BF16:
-    case LB_FMT_FP16:
-    case LB_FMT_FP8_E4M3:
-    case LB_FMT_FP8_E5M2:
-    case LB_FMT_FP8_E4M3FNUZ:
-    case LB_FMT_FP8_E5M2FNUZ:
-    case LB_FMT_FP6_E2M3:
-    case LB_FMT_FP6_E3M2:
-    case LB_FMT_UINT8:
-    case LB_FMT_E8M0:
-    case LB_FMT_UE4M3:
-    case LB_FMT_COUNT: return 0;
-    }
-    return 0;
-}
+/* int8 codes xor 0x80 are the unsigned operand: + 128 */
+static int vnni_offset(lb_format element) { return element == LB_FMT_INT8 ? 128 : lb__qdot8_nibble_offset(element); }
 
 /* Rows of a few hundred bytes end before the hardware prefetchers ramp
  * up: each group step also fetches its share of the rows two row groups
@@ -215,10 +194,5 @@ LB__QDOT8_ROWS_FN(rows_vnni)
 const lb__qdot8_set lb__qdot8_vnni_set = {"avx512-vnni", vnni_offset, rows_vnni, &lb__w8a8_avx512_ops};
 
 #else
-static int vnni_offset(lb_format element)
-{
-    (void)element;
-    return 0;
-}
-const lb__qdot8_set lb__qdot8_vnni_set = {"avx512-vnni", vnni_offset, NULL, &lb__w8a8_avx512_ops};
+const lb__qdot8_set lb__qdot8_vnni_set = {"avx512-vnni", lb__qdot8_no_offset, NULL, &lb__w8a8_avx512_ops};
 #endif
