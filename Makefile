@@ -219,8 +219,9 @@ cross-aarch64:
 test-aarch64: cross-aarch64
 	@for t in $(AARCH64_UNIT); do echo "== $$t (qemu-aarch64)"; LOWBIT_UNDER_QEMU=1 $(AARCH64_QEMU) $$t || exit 1; done
 	@# the int8-activation kernels' sdot path (Armv8.2 dot product), which the baseline build leaves out
-	$(MAKE) BUILD=$(AARCH64_BUILD)-dotprod CC=$(AARCH64_CC) CFLAGS="-Werror -march=armv8.2-a+dotprod" $(AARCH64_BUILD)-dotprod/tests/test_qdot8
+	$(MAKE) BUILD=$(AARCH64_BUILD)-dotprod CC=$(AARCH64_CC) CFLAGS="-Werror -march=armv8.2-a+dotprod" $(AARCH64_BUILD)-dotprod/tests/test_qdot8 $(AARCH64_BUILD)-dotprod/tests/test_qdot8k
 	LOWBIT_UNDER_QEMU=1 $(AARCH64_QEMU) -cpu max $(AARCH64_BUILD)-dotprod/tests/test_qdot8
+	LOWBIT_UNDER_QEMU=1 $(AARCH64_QEMU) -cpu max $(AARCH64_BUILD)-dotprod/tests/test_qdot8k
 
 bench:
 	@$(MAKE) -s all $(BENCH_BIN) $(VENV)/.ready $(SMOLLM2) >&2

@@ -50,7 +50,8 @@ static size_t blocks_of(const lb__qmat *m) { return m->blocks ? m->blocks : 1; }
 
 int lb__qdot8_supported(const lb__qmat *m)
 {
-    if (m->ggml_block || m->plain || !element_kind(m->element)) return 0;
+    if (m->ggml_block) return lb__qdot8k_type(m->ggml) && m->cols % 256 == 0;
+    if (m->plain || !element_kind(m->element)) return 0;
     const lb_format_info *sf = lb_format_get(m->scale_format);
     if (!sf || !(m->scale_format == LB_FMT_FP32 || m->scale_format == LB_FMT_BF16 || m->scale_format == LB_FMT_FP16 ||
                  m->scale_format == LB_FMT_E8M0 || m->scale_format == LB_FMT_UE4M3))
@@ -269,7 +270,8 @@ int lb__qdot8_nibble_offset(lb_format element)
     return 0;
 }
 
-const lb__qdot8_set lb__qdot8_scalar_set = {"scalar", lb__qdot8_no_offset, rows_scalar, &lb__w8a8_scalar_ops};
+const lb__qdot8_set lb__qdot8_scalar_set = {"scalar", lb__qdot8_no_offset, rows_scalar, lb__qdot8k_rows_scalar,
+                                            &lb__w8a8_scalar_ops};
 
 const lb__qdot8_set *lb__qdot8_get(lb_isa isa)
 {
@@ -306,7 +308,8 @@ static lb_status act8_rows(void *ctx, size_t r0, size_t r1)
         if (r1 <= first || a >= b) continue;
         for (size_t t = 0; t < j->a->n; t += LB__QDOT_MAX_NX) {
             size_t nx = j->a->n - t < LB__QDOT_MAX_NX ? j->a->n - t : LB__QDOT_MAX_NX;
-            j->set->rows(m, j->a, t, nx, a, b, j->y[i] + t * m->rows, m->rows, scratch);
+            (m->ggml_block ? j->set->krows : j->set->rows)(m, j->a, t, nx, a, b, j->y[i] + t * m->rows, m->rows,
+                                                           scratch);
         }
     }
     free(scratch);
@@ -315,8 +318,9 @@ static lb_status act8_rows(void *ctx, size_t r0, size_t r1)
 
 int lb__qdot8_shares_input(const lb__qmat *a, const lb__qmat *b)
 {
-    return lb__qdot8_supported(a) && lb__qdot8_supported(b) && a->cols == b->cols &&
-           lb__qdot8_lane_elems(a) == lb__qdot8_lane_elems(b) && a->element == b->element &&
+    if (!lb__qdot8_supported(a) || !lb__qdot8_supported(b) || a->cols != b->cols) return 0;
+    if (a->ggml_block || b->ggml_block) return a->ggml_block && b->ggml_block; /* one staging for every K-quant */
+    return lb__qdot8_lane_elems(a) == lb__qdot8_lane_elems(b) && a->element == b->element &&
            (a->zero_points != NULL) == (b->zero_points != NULL);
 }
 
@@ -347,7 +351,7 @@ lb_status lb__qmat_matmul_act8_multi(const lb__qmat *const *ms, size_t k, const 
      * asked for now, they arrive while the activations are quantized */
     for (size_t i = 0; i < k; i++) {
         const lb__qmat *q = ms[i];
-        if (q->one_scale) continue;
+        if (q->one_scale || q->ggml_block) continue; /* a K-quant's scales lie in its rows */
         size_t srows = q->block_rows > 1 ? (q->rows + q->block_rows - 1) / q->block_rows : q->rows;
         size_t sb = lb_format_bytes(q->scale_format, srows * blocks_of(q));
         for (size_t o = 0; o < sb && o < ((size_t)256 << 10); o += 64) __builtin_prefetch(q->scales + o);
@@ -355,7 +359,7 @@ lb_status lb__qmat_matmul_act8_multi(const lb__qmat *const *ms, size_t k, const 
         for (size_t o = 0; o < zb && o < ((size_t)64 << 10); o += 64) __builtin_prefetch(q->zero_points + o);
     }
     lb__act8 a;
-    lb_status st = act8_stage(m, x, n, set, &a);
+    lb_status st = m->ggml_block ? lb__qdot8k_stage(m, x, n, set, &a) : act8_stage(m, x, n, set, &a);
     if (st != LB_OK) return st;
     act8_job j = {.m = ms, .k = k, .a = &a, .y = ys, .set = set, .scratch = (scratch + 63) / 64 * 64};
     st = lb__parallel_for(rows, 16, lb__threads_for(threads, bytes * n), act8_rows, &j);

@@ -28,7 +28,23 @@
  *   - 16 partial sums p[l] start at +0; for g in increasing order:
  *     p[l] = fma((float)P(g,l), s(g,l), p[l]). The dot is lb__sum16f(p).
  * A token with a NaN or infinite activation cannot be quantized: callers
- * (lb__qmat_matmul_act8) run such calls on the exact kernels instead. */
+ * (lb__qmat_matmul_act8) run such calls on the exact kernels instead.
+ *
+ * ggml's K-quants with mins, Q4_K and Q5_K, are read in place (a copy in
+ * lowbit's layout would need a float min per block: 6 bits a weight
+ * instead of 4.5). A row is super-blocks of 256 (io/ggml_blocks.h): d,
+ * dmin (fp16), eight 6-bit sc_j and m_j, and unsigned codes u (4 bits; Q5_K
+ * a fifth from qh), w = (d * sc_j) u - dmin * m_j on sub-block j of 32,
+ * which is activation block 8s + j of super-block s. So with the exact
+ * int32 sums P = sum q u and S_j = sum q over activation block j:
+ *   - e_j = d_j * (float)S_j (fp32);
+ *   - 16 partials p start at +0; for s, then h = 0, 1 (qs bytes 64h ..
+ *     64h + 63), then n = 0, 1 (low, high nibbles): lane l's P sums the 4
+ *     products of bytes 64h + 4l .. 64h + 4l + 3, nibble n, all in sub-block
+ *     j = 4h + 2 (l >= 8) + n: p[l] = fma((float)P, d_{8s+j} * (d * sc_j), p[l])
+ *     (d * sc_j is exact in fp32);
+ *   - 8 partials mp start at +0; for s: mp[j] = fma(e_{8s+j}, dmin * m_j, mp[j]);
+ *   - the dot is lb__sum16f(p) - lb__qdot8k_sum8(mp). */
 #ifndef LB_KERNEL_QDOT8_H
 #define LB_KERNEL_QDOT8_H
 
@@ -59,6 +75,7 @@ typedef struct lb__act8 {
     int8_t *q;
     int32_t *cxs, *xs;
     float *d;
+    float *e; /* K-quants: [t * cols / 32 + j], e_j; NULL otherwise */
     void *buf;
 } lb__act8;
 
@@ -69,6 +86,7 @@ typedef struct lb__qdot8_set {
     const char *name;
     int (*offset)(lb_format element); /* the c of cxs for this set's weight operand */
     lb__qdot8_fn rows;                /* nx <= 4 tokens; NULL where the build lacks the set */
+    lb__qdot8_fn krows;               /* the same for the K-quants (lb__qdot8k_rows_scalar where none) */
     /* whose quant_i8 quantizes an activation block (w8a8.h's per-token
      * int8 quantizer, static scale 0: every set gives the same codes) */
     const struct lb__w8a8_ops *quant;
@@ -164,5 +182,45 @@ int lb__qdot8_nibble_offset(lb_format element);
 
 /* The 16 values u + off of the 4-bit codes (lb__qdot8_set.offset). */
 void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16]);
+
+/* ---- the K-quants (Q4_K, Q5_K) ---- */
+
+/* Staged for a K-quant matrix: q in groups of 128 with the low-nibble
+ * elements of its two 64-element chunks first (e = 64c + 32n + k at
+ * 64n + 32c + k: a 64-byte load of qs meets its codes); d per lane,
+ * [t * lanes + (2 g + n) * 16 + l] for group g (cols / 4 lanes); e. */
+lb_status lb__qdot8k_stage(const lb__qmat *m, const float *x, size_t n, const lb__qdot8_set *set, lb__act8 *a);
+void lb__qdot8k_rows_scalar(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
+                            size_t ldy, void *scratch);
+/* The sets' (qdot8k_{vnni,avx2,neon}.c; defined where the build has the set). */
+void lb__qdot8k_rows_vnni(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
+                          size_t ldy, void *scratch);
+void lb__qdot8k_rows_avx2(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
+                          size_t ldy, void *scratch);
+void lb__qdot8k_rows_neon(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
+                          size_t ldy, void *scratch);
+/* 1 for the ggml types above, else 0. */
+int lb__qdot8k_type(lb_dtype t);
+
+static inline float lb__qdot8k_sum8(const float s[8])
+{
+    float t[4];
+    for (int i = 0; i < 4; i++) t[i] = s[i] + s[i + 4];
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+/* The eight 6-bit scales and mins of 12 packed bytes (io/ggml_blocks.h),
+ * as the bytes of two little-endian words: sc_j is byte j of *sc. */
+static inline void lb__qdot8k_scale_min(const uint8_t s[12], uint64_t *sc, uint64_t *mn)
+{
+    uint32_t a0 = (uint32_t)s[0] | (uint32_t)s[1] << 8 | (uint32_t)s[2] << 16 | (uint32_t)s[3] << 24;
+    uint32_t a1 = (uint32_t)s[4] | (uint32_t)s[5] << 8 | (uint32_t)s[6] << 16 | (uint32_t)s[7] << 24;
+    uint32_t a2 = (uint32_t)s[8] | (uint32_t)s[9] << 8 | (uint32_t)s[10] << 16 | (uint32_t)s[11] << 24;
+    /* j >= 4: the low nibble from byte j + 4, bits 4-5 from bits 6-7 of byte j - 4 (sc) or j (m) */
+    uint32_t sc_hi = (a2 & 0x0F0F0F0Fu) | ((a0 >> 2) & 0x30303030u);
+    uint32_t mn_hi = ((a2 >> 4) & 0x0F0F0F0Fu) | ((a1 >> 2) & 0x30303030u);
+    *sc = (uint64_t)(a0 & 0x3F3F3F3Fu) | (uint64_t)sc_hi << 32;
+    *mn = (uint64_t)(a1 & 0x3F3F3F3Fu) | (uint64_t)mn_hi << 32;
+}
 
 #endif

@@ -30,4 +30,26 @@
         runs[lb__qdot8_lane_elems(m) == 8][m->zero_points != NULL][nx - 1](m, a, t0, r0, r1, y, ldy, scratch);   \
     }
 
+/* The K-quant kernels' krun(m, a, t0, nx, r0, r1, y, ldy, five): one per
+ * (Q4_K or Q5_K, tokens 1..4), and NAME, the lb__qdot8_fn over them. */
+#define LB__QDOT8K_INST(FIVE, NX)                                                                                   \
+    static void krun_##FIVE##_##NX(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t r0, size_t r1, float *y, \
+                                   size_t ldy)                                                                      \
+    {                                                                                                               \
+        krun(m, a, t0, NX, r0, r1, y, ldy, FIVE);                                                                   \
+    }
+#define LB__QDOT8K_ROWS_FN(NAME)                                                                                    \
+    LB__QDOT8K_INST(0, 1) LB__QDOT8K_INST(0, 2) LB__QDOT8K_INST(0, 3) LB__QDOT8K_INST(0, 4)                         \
+    LB__QDOT8K_INST(1, 1) LB__QDOT8K_INST(1, 2) LB__QDOT8K_INST(1, 3) LB__QDOT8K_INST(1, 4)                         \
+    void NAME(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y, size_t ldy, \
+              void *scratch)                                                                                        \
+    {                                                                                                               \
+        typedef void (*run_fn)(const lb__qmat *, const lb__act8 *, size_t, size_t, size_t, float *, size_t);         \
+        static const run_fn runs[2][LB__QDOT_MAX_NX] = {{krun_0_1, krun_0_2, krun_0_3, krun_0_4},                  \
+                                                        {krun_1_1, krun_1_2, krun_1_3, krun_1_4}};                 \
+        (void)scratch;                                                                                              \
+        if (r0 >= r1 || nx == 0) return;                                                                            \
+        runs[m->ggml == LB_DT_Q5_K][nx - 1](m, a, t0, r0, r1, y, ldy);                                              \
+    }
+
 #endif

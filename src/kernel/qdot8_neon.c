@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "io/ggml_blocks.h"
 #include "quant/qkernels.h"
 
 #define INL static inline __attribute__((always_inline))
@@ -133,8 +134,80 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
 
 LB__QDOT8_ROWS_FN(rows_neon)
 
-const lb__qdot8_set lb__qdot8_neon_set = {"neon", lb__qdot8_no_offset, rows_neon, &lb__w8a8_neon_ops};
+/* ggml's Q4_K and Q5_K in place (qdot8.h's K-quant sums): a quarter q of
+ * half h's 64 code bytes is lanes 4q .. 4q + 3, chunk 2h + q / 2, whose
+ * low (high) nibbles are sub-block 4h + 2(q / 2) (+ 1); codes at most 31
+ * are signed bytes as they are. */
+INL void krun(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+              size_t ldy, const int five)
+{
+    const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1;
+    const size_t nsb = m->cols / 256, nblk = m->cols / 32, bb = m->ggml_block_bytes, qs_at = five ? 48 : 16;
+    const uint8x16_t low4 = vdupq_n_u8(0x0F), sixteen = vdupq_n_u8(16);
+    for (size_t r = r0; r < r1; r += R) {
+        size_t rn = r1 - r < R ? r1 - r : R;
+        const uint8_t *row[RMAX];
+        for (size_t i = 0; i < R; i++) row[i] = m->data + (r + (i < rn ? i : rn - 1)) * m->row_bytes;
+        float32x4_t acc[RMAX][LB__QDOT_MAX_NX][4], macc[RMAX][LB__QDOT_MAX_NX][2];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) {
+                for (size_t k = 0; k < 4; k++) acc[i][t][k] = vdupq_n_f32(0.0f);
+                macc[i][t][0] = macc[i][t][1] = vdupq_n_f32(0.0f);
+            }
+        for (size_t s = 0; s < nsb; s++) {
+            _Pragma("GCC unroll 8")
+            for (size_t i = 0; i < R; i++) {
+                const uint8_t *b = row[i] + s * bb, *qs = b + qs_at;
+                uint64_t sc, mn;
+                lb__qdot8k_scale_min(b + 4, &sc, &mn);
+                const float d = lb__fp16_to_f32(lb__le16(b)), dmin = lb__fp16_to_f32(lb__le16(b + 2));
+                float dsc[8], dmn[8];
+                for (size_t j = 0; j < 8; j++)
+                    dsc[j] = d * (float)((sc >> (8 * j)) & 63), dmn[j] = dmin * (float)((mn >> (8 * j)) & 63);
+                _Pragma("GCC unroll 8")
+                for (size_t t = 0; t < nx; t++) {
+                    const float *e = a->e + (t0 + t) * nblk + 8 * s;
+                    macc[i][t][0] = vfmaq_f32(macc[i][t][0], vld1q_f32(e), vld1q_f32(dmn));
+                    macc[i][t][1] = vfmaq_f32(macc[i][t][1], vld1q_f32(e + 4), vld1q_f32(dmn + 4));
+                }
+                for (size_t h = 0; h < 2; h++)
+                    _Pragma("GCC unroll 2")
+                    for (size_t n = 0; n < 2; n++)
+                        _Pragma("GCC unroll 4")
+                        for (size_t k = 0; k < 4; k++) {
+                            const size_t j = 4 * h + 2 * (k / 2) + n, g = 2 * s + h;
+                            const uint8x16_t wb = vld1q_u8(qs + 64 * h + 16 * k);
+                            uint8x16_t u = n ? vshrq_n_u8(wb, 4) : vandq_u8(wb, low4);
+                            if (five)
+                                u = vaddq_u8(u, vandq_u8(vtstq_u8(vld1q_u8(b + 16 + 16 * (k % 2)), vdupq_n_u8((uint8_t)(1u << j))),
+                                                         sixteen));
+                            _Pragma("GCC unroll 8")
+                            for (size_t t = 0; t < nx; t++) {
+                                const int8_t *q = a->q + (t0 + t) * a->stride + g * 128 + n * 64 + 16 * k;
+                                const float32x4_t dl = vld1q_f32(a->d + (t0 + t) * a->lanes + (2 * g + n) * 16 + 4 * k);
+                                int32x4_t p = dot4(vreinterpretq_s8_u8(u), vld1q_s8(q), vreinterpretq_s8_u8(u), vld1q_s8(q), 0);
+                                acc[i][t][k] = vfmaq_f32(acc[i][t][k], vcvtq_f32_s32(p), vmulq_n_f32(dl, dsc[j]));
+                            }
+                        }
+            }
+        }
+        for (size_t i = 0; i < rn; i++)
+            for (size_t t = 0; t < nx; t++) {
+                float s16[16], s8[8];
+                for (size_t k = 0; k < 4; k++) vst1q_f32(s16 + 4 * k, acc[i][t][k]);
+                vst1q_f32(s8, macc[i][t][0]);
+                vst1q_f32(s8 + 4, macc[i][t][1]);
+                y[t * ldy + r + i] = lb__sum16f(s16) - lb__qdot8k_sum8(s8);
+            }
+    }
+}
+
+LB__QDOT8K_ROWS_FN(lb__qdot8k_rows_neon)
+
+const lb__qdot8_set lb__qdot8_neon_set = {"neon", lb__qdot8_no_offset, rows_neon, lb__qdot8k_rows_neon, &lb__w8a8_neon_ops};
 
 #else
-const lb__qdot8_set lb__qdot8_neon_set = {"neon", lb__qdot8_no_offset, NULL, &lb__w8a8_neon_ops};
+const lb__qdot8_set lb__qdot8_neon_set = {"neon", lb__qdot8_no_offset, NULL, lb__qdot8k_rows_scalar, &lb__w8a8_neon_ops};
 #endif

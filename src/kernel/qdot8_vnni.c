@@ -191,8 +191,8 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
 
 LB__QDOT8_ROWS_FN(rows_vnni)
 
-const lb__qdot8_set lb__qdot8_vnni_set = {"avx512-vnni", vnni_offset, rows_vnni, &lb__w8a8_avx512_ops};
+const lb__qdot8_set lb__qdot8_vnni_set = {"avx512-vnni", vnni_offset, rows_vnni, lb__qdot8k_rows_vnni, &lb__w8a8_avx512_ops};
 
 #else
-const lb__qdot8_set lb__qdot8_vnni_set = {"avx512-vnni", lb__qdot8_no_offset, NULL, &lb__w8a8_avx512_ops};
+const lb__qdot8_set lb__qdot8_vnni_set = {"avx512-vnni", lb__qdot8_no_offset, NULL, lb__qdot8k_rows_scalar, &lb__w8a8_avx512_ops};
 #endif

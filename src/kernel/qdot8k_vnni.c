@@ -1,0 +1,115 @@
+/* AVX-512 VNNI int8-activation kernels on ggml's Q4_K and Q5_K, read in
+ * place: qdot8.h's K-quant sums, bit for bit the scalar reference.
+ *
+ * A super-block's 128 code bytes are two zmm halves h. The codes are
+ * unsigned (0 .. 31), so they are vpdpbusd's unsigned operand as they
+ * are, with no offset: the low nibbles of half h against the staged
+ * activations' first 64 codes give lanes 0-7 sub-block 4h and lanes 8-15
+ * sub-block 4h + 2, the high nibbles 4h + 1 and 4h + 3. Q5_K's fifth bit
+ * is a byte mask test of qh (broadcast to both 32-byte halves) added as
+ * 16. Per row and super-block the eight d * sc_j and dmin * m_j are
+ * decoded once into a ymm each and permuted to the lanes; the mins meet
+ * the staged e_j in 8 lanes of their own. */
+#include "kernel/qdot8.h"
+#include "kernel/qdot8_instances.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "quant/qkernels.h"
+
+#define INL static inline __attribute__((always_inline))
+#define RMAX 4
+
+INL __m256 bytes_to_ps(uint64_t v, float mul)
+{
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)v))),
+                         _mm256_set1_ps(mul));
+}
+
+INL float fp16_at(const uint8_t *p) { return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8)); }
+
+INL void krun(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+              size_t ldy, const int five)
+{
+    const size_t R = nx <= 2 ? RMAX : RMAX / 2;
+    const size_t nsb = m->cols / 256, nblk = m->cols / 32, bb = m->ggml_block_bytes, qs_at = five ? 48 : 16;
+    const __m512i low4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    /* (h, n)'s lanes: 0-7 sub-block 4h + n, 8-15 sub-block 4h + 2 + n */
+    __m512i sidx[4];
+    for (int hn = 0; hn < 4; hn++) {
+        int h = hn / 2, n = hn % 2;
+        sidx[hn] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(4 * h + n)),
+                                      _mm256_set1_epi32(4 * h + 2 + n), 1);
+    }
+    /* Q5_K: the fifth bit of chunk c's low (high) nibbles is bit 2c (2c + 1) of qh */
+    __m512i qbit[4];
+    for (int hn = 0; hn < 4; hn++) {
+        int h = hn / 2, n = hn % 2;
+        qbit[hn] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << (4 * h + n)))),
+                                      _mm256_set1_epi8((char)(1 << (4 * h + 2 + n))), 1);
+    }
+    for (size_t r = r0; r < r1; r += R) {
+        size_t rn = r1 - r < R ? r1 - r : R;
+        const uint8_t *row[RMAX];
+        for (size_t i = 0; i < R; i++) row[i] = m->data + (r + (i < rn ? i : rn - 1)) * m->row_bytes;
+        __m512 acc[RMAX][LB__QDOT_MAX_NX];
+        __m256 macc[RMAX][LB__QDOT_MAX_NX];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps(), macc[i][t] = _mm256_setzero_ps();
+        for (size_t s = 0; s < nsb; s++) {
+            _Pragma("GCC unroll 8")
+            for (size_t i = 0; i < R; i++) {
+                const uint8_t *b = row[i] + s * bb, *qs = b + qs_at;
+                _mm_prefetch((const char *)(b + 4 * bb), _MM_HINT_T0);
+                _mm_prefetch((const char *)(b + 4 * bb + 64), _MM_HINT_T0);
+                _mm_prefetch((const char *)(b + 4 * bb + 128), _MM_HINT_T0);
+                uint64_t sc, mn;
+                lb__qdot8k_scale_min(b + 4, &sc, &mn);
+                const __m512 dsc = _mm512_castps256_ps512(bytes_to_ps(sc, fp16_at(b)));
+                const __m256 dmn = bytes_to_ps(mn, fp16_at(b + 2));
+                __m512i qh = _mm512_setzero_si512();
+                if (five) qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
+                _Pragma("GCC unroll 8")
+                for (size_t t = 0; t < nx; t++)
+                    macc[i][t] = _mm256_fmadd_ps(_mm256_loadu_ps(a->e + (t0 + t) * nblk + 8 * s), dmn, macc[i][t]);
+                _Pragma("GCC unroll 2")
+                for (size_t h = 0; h < 2; h++) {
+                    const __m512i wb = _mm512_loadu_si512(qs + 64 * h);
+                    __m512i u[2] = {_mm512_and_si512(wb, low4), _mm512_and_si512(_mm512_srli_epi16(wb, 4), low4)};
+                    _Pragma("GCC unroll 2")
+                    for (size_t n = 0; n < 2; n++) {
+                        if (five)
+                            u[n] = _mm512_mask_add_epi8(u[n], _mm512_test_epi8_mask(qh, qbit[2 * h + n]), u[n], sixteen);
+                        const __m512 sv = _mm512_permutexvar_ps(sidx[2 * h + n], dsc);
+                        _Pragma("GCC unroll 8")
+                        for (size_t t = 0; t < nx; t++) {
+                            const size_t g = 2 * s + h;
+                            const __m512i xv = _mm512_load_si512(a->q + (t0 + t) * a->stride + g * 128 + n * 64);
+                            const __m512 dl = _mm512_load_ps(a->d + (t0 + t) * a->lanes + (2 * g + n) * 16);
+                            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[n], xv);
+                            acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dl, sv), acc[i][t]);
+                        }
+                    }
+                }
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < rn; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) {
+                _Alignas(64) float s16[16], s8[8];
+                _mm512_store_ps(s16, acc[i][t]);
+                _mm256_store_ps(s8, macc[i][t]);
+                y[t * ldy + r + i] = lb__sum16f(s16) - lb__qdot8k_sum8(s8);
+            }
+    }
+}
+
+LB__QDOT8K_ROWS_FN(lb__qdot8k_rows_vnni)
+
+#endif
