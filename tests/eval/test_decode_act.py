@@ -48,6 +48,24 @@ def test_the_mode_reaches_the_formats_its_kernels_take(spec, reached):
         assert int8["ppl"] == exact["ppl"]
 
 
+# ggml types the mode reaches: copied into lowbit's layout (qmat_repack.c) or read in place (Q4_K, Q5_K)
+REACHED_GGML = {"q4_0", "q8_0", "q5_0", "mxfp4", "q6_k", "q4_k", "q5_k"}
+
+
+@pytest.mark.parametrize("mix,k_type", [("Q4_K_M", "q4_k"), ("Q5_K_M", "q5_k")])
+def test_the_mode_reads_q4_k_and_q5_k_in_place(tmp_path, mix, k_type):
+    f = tmp_path / "m.gguf"
+    lowbit("quantize", ml.SMOLLM2, "-o", f, "--format", "gguf", "--type", mix, "--quiet")
+    tensors = json.loads(lowbit("inspect", f, "--json").stdout)["tensors"]
+    types = [t["dtype"] for t in tensors if t["dtype"] != "f32"]
+    assert types.count(k_type) >= 8, types  # SmolLM2's 1536-wide down projections
+    common = ["ppl", f, "--text", TEXT, "--ctx", 128, "--chunks", 2, "--json"]
+    exact = json.loads(lowbit(*common).stdout)
+    int8 = json.loads(lowbit(*common, "--decode-act", "int8").stdout)
+    assert int8["memory"]["int8_act_matrices"] == sum(t in REACHED_GGML for t in types), (types, int8["memory"])
+    assert int8["ppl"] != exact["ppl"] and abs(int8["ppl"] - exact["ppl"]) <= 0.01 * exact["ppl"]
+
+
 def test_the_text_report_says_what_the_mode_reached():
     p = lowbit("ppl", ml.STORIES, "--tokenizer", TOK, "--text", TEXT, "--ctx", 64, "--chunks", 1, "--spec", "int4:g32",
                "--decode-act", "int8")
