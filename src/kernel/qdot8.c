@@ -319,7 +319,8 @@ static lb_status act8_rows(void *ctx, size_t r0, size_t r1)
 int lb__qdot8_shares_input(const lb__qmat *a, const lb__qmat *b)
 {
     if (!lb__qdot8_supported(a) || !lb__qdot8_supported(b) || a->cols != b->cols) return 0;
-    if (a->ggml_block || b->ggml_block) return a->ggml_block && b->ggml_block; /* one staging for every K-quant */
+    if (a->ggml_block || b->ggml_block) /* one staging per kind of K-quant */
+        return a->ggml_block && b->ggml_block && lb__qdot8k_type(a->ggml) == lb__qdot8k_type(b->ggml);
     return lb__qdot8_lane_elems(a) == lb__qdot8_lane_elems(b) && a->element == b->element &&
            (a->zero_points != NULL) == (b->zero_points != NULL);
 }

@@ -44,7 +44,16 @@
  *     j = 4h + 2 (l >= 8) + n: p[l] = fma((float)P, d_{8s+j} * (d * sc_j), p[l])
  *     (d * sc_j is exact in fp32);
  *   - 8 partials mp start at +0; for s: mp[j] = fma(e_{8s+j}, dmin * m_j, mp[j]);
- *   - the dot is lb__sum16f(p) - lb__qdot8k_sum8(mp). */
+ *   - the dot is lb__sum16f(p) - lb__qdot8k_sum8(mp).
+ * Q6_K is read in place too (its copy as int8:g16 took 10 bits a weight
+ * instead of 6.56): codes u = 0 .. 63, w = (d * sc_k) (u - 32) on
+ * sub-block k of 16 (sc_k int8). Element 128h + 64n + b of a super-block
+ * is nibble n of ql[64h + b], so with the staged lane sums S4 of 4 codes:
+ *   - 16 partials p start at +0; for s, then h = 0, 1, then n = 0, 1: lane
+ *     l covers elements e = 128h + 64n + 4l .. + 3, P = sum q (u - 32)
+ *     exact, p[l] = fma((float)P, d_J * (d * sc_k), p[l]) with J = e / 32
+ *     its activation block and k = e / 16 its sub-block (d * sc_k exact);
+ *   - the dot is lb__sum16f(p). */
 #ifndef LB_KERNEL_QDOT8_H
 #define LB_KERNEL_QDOT8_H
 
@@ -185,10 +194,11 @@ void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16]);
 
 /* ---- the K-quants (Q4_K, Q5_K) ---- */
 
-/* Staged for a K-quant matrix: q in groups of 128 with the low-nibble
- * elements of its two 64-element chunks first (e = 64c + 32n + k at
- * 64n + 32c + k: a 64-byte load of qs meets its codes); d per lane,
- * [t * lanes + (2 g + n) * 16 + l] for group g (cols / 4 lanes); e. */
+/* Staged for Q4_K/Q5_K: q in groups of 128 with the low-nibble elements
+ * of its two 64-element chunks first (e = 64c + 32n + k at 64n + 32c + k:
+ * a 64-byte load of qs meets its codes); d per lane, [t * lanes + (2 g +
+ * n) * 16 + l] for group g (cols / 4 lanes); e. For Q6_K: q in order, d
+ * per lane of 4 ([t * lanes + e / 4]) and cxs = -32 * S4 there. */
 lb_status lb__qdot8k_stage(const lb__qmat *m, const float *x, size_t n, const lb__qdot8_set *set, lb__act8 *a);
 void lb__qdot8k_rows_scalar(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                             size_t ldy, void *scratch);
@@ -199,7 +209,10 @@ void lb__qdot8k_rows_avx2(const lb__qmat *m, const lb__act8 *a, size_t t0, size_
                           size_t ldy, void *scratch);
 void lb__qdot8k_rows_neon(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                           size_t ldy, void *scratch);
-/* 1 for the ggml types above, else 0. */
+/* LB__QDOT8K_MINS for Q4_K and Q5_K, LB__QDOT8K_OFFSET for Q6_K, else 0
+ * (matrices of one kind share their staged activations). */
+#define LB__QDOT8K_MINS 1
+#define LB__QDOT8K_OFFSET 2
 int lb__qdot8k_type(lb_dtype t);
 
 static inline float lb__qdot8k_sum8(const float s[8])

@@ -30,26 +30,29 @@
         runs[lb__qdot8_lane_elems(m) == 8][m->zero_points != NULL][nx - 1](m, a, t0, r0, r1, y, ldy, scratch);   \
     }
 
-/* The K-quant kernels' krun(m, a, t0, nx, r0, r1, y, ldy, five): one per
- * (Q4_K or Q5_K, tokens 1..4), and NAME, the lb__qdot8_fn over them. */
-#define LB__QDOT8K_INST(FIVE, NX)                                                                                   \
-    static void krun_##FIVE##_##NX(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t r0, size_t r1, float *y, \
+/* The K-quant kernels' krun(m, a, t0, nx, r0, r1, y, ldy, kind): one per
+ * (kind 0 Q4_K, 1 Q5_K, 2 Q6_K; tokens 1..4), and NAME, the lb__qdot8_fn
+ * over them. */
+#define LB__QDOT8K_INST(KIND, NX)                                                                                   \
+    static void krun_##KIND##_##NX(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t r0, size_t r1, float *y, \
                                    size_t ldy)                                                                      \
     {                                                                                                               \
-        krun(m, a, t0, NX, r0, r1, y, ldy, FIVE);                                                                   \
+        krun(m, a, t0, NX, r0, r1, y, ldy, KIND);                                                                   \
     }
+#define LB__QDOT8K_INST4(KIND) \
+    LB__QDOT8K_INST(KIND, 1) LB__QDOT8K_INST(KIND, 2) LB__QDOT8K_INST(KIND, 3) LB__QDOT8K_INST(KIND, 4)
 #define LB__QDOT8K_ROWS_FN(NAME)                                                                                    \
-    LB__QDOT8K_INST(0, 1) LB__QDOT8K_INST(0, 2) LB__QDOT8K_INST(0, 3) LB__QDOT8K_INST(0, 4)                         \
-    LB__QDOT8K_INST(1, 1) LB__QDOT8K_INST(1, 2) LB__QDOT8K_INST(1, 3) LB__QDOT8K_INST(1, 4)                         \
+    LB__QDOT8K_INST4(0) LB__QDOT8K_INST4(1) LB__QDOT8K_INST4(2)                                                     \
     void NAME(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y, size_t ldy, \
               void *scratch)                                                                                        \
     {                                                                                                               \
         typedef void (*run_fn)(const lb__qmat *, const lb__act8 *, size_t, size_t, size_t, float *, size_t);         \
-        static const run_fn runs[2][LB__QDOT_MAX_NX] = {{krun_0_1, krun_0_2, krun_0_3, krun_0_4},                  \
-                                                        {krun_1_1, krun_1_2, krun_1_3, krun_1_4}};                 \
+        static const run_fn runs[3][LB__QDOT_MAX_NX] = {{krun_0_1, krun_0_2, krun_0_3, krun_0_4},                  \
+                                                        {krun_1_1, krun_1_2, krun_1_3, krun_1_4},                  \
+                                                        {krun_2_1, krun_2_2, krun_2_3, krun_2_4}};                 \
         (void)scratch;                                                                                              \
         if (r0 >= r1 || nx == 0) return;                                                                            \
-        runs[m->ggml == LB_DT_Q5_K][nx - 1](m, a, t0, r0, r1, y, ldy);                                              \
+        runs[m->ggml == LB_DT_Q6_K ? 2 : m->ggml == LB_DT_Q5_K][nx - 1](m, a, t0, r0, r1, y, ldy);                  \
     }
 
 #endif

@@ -138,8 +138,8 @@ LB__QDOT8_ROWS_FN(rows_neon)
  * half h's 64 code bytes is lanes 4q .. 4q + 3, chunk 2h + q / 2, whose
  * low (high) nibbles are sub-block 4h + 2(q / 2) (+ 1); codes at most 31
  * are signed bytes as they are. */
-INL void krun(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
-              size_t ldy, const int five)
+INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+                size_t ldy, const int five)
 {
     const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1;
     const size_t nsb = m->cols / 256, nblk = m->cols / 32, bb = m->ggml_block_bytes, qs_at = five ? 48 : 16;
@@ -202,6 +202,67 @@ INL void krun(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, 
                 y[t * ldy + r + i] = lb__sum16f(s16) - lb__qdot8k_sum8(s8);
             }
     }
+}
+
+/* Q6_K: quarter k of half h's ql bytes, nibble n, is elements 128h + 64n
+ * + 16k .. + 15 (staged in order), lanes 4k .. 4k + 3, sub-block 8h + 4n +
+ * k; the high two bits are bits 2(2n + k / 2) of qh[32h + 16(k % 2) ..];
+ * u = 0 .. 63 as signed bytes, each lane's sum plus the staged -32 * S4. */
+INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+               size_t ldy)
+{
+    const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1;
+    const size_t nsb = m->cols / 256, bb = m->ggml_block_bytes;
+    const uint8x16_t low4 = vdupq_n_u8(0x0F), three = vdupq_n_u8(3);
+    for (size_t r = r0; r < r1; r += R) {
+        size_t rn = r1 - r < R ? r1 - r : R;
+        const uint8_t *row[RMAX];
+        for (size_t i = 0; i < R; i++) row[i] = m->data + (r + (i < rn ? i : rn - 1)) * m->row_bytes;
+        float32x4_t acc[RMAX][LB__QDOT_MAX_NX][4];
+        for (size_t i = 0; i < R; i++)
+            for (size_t t = 0; t < nx; t++)
+                for (size_t k = 0; k < 4; k++) acc[i][t][k] = vdupq_n_f32(0.0f);
+        for (size_t s = 0; s < nsb; s++) {
+            _Pragma("GCC unroll 8")
+            for (size_t i = 0; i < R; i++) {
+                const uint8_t *b = row[i] + s * bb; /* ql[128] qh[64] scales[16] d[2] */
+                const float d = lb__fp16_to_f32(lb__le16(b + 208));
+                for (size_t h = 0; h < 2; h++)
+                    _Pragma("GCC unroll 2")
+                    for (size_t n = 0; n < 2; n++)
+                        _Pragma("GCC unroll 4")
+                        for (size_t k = 0; k < 4; k++) {
+                            const uint8x16_t wb = vld1q_u8(b + 64 * h + 16 * k);
+                            const uint8x16_t qh = vld1q_u8(b + 128 + 32 * h + 16 * (k % 2));
+                            const uint8x16_t hi = vandq_u8(vshlq_u8(qh, vdupq_n_s8((int8_t)(-2 * (int)(2 * n + k / 2)))), three);
+                            const uint8x16_t u = vorrq_u8(n ? vshrq_n_u8(wb, 4) : vandq_u8(wb, low4), vshlq_n_u8(hi, 4));
+                            const float dsc = d * (float)(int8_t)b[192 + 8 * h + 4 * n + k];
+                            _Pragma("GCC unroll 8")
+                            for (size_t t = 0; t < nx; t++) {
+                                const size_t e = 256 * s + 128 * h + 64 * n + 16 * k;
+                                const int8x16_t xv = vld1q_s8(a->q + (t0 + t) * a->stride + e);
+                                const int32x4_t p = vaddq_s32(dot4(vreinterpretq_s8_u8(u), xv, vreinterpretq_s8_u8(u), xv, 0),
+                                                              vld1q_s32(a->cxs + (t0 + t) * a->lanes + e / 4));
+                                const float32x4_t dl = vld1q_f32(a->d + (t0 + t) * a->lanes + e / 4);
+                                acc[i][t][k] = vfmaq_f32(acc[i][t][k], vcvtq_f32_s32(p), vmulq_n_f32(dl, dsc));
+                            }
+                        }
+            }
+        }
+        for (size_t i = 0; i < rn; i++)
+            for (size_t t = 0; t < nx; t++) {
+                float s16[16];
+                for (size_t k = 0; k < 4; k++) vst1q_f32(s16 + 4 * k, acc[i][t][k]);
+                y[t * ldy + r + i] = lb__sum16f(s16);
+            }
+    }
+}
+
+INL void krun(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+              size_t ldy, const int kind)
+{
+    if (kind == 2) krun6(m, a, t0, nx, r0, r1, y, ldy);
+    else krun45(m, a, t0, nx, r0, r1, y, ldy, kind == 1);
 }
 
 LB__QDOT8K_ROWS_FN(lb__qdot8k_rows_neon)

@@ -28,8 +28,8 @@ INL __m256 bytes_to_ps(uint64_t v, float mul)
 
 INL float fp16_at(const uint8_t *p) { return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8)); }
 
-INL void krun(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
-              size_t ldy, const int five)
+INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+                size_t ldy, const int five)
 {
     const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1;
     const size_t nsb = m->cols / 256, nblk = m->cols / 32, bb = m->ggml_block_bytes, qs_at = five ? 48 : 16;
@@ -94,6 +94,80 @@ INL void krun(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, 
                 y[t * ldy + r + i] = lb__sum16f(s16) - lb__qdot8k_sum8(s8);
             }
     }
+}
+
+/* Q6_K: 32 ql bytes at 64h + 32c, nibble n, are elements 128h + 64n + 32c
+ * .. + 31 (staged in order), lanes 8c .. 8c + 7 of (h, n); their high two
+ * bits are bits 2(2n + c) of qh[32h ..]; u = 0 .. 63 (a pair at most
+ * 2 * 63 * 127 = 16002), each lane's sum plus the staged -32 * S4. Lane
+ * l' of the ymm has sub-block 8h + 4n + 2c + l' / 4. */
+INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+               size_t ldy)
+{
+    const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1;
+    const size_t nsb = m->cols / 256, bb = m->ggml_block_bytes;
+    const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    for (size_t r = r0; r < r1; r += R) {
+        size_t rn = r1 - r < R ? r1 - r : R;
+        const uint8_t *row[RMAX];
+        for (size_t i = 0; i < R; i++) row[i] = m->data + (r + (i < rn ? i : rn - 1)) * m->row_bytes;
+        __m256 acc[RMAX][LB__QDOT_MAX_NX][2];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) acc[i][t][0] = acc[i][t][1] = _mm256_setzero_ps();
+        for (size_t s = 0; s < nsb; s++) {
+            _Pragma("GCC unroll 8")
+            for (size_t i = 0; i < R; i++) {
+                const uint8_t *b = row[i] + s * bb; /* ql[128] qh[64] scales[16] d[2] */
+                const __m128i sc8 = _mm_loadu_si128((const __m128i *)(b + 192));
+                const __m256 d = _mm256_set1_ps(fp16_at(b + 208));
+                const __m256 dsc[2] = {_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc8)), d),
+                                       _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8))), d)};
+                _Pragma("GCC unroll 2")
+                for (size_t h = 0; h < 2; h++) {
+                    const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+                    _Pragma("GCC unroll 2")
+                    for (size_t n = 0; n < 2; n++)
+                        _Pragma("GCC unroll 2")
+                        for (size_t c = 0; c < 2; c++) {
+                            const __m256i wb = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * c));
+                            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, (int)(2 * (2 * n + c))), three);
+                            const __m256i u = _mm256_or_si256(_mm256_and_si256(n ? _mm256_srli_epi16(wb, 4) : wb, low4),
+                                                              _mm256_slli_epi16(hi, 4));
+                            const int k0 = (int)(4 * n + 2 * c);
+                            const __m256 sv = _mm256_permutevar8x32_ps(
+                                dsc[h], _mm256_setr_epi32(k0, k0, k0, k0, k0 + 1, k0 + 1, k0 + 1, k0 + 1));
+                            _Pragma("GCC unroll 8")
+                            for (size_t t = 0; t < nx; t++) {
+                                const size_t e = 256 * s + 128 * h + 64 * n + 32 * c;
+                                const __m256i xv = _mm256_load_si256((const __m256i *)(a->q + (t0 + t) * a->stride + e));
+                                const __m256i cx = _mm256_load_si256((const __m256i *)(a->cxs + (t0 + t) * a->lanes + e / 4));
+                                const __m256 dl = _mm256_load_ps(a->d + (t0 + t) * a->lanes + e / 4);
+                                const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones), cx);
+                                acc[i][t][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dl, sv), acc[i][t][c]);
+                            }
+                        }
+                }
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < rn; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) {
+                _Alignas(32) float s16[16];
+                _mm256_store_ps(s16, acc[i][t][0]);
+                _mm256_store_ps(s16 + 8, acc[i][t][1]);
+                y[t * ldy + r + i] = lb__sum16f(s16);
+            }
+    }
+}
+
+INL void krun(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+              size_t ldy, const int kind)
+{
+    if (kind == 2) krun6(m, a, t0, nx, r0, r1, y, ldy);
+    else krun45(m, a, t0, nx, r0, r1, y, ldy, kind == 1);
 }
 
 LB__QDOT8K_ROWS_FN(lb__qdot8k_rows_avx2)

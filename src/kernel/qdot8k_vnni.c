@@ -31,8 +31,8 @@ INL __m256 bytes_to_ps(uint64_t v, float mul)
 
 INL float fp16_at(const uint8_t *p) { return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8)); }
 
-INL void krun(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
-              size_t ldy, const int five)
+INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+                size_t ldy, const int five)
 {
     const size_t R = nx <= 2 ? RMAX : RMAX / 2;
     const size_t nsb = m->cols / 256, nblk = m->cols / 32, bb = m->ggml_block_bytes, qs_at = five ? 48 : 16;
@@ -108,6 +108,87 @@ INL void krun(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, 
                 y[t * ldy + r + i] = lb__sum16f(s16) - lb__qdot8k_sum8(s8);
             }
     }
+}
+
+/* Q6_K: half h's 64 ql bytes against the staged codes of elements 128h +
+ * 64n .. + 63 (in order); the two high bits of byte b's nibble n are bits
+ * 2(2n + b / 32) of qh[32h + b % 32] (qh's 32 bytes broadcast, shifted by
+ * per-256-bit counts); u = 0 .. 63 unsigned, each lane's sum starting at
+ * the staged -32 * S4. Lane l's sub-block is 8h + 4n + l / 4. */
+INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+               size_t ldy)
+{
+    const size_t R = nx <= 2 ? RMAX : RMAX / 2;
+    const size_t nsb = m->cols / 256, bb = m->ggml_block_bytes;
+    const __m512i low4 = _mm512_set1_epi8(0x0F), three = _mm512_set1_epi8(3);
+    __m512i sidx[4], shift[2];
+    for (int hn = 0; hn < 4; hn++) {
+        _Alignas(64) int32_t ix[16];
+        for (int l = 0; l < 16; l++) ix[l] = 8 * (hn / 2) + 4 * (hn % 2) + l / 4;
+        sidx[hn] = _mm512_load_si512(ix);
+    }
+    for (int n = 0; n < 2; n++)
+        shift[n] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(4 * n))),
+                                      _mm256_set1_epi16((short)(4 * n + 2)), 1);
+    for (size_t r = r0; r < r1; r += R) {
+        size_t rn = r1 - r < R ? r1 - r : R;
+        const uint8_t *row[RMAX];
+        for (size_t i = 0; i < R; i++) row[i] = m->data + (r + (i < rn ? i : rn - 1)) * m->row_bytes;
+        __m512 acc[RMAX][LB__QDOT_MAX_NX];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
+        for (size_t s = 0; s < nsb; s++) {
+            _Pragma("GCC unroll 8")
+            for (size_t i = 0; i < R; i++) {
+                const uint8_t *b = row[i] + s * bb; /* ql[128] qh[64] scales[16] d[2] */
+                _mm_prefetch((const char *)(b + 4 * bb), _MM_HINT_T0);
+                _mm_prefetch((const char *)(b + 4 * bb + 64), _MM_HINT_T0);
+                _mm_prefetch((const char *)(b + 4 * bb + 128), _MM_HINT_T0);
+                _mm_prefetch((const char *)(b + 4 * bb + 192), _MM_HINT_T0);
+                const __m512 dsc = _mm512_mul_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192)))),
+                    _mm512_set1_ps(fp16_at(b + 208)));
+                _Pragma("GCC unroll 2")
+                for (size_t h = 0; h < 2; h++) {
+                    const __m512i wb = _mm512_loadu_si512(b + 64 * h);
+                    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h)));
+                    _Pragma("GCC unroll 2")
+                    for (size_t n = 0; n < 2; n++) {
+                        const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, shift[n]), three);
+                        const __m512i u = _mm512_or_si512(_mm512_and_si512(n ? _mm512_srli_epi16(wb, 4) : wb, low4),
+                                                          _mm512_slli_epi16(hi, 4));
+                        const __m512 sv = _mm512_permutexvar_ps(sidx[2 * h + n], dsc);
+                        _Pragma("GCC unroll 8")
+                        for (size_t t = 0; t < nx; t++) {
+                            const size_t e = 256 * s + 128 * h + 64 * n;
+                            const __m512i xv = _mm512_load_si512(a->q + (t0 + t) * a->stride + e);
+                            const __m512i cx = _mm512_load_si512(a->cxs + (t0 + t) * a->lanes + e / 4);
+                            const __m512 dl = _mm512_load_ps(a->d + (t0 + t) * a->lanes + e / 4);
+                            const __m512i p = _mm512_dpbusd_epi32(cx, u, xv);
+                            acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dl, sv), acc[i][t]);
+                        }
+                    }
+                }
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < rn; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) {
+                _Alignas(64) float s16[16];
+                _mm512_store_ps(s16, acc[i][t]);
+                y[t * ldy + r + i] = lb__sum16f(s16);
+            }
+    }
+}
+
+INL void krun(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+              size_t ldy, const int kind)
+{
+    if (kind == 2) krun6(m, a, t0, nx, r0, r1, y, ldy);
+    else krun45(m, a, t0, nx, r0, r1, y, ldy, kind == 1);
 }
 
 LB__QDOT8K_ROWS_FN(lb__qdot8k_rows_vnni)

@@ -5,42 +5,19 @@
  *   MXFP4 kvalues[n] * 2^(e-128) -> fp4_e2m1 with e8m0 scale (kvalues[n] / 2
  *                                   is E2M1 code n's value; 2^(e-127) is e8m0's)
  *   Q5_0  (q - 16) * d           -> int8:g32, fp16 scale; 8.5 bits a weight instead of 5.5
- *   Q6_K  (d * sc) * (q - 32)    -> int8:g16, fp32 scales d * sc (exact: 11 by 8
- *                                   bits); 10 bits a weight instead of 6.56
  * ggml stores a block's scale beside its codes and elements j and j + 16
  * in one byte's low and high nibbles; lowbit keeps the scales apart and
  * elements 2i, 2i + 1 in a byte. Same bytes for the first three (18, 34,
- * 17 per 32 weights), 1.55x for Q5_0 and 1.52x for Q6_K (whose int8 codes
- * read faster than their 5- and 6-bit codes decode: the output heads of
- * llama-quantize's Q4_0 and Q4_K_M files are Q6_K, and its Q4_K_M of a
- * model whose rows are no whole 256-blocks, SmolLM2, is mostly Q5_0);
- * same values to the bit. */
+ * 17 per 32 weights), 1.55x for Q5_0 (whose int8 codes read faster than
+ * its 5-bit codes decode: llama-quantize's Q4_K_M of a model whose rows
+ * are no whole 256-blocks, SmolLM2, is mostly Q5_0); same values to the
+ * bit. Q4_K, Q5_K and Q6_K are read in place (qdot8k.c). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/ggml_blocks.h"
 #include "kernel/qmat.h"
 #include "util/error.h"
-
-/* Q6_K: rows of 256-element super-blocks to int8 codes q - 32 and an fp32
- * scale d * sc per 16 (lb__dequantize_q6_k's products, in its order). */
-static void repack_q6_k(const lb__qmat *g, int8_t *codes, float *scales)
-{
-    const size_t nsb = g->cols / LB__QK_K;
-    for (size_t r = 0; r < g->rows; r++)
-        for (size_t i = 0; i < nsb; i++) {
-            const lb__block_q6_k *x = (const lb__block_q6_k *)(g->data + r * g->row_bytes) + i;
-            int8_t *c = codes + r * g->cols + i * LB__QK_K;
-            float *sc = scales + r * (g->cols / 16) + i * 16;
-            const float d = lb__fp16_to_f32(lb__le16(x->d));
-            for (int k = 0; k < 16; k++) sc[k] = d * (float)x->scales[k];
-            for (int e = 0; e < LB__QK_K; e++) { /* element 128 h + r (lb__block_q6_k's layout) */
-                int h = e / 128, rr = e % 128;
-                int lo = (x->ql[64 * h + rr % 64] >> (4 * (rr / 64))) & 15, hi = (x->qh[32 * h + rr % 32] >> (2 * (rr / 32))) & 3;
-                c[e] = (int8_t)((lo | hi << 4) - 32);
-            }
-        }
-}
 
 /* The lowbit spec the type's values are, or NULL. Every type is listed
  * (a new one is a compile error here). */
@@ -51,7 +28,6 @@ static const char *spec_of(lb_dtype t)
     case LB_DT_Q8_0:
     case LB_DT_Q5_0: return "int8:g32:scale=fp16";
     case LB_DT_MXFP4: return "mxfp4";
-    case LB_DT_Q6_K: return "int8:g16:scale=fp32";
     case LB_DT_F32:
     case LB_DT_F16:
     case LB_DT_BF16:
@@ -64,6 +40,7 @@ static const char *spec_of(lb_dtype t)
     case LB_DT_I64:
     case LB_DT_U8:
     case LB_DT_BOOL:
+    case LB_DT_Q6_K: /* read in place (qdot8k.c): its copy took 10 bits a weight instead of 6.56 */
     case LB_DT_Q4_1: /* a min beside the scale: not a zero point in codes */
     case LB_DT_Q5_1:
     case LB_DT_Q2_K:
@@ -84,24 +61,6 @@ lb_status lb__qmat_repack_ggml(const lb__qmat *g, lb__qmat *out)
     memset(out, 0, sizeof *out);
     const char *spec = g->ggml_block ? spec_of(g->ggml) : NULL;
     if (!spec) return LB_ERR_UNSUPPORTED;
-    if (g->ggml == LB_DT_Q6_K) {
-        const size_t data = g->rows * g->cols, scales = g->rows * (g->cols / 16) * sizeof(float);
-        uint8_t *buf = malloc(data + scales + 1);
-        if (!buf) return lb__fail(LB_ERR_NOMEM, "cannot allocate %zu bytes to repack a %zu x %zu matrix", data + scales,
-                                  g->rows, g->cols);
-        repack_q6_k(g, (int8_t *)buf, (float *)(buf + data)); /* data is a multiple of 256: the floats are aligned */
-        lb_qspec q;
-        lb_qspec_parse(spec, &q);
-        out->rows = g->rows, out->cols = g->cols;
-        out->element = q.element, out->spec = q;
-        out->block = 16, out->blocks = g->cols / 16, out->block_rows = 1;
-        out->data = buf, out->row_bytes = g->cols;
-        out->scale_format = LB_FMT_FP32, out->scales = buf + data;
-        out->scale_mul = 1.0f;
-        out->bytes = data + scales;
-        out->owned_buf = buf;
-        return LB_OK;
-    }
     if (g->ggml_block != 32) return LB_ERR_UNSUPPORTED;
     const int nib = g->ggml == LB_DT_Q4_0 || g->ggml == LB_DT_MXFP4, sbytes = g->ggml == LB_DT_MXFP4 ? 1 : 2;
     const size_t nb = g->cols / 32, row_bytes = nib ? g->cols / 2 : g->cols;

@@ -241,10 +241,11 @@ static lb_status load_matrix(const loader *l, const char *name, size_t out, size
         st = lb__qmat_from_ggml(e.tensor->dtype, e.tensor->data, out, in, NULL, &lin->q);
         if (st != LB_OK) return lb__fail(st, "%s: %s", name, lb_last_error());
         lin->packed = 1;
-        /* int8 decode activations: Q4_0, Q8_0, MXFP4, Q5_0 and Q6_K are
-         * lowbit formats in another layout; a copy in lowbit's (the same
-         * values; the same bytes but Q5_0's 1.55x and Q6_K's 1.52x) runs the
-         * int8 kernels, the other types stay as read */
+        /* int8 decode activations: Q4_0, Q8_0, MXFP4 and Q5_0 are lowbit
+         * formats in another layout; a copy in lowbit's (the same values;
+         * the same bytes but Q5_0's 1.55x) runs the int8 kernels; the other
+         * types stay as read (Q4_K, Q5_K and Q6_K have int8 kernels of
+         * their own, qdot8.h) */
         lb__qmat lowbit_layout;
         if (l->o->decode_act == LB_FMT_INT8 && !l->calibration) {
             st = lb__qmat_repack_ggml(&lin->q, &lowbit_layout);

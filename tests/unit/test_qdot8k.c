@@ -1,5 +1,5 @@
-/* Int8-activation kernels on ggml's Q4_K and Q5_K read in place
- * (kernel/qdot8.h, "K-quants with mins"): this file's own reading of the
+/* Int8-activation kernels on ggml's Q4_K, Q5_K and Q6_K read in place
+ * (kernel/qdot8.h): this file's own reading of the
  * block layout (checked value for value against the ggml dequantizer)
  * and of the documented sums, against every kernel set of this build and
  * CPU, bit for bit, on quantized weights and on random block bytes (every
@@ -45,10 +45,33 @@ static float half_to_f32(uint16_t h)
 typedef struct kblock {
     float d, dmin;
     int sc[8], mn[8], u[256];
+    int sc16[16]; /* Q6_K */
 } kblock;
+
+/* Q6_K: ql[128] qh[64] scales[16] (int8) d; element 128h + r has nibble
+ * r / 64 of ql[64h + r % 64] and bits 2(r / 32) of qh[32h + r % 32] */
+static void read_q6_k(const uint8_t *b, kblock *k)
+{
+    k->d = half_to_f32((uint16_t)(b[208] | b[209] << 8));
+    for (int j = 0; j < 16; j++) k->sc16[j] = (int8_t)b[192 + j];
+    for (int e = 0; e < 256; e++) {
+        int h = e / 128, r = e % 128;
+        k->u[e] = ((b[64 * h + r % 64] >> (4 * (r / 64))) & 15) | ((b[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 3) << 4;
+    }
+}
+
+static float value_of(lb_dtype t, const kblock *k, int e)
+{
+    if (t == LB_DT_Q6_K) return k->d * (float)k->sc16[e / 16] * (float)(k->u[e] - 32);
+    return k->d * (float)k->sc[e / 32] * (float)k->u[e] - k->dmin * (float)k->mn[e / 32];
+}
 
 static void read_block(lb_dtype t, const uint8_t *b, kblock *k)
 {
+    if (t == LB_DT_Q6_K) {
+        read_q6_k(b, k);
+        return;
+    }
     k->d = half_to_f32((uint16_t)(b[0] | b[1] << 8));
     k->dmin = half_to_f32((uint16_t)(b[2] | b[3] << 8));
     const uint8_t *s = b + 4;
@@ -92,6 +115,16 @@ static void reference(lb_dtype t, const uint8_t *data, size_t rows, size_t cols,
             float p[16] = {0}, mp[8] = {0};
             for (size_t s = 0; s < nsb; s++) {
                 read_block(t, data + (r * nsb + s) * bb, &kb);
+                if (t == LB_DT_Q6_K) { /* lane l of (h, n): elements 128h + 64n + 4l .. + 3 */
+                    for (int h = 0; h < 2; h++)
+                        for (int nb = 0; nb < 2; nb++)
+                            for (int l = 0; l < 16; l++) {
+                                int e = 128 * h + 64 * nb + 4 * l, P = 0;
+                                for (int i = 0; i < 4; i++) P += q[256 * s + (size_t)(e + i)] * (kb.u[e + i] - 32);
+                                p[l] = fmaf((float)P, d[(256 * s + (size_t)e) / 32] * (kb.d * (float)kb.sc16[e / 16]), p[l]);
+                            }
+                    continue;
+                }
                 for (int h = 0; h < 2; h++)
                     for (int nb = 0; nb < 2; nb++)
                         for (int l = 0; l < 16; l++) {
@@ -141,10 +174,11 @@ static void random_blocks(lb_dtype t, uint8_t *data, size_t rows, size_t cols)
 {
     const size_t bb = lb_dtype_get(t)->block_bytes, nb = rows * cols / 256;
     for (size_t i = 0; i < nb * bb; i++) data[i] = (uint8_t)next_u32();
+    const size_t at[2] = {t == LB_DT_Q6_K ? 208 : 0, 2}; /* d (and dmin) */
     for (size_t i = 0; i < nb; i++)
-        for (int h = 0; h < 2; h++) {
+        for (int h = 0; h < (t == LB_DT_Q6_K ? 1 : 2); h++) {
             uint16_t v = (uint16_t)((next_u32() % 15 + 1) << 10 | (next_u32() & 1023) | (next_u32() & 1) << 15);
-            data[i * bb + 2 * (size_t)h] = (uint8_t)v, data[i * bb + 2 * (size_t)h + 1] = (uint8_t)(v >> 8);
+            data[i * bb + at[h]] = (uint8_t)v, data[i * bb + at[h] + 1] = (uint8_t)(v >> 8);
         }
 }
 
@@ -171,7 +205,7 @@ static void check_type(lb_dtype t, int random, size_t rows, size_t cols, size_t 
         for (size_t s = 0; s < cols / 256; s++) {
             read_block(t, data + (r * cols / 256 + s) * bb, &kb);
             for (int e = 0; e < 256; e++) {
-                float v = kb.d * (float)kb.sc[e / 32] * (float)kb.u[e] - kb.dmin * (float)kb.mn[e / 32];
+                float v = value_of(t, &kb, e);
                 if (memcmp(&v, row + 256 * s + (size_t)e, sizeof v) != 0) same = 0;
             }
         }
@@ -239,6 +273,24 @@ static void check_multi(void)
     CHECK(lb__qmat_from_f32(w, 8, cols, &spec, 1, &other) == LB_OK, "int4:g32");
     CHECK(!lb__qdot8_shares_input(&m[0], &other) && !lb__qdot8_shares_input(&other, &m[0]),
           "a K-quant and int4:g32 stage their activations differently");
+    /* Q6_K stages its own way (codes in order, lane sums): with itself only */
+    uint8_t *d6 = malloc(2 * 8 * cols / 256 * 210);
+    random_blocks(LB_DT_Q6_K, d6, 16, cols);
+    lb__qmat q6[2];
+    float *y6[2], *one6[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK(lb__qmat_from_ggml(LB_DT_Q6_K, d6 + (size_t)i * 8 * cols / 256 * 210, 8, cols, NULL, &q6[i]) == LB_OK, "q6");
+        y6[i] = malloc(n * 8 * sizeof(float)), one6[i] = malloc(n * 8 * sizeof(float));
+        CHECK(lb__qmat_matmul_act8(&q6[i], x, n, one6[i], 1, lb_isa_active()) == LB_OK, "q6 single");
+    }
+    CHECK(!lb__qdot8_shares_input(&m[0], &q6[0]) && lb__qdot8_shares_input(&q6[0], &q6[1]), "Q6_K shares with Q6_K only");
+    const lb__qmat *m6[2] = {&q6[0], &q6[1]};
+    CHECK(lb__qmat_matmul_act8_multi(m6, 2, x, n, y6, 2, lb__qdot8_get(lb_isa_active())) == LB_OK, "q6 multi");
+    for (int i = 0; i < 2; i++) {
+        CHECK(memcmp(y6[i], one6[i], n * 8 * sizeof(float)) == 0, "Q6_K matrix %d: multi == single", i);
+        free(y6[i]), free(one6[i]);
+    }
+    free(d6);
     lb__qmat_free(&other);
     free(w);
     for (int i = 0; i < 3; i++) free(data[i]), free(ys[i]), free(one[i]);
@@ -259,7 +311,7 @@ static void check_edges(void)
     CHECK(lb__qmat_matmul_act8(&m, x, 1, y, 1, lb_isa_active()) == LB_OK, "inf");
     CHECK(lb__qmat_matmul(&m, x, 1, want, 1) == LB_OK, "exact");
     CHECK(memcmp(y, want, sizeof y) == 0, "a token with inf runs the exact kernels");
-    static const lb_dtype no[] = {LB_DT_Q6_K, LB_DT_Q2_K, LB_DT_Q3_K, LB_DT_IQ4_XS, LB_DT_Q4_1};
+    static const lb_dtype no[] = {LB_DT_Q2_K, LB_DT_Q3_K, LB_DT_IQ4_XS, LB_DT_Q4_1};
     float w[4 * 256];
     uint8_t blocks[4 * 256 * 2];
     for (size_t i = 0; i < 4 * 256; i++) w[i] = rand_f();
@@ -275,8 +327,8 @@ static void check_edges(void)
 int main(void)
 {
     static const size_t shapes[][2] = {{1, 256}, {5, 512}, {37, 1536}, {9, 2304}, {64, 256}};
-    const lb_dtype types[] = {LB_DT_Q4_K, LB_DT_Q5_K};
-    for (int k = 0; k < 2; k++)
+    const lb_dtype types[] = {LB_DT_Q4_K, LB_DT_Q5_K, LB_DT_Q6_K};
+    for (int k = 0; k < 3; k++)
         for (int random = 0; random <= 1; random++)
             for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++)
                 for (size_t n = 1; n <= 6; n += (n < 4 ? 1 : 2))
