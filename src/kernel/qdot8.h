@@ -53,6 +53,15 @@
  *     l covers elements e = 128h + 64n + 4l .. + 3, P = sum q (u - 32)
  *     exact, p[l] = fma((float)P, d_J * (d * sc_k), p[l]) with J = e / 32
  *     its activation block and k = e / 16 its sub-block (d * sc_k exact);
+ *   - the dot is lb__sum16f(p).
+ * IQ4_XS and IQ4_NL (rows of whole groups of 128) are read in place with
+ * values v = kvalues_iq4nl[nibble] (-127 .. 113) and one scale per block
+ * j of 32: IQ4_XS d * (s_j - 32) (exact), IQ4_NL its d. Group g is blocks
+ * 4g .. 4g + 3 (an IQ4_XS half super-block); block j's byte i holds its
+ * elements i (low nibble) and 16 + i (high). So:
+ *   - 16 partials p start at +0; for g, then n = 0, 1: lane l covers bytes
+ *     4(l % 4) .. + 3 of block j = 4g + l / 4, nibble n; P = sum q v
+ *     exact, p[l] = fma((float)P, d_j * sc_j, p[l]);
  *   - the dot is lb__sum16f(p). */
 #ifndef LB_KERNEL_QDOT8_H
 #define LB_KERNEL_QDOT8_H
@@ -194,11 +203,21 @@ void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16]);
 
 /* ---- the K-quants (Q4_K, Q5_K) ---- */
 
+/* The kernel of a K-quant set that takes t: 0 Q4_K, 1 Q5_K, 2 Q6_K,
+ * 3 IQ4_XS, 4 IQ4_NL (qdot8_instances.h). */
+static inline int lb__qdot8k_kernel(lb_dtype t)
+{
+    return t == LB_DT_Q5_K ? 1 : t == LB_DT_Q6_K ? 2 : t == LB_DT_IQ4_XS ? 3 : t == LB_DT_IQ4_NL ? 4 : 0;
+}
+
 /* Staged for Q4_K/Q5_K: q in groups of 128 with the low-nibble elements
  * of its two 64-element chunks first (e = 64c + 32n + k at 64n + 32c + k:
  * a 64-byte load of qs meets its codes); d per lane, [t * lanes + (2 g +
  * n) * 16 + l] for group g (cols / 4 lanes); e. For Q6_K: q in order, d
- * per lane of 4 ([t * lanes + e / 4]) and cxs = -32 * S4 there. */
+ * per lane of 4 ([t * lanes + e / 4]) and cxs = -32 * S4 there. For IQ4:
+ * element 16n + i of block k of group g at g * 128 + 64n + 16k + i, d and
+ * cxs = -c * S4 per lane ((2g + n) * 16 + 4k + i / 4), c the set's
+ * offset for int8 (lb__qdot8_set.offset). */
 lb_status lb__qdot8k_stage(const lb__qmat *m, const float *x, size_t n, const lb__qdot8_set *set, lb__act8 *a);
 void lb__qdot8k_rows_scalar(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                             size_t ldy, void *scratch);
@@ -209,10 +228,12 @@ void lb__qdot8k_rows_avx2(const lb__qmat *m, const lb__act8 *a, size_t t0, size_
                           size_t ldy, void *scratch);
 void lb__qdot8k_rows_neon(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                           size_t ldy, void *scratch);
-/* LB__QDOT8K_MINS for Q4_K and Q5_K, LB__QDOT8K_OFFSET for Q6_K, else 0
+/* LB__QDOT8K_MINS for Q4_K and Q5_K, LB__QDOT8K_OFFSET for Q6_K,
+ * LB__QDOT8K_TABLE for IQ4_XS and IQ4_NL, else 0
  * (matrices of one kind share their staged activations). */
 #define LB__QDOT8K_MINS 1
 #define LB__QDOT8K_OFFSET 2
+#define LB__QDOT8K_TABLE 3
 int lb__qdot8k_type(lb_dtype t);
 
 static inline float lb__qdot8k_sum8(const float s[8])

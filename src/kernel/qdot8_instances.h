@@ -30,29 +30,34 @@
         runs[lb__qdot8_lane_elems(m) == 8][m->zero_points != NULL][nx - 1](m, a, t0, r0, r1, y, ldy, scratch);   \
     }
 
-/* The K-quant kernels' krun(m, a, t0, nx, r0, r1, y, ldy, kind): one per
- * (kind 0 Q4_K, 1 Q5_K, 2 Q6_K; tokens 1..4), and NAME, the lb__qdot8_fn
- * over them. */
+/* The K-quant kernels' krun45(m, a, t0, nx, r0, r1, y, ldy, five),
+ * krun6(...) and krun_iq4(..., nl): one per (lb__qdot8k_kernel: 0 Q4_K,
+ * 1 Q5_K, 2 Q6_K, 3 IQ4_XS, 4 IQ4_NL; tokens 1..4), and NAME, the
+ * lb__qdot8_fn over them. */
 #define LB__QDOT8K_INST(KIND, NX)                                                                                   \
     static void krun_##KIND##_##NX(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t r0, size_t r1, float *y, \
                                    size_t ldy)                                                                      \
     {                                                                                                               \
-        krun(m, a, t0, NX, r0, r1, y, ldy, KIND);                                                                   \
+        if (KIND == 2) krun6(m, a, t0, NX, r0, r1, y, ldy);                                                         \
+        else if (KIND >= 3) krun_iq4(m, a, t0, NX, r0, r1, y, ldy, KIND == 4);                                      \
+        else krun45(m, a, t0, NX, r0, r1, y, ldy, KIND == 1);                                                       \
     }
 #define LB__QDOT8K_INST4(KIND) \
     LB__QDOT8K_INST(KIND, 1) LB__QDOT8K_INST(KIND, 2) LB__QDOT8K_INST(KIND, 3) LB__QDOT8K_INST(KIND, 4)
 #define LB__QDOT8K_ROWS_FN(NAME)                                                                                    \
-    LB__QDOT8K_INST4(0) LB__QDOT8K_INST4(1) LB__QDOT8K_INST4(2)                                                     \
+    LB__QDOT8K_INST4(0) LB__QDOT8K_INST4(1) LB__QDOT8K_INST4(2) LB__QDOT8K_INST4(3) LB__QDOT8K_INST4(4)             \
     void NAME(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y, size_t ldy, \
               void *scratch)                                                                                        \
     {                                                                                                               \
         typedef void (*run_fn)(const lb__qmat *, const lb__act8 *, size_t, size_t, size_t, float *, size_t);         \
-        static const run_fn runs[3][LB__QDOT_MAX_NX] = {{krun_0_1, krun_0_2, krun_0_3, krun_0_4},                  \
+        static const run_fn runs[5][LB__QDOT_MAX_NX] = {{krun_0_1, krun_0_2, krun_0_3, krun_0_4},                  \
                                                         {krun_1_1, krun_1_2, krun_1_3, krun_1_4},                  \
-                                                        {krun_2_1, krun_2_2, krun_2_3, krun_2_4}};                 \
+                                                        {krun_2_1, krun_2_2, krun_2_3, krun_2_4},                  \
+                                                        {krun_3_1, krun_3_2, krun_3_3, krun_3_4},                  \
+                                                        {krun_4_1, krun_4_2, krun_4_3, krun_4_4}};                 \
         (void)scratch;                                                                                              \
         if (r0 >= r1 || nx == 0) return;                                                                            \
-        runs[m->ggml == LB_DT_Q6_K ? 2 : m->ggml == LB_DT_Q5_K][nx - 1](m, a, t0, r0, r1, y, ldy);                  \
+        runs[lb__qdot8k_kernel(m->ggml)][nx - 1](m, a, t0, r0, r1, y, ldy);                                         \
     }
 
 #endif

@@ -258,11 +258,57 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
     }
 }
 
-INL void krun(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
-              size_t ldy, const int kind)
+/* IQ4_XS / IQ4_NL: block 4g + k's 16 code bytes are lanes 4k .. 4k + 3;
+ * the values (a tbl of kvalues) are signed bytes as they are. */
+INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+                  size_t ldy, const int nl)
 {
-    if (kind == 2) krun6(m, a, t0, nx, r0, r1, y, ldy);
-    else krun45(m, a, t0, nx, r0, r1, y, ldy, kind == 1);
+    const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1, groups = m->cols / 128;
+    const int8x16_t lut = vld1q_s8(lb__kvalues_iq4nl);
+    const uint8x16_t low4 = vdupq_n_u8(0x0F);
+    for (size_t r = r0; r < r1; r += R) {
+        size_t rn = r1 - r < R ? r1 - r : R;
+        const uint8_t *row[RMAX];
+        for (size_t i = 0; i < R; i++) row[i] = m->data + (r + (i < rn ? i : rn - 1)) * m->row_bytes;
+        float32x4_t acc[RMAX][LB__QDOT_MAX_NX][4];
+        for (size_t i = 0; i < R; i++)
+            for (size_t t = 0; t < nx; t++)
+                for (size_t k = 0; k < 4; k++) acc[i][t][k] = vdupq_n_f32(0.0f);
+        for (size_t g = 0; g < groups; g++) {
+            _Pragma("GCC unroll 8")
+            for (size_t i = 0; i < R; i++) {
+                for (size_t k = 0; k < 4; k++) {
+                    const size_t j = 4 * g + k; /* block */
+                    const uint8_t *qs;
+                    float sc;
+                    if (nl) {
+                        const lb__block_iq4_nl *b = (const lb__block_iq4_nl *)row[i] + j;
+                        qs = b->qs, sc = lb__fp16_to_f32(lb__le16(b->d));
+                    } else {
+                        const lb__block_iq4_xs *b = (const lb__block_iq4_xs *)row[i] + j / 8;
+                        qs = b->qs + 16 * (j % 8);
+                        sc = lb__fp16_to_f32(lb__le16(b->d)) * (float)(lb__iq4_xs_scale_code(b, (int)(j % 8)) - 32);
+                    }
+                    const uint8x16_t wb = vld1q_u8(qs);
+                    const int8x16_t v[2] = {vqtbl1q_s8(lut, vandq_u8(wb, low4)), vqtbl1q_s8(lut, vshrq_n_u8(wb, 4))};
+                    for (size_t n = 0; n < 2; n++)
+                        _Pragma("GCC unroll 8")
+                        for (size_t t = 0; t < nx; t++) {
+                            const size_t lo = (t0 + t) * a->lanes + (2 * g + n) * 16 + 4 * k;
+                            const int8x16_t xv = vld1q_s8(a->q + (t0 + t) * a->stride + g * 128 + 64 * n + 16 * k);
+                            const int32x4_t p = dot4(v[n], xv, v[n], xv, 0);
+                            acc[i][t][k] = vfmaq_f32(acc[i][t][k], vcvtq_f32_s32(p), vmulq_n_f32(vld1q_f32(a->d + lo), sc));
+                        }
+                }
+            }
+        }
+        for (size_t i = 0; i < rn; i++)
+            for (size_t t = 0; t < nx; t++) {
+                float s16[16];
+                for (size_t k = 0; k < 4; k++) vst1q_f32(s16 + 4 * k, acc[i][t][k]);
+                y[t * ldy + r + i] = lb__sum16f(s16);
+            }
+    }
 }
 
 LB__QDOT8K_ROWS_FN(lb__qdot8k_rows_neon)

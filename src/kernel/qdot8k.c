@@ -18,6 +18,8 @@ int lb__qdot8k_type(lb_dtype t)
     case LB_DT_Q4_K:
     case LB_DT_Q5_K: return LB__QDOT8K_MINS;
     case LB_DT_Q6_K: return LB__QDOT8K_OFFSET;
+    case LB_DT_IQ4_NL:
+    case LB_DT_IQ4_XS: return LB__QDOT8K_TABLE;
     case LB_DT_F32:
     case LB_DT_F16:
     case LB_DT_BF16:
@@ -39,8 +41,6 @@ int lb__qdot8k_type(lb_dtype t)
     case LB_DT_Q2_K: /* not yet: sub-blocks of 16 */
     case LB_DT_Q3_K:
     case LB_DT_NVFP4:
-    case LB_DT_IQ4_NL: /* not yet: a signed table of 16 values */
-    case LB_DT_IQ4_XS:
     case LB_DT_QUANTIZED:
     case LB_DT_COUNT: return 0;
     }
@@ -52,44 +52,58 @@ static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 lb_status lb__qdot8k_stage(const lb__qmat *m, const float *x, size_t n, const lb__qdot8_set *set, lb__act8 *a)
 {
     const size_t cols = m->cols, nblk = cols / LB__ACT8_BLOCK;
+    const int kind = lb__qdot8k_type(m->ggml), sums = kind != LB__QDOT8K_MINS;
+    /* what each lane's sum starts at, times -S4: Q6_K's offset, or the set's for signed bytes (the IQ4 values) */
+    const int32_t off = kind == LB__QDOT8K_OFFSET ? 32 : set->offset(LB_FMT_INT8);
     memset(a, 0, sizeof *a);
     a->n = n;
     a->groups = cols / 128;
     a->stride = cols;
     a->lanes = cols / 4;
-    const int offset = lb__qdot8k_type(m->ggml) == LB__QDOT8K_OFFSET;
     size_t qb = align64(n * cols), lb = align64(n * a->lanes * sizeof(float));
-    size_t eb = align64(n * (offset ? a->lanes : nblk) * sizeof(float));
+    size_t eb = align64(n * (sums ? a->lanes : nblk) * sizeof(float));
     a->buf = aligned_alloc(64, qb + lb + eb + 64);
     if (!a->buf) return lb__fail(LB_ERR_NOMEM, "cannot allocate %zu staged activations", n * cols);
     uint8_t *p = a->buf;
     a->q = (int8_t *)p, p += qb;
     a->d = (float *)p, p += lb;
-    a->e = (float *)p;
-    if (offset) { /* no e: the lanes' -32 * S4 instead */
-        a->cxs = (int32_t *)a->e;
-        a->e = NULL;
-    }
+    if (sums) a->cxs = (int32_t *)p;
+    else a->e = (float *)p;
     for (size_t t = 0; t < n; t++)
         for (size_t j = 0; j < nblk; j++) {
             int8_t c[LB__ACT8_BLOCK];
             float d = set->quant->quant_i8(x + t * cols + j * LB__ACT8_BLOCK, LB__ACT8_BLOCK, 0.0f, c);
-            int32_t sum = 0;
-            for (size_t k = 0; k < LB__ACT8_BLOCK; k++) sum += c[k];
-            if (a->cxs) { /* Q6_K: in order */
-                memcpy(a->q + t * cols + j * LB__ACT8_BLOCK, c, LB__ACT8_BLOCK);
-                for (size_t l = 0; l < 8; l++) {
-                    a->d[t * a->lanes + 8 * j + l] = d;
-                    a->cxs[t * a->lanes + 8 * j + l] = -32 * (c[4 * l] + c[4 * l + 1] + c[4 * l + 2] + c[4 * l + 3]);
-                }
-                continue;
+            int8_t *q = a->q + t * cols;
+            float *dl = a->d + t * a->lanes;
+            int32_t *cx = sums ? a->cxs + t * a->lanes : NULL;
+            const size_t g = j / 4, k = j % 4;
+            switch (kind) {
+            case LB__QDOT8K_MINS: { /* block j is chunk k / 2, nibble k % 2 of group g */
+                int32_t sum = 0;
+                for (size_t i = 0; i < LB__ACT8_BLOCK; i++) sum += c[i];
+                memcpy(q + g * 128 + (k % 2) * 64 + (k / 2) * 32, c, LB__ACT8_BLOCK);
+                for (size_t l = 0; l < 8; l++) dl[(2 * g + k % 2) * 16 + 8 * (k / 2) + l] = d;
+                a->e[t * nblk + j] = d * (float)sum;
+                break;
             }
-            /* block j is chunk c = j / 2 % 2, nibble h = j % 2 of group g = j / 4 */
-            size_t g = j / 4, ch = j / 2 % 2, nb = j % 2;
-            memcpy(a->q + t * cols + g * 128 + nb * 64 + ch * 32, c, LB__ACT8_BLOCK);
-            float *dl = a->d + t * a->lanes + (2 * g + nb) * 16 + 8 * ch;
-            for (size_t l = 0; l < 8; l++) dl[l] = d;
-            a->e[t * nblk + j] = d * (float)sum;
+            case LB__QDOT8K_OFFSET: /* in order */
+                memcpy(q + j * LB__ACT8_BLOCK, c, LB__ACT8_BLOCK);
+                for (size_t l = 0; l < 8; l++) {
+                    dl[8 * j + l] = d;
+                    cx[8 * j + l] = -off * (c[4 * l] + c[4 * l + 1] + c[4 * l + 2] + c[4 * l + 3]);
+                }
+                break;
+            case LB__QDOT8K_TABLE: /* elements 16 nb .. of block k at 64 nb + 16 k of group g */
+                for (size_t nb = 0; nb < 2; nb++) {
+                    memcpy(q + g * 128 + nb * 64 + 16 * k, c + 16 * nb, 16);
+                    for (size_t l = 0; l < 4; l++) {
+                        const int8_t *c4 = c + 16 * nb + 4 * l;
+                        dl[(2 * g + nb) * 16 + 4 * k + l] = d;
+                        cx[(2 * g + nb) * 16 + 4 * k + l] = -off * (c4[0] + c4[1] + c4[2] + c4[3]);
+                    }
+                }
+                break;
+            }
         }
     return LB_OK;
 }
@@ -141,12 +155,56 @@ static void rows_scalar_q6_k(const lb__qmat *m, const lb__act8 *a, size_t t0, si
         }
 }
 
+/* IQ4_XS / IQ4_NL: block j's scale and its 16 code bytes (row r). */
+static float iq4_block(const lb__qmat *m, size_t r, size_t j, const uint8_t **qs)
+{
+    const uint8_t *row = m->data + r * m->row_bytes;
+    if (m->ggml == LB_DT_IQ4_NL) {
+        const lb__block_iq4_nl *b = (const lb__block_iq4_nl *)row + j;
+        *qs = b->qs;
+        return lb__fp16_to_f32(lb__le16(b->d));
+    }
+    const lb__block_iq4_xs *b = (const lb__block_iq4_xs *)row + j / 8;
+    *qs = b->qs + 16 * (j % 8);
+    return lb__fp16_to_f32(lb__le16(b->d)) * (float)(lb__iq4_xs_scale_code(b, (int)(j % 8)) - 32);
+}
+
+static void rows_scalar_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
+                            size_t ldy)
+{
+    for (size_t r = r0; r < r1; r++)
+        for (size_t t = 0; t < nx; t++) {
+            const int8_t *q = a->q + (t0 + t) * a->stride;
+            const float *dl = a->d + (t0 + t) * a->lanes;
+            float p[16] = {0};
+            for (size_t g = 0; g < a->groups; g++)
+                for (size_t n = 0; n < 2; n++)
+                    for (size_t l = 0; l < 16; l++) {
+                        const size_t j = 4 * g + l / 4; /* block; bytes 4 (l % 4) .. of its 16, nibble n */
+                        const uint8_t *qs;
+                        const float sc = iq4_block(m, r, j, &qs);
+                        int32_t sum = 0;
+                        for (size_t i = 0; i < 4; i++) {
+                            size_t e = 16 * n + 4 * (l % 4) + i; /* element of block j */
+                            sum += q[g * 128 + 64 * n + 16 * (l / 4) + 4 * (l % 4) + i] *
+                                   lb__kvalues_iq4nl[(qs[e % 16] >> (4 * n)) & 15];
+                        }
+                        p[l] = fmaf((float)sum, dl[(2 * g + n) * 16 + l] * sc, p[l]);
+                    }
+            y[t * ldy + r] = lb__sum16f(p);
+        }
+}
+
 void lb__qdot8k_rows_scalar(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                             size_t ldy, void *scratch)
 {
     (void)scratch;
     if (lb__qdot8k_type(m->ggml) == LB__QDOT8K_OFFSET) {
         rows_scalar_q6_k(m, a, t0, nx, r0, r1, y, ldy);
+        return;
+    }
+    if (lb__qdot8k_type(m->ggml) == LB__QDOT8K_TABLE) {
+        rows_scalar_iq4(m, a, t0, nx, r0, r1, y, ldy);
         return;
     }
     const size_t nsb = m->cols / 256, nblk = m->cols / LB__ACT8_BLOCK;

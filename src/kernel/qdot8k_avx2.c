@@ -1,4 +1,4 @@
-/* AVX2 int8-activation kernels on ggml's Q4_K and Q5_K, read in place:
+/* AVX2 int8-activation kernels on ggml's Q4_K, Q5_K and Q6_K, read in place:
  * qdot8.h's K-quant sums, bit for bit the scalar reference.
  *
  * A ymm is one 32-byte chunk c of a super-block's codes: its low nibbles
@@ -8,25 +8,10 @@
  * vpmaddwd by 1 gives the int32 lanes of 4 products. Lanes 0-7 of the
  * definition are chunk 2h, lanes 8-15 chunk 2h + 1. */
 #include "kernel/qdot8.h"
-#include "kernel/qdot8_instances.h"
 
 #if defined(__x86_64__)
 
-#include <immintrin.h>
-#include <stdint.h>
-
-#include "quant/qkernels.h"
-
-#define INL static inline __attribute__((always_inline))
-#define RMAX 4
-
-INL __m256 bytes_to_ps(uint64_t v, float mul)
-{
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)v))),
-                         _mm256_set1_ps(mul));
-}
-
-INL float fp16_at(const uint8_t *p) { return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8)); }
+#include "kernel/qdot8k_x86.h"
 
 INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
                 size_t ldy, const int five)
@@ -163,11 +148,62 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
     }
 }
 
-INL void krun(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
-              size_t ldy, const int kind)
+/* IQ4_XS / IQ4_NL: blocks 4g + 2c, 4g + 2c + 1 as one ymm, lanes 8c ..
+ * 8c + 7; the values (vpshufb of kvalues, signed) times the activations by
+ * vpmaddubsw on |v| and x with v's sign (a pair at most 2 * 127 * 127 =
+ * 32258 < 2^15), no offset. */
+INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+                  size_t ldy, const int nl)
 {
-    if (kind == 2) krun6(m, a, t0, nx, r0, r1, y, ldy);
-    else krun45(m, a, t0, nx, r0, r1, y, ldy, kind == 1);
+    const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1, groups = m->cols / 128;
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lb__kvalues_iq4nl));
+    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    for (size_t r = r0; r < r1; r += R) {
+        size_t rn = r1 - r < R ? r1 - r : R;
+        const uint8_t *row[RMAX];
+        for (size_t i = 0; i < R; i++) row[i] = m->data + (r + (i < rn ? i : rn - 1)) * m->row_bytes;
+        __m256 acc[RMAX][LB__QDOT_MAX_NX][2];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) acc[i][t][0] = acc[i][t][1] = _mm256_setzero_ps();
+        for (size_t g = 0; g < groups; g++) {
+            _Pragma("GCC unroll 8")
+            for (size_t i = 0; i < R; i++) {
+                const uint8_t *codes[4];
+                const __m128 s4 = iq4_group(row[i], g, nl, codes);
+                _Pragma("GCC unroll 2")
+                for (size_t c = 0; c < 2; c++) {
+                    const __m256i wb = _mm256_loadu2_m128i((const __m128i *)codes[2 * c + 1], (const __m128i *)codes[2 * c]);
+                    const int k0 = (int)(2 * c), k1 = k0 + 1;
+                    const __m256 sv = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(s4),
+                                                               _mm256_setr_epi32(k0, k0, k0, k0, k1, k1, k1, k1));
+                    _Pragma("GCC unroll 2")
+                    for (size_t n = 0; n < 2; n++) {
+                        const __m256i v = _mm256_shuffle_epi8(lut, _mm256_and_si256(n ? _mm256_srli_epi16(wb, 4) : wb, low4));
+                        _Pragma("GCC unroll 8")
+                        for (size_t t = 0; t < nx; t++) {
+                            const size_t lo = (t0 + t) * a->lanes + (2 * g + n) * 16 + 8 * c;
+                            const __m256i xv = _mm256_load_si256((const __m256i *)(a->q + (t0 + t) * a->stride + g * 128 + 64 * n + 32 * c));
+                            const __m256i p =
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(xv, v)), ones);
+                            acc[i][t][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(_mm256_load_ps(a->d + lo), sv),
+                                                           acc[i][t][c]);
+                        }
+                    }
+                }
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < rn; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) {
+                _Alignas(32) float s16[16];
+                _mm256_store_ps(s16, acc[i][t][0]);
+                _mm256_store_ps(s16 + 8, acc[i][t][1]);
+                y[t * ldy + r + i] = lb__sum16f(s16);
+            }
+    }
 }
 
 LB__QDOT8K_ROWS_FN(lb__qdot8k_rows_avx2)

@@ -1,4 +1,4 @@
-/* AVX-512 VNNI int8-activation kernels on ggml's Q4_K and Q5_K, read in
+/* AVX-512 VNNI int8-activation kernels on ggml's Q4_K, Q5_K and Q6_K, read in
  * place: qdot8.h's K-quant sums, bit for bit the scalar reference.
  *
  * A super-block's 128 code bytes are two zmm halves h. The codes are
@@ -11,25 +11,10 @@
  * decoded once into a ymm each and permuted to the lanes; the mins meet
  * the staged e_j in 8 lanes of their own. */
 #include "kernel/qdot8.h"
-#include "kernel/qdot8_instances.h"
 
 #if defined(__x86_64__)
 
-#include <immintrin.h>
-#include <stdint.h>
-
-#include "quant/qkernels.h"
-
-#define INL static inline __attribute__((always_inline))
-#define RMAX 4
-
-INL __m256 bytes_to_ps(uint64_t v, float mul)
-{
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)v))),
-                         _mm256_set1_ps(mul));
-}
-
-INL float fp16_at(const uint8_t *p) { return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8)); }
+#include "kernel/qdot8k_x86.h"
 
 INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
                 size_t ldy, const int five)
@@ -184,11 +169,64 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
     }
 }
 
-INL void krun(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
-              size_t ldy, const int kind)
+/* IQ4_XS / IQ4_NL: group g's 64 code bytes (an IQ4_XS half super-block,
+ * or four IQ4_NL blocks gathered) through a vpshufb table of kvalues + 128
+ * (1 .. 241, unsigned), each lane's sum starting at the staged -128 * S4;
+ * lane l's scale is block l / 4's. */
+INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+                  size_t ldy, const int nl)
 {
-    if (kind == 2) krun6(m, a, t0, nx, r0, r1, y, ldy);
-    else krun45(m, a, t0, nx, r0, r1, y, ldy, kind == 1);
+    const size_t R = nx <= 2 ? RMAX : RMAX / 2, groups = m->cols / 128;
+    uint8_t lut16[16];
+    for (int c = 0; c < 16; c++) lut16[c] = (uint8_t)(lb__kvalues_iq4nl[c] + 128);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut16));
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    _Alignas(64) int32_t ix[16];
+    for (int l = 0; l < 16; l++) ix[l] = l / 4;
+    const __m512i sidx = _mm512_load_si512(ix);
+    for (size_t r = r0; r < r1; r += R) {
+        size_t rn = r1 - r < R ? r1 - r : R;
+        const uint8_t *row[RMAX];
+        for (size_t i = 0; i < R; i++) row[i] = m->data + (r + (i < rn ? i : rn - 1)) * m->row_bytes;
+        __m512 acc[RMAX][LB__QDOT_MAX_NX];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
+        for (size_t g = 0; g < groups; g++) {
+            _Pragma("GCC unroll 8")
+            for (size_t i = 0; i < R; i++) {
+                const uint8_t *codes[4];
+                const __m512 sv = _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(iq4_group(row[i], g, nl, codes)));
+                _mm_prefetch((const char *)(codes[0] + 4 * 72), _MM_HINT_T0);
+                _mm_prefetch((const char *)(codes[3] + 4 * 72), _MM_HINT_T0);
+                __m512i wb = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)codes[0]));
+                wb = _mm512_inserti32x4(wb, _mm_loadu_si128((const __m128i *)codes[1]), 1);
+                wb = _mm512_inserti32x4(wb, _mm_loadu_si128((const __m128i *)codes[2]), 2);
+                wb = _mm512_inserti32x4(wb, _mm_loadu_si128((const __m128i *)codes[3]), 3);
+                const __m512i u[2] = {_mm512_shuffle_epi8(lut, _mm512_and_si512(wb, low4)),
+                                      _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(wb, 4), low4))};
+                _Pragma("GCC unroll 2")
+                for (size_t n = 0; n < 2; n++)
+                    _Pragma("GCC unroll 8")
+                    for (size_t t = 0; t < nx; t++) {
+                        const size_t lo = (t0 + t) * a->lanes + (2 * g + n) * 16;
+                        const __m512i xv = _mm512_load_si512(a->q + (t0 + t) * a->stride + g * 128 + 64 * n);
+                        const __m512i p = _mm512_dpbusd_epi32(_mm512_load_si512(a->cxs + lo), u[n], xv);
+                        acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(_mm512_load_ps(a->d + lo), sv),
+                                                    acc[i][t]);
+                    }
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < rn; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) {
+                _Alignas(64) float s16[16];
+                _mm512_store_ps(s16, acc[i][t]);
+                y[t * ldy + r + i] = lb__sum16f(s16);
+            }
+    }
 }
 
 LB__QDOT8K_ROWS_FN(lb__qdot8k_rows_vnni)

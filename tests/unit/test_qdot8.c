@@ -20,21 +20,8 @@
 #include "lowbit.h"
 #include "util/cpu.h"
 
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-
-static uint32_t next_u32(void)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-
-/* mostly in (-1, 1), some small, a few outliers */
-static float rand_f(void)
-{
-    float u = (float)(next_u32() & 0xFFFFFF) / 8388608.0f - 1.0f;
-    uint32_t k = next_u32() & 31;
-    return k < 8 ? u * 0.01f : k == 31 ? u * 20.0f : u;
-}
+#define QDOT8_TEST_SEED 0x2545F4914F6CDD1Dull
+#include "qdot8_sets.h"
 
 static float decode(lb_format f, uint32_t code)
 {
@@ -140,29 +127,6 @@ static void reference_view(const lb__qmat *m, const float *x, size_t n, float *y
     lb_qtensor_view v = {.spec = m->spec, .rows = m->rows, .cols = m->cols, .data = m->data, .row_bytes = m->row_bytes,
                          .scales = m->scales, .tensor_scale = m->scale_mul};
     reference_of(&v, x, n, y);
-}
-
-static int same_bits(const float *a, const float *b, size_t n, size_t *at)
-{
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-            *at = i;
-            return 0;
-        }
-    return 1;
-}
-
-static const lb__qdot8_set *sets[] = {&lb__qdot8_scalar_set, &lb__qdot8_avx2_set, &lb__qdot8_vnni_set,
-                                      &lb__qdot8_neon_set};
-
-static int set_runs(const lb__qdot8_set *s)
-{
-    if (!s->rows) return 0;
-    if (s == &lb__qdot8_vnni_set)
-        return lb__isa_supported(LB_ISA_AVX512) && (lb__cpu_extras() & LB__CPU_AVX512_VNNI);
-    if (s == &lb__qdot8_avx2_set) return lb__isa_supported(LB_ISA_AVX2);
-    if (s == &lb__qdot8_neon_set) return lb__isa_supported(LB_ISA_NEON);
-    return 1;
 }
 
 static void check_spec(const char *spec_text, size_t rows, size_t cols, size_t n)

@@ -1,4 +1,4 @@
-/* Int8-activation kernels on ggml's Q4_K, Q5_K and Q6_K read in place
+/* Int8-activation kernels on ggml's Q4_K, Q5_K, Q6_K, IQ4_XS and IQ4_NL read in place
  * (kernel/qdot8.h): this file's own reading of the
  * block layout (checked value for value against the ggml dequantizer)
  * and of the documented sums, against every kernel set of this build and
@@ -19,20 +19,8 @@
 #include "lowbit.h"
 #include "util/cpu.h"
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-
-static uint32_t next_u32(void)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-
-static float rand_f(void)
-{
-    float u = (float)(next_u32() & 0xFFFFFF) / 8388608.0f - 1.0f;
-    uint32_t k = next_u32() & 31;
-    return k < 8 ? u * 0.01f : k == 31 ? u * 20.0f : u;
-}
+#define QDOT8_TEST_SEED 0x9E3779B97F4A7C15ull
+#include "qdot8_sets.h"
 
 static float half_to_f32(uint16_t h)
 {
@@ -46,7 +34,40 @@ typedef struct kblock {
     float d, dmin;
     int sc[8], mn[8], u[256];
     int sc16[16]; /* Q6_K */
+    float bs[8];  /* IQ4: each block of 32's scale (u: the signed grid values) */
 } kblock;
+
+static int is_iq4(lb_dtype t) { return t == LB_DT_IQ4_XS || t == LB_DT_IQ4_NL; }
+
+/* Bytes of 256 elements (eight IQ4_NL blocks of 32 in a row). */
+static size_t sb_bytes(lb_dtype t) { return lb_dtype_get(t)->block_bytes * (256 / lb_dtype_get(t)->block); }
+
+/* ggml's IQ4 grid, as its source lists it */
+static const int kvalues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* IQ4_NL: 8 blocks of d (fp16) + qs[16]; IQ4_XS: d, scales_h (LE16),
+ * scales_l[4], qs[128]: block j's 6-bit scale has the low nibble j % 2 of
+ * scales_l[j / 2] and bits 2j .. of scales_h. Block j's byte i holds its
+ * elements i (low nibble) and 16 + i. */
+static void read_iq4(lb_dtype t, const uint8_t *b, kblock *k)
+{
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *qs;
+        if (t == LB_DT_IQ4_NL) {
+            const uint8_t *blk = b + 18 * j;
+            k->bs[j] = half_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+            qs = blk + 2;
+        } else {
+            int code = ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | (((b[2] | b[3] << 8) >> (2 * j)) & 3) << 4;
+            k->bs[j] = half_to_f32((uint16_t)(b[0] | b[1] << 8)) * (float)(code - 32);
+            qs = b + 8 + 16 * j;
+        }
+        for (int i = 0; i < 16; i++) {
+            k->u[32 * j + i] = kvalues[qs[i] & 15];
+            k->u[32 * j + 16 + i] = kvalues[qs[i] >> 4];
+        }
+    }
+}
 
 /* Q6_K: ql[128] qh[64] scales[16] (int8) d; element 128h + r has nibble
  * r / 64 of ql[64h + r % 64] and bits 2(r / 32) of qh[32h + r % 32] */
@@ -62,12 +83,17 @@ static void read_q6_k(const uint8_t *b, kblock *k)
 
 static float value_of(lb_dtype t, const kblock *k, int e)
 {
+    if (is_iq4(t)) return k->bs[e / 32] * (float)k->u[e];
     if (t == LB_DT_Q6_K) return k->d * (float)k->sc16[e / 16] * (float)(k->u[e] - 32);
     return k->d * (float)k->sc[e / 32] * (float)k->u[e] - k->dmin * (float)k->mn[e / 32];
 }
 
 static void read_block(lb_dtype t, const uint8_t *b, kblock *k)
 {
+    if (is_iq4(t)) {
+        read_iq4(t, b, k);
+        return;
+    }
     if (t == LB_DT_Q6_K) {
         read_q6_k(b, k);
         return;
@@ -94,7 +120,7 @@ static void read_block(lb_dtype t, const uint8_t *b, kblock *k)
 /* The definition, token by token, row by row. */
 static void reference(lb_dtype t, const uint8_t *data, size_t rows, size_t cols, const float *x, size_t n, float *y)
 {
-    const size_t bb = lb_dtype_get(t)->block_bytes, nsb = cols / 256, nblk = cols / 32;
+    const size_t bb = sb_bytes(t), nsb = cols / 256, nblk = cols / 32;
     int *q = malloc(cols * sizeof *q), *S = malloc(nblk * sizeof *S);
     float *d = malloc(nblk * sizeof *d);
     kblock kb;
@@ -115,6 +141,19 @@ static void reference(lb_dtype t, const uint8_t *data, size_t rows, size_t cols,
             float p[16] = {0}, mp[8] = {0};
             for (size_t s = 0; s < nsb; s++) {
                 read_block(t, data + (r * nsb + s) * bb, &kb);
+                if (is_iq4(t)) { /* lane l of (group 2s + h, n): bytes 4 (l % 4) .. of block 4h + l / 4, nibble n */
+                    for (int h = 0; h < 2; h++)
+                        for (int nb = 0; nb < 2; nb++)
+                            for (int l = 0; l < 16; l++) {
+                                int j = 4 * h + l / 4, P = 0;
+                                for (int i = 0; i < 4; i++) {
+                                    int e = 32 * j + 16 * nb + 4 * (l % 4) + i;
+                                    P += q[256 * s + (size_t)e] * kb.u[e];
+                                }
+                                p[l] = fmaf((float)P, d[8 * s + (size_t)j] * kb.bs[j], p[l]);
+                            }
+                    continue;
+                }
                 if (t == LB_DT_Q6_K) { /* lane l of (h, n): elements 128h + 64n + 4l .. + 3 */
                     for (int h = 0; h < 2; h++)
                         for (int nb = 0; nb < 2; nb++)
@@ -148,35 +187,15 @@ static void reference(lb_dtype t, const uint8_t *data, size_t rows, size_t cols,
     free(q), free(S), free(d);
 }
 
-static int same_bits(const float *a, const float *b, size_t n, size_t *at)
-{
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(a + i, b + i, sizeof *a) != 0) return *at = i, 0;
-    return 1;
-}
-
-static const lb__qdot8_set *sets[] = {&lb__qdot8_scalar_set, &lb__qdot8_avx2_set, &lb__qdot8_vnni_set,
-                                      &lb__qdot8_neon_set};
-
-static int set_runs(const lb__qdot8_set *s)
-{
-    if (!s->rows) return 0;
-    if (s == &lb__qdot8_vnni_set)
-        return lb__isa_supported(LB_ISA_AVX512) && (lb__cpu_extras() & LB__CPU_AVX512_VNNI);
-    if (s == &lb__qdot8_avx2_set) return lb__isa_supported(LB_ISA_AVX2);
-    if (s == &lb__qdot8_neon_set) return lb__isa_supported(LB_ISA_NEON);
-    return 1;
-}
-
 /* Random block bytes: every scale, min and code pattern; d and dmin
  * finite fp16 of either sign, magnitudes 2^-14 .. 2^0. */
 static void random_blocks(lb_dtype t, uint8_t *data, size_t rows, size_t cols)
 {
-    const size_t bb = lb_dtype_get(t)->block_bytes, nb = rows * cols / 256;
+    const size_t bb = lb_dtype_get(t)->block_bytes, nb = rows * cols / lb_dtype_get(t)->block;
     for (size_t i = 0; i < nb * bb; i++) data[i] = (uint8_t)next_u32();
     const size_t at[2] = {t == LB_DT_Q6_K ? 208 : 0, 2}; /* d (and dmin) */
     for (size_t i = 0; i < nb; i++)
-        for (int h = 0; h < (t == LB_DT_Q6_K ? 1 : 2); h++) {
+        for (int h = 0; h < (t == LB_DT_Q6_K || is_iq4(t) ? 1 : 2); h++) {
             uint16_t v = (uint16_t)((next_u32() % 15 + 1) << 10 | (next_u32() & 1023) | (next_u32() & 1) << 15);
             data[i * bb + at[h]] = (uint8_t)v, data[i * bb + at[h] + 1] = (uint8_t)(v >> 8);
         }
@@ -185,8 +204,7 @@ static void random_blocks(lb_dtype t, uint8_t *data, size_t rows, size_t cols)
 static void check_type(lb_dtype t, int random, size_t rows, size_t cols, size_t n)
 {
     const char *name = lb_dtype_get(t)->name;
-    const size_t bb = lb_dtype_get(t)->block_bytes;
-    uint8_t *data = malloc(rows * cols / 256 * bb);
+    uint8_t *data = malloc(rows * cols / 256 * sb_bytes(t));
     float *w = malloc(rows * cols * sizeof *w), *x = malloc(n * cols * sizeof *x);
     float *want = malloc(n * rows * sizeof *want), *got = malloc(n * rows * sizeof *got);
     float *exact = malloc(n * rows * sizeof *exact), *row = malloc(cols * sizeof *row);
@@ -203,7 +221,7 @@ static void check_type(lb_dtype t, int random, size_t rows, size_t cols, size_t 
     for (size_t r = 0; r < rows; r++) {
         lb__qmat_row_f32(&m, r, row);
         for (size_t s = 0; s < cols / 256; s++) {
-            read_block(t, data + (r * cols / 256 + s) * bb, &kb);
+            read_block(t, data + (r * cols / 256 + s) * sb_bytes(t), &kb);
             for (int e = 0; e < 256; e++) {
                 float v = value_of(t, &kb, e);
                 if (memcmp(&v, row + 256 * s + (size_t)e, sizeof v) != 0) same = 0;
@@ -311,7 +329,7 @@ static void check_edges(void)
     CHECK(lb__qmat_matmul_act8(&m, x, 1, y, 1, lb_isa_active()) == LB_OK, "inf");
     CHECK(lb__qmat_matmul(&m, x, 1, want, 1) == LB_OK, "exact");
     CHECK(memcmp(y, want, sizeof y) == 0, "a token with inf runs the exact kernels");
-    static const lb_dtype no[] = {LB_DT_Q2_K, LB_DT_Q3_K, LB_DT_IQ4_XS, LB_DT_Q4_1};
+    static const lb_dtype no[] = {LB_DT_Q2_K, LB_DT_Q3_K, LB_DT_Q4_1};
     float w[4 * 256];
     uint8_t blocks[4 * 256 * 2];
     for (size_t i = 0; i < 4 * 256; i++) w[i] = rand_f();
@@ -322,13 +340,19 @@ static void check_edges(void)
         CHECK(lb__qmat_from_ggml(no[k], blocks, 4, c, NULL, &g) == LB_OK, "view");
         CHECK(!lb__qdot8_supported(&g), "%s as read is not taken", lb_dtype_get(no[k])->name);
     }
+    /* IQ4_NL rows of no whole groups of 128 (SmolLM2's 576) stay exact */
+    uint8_t nl[4 * 3 * 18];
+    random_blocks(LB_DT_IQ4_NL, nl, 4, 96);
+    lb__qmat g;
+    CHECK(lb__qmat_from_ggml(LB_DT_IQ4_NL, nl, 4, 96, NULL, &g) == LB_OK, "view");
+    CHECK(!lb__qdot8_supported(&g), "IQ4_NL rows of 96 are not taken");
 }
 
 int main(void)
 {
     static const size_t shapes[][2] = {{1, 256}, {5, 512}, {37, 1536}, {9, 2304}, {64, 256}};
-    const lb_dtype types[] = {LB_DT_Q4_K, LB_DT_Q5_K, LB_DT_Q6_K};
-    for (int k = 0; k < 3; k++)
+    const lb_dtype types[] = {LB_DT_Q4_K, LB_DT_Q5_K, LB_DT_Q6_K, LB_DT_IQ4_XS, LB_DT_IQ4_NL};
+    for (int k = 0; k < 5; k++)
         for (int random = 0; random <= 1; random++)
             for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++)
                 for (size_t n = 1; n <= 6; n += (n < 4 ? 1 : 2))
