@@ -4,8 +4,9 @@ activations"):
   kld    the int8 decode mode's own cost: `lowbit kld --decode-act int8 --base-exact` (the same quantized model
          computed exactly is the base) on WINDOWS windows of 512 of wiki.test.raw, per spec on SmolLM2 (attention,
          MLP and the tied embedding/head), beside that spec's exact-mode KLD from the model as stored
+  kld-gguf  the same on SmolLM2's GGUF files of the gguf section (not in the default sections)
   decode SmolLM2 decode tokens/s, bf16 and each spec exact and in the int8 mode, interleaved (build/bench/bench_decode)
-  gguf   lowbit's decode of llama-quantize's GGUF files (Q8_0, Q4_0, Q4_K_M; MXFP4 written by lowbit: llama-quantize
+  gguf   lowbit's decode of llama-quantize's GGUF files (Q8_0, Q4_0, Q4_K_M, IQ4_XS; MXFP4 written by lowbit: llama-quantize
          has no dense MXFP4 type) against `llama-bench -p 0 -n 128 -t 2` on the same files, alternated in rounds;
          for SmolLM2 and, with --l8 DIR, a synthetic Llama-3-8B-shaped model of two layers (DIR/{Q8_0,...}.gguf)
 
@@ -25,7 +26,7 @@ from gptq_gguf_bench import SMOLLM2, WIKI, reference, sh
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SPECS = ["int4:g32", "mxfp4", "nvfp4", "int8:channel", "int4:g128:affine"]
-TYPES = ["Q8_0", "Q4_0", "Q4_K_M", "MXFP4"]
+TYPES = ["Q8_0", "Q4_0", "Q4_K_M", "IQ4_XS", "MXFP4"]
 
 
 def kld_section(lb, windows, d):
@@ -44,6 +45,18 @@ def kld_section(lb, windows, d):
         print(f"| {s} | {alone['kld_mean']:.5f} +- {alone['kld_err']:.5f} | {100 * alone['top1_agreement']:.2f}% | "
               f"{alone['ppl_base']:.4f} | {alone['ppl']:.4f} | {exact['kld_mean']:.5f} | {int8['kld_mean']:.5f} |",
               flush=True)
+
+
+def kld_gguf_section(lb, files, windows):
+    print(f"\n### int8 decode mode on GGUF files: its own KLD (vs the same file computed exactly), {windows} windows "
+          f"of 512\n")
+    print("| file | KLD int8 vs exact | top-1 agreement | PPL exact | PPL int8 |")
+    print("|---|---:|---:|---:|---:|")
+    for t, f in files.items():
+        r = json.loads(sh([lb, "kld", f, "--text", WIKI, "--chunks", windows, "--decode-act", "int8", "--base-exact",
+                           "--json", "--quiet"])[0].stdout)
+        print(f"| {t} | {r['kld_mean']:.5f} +- {r['kld_err']:.5f} | {100 * r['top1_agreement']:.2f}% | "
+              f"{r['ppl_base']:.4f} | {r['ppl']:.4f} |", flush=True)
 
 
 def bench_decode(bd, model, configs, rounds, tokens=64):
@@ -101,8 +114,9 @@ def gguf_section(bd, llb, files, rounds, title):
             rows = bench_decode(bd, f, ["stored", "stored+int8"], 3, 128)
             ex.append(rows["stored"][1])
             i8.append(rows["stored+int8"][1])
-        reach = {"Q8_0": "all", "Q4_0": "all", "MXFP4": "all",
-                 "Q4_K_M": "Q5_0, Q6_K, Q8_0 (Q4_K stays exact)"}[t]
+        reach = {"Q8_0": "all", "Q4_0": "all (Q6_K head in place)", "MXFP4": "all",
+                 "Q4_K_M": "all (Q4_K, Q6_K in place)",
+                 "IQ4_XS": "IQ4_XS, Q6_K in place; IQ4_NL only in rows of whole 128-groups"}[t]
         l, e, i = statistics.median(ll), statistics.median(ex), statistics.median(i8)
         print(f"| {t} | {f.stat().st_size / 2**20:.1f} | {l:.1f} | {e:.1f} | {i:.1f} | {i / l:.2f} | {reach} |",
               flush=True)
@@ -125,6 +139,8 @@ def main():
     print(f"machine: {cpu}, 2 threads; lowbit {lb}")
     if "kld" in sections:
         kld_section(lb, a.windows, d)
+    if "kld-gguf" in sections:
+        kld_gguf_section(lb, gguf_files(lb, a.llamacpp_bin, d), a.windows)
     if "decode" in sections:
         decode_section(bd, 9)
     if "gguf" in sections:
