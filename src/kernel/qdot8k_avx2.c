@@ -167,17 +167,26 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
         for (size_t i = 0; i < R; i++)
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) acc[i][t][0] = acc[i][t][1] = _mm256_setzero_ps();
+        __m256 xs8[RMAX] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         for (size_t g = 0; g < groups; g++) {
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
                 const uint8_t *codes[4];
-                const __m128 s4 = iq4_group(row[i], g, nl, codes);
+                __m256 s8; /* the scales of blocks first + 0 .. 3 */
+                int first = 0;
+                if (nl) {
+                    s8 = _mm256_castps128_ps256(iq4_nl_group(row[i], g, codes));
+                } else { /* the super-block's eight scales, decoded at its first half */
+                    const lb__block_iq4_xs *b = (const lb__block_iq4_xs *)row[i] + g / 2;
+                    if (g % 2 == 0) xs8[i] = iq4_xs_scales(b);
+                    s8 = xs8[i], first = (int)(4 * (g % 2));
+                    for (int k = 0; k < 4; k++) codes[k] = b->qs + 64 * (g % 2) + 16 * k;
+                }
                 _Pragma("GCC unroll 2")
                 for (size_t c = 0; c < 2; c++) {
                     const __m256i wb = _mm256_loadu2_m128i((const __m128i *)codes[2 * c + 1], (const __m128i *)codes[2 * c]);
-                    const int k0 = (int)(2 * c), k1 = k0 + 1;
-                    const __m256 sv = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(s4),
-                                                               _mm256_setr_epi32(k0, k0, k0, k0, k1, k1, k1, k1));
+                    const int k0 = first + (int)(2 * c), k1 = k0 + 1;
+                    const __m256 sv = _mm256_permutevar8x32_ps(s8, _mm256_setr_epi32(k0, k0, k0, k0, k1, k1, k1, k1));
                     _Pragma("GCC unroll 2")
                     for (size_t n = 0; n < 2; n++) {
                         const __m256i v = _mm256_shuffle_epi8(lut, _mm256_and_si256(n ? _mm256_srli_epi16(wb, 4) : wb, low4));

@@ -16,6 +16,9 @@
 
 #include "kernel/qdot8k_x86.h"
 
+
+
+
 INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
                 size_t ldy, const int five)
 {
@@ -193,17 +196,31 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
         for (size_t i = 0; i < R; i++)
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
+        __m512 xs8[RMAX] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
         for (size_t g = 0; g < groups; g++) {
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
                 const uint8_t *codes[4];
-                const __m512 sv = _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(iq4_group(row[i], g, nl, codes)));
+                __m512 sv;
+                if (nl) {
+                    sv = _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(iq4_nl_group(row[i], g, codes)));
+                } else { /* the super-block's eight scales, decoded at its first half */
+                    const lb__block_iq4_xs *b = (const lb__block_iq4_xs *)row[i] + g / 2;
+                    if (g % 2 == 0) xs8[i] = _mm512_castps256_ps512(iq4_xs_scales(b));
+                    sv = _mm512_permutexvar_ps(_mm512_add_epi32(sidx, _mm512_set1_epi32((int)(4 * (g % 2)))), xs8[i]);
+                    codes[0] = codes[3] = b->qs + 64 * (g % 2);
+                }
                 _mm_prefetch((const char *)(codes[0] + 4 * 72), _MM_HINT_T0);
-                _mm_prefetch((const char *)(codes[3] + 4 * 72), _MM_HINT_T0);
-                __m512i wb = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)codes[0]));
-                wb = _mm512_inserti32x4(wb, _mm_loadu_si128((const __m128i *)codes[1]), 1);
-                wb = _mm512_inserti32x4(wb, _mm_loadu_si128((const __m128i *)codes[2]), 2);
-                wb = _mm512_inserti32x4(wb, _mm_loadu_si128((const __m128i *)codes[3]), 3);
+                _mm_prefetch((const char *)(codes[0] + 4 * 72 + 64), _MM_HINT_T0);
+                __m512i wb;
+                if (nl) { /* four blocks' codes, 18 bytes apart */
+                    wb = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)codes[0]));
+                    wb = _mm512_inserti32x4(wb, _mm_loadu_si128((const __m128i *)codes[1]), 1);
+                    wb = _mm512_inserti32x4(wb, _mm_loadu_si128((const __m128i *)codes[2]), 2);
+                    wb = _mm512_inserti32x4(wb, _mm_loadu_si128((const __m128i *)codes[3]), 3);
+                } else { /* IQ4_XS: a half super-block's 64 bytes in a row */
+                    wb = _mm512_loadu_si512(codes[0]);
+                }
                 const __m512i u[2] = {_mm512_shuffle_epi8(lut, _mm512_and_si512(wb, low4)),
                                       _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(wb, 4), low4))};
                 _Pragma("GCC unroll 2")

@@ -24,23 +24,25 @@ INL __m256 bytes_to_ps(uint64_t v, float mul)
 /* The little-endian fp16 at p. */
 INL float fp16_at(const uint8_t *p) { return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8)); }
 
-/* IQ4 group g of a row (blocks 4g .. 4g + 3): the four block scales
- * (IQ4_XS d * (s_j - 32), exact; IQ4_NL each block's d) and the 16 code
- * bytes of block 4g + k at codes[k]. */
-INL __m128 iq4_group(const uint8_t *row, size_t g, int nl, const uint8_t *codes[4])
+/* IQ4_XS: the eight d * (s_j - 32) of a super-block (exact), s_j's low
+ * nibbles and high bits spread to bytes by pdep. */
+INL __m256 iq4_xs_scales(const lb__block_iq4_xs *b)
 {
+    const uint64_t lo = _pdep_u64((uint64_t)b->scales_l[0] | (uint64_t)b->scales_l[1] << 8 |
+                                      (uint64_t)b->scales_l[2] << 16 | (uint64_t)b->scales_l[3] << 24,
+                                  0x0F0F0F0F0F0F0F0Full);
+    const uint64_t hi = _pdep_u64(lb__le16(b->scales_h), 0x0303030303030303ull);
+    const __m256 s = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)(lo | hi << 4))));
+    return _mm256_mul_ps(_mm256_sub_ps(s, _mm256_set1_ps(32.0f)), _mm256_set1_ps(fp16_at(b->d)));
+}
+
+/* IQ4_NL group g of a row (blocks 4g .. 4g + 3): the four block scales
+ * d and the 16 code bytes of block 4g + k at codes[k]. */
+INL __m128 iq4_nl_group(const uint8_t *row, size_t g, const uint8_t *codes[4])
+{
+    const uint8_t *b = row + 4 * g * 18;
     float s[4];
-    if (nl) {
-        const uint8_t *b = row + 4 * g * 18;
-        for (int k = 0; k < 4; k++) s[k] = fp16_at(b + 18 * k), codes[k] = b + 18 * k + 2;
-    } else {
-        const lb__block_iq4_xs *b = (const lb__block_iq4_xs *)row + g / 2;
-        const float d = fp16_at(b->d);
-        for (int k = 0; k < 4; k++) {
-            int j = (int)(4 * (g % 2)) + k;
-            s[k] = d * (float)(lb__iq4_xs_scale_code(b, j) - 32), codes[k] = b->qs + 16 * j;
-        }
-    }
+    for (int k = 0; k < 4; k++) s[k] = fp16_at(b + 18 * k), codes[k] = b + 18 * k + 2;
     return _mm_loadu_ps(s);
 }
 
