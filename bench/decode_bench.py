@@ -132,6 +132,8 @@ def main():
     ap.add_argument("--build", default="build")
     a = ap.parse_args()
     lb, bd = ROOT / a.build / "lowbit", ROOT / a.build / "bench" / "bench_decode"
+    # `make all` leaves the bench programs as they were: a stale bench_decode measured old kernels once
+    sh(["make", "-s", "-C", ROOT, f"BUILD={a.build}", lb.relative_to(ROOT), bd.relative_to(ROOT)])
     d, _, _ = reference(lb, a.llamacpp_bin, 40, 2)
     sections = a.sections.split(",")
     cpu = re.sub(r"\s+", " ", subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo"], capture_output=True,
