@@ -236,6 +236,13 @@ void lb__qdot8k_rows_neon(const lb__qmat *m, const lb__act8 *a, size_t t0, size_
 #define LB__QDOT8K_TABLE 3
 int lb__qdot8k_type(lb_dtype t);
 
+/* The R rows a K-quant kernel runs from row r, rn of them real (the rest
+ * repeat the last; their sums are dropped). */
+static inline void lb__qdot8k_row_ptrs(const lb__qmat *m, size_t r, size_t rn, size_t R, const uint8_t **row)
+{
+    for (size_t i = 0; i < R; i++) row[i] = m->data + (r + (i < rn ? i : rn - 1)) * m->row_bytes;
+}
+
 static inline float lb__qdot8k_sum8(const float s[8])
 {
     float t[4];

@@ -147,7 +147,7 @@ INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx
     for (size_t r = r0; r < r1; r += R) {
         size_t rn = r1 - r < R ? r1 - r : R;
         const uint8_t *row[RMAX];
-        for (size_t i = 0; i < R; i++) row[i] = m->data + (r + (i < rn ? i : rn - 1)) * m->row_bytes;
+        lb__qdot8k_row_ptrs(m, r, rn, R, row);
         float32x4_t acc[RMAX][LB__QDOT_MAX_NX][4], macc[RMAX][LB__QDOT_MAX_NX][2];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++)
@@ -217,7 +217,7 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
     for (size_t r = r0; r < r1; r += R) {
         size_t rn = r1 - r < R ? r1 - r : R;
         const uint8_t *row[RMAX];
-        for (size_t i = 0; i < R; i++) row[i] = m->data + (r + (i < rn ? i : rn - 1)) * m->row_bytes;
+        lb__qdot8k_row_ptrs(m, r, rn, R, row);
         float32x4_t acc[RMAX][LB__QDOT_MAX_NX][4];
         for (size_t i = 0; i < R; i++)
             for (size_t t = 0; t < nx; t++)
@@ -269,7 +269,7 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
     for (size_t r = r0; r < r1; r += R) {
         size_t rn = r1 - r < R ? r1 - r : R;
         const uint8_t *row[RMAX];
-        for (size_t i = 0; i < R; i++) row[i] = m->data + (r + (i < rn ? i : rn - 1)) * m->row_bytes;
+        lb__qdot8k_row_ptrs(m, r, rn, R, row);
         float32x4_t acc[RMAX][LB__QDOT_MAX_NX][4];
         for (size_t i = 0; i < R; i++)
             for (size_t t = 0; t < nx; t++)

@@ -177,12 +177,15 @@ static void rows_scalar_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, siz
             const int8_t *q = a->q + (t0 + t) * a->stride;
             const float *dl = a->d + (t0 + t) * a->lanes;
             float p[16] = {0};
-            for (size_t g = 0; g < a->groups; g++)
+            for (size_t g = 0; g < a->groups; g++) {
+                const uint8_t *qs4[4];
+                float sc4[4];
+                for (size_t k = 0; k < 4; k++) sc4[k] = iq4_block(m, r, 4 * g + k, &qs4[k]);
                 for (size_t n = 0; n < 2; n++)
                     for (size_t l = 0; l < 16; l++) {
-                        const size_t j = 4 * g + l / 4; /* block; bytes 4 (l % 4) .. of its 16, nibble n */
-                        const uint8_t *qs;
-                        const float sc = iq4_block(m, r, j, &qs);
+                        /* block 4g + l / 4; bytes 4 (l % 4) .. of its 16, nibble n */
+                        const uint8_t *qs = qs4[l / 4];
+                        const float sc = sc4[l / 4];
                         int32_t sum = 0;
                         for (size_t i = 0; i < 4; i++) {
                             size_t e = 16 * n + 4 * (l % 4) + i; /* element of block j */
@@ -191,6 +194,7 @@ static void rows_scalar_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, siz
                         }
                         p[l] = fmaf((float)sum, dl[(2 * g + n) * 16 + l] * sc, p[l]);
                     }
+            }
             y[t * ldy + r] = lb__sum16f(p);
         }
 }
