@@ -56,11 +56,14 @@
  *   - the dot is lb__sum16f(p).
  * IQ4_XS and IQ4_NL (rows of whole groups of 128) are read in place with
  * values v = kvalues_iq4nl[nibble] (-127 .. 113) and one scale per block
- * j of 32: IQ4_XS d * (s_j - 32) (exact), IQ4_NL its d. Group g is blocks
+ * j of 32: IQ4_XS d * (s_j - 32) (exact), IQ4_NL its d. So is Q4_0, whose
+ * blocks are IQ4_NL's with values v = nibble - 8 (rows of whole groups of
+ * 128; other rows are copied as int4:g32, qmat_repack.c). Group g is blocks
  * 4g .. 4g + 3 (an IQ4_XS half super-block); block j's byte i holds its
- * elements i (low nibble) and 16 + i (high). So:
- *   - 16 partials p start at +0; for g, then n = 0, 1: lane l covers bytes
- *     4(l % 4) .. + 3 of block j = 4g + l / 4, nibble n; P = sum q v
+ * elements i (low nibble) and 16 + i (high), both in block j, so a lane
+ * takes both nibbles of its bytes:
+ *   - 16 partials p start at +0; for g: lane l covers bytes 4(l % 4) ..
+ *     + 3 of block j = 4g + l / 4, both nibbles (8 elements); P = sum q v
  *     exact, p[l] = fma((float)P, d_j * sc_j, p[l]);
  *   - the dot is lb__sum16f(p). */
 #ifndef LB_KERNEL_QDOT8_H
@@ -204,20 +207,24 @@ void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16]);
 /* ---- the K-quants (Q4_K, Q5_K) ---- */
 
 /* The kernel of a K-quant set that takes t: 0 Q4_K, 1 Q5_K, 2 Q6_K,
- * 3 IQ4_XS, 4 IQ4_NL (qdot8_instances.h). */
+ * 3 IQ4_XS, 4 IQ4_NL and Q4_0 (qdot8_instances.h). */
 static inline int lb__qdot8k_kernel(lb_dtype t)
 {
-    return t == LB_DT_Q5_K ? 1 : t == LB_DT_Q6_K ? 2 : t == LB_DT_IQ4_XS ? 3 : t == LB_DT_IQ4_NL ? 4 : 0;
+    return t == LB_DT_Q5_K ? 1 : t == LB_DT_Q6_K ? 2 : t == LB_DT_IQ4_XS ? 3 : t == LB_DT_IQ4_NL || t == LB_DT_Q4_0 ? 4 : 0;
 }
+/* The 16 values of a 4-bit code of a LB__QDOT8K_TABLE type: IQ4's grid
+ * (lb__kvalues_iq4nl), or Q4_0's n - 8. */
+const int8_t *lb__qdot8k_values(lb_dtype t);
 
 /* Staged for Q4_K/Q5_K: q in groups of 128 with the low-nibble elements
  * of its two 64-element chunks first (e = 64c + 32n + k at 64n + 32c + k:
  * a 64-byte load of qs meets its codes); d per lane, [t * lanes + (2 g +
  * n) * 16 + l] for group g (cols / 4 lanes); e. For Q6_K: q in order, d
- * per lane of 4 ([t * lanes + e / 4]) and cxs = -32 * S4 there. For IQ4:
- * element 16n + i of block k of group g at g * 128 + 64n + 16k + i, d and
- * cxs = -c * S4 per lane ((2g + n) * 16 + 4k + i / 4), c the set's
- * offset for int8 (lb__qdot8_set.offset). */
+ * per lane of 4 ([t * lanes + e / 4]) and cxs = -32 * S4 there. For IQ4
+ * and Q4_0: element 16n + i of block k of group g at g * 128 + 64n + 16k
+ * + i, d and cxs = -c * S8 per lane (g * 16 + 4k + i / 4; cols / 8 lanes),
+ * S8 the sum of the lane's 8 codes (both nibbles), c the set's offset for
+ * int8 (lb__qdot8_set.offset). */
 lb_status lb__qdot8k_stage(const lb__qmat *m, const float *x, size_t n, const lb__qdot8_set *set, lb__act8 *a);
 void lb__qdot8k_rows_scalar(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                             size_t ldy, void *scratch);
@@ -229,7 +236,7 @@ void lb__qdot8k_rows_avx2(const lb__qmat *m, const lb__act8 *a, size_t t0, size_
 void lb__qdot8k_rows_neon(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                           size_t ldy, void *scratch);
 /* LB__QDOT8K_MINS for Q4_K and Q5_K, LB__QDOT8K_OFFSET for Q6_K,
- * LB__QDOT8K_TABLE for IQ4_XS and IQ4_NL, else 0
+ * LB__QDOT8K_TABLE for IQ4_XS, IQ4_NL and Q4_0, else 0
  * (matrices of one kind share their staged activations). */
 #define LB__QDOT8K_MINS 1
 #define LB__QDOT8K_OFFSET 2

@@ -258,13 +258,14 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
     }
 }
 
-/* IQ4_XS / IQ4_NL: block 4g + k's 16 code bytes are lanes 4k .. 4k + 3;
- * the values (a tbl of kvalues) are signed bytes as they are. */
+/* IQ4_XS / IQ4_NL / Q4_0 (IQ4_NL's layout): block 4g + k's 16 code bytes
+ * are lanes 4k .. 4k + 3; the values (a tbl of the type's) are signed bytes
+ * as they are. */
 INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
                   size_t ldy, const int nl)
 {
     const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1, groups = m->cols / 128;
-    const int8x16_t lut = vld1q_s8(lb__kvalues_iq4nl);
+    const int8x16_t lut = vld1q_s8(lb__qdot8k_values(m->ggml));
     const uint8x16_t low4 = vdupq_n_u8(0x0F);
     for (size_t r = r0; r < r1; r += R) {
         size_t rn = r1 - r < R ? r1 - r : R;
@@ -282,7 +283,7 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
                     const uint8_t *qs;
                     float sc;
                     if (nl) {
-                        const lb__block_iq4_nl *b = (const lb__block_iq4_nl *)row[i] + j;
+                        const lb__block_iq4_nl *b = (const lb__block_iq4_nl *)row[i] + j; /* or Q4_0's: the same */
                         qs = b->qs, sc = lb__fp16_to_f32(lb__le16(b->d));
                     } else {
                         const lb__block_iq4_xs *b = (const lb__block_iq4_xs *)row[i] + j / 8;
@@ -291,14 +292,13 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
                     }
                     const uint8x16_t wb = vld1q_u8(qs);
                     const int8x16_t v[2] = {vqtbl1q_s8(lut, vandq_u8(wb, low4)), vqtbl1q_s8(lut, vshrq_n_u8(wb, 4))};
-                    for (size_t n = 0; n < 2; n++)
-                        _Pragma("GCC unroll 8")
-                        for (size_t t = 0; t < nx; t++) {
-                            const size_t lo = (t0 + t) * a->lanes + (2 * g + n) * 16 + 4 * k;
-                            const int8x16_t xv = vld1q_s8(a->q + (t0 + t) * a->stride + g * 128 + 64 * n + 16 * k);
-                            const int32x4_t p = dot4(v[n], xv, v[n], xv, 0);
-                            acc[i][t][k] = vfmaq_f32(acc[i][t][k], vcvtq_f32_s32(p), vmulq_n_f32(vld1q_f32(a->d + lo), sc));
-                        }
+                    _Pragma("GCC unroll 8")
+                    for (size_t t = 0; t < nx; t++) { /* both nibbles into one sum: at most 2 * 127 * 127 in int16 */
+                        const size_t lo = (t0 + t) * a->lanes + g * 16 + 4 * k;
+                        const int8_t *xq = a->q + (t0 + t) * a->stride + g * 128 + 16 * k;
+                        const int32x4_t p = dot4(v[0], vld1q_s8(xq), v[1], vld1q_s8(xq + 64), 1);
+                        acc[i][t][k] = vfmaq_f32(acc[i][t][k], vcvtq_f32_s32(p), vmulq_n_f32(vld1q_f32(a->d + lo), sc));
+                    }
                 }
             }
         }

@@ -1,6 +1,7 @@
-/* The int8-activation path on ggml's K-quants with mins (Q4_K, Q5_K), read
- * in place: which types, the activations staged for them, and the scalar
- * reference (qdot8.h's definition read literally). */
+/* The int8-activation path on ggml's blocks read in place (Q4_K, Q5_K,
+ * Q6_K, IQ4_XS, IQ4_NL, and Q4_0 in rows of whole 128-groups): which types,
+ * the activations staged for them, and the scalar reference (qdot8.h's
+ * definition read literally). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,8 @@ int lb__qdot8k_type(lb_dtype t)
     case LB_DT_Q5_K: return LB__QDOT8K_MINS;
     case LB_DT_Q6_K: return LB__QDOT8K_OFFSET;
     case LB_DT_IQ4_NL:
-    case LB_DT_IQ4_XS: return LB__QDOT8K_TABLE;
+    case LB_DT_IQ4_XS:
+    case LB_DT_Q4_0: return LB__QDOT8K_TABLE; /* IQ4_NL's layout, values n - 8 (other rows: copied, qmat_repack.c) */
     case LB_DT_F32:
     case LB_DT_F16:
     case LB_DT_BF16:
@@ -32,8 +34,7 @@ int lb__qdot8k_type(lb_dtype t)
     case LB_DT_I64:
     case LB_DT_U8:
     case LB_DT_BOOL:
-    case LB_DT_Q4_0: /* these four are lowbit formats: copied (qmat_repack.c) */
-    case LB_DT_Q8_0:
+    case LB_DT_Q8_0: /* these three are lowbit formats: copied (qmat_repack.c) */
     case LB_DT_Q5_0:
     case LB_DT_MXFP4:
     case LB_DT_Q4_1: /* not yet: a min per block of 32 */
@@ -45,6 +46,12 @@ int lb__qdot8k_type(lb_dtype t)
     case LB_DT_COUNT: return 0;
     }
     return 0;
+}
+
+const int8_t *lb__qdot8k_values(lb_dtype t)
+{
+    static const int8_t q4_0[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+    return t == LB_DT_Q4_0 ? q4_0 : lb__kvalues_iq4nl;
 }
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -59,7 +66,7 @@ lb_status lb__qdot8k_stage(const lb__qmat *m, const float *x, size_t n, const lb
     a->n = n;
     a->groups = cols / 128;
     a->stride = cols;
-    a->lanes = cols / 4;
+    a->lanes = kind == LB__QDOT8K_TABLE ? cols / 8 : cols / 4; /* a table lane: 4 bytes, both nibbles */
     size_t qb = align64(n * cols), lb = align64(n * a->lanes * sizeof(float));
     size_t eb = align64(n * (sums ? a->lanes : nblk) * sizeof(float));
     a->buf = aligned_alloc(64, qb + lb + eb + 64);
@@ -94,13 +101,12 @@ lb_status lb__qdot8k_stage(const lb__qmat *m, const float *x, size_t n, const lb
                 }
                 break;
             case LB__QDOT8K_TABLE: /* elements 16 nb .. of block k at 64 nb + 16 k of group g */
-                for (size_t nb = 0; nb < 2; nb++) {
-                    memcpy(q + g * 128 + nb * 64 + 16 * k, c + 16 * nb, 16);
-                    for (size_t l = 0; l < 4; l++) {
-                        const int8_t *c4 = c + 16 * nb + 4 * l;
-                        dl[(2 * g + nb) * 16 + 4 * k + l] = d;
-                        cx[(2 * g + nb) * 16 + 4 * k + l] = -off * (c4[0] + c4[1] + c4[2] + c4[3]);
-                    }
+                memcpy(q + g * 128 + 16 * k, c, 16);
+                memcpy(q + g * 128 + 64 + 16 * k, c + 16, 16);
+                for (size_t l = 0; l < 4; l++) { /* bytes 4l .. 4l + 3: elements 4l .. and 16 + 4l .. */
+                    const int8_t *c4 = c + 4 * l, *h4 = c + 16 + 4 * l;
+                    dl[g * 16 + 4 * k + l] = d;
+                    cx[g * 16 + 4 * k + l] = -off * (c4[0] + c4[1] + c4[2] + c4[3] + h4[0] + h4[1] + h4[2] + h4[3]);
                 }
                 break;
             }
@@ -155,11 +161,11 @@ static void rows_scalar_q6_k(const lb__qmat *m, const lb__act8 *a, size_t t0, si
         }
 }
 
-/* IQ4_XS / IQ4_NL: block j's scale and its 16 code bytes (row r). */
+/* IQ4_XS / IQ4_NL / Q4_0: block j's scale and its 16 code bytes (row r). */
 static float iq4_block(const lb__qmat *m, size_t r, size_t j, const uint8_t **qs)
 {
     const uint8_t *row = m->data + r * m->row_bytes;
-    if (m->ggml == LB_DT_IQ4_NL) {
+    if (m->ggml != LB_DT_IQ4_XS) { /* IQ4_NL and Q4_0: the same block layout */
         const lb__block_iq4_nl *b = (const lb__block_iq4_nl *)row + j;
         *qs = b->qs;
         return lb__fp16_to_f32(lb__le16(b->d));
@@ -172,6 +178,7 @@ static float iq4_block(const lb__qmat *m, size_t r, size_t j, const uint8_t **qs
 static void rows_scalar_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                             size_t ldy)
 {
+    const int8_t *values = lb__qdot8k_values(m->ggml);
     for (size_t r = r0; r < r1; r++)
         for (size_t t = 0; t < nx; t++) {
             const int8_t *q = a->q + (t0 + t) * a->stride;
@@ -181,19 +188,19 @@ static void rows_scalar_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, siz
                 const uint8_t *qs4[4];
                 float sc4[4];
                 for (size_t k = 0; k < 4; k++) sc4[k] = iq4_block(m, r, 4 * g + k, &qs4[k]);
-                for (size_t n = 0; n < 2; n++)
-                    for (size_t l = 0; l < 16; l++) {
-                        /* block 4g + l / 4; bytes 4 (l % 4) .. of its 16, nibble n */
-                        const uint8_t *qs = qs4[l / 4];
-                        const float sc = sc4[l / 4];
-                        int32_t sum = 0;
+                for (size_t l = 0; l < 16; l++) {
+                    /* block 4g + l / 4; bytes 4 (l % 4) .. of its 16, both nibbles */
+                    const uint8_t *qs = qs4[l / 4];
+                    const float sc = sc4[l / 4];
+                    int32_t sum = 0;
+                    for (size_t n = 0; n < 2; n++)
                         for (size_t i = 0; i < 4; i++) {
                             size_t e = 16 * n + 4 * (l % 4) + i; /* element of block j */
                             sum += q[g * 128 + 64 * n + 16 * (l / 4) + 4 * (l % 4) + i] *
-                                   lb__kvalues_iq4nl[(qs[e % 16] >> (4 * n)) & 15];
+                                   values[(qs[e % 16] >> (4 * n)) & 15];
                         }
-                        p[l] = fmaf((float)sum, dl[(2 * g + n) * 16 + l] * sc, p[l]);
-                    }
+                    p[l] = fmaf((float)sum, dl[g * 16 + l] * sc, p[l]);
+                }
             }
             y[t * ldy + r] = lb__sum16f(p);
         }

@@ -148,15 +148,16 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
     }
 }
 
-/* IQ4_XS / IQ4_NL: blocks 4g + 2c, 4g + 2c + 1 as one ymm, lanes 8c ..
- * 8c + 7; the values (vpshufb of kvalues, signed) times the activations by
+/* IQ4_XS / IQ4_NL / Q4_0: blocks 4g + 2c, 4g + 2c + 1 as one ymm, lanes
+ * 8c .. 8c + 7, both nibbles into each lane's sum; the values (vpshufb of
+ * the type's, signed) times the activations by
  * vpmaddubsw on |v| and x with v's sign (a pair at most 2 * 127 * 127 =
  * 32258 < 2^15), no offset. */
 INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
                   size_t ldy, const int nl)
 {
     const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1, groups = m->cols / 128;
-    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lb__kvalues_iq4nl));
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lb__qdot8k_values(m->ggml)));
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (size_t r = r0; r < r1; r += R) {
         size_t rn = r1 - r < R ? r1 - r : R;
@@ -187,18 +188,20 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
                     const __m256i wb = _mm256_loadu2_m128i((const __m128i *)codes[2 * c + 1], (const __m128i *)codes[2 * c]);
                     const int k0 = first + (int)(2 * c), k1 = k0 + 1;
                     const __m256 sv = _mm256_permutevar8x32_ps(s8, _mm256_setr_epi32(k0, k0, k0, k0, k1, k1, k1, k1));
-                    _Pragma("GCC unroll 2")
-                    for (size_t n = 0; n < 2; n++) {
-                        const __m256i v = _mm256_shuffle_epi8(lut, _mm256_and_si256(n ? _mm256_srli_epi16(wb, 4) : wb, low4));
-                        _Pragma("GCC unroll 8")
-                        for (size_t t = 0; t < nx; t++) {
-                            const size_t lo = (t0 + t) * a->lanes + (2 * g + n) * 16 + 8 * c;
-                            const __m256i xv = _mm256_load_si256((const __m256i *)(a->q + (t0 + t) * a->stride + g * 128 + 64 * n + 32 * c));
-                            const __m256i p =
-                                _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(xv, v)), ones);
-                            acc[i][t][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(_mm256_load_ps(a->d + lo), sv),
-                                                           acc[i][t][c]);
-                        }
+                    const __m256i v0 = _mm256_shuffle_epi8(lut, _mm256_and_si256(wb, low4));
+                    const __m256i v1 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(wb, 4), low4));
+                    const __m256i a0 = _mm256_abs_epi8(v0), a1 = _mm256_abs_epi8(v1);
+                    _Pragma("GCC unroll 8")
+                    for (size_t t = 0; t < nx; t++) {
+                        const size_t lo = (t0 + t) * a->lanes + g * 16 + 8 * c;
+                        const int8_t *xq = a->q + (t0 + t) * a->stride + g * 128 + 32 * c;
+                        const __m256i x0 = _mm256_load_si256((const __m256i *)xq);
+                        const __m256i x1 = _mm256_load_si256((const __m256i *)(xq + 64));
+                        const __m256i p = _mm256_add_epi32(
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(x0, v0)), ones),
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(x1, v1)), ones));
+                        acc[i][t][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(_mm256_load_ps(a->d + lo), sv),
+                                                       acc[i][t][c]);
                     }
                 }
             }

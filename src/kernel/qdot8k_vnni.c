@@ -172,21 +172,31 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
     }
 }
 
-/* IQ4_XS / IQ4_NL: group g's 64 code bytes (an IQ4_XS half super-block,
- * or four IQ4_NL blocks gathered) through a vpshufb table of kvalues + 128
- * (1 .. 241, unsigned), each lane's sum starting at the staged -128 * S4;
+/* IQ4_XS / IQ4_NL / Q4_0: group g's 64 code bytes (an IQ4_XS half
+ * super-block, or four IQ4_NL / Q4_0 blocks gathered) through a vpshufb
+ * table of the values + 128 (kvalues: 1 .. 241; Q4_0: 120 .. 135;
+ * unsigned), low nibbles then high ones into each lane's one sum, which
+ * starts at the staged -128 * S8;
  * lane l's scale is block l / 4's. */
 INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
                   size_t ldy, const int nl)
 {
     const size_t R = nx <= 2 ? RMAX : RMAX / 2, groups = m->cols / 128;
     uint8_t lut16[16];
-    for (int c = 0; c < 16; c++) lut16[c] = (uint8_t)(lb__kvalues_iq4nl[c] + 128);
+    const int8_t *values = lb__qdot8k_values(m->ggml);
+    for (int c = 0; c < 16; c++) lut16[c] = (uint8_t)(values[c] + 128);
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut16));
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     _Alignas(64) int32_t ix[16];
     for (int l = 0; l < 16; l++) ix[l] = l / 4;
     const __m512i sidx = _mm512_load_si512(ix);
+    /* IQ4_NL / Q4_0: four blocks of 18 bytes are 36 words (block k: its scale
+     * at word 9k, its codes at 9k + 1 .. 9k + 8), in two zmm: the codes'
+     * 32 words and each lane's scale (block l / 4's) by one word permute each */
+    _Alignas(64) int16_t cw[32], sw[32];
+    for (int w = 0; w < 32; w++) { int at = 9 * (w / 8) + 1 + w % 8; cw[w] = (int16_t)(at < 32 ? at : 32 + at - 4); }
+    for (int w = 0; w < 32; w++) { int at = 9 * (w % 16 / 4); sw[w] = (int16_t)(at < 32 ? at : 32 + at - 4); }
+    const __m512i cidx = _mm512_load_si512(cw), swidx = _mm512_load_si512(sw);
     for (size_t r = r0; r < r1; r += R) {
         size_t rn = r1 - r < R ? r1 - r : R;
         const uint8_t *row[RMAX];
@@ -198,41 +208,33 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
             for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
         __m512 xs8[RMAX] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
         for (size_t g = 0; g < groups; g++) {
+            prefetch_rows_ahead(m, r, R, groups, g);
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
-                const uint8_t *codes[4];
                 __m512 sv;
+                __m512i wb;
                 if (nl) {
-                    sv = _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(iq4_nl_group(row[i], g, codes)));
+                    const uint8_t *b = row[i] + g * 72;
+                    const __m512i lo = _mm512_loadu_si512(b), hi = _mm512_loadu_si512(b + 8);
+                    wb = _mm512_permutex2var_epi16(lo, cidx, hi);
+                    sv = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(lo, swidx, hi)));
                 } else { /* the super-block's eight scales, decoded at its first half */
                     const lb__block_iq4_xs *b = (const lb__block_iq4_xs *)row[i] + g / 2;
                     if (g % 2 == 0) xs8[i] = _mm512_castps256_ps512(iq4_xs_scales(b));
                     sv = _mm512_permutexvar_ps(_mm512_add_epi32(sidx, _mm512_set1_epi32((int)(4 * (g % 2)))), xs8[i]);
-                    codes[0] = codes[3] = b->qs + 64 * (g % 2);
-                }
-                _mm_prefetch((const char *)(codes[0] + 4 * 72), _MM_HINT_T0);
-                _mm_prefetch((const char *)(codes[0] + 4 * 72 + 64), _MM_HINT_T0);
-                __m512i wb;
-                if (nl) { /* four blocks' codes, 18 bytes apart */
-                    wb = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)codes[0]));
-                    wb = _mm512_inserti32x4(wb, _mm_loadu_si128((const __m128i *)codes[1]), 1);
-                    wb = _mm512_inserti32x4(wb, _mm_loadu_si128((const __m128i *)codes[2]), 2);
-                    wb = _mm512_inserti32x4(wb, _mm_loadu_si128((const __m128i *)codes[3]), 3);
-                } else { /* IQ4_XS: a half super-block's 64 bytes in a row */
-                    wb = _mm512_loadu_si512(codes[0]);
+                    wb = _mm512_loadu_si512(b->qs + 64 * (g % 2)); /* a half super-block's 64 bytes in a row */
                 }
                 const __m512i u[2] = {_mm512_shuffle_epi8(lut, _mm512_and_si512(wb, low4)),
                                       _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(wb, 4), low4))};
-                _Pragma("GCC unroll 2")
-                for (size_t n = 0; n < 2; n++)
-                    _Pragma("GCC unroll 8")
-                    for (size_t t = 0; t < nx; t++) {
-                        const size_t lo = (t0 + t) * a->lanes + (2 * g + n) * 16;
-                        const __m512i xv = _mm512_load_si512(a->q + (t0 + t) * a->stride + g * 128 + 64 * n);
-                        const __m512i p = _mm512_dpbusd_epi32(_mm512_load_si512(a->cxs + lo), u[n], xv);
-                        acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(_mm512_load_ps(a->d + lo), sv),
-                                                    acc[i][t]);
-                    }
+                _Pragma("GCC unroll 8")
+                for (size_t t = 0; t < nx; t++) {
+                    const size_t lo = (t0 + t) * a->lanes + g * 16;
+                    const int8_t *xq = a->q + (t0 + t) * a->stride + g * 128;
+                    __m512i p = _mm512_dpbusd_epi32(_mm512_load_si512(a->cxs + lo), u[0], _mm512_load_si512(xq));
+                    p = _mm512_dpbusd_epi32(p, u[1], _mm512_load_si512(xq + 64));
+                    acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(_mm512_load_ps(a->d + lo), sv),
+                                                acc[i][t]);
+                }
             }
         }
         _Pragma("GCC unroll 8")

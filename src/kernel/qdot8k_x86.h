@@ -21,6 +21,19 @@ INL __m256 bytes_to_ps(uint64_t v, float mul)
                          _mm256_set1_ps(mul));
 }
 
+/* Rows of a few KiB end before the hardware prefetchers ramp up, and a
+ * fetch a few blocks ahead in each row came too late (the 8B-shaped Q4_0
+ * and IQ4_XS decodes 5-9% slower): each of a row group's `steps` steps
+ * also fetches its share of the R rows two row groups ahead, as the
+ * kernels of qdot8_vnni.c do. Past the matrix it is harmless (a prefetch
+ * never faults). */
+INL void prefetch_rows_ahead(const lb__qmat *m, size_t r, size_t R, size_t steps, size_t step)
+{
+    const size_t share = (R * m->row_bytes / steps + 63) / 64 * 64;
+    const char *p = (const char *)m->data + (r + 2 * R) * m->row_bytes + step * share;
+    for (size_t o = 0; o < share; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
 /* The little-endian fp16 at p. */
 INL float fp16_at(const uint8_t *p) { return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8)); }
 

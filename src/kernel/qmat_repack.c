@@ -11,7 +11,8 @@
  * 17 per 32 weights), 1.55x for Q5_0 (whose int8 codes read faster than
  * its 5-bit codes decode: llama-quantize's Q4_K_M of a model whose rows
  * are no whole 256-blocks, SmolLM2, is mostly Q5_0); same values to the
- * bit. Q4_K, Q5_K and Q6_K are read in place (qdot8k.c). */
+ * bit. Q4_K, Q5_K, Q6_K, IQ4 and Q4_0 in rows of whole 128-groups are
+ * read in place (qdot8k.c): the runner copies only what those refuse. */
 #include <stdlib.h>
 #include <string.h>
 

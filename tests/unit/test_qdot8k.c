@@ -1,4 +1,4 @@
-/* Int8-activation kernels on ggml's Q4_K, Q5_K, Q6_K, IQ4_XS and IQ4_NL read in place
+/* Int8-activation kernels on ggml's Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL and Q4_0 read in place
  * (kernel/qdot8.h): this file's own reading of the
  * block layout (checked value for value against the ggml dequantizer)
  * and of the documented sums, against every kernel set of this build and
@@ -37,7 +37,8 @@ typedef struct kblock {
     float bs[8];  /* IQ4: each block of 32's scale (u: the signed grid values) */
 } kblock;
 
-static int is_iq4(lb_dtype t) { return t == LB_DT_IQ4_XS || t == LB_DT_IQ4_NL; }
+/* a scale per block of 32 and a value per 4-bit code (Q4_0: IQ4_NL's layout) */
+static int is_iq4(lb_dtype t) { return t == LB_DT_IQ4_XS || t == LB_DT_IQ4_NL || t == LB_DT_Q4_0; }
 
 /* Bytes of 256 elements (eight IQ4_NL blocks of 32 in a row). */
 static size_t sb_bytes(lb_dtype t) { return lb_dtype_get(t)->block_bytes * (256 / lb_dtype_get(t)->block); }
@@ -45,7 +46,8 @@ static size_t sb_bytes(lb_dtype t) { return lb_dtype_get(t)->block_bytes * (256 
 /* ggml's IQ4 grid, as its source lists it */
 static const int kvalues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-/* IQ4_NL: 8 blocks of d (fp16) + qs[16]; IQ4_XS: d, scales_h (LE16),
+/* IQ4_NL and Q4_0: 8 blocks of d (fp16) + qs[16], the value of code c
+ * kvalues[c] (IQ4_NL) or c - 8 (Q4_0); IQ4_XS: d, scales_h (LE16),
  * scales_l[4], qs[128]: block j's 6-bit scale has the low nibble j % 2 of
  * scales_l[j / 2] and bits 2j .. of scales_h. Block j's byte i holds its
  * elements i (low nibble) and 16 + i. */
@@ -53,7 +55,7 @@ static void read_iq4(lb_dtype t, const uint8_t *b, kblock *k)
 {
     for (int j = 0; j < 8; j++) {
         const uint8_t *qs;
-        if (t == LB_DT_IQ4_NL) {
+        if (t != LB_DT_IQ4_XS) {
             const uint8_t *blk = b + 18 * j;
             k->bs[j] = half_to_f32((uint16_t)(blk[0] | blk[1] << 8));
             qs = blk + 2;
@@ -63,8 +65,8 @@ static void read_iq4(lb_dtype t, const uint8_t *b, kblock *k)
             qs = b + 8 + 16 * j;
         }
         for (int i = 0; i < 16; i++) {
-            k->u[32 * j + i] = kvalues[qs[i] & 15];
-            k->u[32 * j + 16 + i] = kvalues[qs[i] >> 4];
+            k->u[32 * j + i] = t == LB_DT_Q4_0 ? (qs[i] & 15) - 8 : kvalues[qs[i] & 15];
+            k->u[32 * j + 16 + i] = t == LB_DT_Q4_0 ? (qs[i] >> 4) - 8 : kvalues[qs[i] >> 4];
         }
     }
 }
@@ -141,17 +143,17 @@ static void reference(lb_dtype t, const uint8_t *data, size_t rows, size_t cols,
             float p[16] = {0}, mp[8] = {0};
             for (size_t s = 0; s < nsb; s++) {
                 read_block(t, data + (r * nsb + s) * bb, &kb);
-                if (is_iq4(t)) { /* lane l of (group 2s + h, n): bytes 4 (l % 4) .. of block 4h + l / 4, nibble n */
+                if (is_iq4(t)) { /* lane l of group 2s + h: bytes 4 (l % 4) .. of block 4h + l / 4, both nibbles */
                     for (int h = 0; h < 2; h++)
-                        for (int nb = 0; nb < 2; nb++)
-                            for (int l = 0; l < 16; l++) {
-                                int j = 4 * h + l / 4, P = 0;
+                        for (int l = 0; l < 16; l++) {
+                            int j = 4 * h + l / 4, P = 0;
+                            for (int nb = 0; nb < 2; nb++)
                                 for (int i = 0; i < 4; i++) {
                                     int e = 32 * j + 16 * nb + 4 * (l % 4) + i;
                                     P += q[256 * s + (size_t)e] * kb.u[e];
                                 }
-                                p[l] = fmaf((float)P, d[8 * s + (size_t)j] * kb.bs[j], p[l]);
-                            }
+                            p[l] = fmaf((float)P, d[8 * s + (size_t)j] * kb.bs[j], p[l]);
+                        }
                     continue;
                 }
                 if (t == LB_DT_Q6_K) { /* lane l of (h, n): elements 128h + 64n + 4l .. + 3 */
@@ -309,6 +311,26 @@ static void check_multi(void)
         free(y6[i]), free(one6[i]);
     }
     free(d6);
+    /* Q4_0 stages as IQ4 does (IQ4_NL's layout): Q4_0 beside IQ4_XS in one call */
+    const lb_dtype tt[2] = {LB_DT_Q4_0, LB_DT_IQ4_XS};
+    uint8_t *dt[2];
+    lb__qmat mt[2];
+    float *yt[2], *onet[2];
+    for (int i = 0; i < 2; i++) {
+        dt[i] = malloc(8 * cols / 256 * sb_bytes(tt[i]));
+        random_blocks(tt[i], dt[i], 8, cols);
+        CHECK(lb__qmat_from_ggml(tt[i], dt[i], 8, cols, NULL, &mt[i]) == LB_OK, "table view");
+        yt[i] = malloc(n * 8 * sizeof(float)), onet[i] = malloc(n * 8 * sizeof(float));
+        CHECK(lb__qmat_matmul_act8(&mt[i], x, n, onet[i], 1, lb_isa_active()) == LB_OK, "table single");
+    }
+    CHECK(lb__qdot8_shares_input(&mt[0], &mt[1]) && !lb__qdot8_shares_input(&mt[0], &m[0]), "Q4_0 shares with IQ4 only");
+    const lb__qmat *mts[2] = {&mt[0], &mt[1]};
+    CHECK(lb__qmat_matmul_act8_multi(mts, 2, x, n, yt, 2, lb__qdot8_get(lb_isa_active())) == LB_OK, "table multi");
+    for (int i = 0; i < 2; i++) {
+        CHECK(memcmp(yt[i], onet[i], n * 8 * sizeof(float)) == 0, "%s beside IQ4_XS: multi == single",
+              lb_dtype_get(tt[i])->name);
+        free(dt[i]), free(yt[i]), free(onet[i]);
+    }
     lb__qmat_free(&other);
     free(w);
     for (int i = 0; i < 3; i++) free(data[i]), free(ys[i]), free(one[i]);
@@ -346,13 +368,20 @@ static void check_edges(void)
     lb__qmat g;
     CHECK(lb__qmat_from_ggml(LB_DT_IQ4_NL, nl, 4, 96, NULL, &g) == LB_OK, "view");
     CHECK(!lb__qdot8_supported(&g), "IQ4_NL rows of 96 are not taken");
+    /* nor Q4_0's: those are copied as int4:g32 (qmat_repack.c), which takes them */
+    random_blocks(LB_DT_Q4_0, nl, 4, 96);
+    CHECK(lb__qmat_from_ggml(LB_DT_Q4_0, nl, 4, 96, NULL, &g) == LB_OK, "view");
+    CHECK(!lb__qdot8_supported(&g), "Q4_0 rows of 96 are not read in place");
+    lb__qmat copy;
+    CHECK(lb__qmat_repack_ggml(&g, &copy) == LB_OK && lb__qdot8_supported(&copy), "Q4_0 rows of 96 copied as int4:g32");
+    lb__qmat_free(&copy);
 }
 
 int main(void)
 {
     static const size_t shapes[][2] = {{1, 256}, {5, 512}, {37, 1536}, {9, 2304}, {64, 256}};
-    const lb_dtype types[] = {LB_DT_Q4_K, LB_DT_Q5_K, LB_DT_Q6_K, LB_DT_IQ4_XS, LB_DT_IQ4_NL};
-    for (int k = 0; k < 5; k++)
+    const lb_dtype types[] = {LB_DT_Q4_K, LB_DT_Q5_K, LB_DT_Q6_K, LB_DT_IQ4_XS, LB_DT_IQ4_NL, LB_DT_Q4_0};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
         for (int random = 0; random <= 1; random++)
             for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++)
                 for (size_t n = 1; n <= 6; n += (n < 4 ? 1 : 2))
