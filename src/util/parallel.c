@@ -5,13 +5,19 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/clock.h"
 #include "util/error.h"
 
-/* A waiting thread polls this many times (each a CPU pause) before it
- * sleeps: decode runs a few hundred short parallel loops per token, and
- * waking a sleeping thread costs tens of microseconds, more than many of
- * those loops take. About 0.1 ms of polling on current x86 cores. */
-#define SPIN_POLLS 4096
+/* A waiting thread polls (each poll a CPU pause) for this long before it
+ * sleeps: decode runs a few hundred short parallel loops per token with
+ * sequential work between them (attention, norms, staging), and waking a
+ * sleeping thread costs tens of microseconds, more than many of those
+ * loops take. Bounded by time, not by a count: a pause takes 9 ns on one
+ * x86 core and 40 on another, and 4096 polls (38 us here) let the worker
+ * fall asleep between loops (SmolLM2's Q4_0 decode 150 tokens/s; with
+ * 0.2 ms of polling 188). The clock is read every SPIN_CHECK polls. */
+#define SPIN_SECONDS 2e-4
+#define SPIN_CHECK 64
 
 typedef struct slice {
     lb__range_fn fn;
@@ -43,6 +49,16 @@ static void cpu_pause(void)
 #elif defined(__aarch64__)
     __asm__ volatile("yield");
 #endif
+}
+
+/* Poll i (from 0) of a wait that began at *start (set at poll 0): 1 to
+ * pause and poll again, 0 once the wait has polled SPIN_SECONDS. */
+static int keep_spinning(int i, double *start)
+{
+    if (i == 0) *start = lb__now();
+    else if (i % SPIN_CHECK == 0 && lb__now() - *start > SPIN_SECONDS) return 0;
+    cpu_pause();
+    return 1;
 }
 
 int lb__thread_count(int threads)
@@ -97,11 +113,9 @@ static void *worker_main(void *arg)
     inside_job = 1;
     for (;;) {
         unsigned long g;
+        double start = 0;
         for (int i = 0; (g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen; i++) {
-            if (i < SPIN_POLLS) {
-                cpu_pause();
-                continue;
-            }
+            if (keep_spinning(i, &start)) continue;
             pthread_mutex_lock(&pool.lock);
             pool.sleepers++;
             while (atomic_load(&pool.generation) == seen) pthread_cond_wait(&pool.wake, &pool.lock);
@@ -167,11 +181,9 @@ static void run_on_pool(slice *s, int t)
     inside_job = 1;
     run_slice(&s[0]);
     inside_job = 0;
+    double start = 0;
     for (int i = 0; atomic_load_explicit(&pool.pending, memory_order_acquire) != 0; i++) {
-        if (i < SPIN_POLLS) {
-            cpu_pause();
-            continue;
-        }
+        if (keep_spinning(i, &start)) continue;
         pthread_mutex_lock(&pool.lock);
         pool.caller_sleeps = 1;
         while (atomic_load(&pool.pending) != 0) pthread_cond_wait(&pool.done, &pool.lock);
