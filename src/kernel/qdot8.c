@@ -50,7 +50,7 @@ static size_t blocks_of(const lb__qmat *m) { return m->blocks ? m->blocks : 1; }
 
 int lb__qdot8_supported(const lb__qmat *m)
 {
-    if (m->ggml_block) return lb__qdot8k_type(m->ggml) && m->cols % 128 == 0; /* whole groups (K-quants: 256) */
+    if (m->ggml_block) return lb__qdot8k_type(m->ggml) && lb__qdot8k_cols_ok(m);
     if (m->plain || !element_kind(m->element)) return 0;
     const lb_format_info *sf = lb_format_get(m->scale_format);
     if (!sf || !(m->scale_format == LB_FMT_FP32 || m->scale_format == LB_FMT_BF16 || m->scale_format == LB_FMT_FP16 ||

@@ -54,11 +54,12 @@
  *     exact, p[l] = fma((float)P, d_J * (d * sc_k), p[l]) with J = e / 32
  *     its activation block and k = e / 16 its sub-block (d * sc_k exact);
  *   - the dot is lb__sum16f(p).
- * IQ4_XS and IQ4_NL (rows of whole groups of 128) are read in place with
- * values v = kvalues_iq4nl[nibble] (-127 .. 113) and one scale per block
- * j of 32: IQ4_XS d * (s_j - 32) (exact), IQ4_NL its d. So is Q4_0, whose
- * blocks are IQ4_NL's with values v = nibble - 8 (rows of whole groups of
- * 128; other rows are copied as int4:g32, qmat_repack.c). Group g is blocks
+ * IQ4_XS and IQ4_NL are read in place with values v =
+ * kvalues_iq4nl[nibble] (-127 .. 113) and one scale per block j of 32:
+ * IQ4_XS d * (s_j - 32) (exact), IQ4_NL its d. So is Q4_0, whose blocks
+ * are IQ4_NL's with values v = nibble - 8. IQ4_NL and Q4_0 rows may end in
+ * a group of 1-3 blocks (SmolLM2's 576): lanes past the row are skipped
+ * (the kernels add fma(0, 0, p) there, which leaves p: p is never -0). Group g is blocks
  * 4g .. 4g + 3 (an IQ4_XS half super-block); block j's byte i holds its
  * elements i (low nibble) and 16 + i (high), both in block j, so a lane
  * takes both nibbles of its bytes:
@@ -242,6 +243,11 @@ void lb__qdot8k_rows_neon(const lb__qmat *m, const lb__act8 *a, size_t t0, size_
 #define LB__QDOT8K_OFFSET 2
 #define LB__QDOT8K_TABLE 3
 int lb__qdot8k_type(lb_dtype t);
+/* 1 if m's rows suit its kind: whole groups of 128 (the K-quants and
+ * IQ4_XS are whole 256-blocks anyway), or for IQ4_NL and Q4_0 any whole
+ * number of blocks of 32 (the last group ends early: its staged codes,
+ * scales and sums past the row are 0). */
+int lb__qdot8k_cols_ok(const lb__qmat *m);
 
 /* The R rows a K-quant kernel runs from row r, rn of them real (the rest
  * repeat the last; their sums are dropped). */

@@ -264,7 +264,7 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
 INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
                   size_t ldy, const int nl)
 {
-    const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1, groups = m->cols / 128;
+    const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1, nblk = m->cols / 32, groups = (nblk + 3) / 4;
     const int8x16_t lut = vld1q_s8(lb__qdot8k_values(m->ggml));
     const uint8x16_t low4 = vdupq_n_u8(0x0F);
     for (size_t r = r0; r < r1; r += R) {
@@ -278,7 +278,7 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
         for (size_t g = 0; g < groups; g++) {
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
-                for (size_t k = 0; k < 4; k++) {
+                for (size_t k = 0; k < 4 && 4 * g + k < nblk; k++) { /* a row's last group may end early */
                     const size_t j = 4 * g + k; /* block */
                     const uint8_t *qs;
                     float sc;

@@ -1,5 +1,5 @@
 /* The int8-activation path on ggml's blocks read in place (Q4_K, Q5_K,
- * Q6_K, IQ4_XS, IQ4_NL, and Q4_0 in rows of whole 128-groups): which types,
+ * Q6_K, IQ4_XS, IQ4_NL and Q4_0): which types,
  * the activations staged for them, and the scalar reference (qdot8.h's
  * definition read literally). */
 #include <math.h>
@@ -11,6 +11,13 @@
 #include "kernel/w8a8_kernels.h"
 #include "quant/qkernels.h"
 #include "util/error.h"
+
+int lb__qdot8k_cols_ok(const lb__qmat *m)
+{
+    if (m->cols % 128 == 0) return 1;
+    /* IQ4_NL / Q4_0: blocks of 32, so a row's last group of four may end early (SmolLM2's 576) */
+    return (m->ggml == LB_DT_IQ4_NL || m->ggml == LB_DT_Q4_0) && m->cols % 32 == 0;
+}
 
 /* Every type is listed: a new one is a compile error here. */
 int lb__qdot8k_type(lb_dtype t)
@@ -64,13 +71,14 @@ lb_status lb__qdot8k_stage(const lb__qmat *m, const float *x, size_t n, const lb
     const int32_t off = kind == LB__QDOT8K_OFFSET ? 32 : set->offset(LB_FMT_INT8);
     memset(a, 0, sizeof *a);
     a->n = n;
-    a->groups = cols / 128;
-    a->stride = cols;
-    a->lanes = kind == LB__QDOT8K_TABLE ? cols / 8 : cols / 4; /* a table lane: 4 bytes, both nibbles */
-    size_t qb = align64(n * cols), lb = align64(n * a->lanes * sizeof(float));
+    a->groups = (cols + 127) / 128; /* the last ends early only in IQ4_NL / Q4_0 rows (lb__qdot8k_cols_ok) */
+    a->stride = a->groups * 128;
+    a->lanes = kind == LB__QDOT8K_TABLE ? a->groups * 16 : cols / 4; /* a table lane: 4 bytes, both nibbles */
+    size_t qb = align64(n * a->stride), lb = align64(n * a->lanes * sizeof(float));
     size_t eb = align64(n * (sums ? a->lanes : nblk) * sizeof(float));
     a->buf = aligned_alloc(64, qb + lb + eb + 64);
-    if (!a->buf) return lb__fail(LB_ERR_NOMEM, "cannot allocate %zu staged activations", n * cols);
+    if (!a->buf) return lb__fail(LB_ERR_NOMEM, "cannot allocate %zu staged activations", n * a->stride);
+    if (a->stride != cols) memset(a->buf, 0, qb + lb + eb); /* past the row: codes, scales and sums 0 */
     uint8_t *p = a->buf;
     a->q = (int8_t *)p, p += qb;
     a->d = (float *)p, p += lb;
@@ -80,7 +88,7 @@ lb_status lb__qdot8k_stage(const lb__qmat *m, const float *x, size_t n, const lb
         for (size_t j = 0; j < nblk; j++) {
             int8_t c[LB__ACT8_BLOCK];
             float d = set->quant->quant_i8(x + t * cols + j * LB__ACT8_BLOCK, LB__ACT8_BLOCK, 0.0f, c);
-            int8_t *q = a->q + t * cols;
+            int8_t *q = a->q + t * a->stride;
             float *dl = a->d + t * a->lanes;
             int32_t *cx = sums ? a->cxs + t * a->lanes : NULL;
             const size_t g = j / 4, k = j % 4;
@@ -187,8 +195,9 @@ static void rows_scalar_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, siz
             for (size_t g = 0; g < a->groups; g++) {
                 const uint8_t *qs4[4];
                 float sc4[4];
-                for (size_t k = 0; k < 4; k++) sc4[k] = iq4_block(m, r, 4 * g + k, &qs4[k]);
-                for (size_t l = 0; l < 16; l++) {
+                const size_t nk = m->cols / 32 - 4 * g < 4 ? m->cols / 32 - 4 * g : 4; /* blocks in the group */
+                for (size_t k = 0; k < nk; k++) sc4[k] = iq4_block(m, r, 4 * g + k, &qs4[k]);
+                for (size_t l = 0; l < 4 * nk; l++) { /* lanes past the row would add fma(0, 0, p) = p */
                     /* block 4g + l / 4; bytes 4 (l % 4) .. of its 16, both nibbles */
                     const uint8_t *qs = qs4[l / 4];
                     const float sc = sc4[l / 4];

@@ -156,7 +156,7 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
 INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
                   size_t ldy, const int nl)
 {
-    const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1, groups = m->cols / 128;
+    const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1, nblk = m->cols / 32, groups = (nblk + 3) / 4;
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lb__qdot8k_values(m->ggml)));
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (size_t r = r0; r < r1; r += R) {
@@ -176,7 +176,7 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
                 __m256 s8; /* the scales of blocks first + 0 .. 3 */
                 int first = 0;
                 if (nl) {
-                    s8 = _mm256_castps128_ps256(iq4_nl_group(row[i], g, codes));
+                    s8 = _mm256_castps128_ps256(iq4_nl_group(row[i], g, nblk, codes));
                 } else { /* the super-block's eight scales, decoded at its first half */
                     const lb__block_iq4_xs *b = (const lb__block_iq4_xs *)row[i] + g / 2;
                     if (g % 2 == 0) xs8[i] = iq4_xs_scales(b);

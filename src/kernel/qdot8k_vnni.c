@@ -181,7 +181,9 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
 INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
                   size_t ldy, const int nl)
 {
-    const size_t R = nx <= 2 ? RMAX : RMAX / 2, groups = m->cols / 128;
+    const size_t R = nx <= 2 ? RMAX : RMAX / 2, nblk = m->cols / 32, full = nblk / 4, groups = (nblk + 3) / 4;
+    /* IQ4_NL / Q4_0 rows may end in a group of 1-3 blocks: its bytes only, the rest read as 0 (scale 0) */
+    const __mmask64 tail = _cvtu64_mask64((1ull << (18 * (nblk % 4))) - 1);
     uint8_t lut16[16];
     const int8_t *values = lb__qdot8k_values(m->ggml);
     for (int c = 0; c < 16; c++) lut16[c] = (uint8_t)(values[c] + 128);
@@ -191,8 +193,9 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
     for (int l = 0; l < 16; l++) ix[l] = l / 4;
     const __m512i sidx = _mm512_load_si512(ix);
     /* IQ4_NL / Q4_0: four blocks of 18 bytes are 36 words (block k: its scale
-     * at word 9k, its codes at 9k + 1 .. 9k + 8), in two zmm: the codes'
-     * 32 words and each lane's scale (block l / 4's) by one word permute each */
+     * at word 9k, its codes at 9k + 1 .. 9k + 8), in two zmm (bytes 0-63 and
+     * 8-71): the codes' 32 words and each lane's scale (block l / 4's) by
+     * one word permute each */
     _Alignas(64) int16_t cw[32], sw[32];
     for (int w = 0; w < 32; w++) { int at = 9 * (w / 8) + 1 + w % 8; cw[w] = (int16_t)(at < 32 ? at : 32 + at - 4); }
     for (int w = 0; w < 32; w++) { int at = 9 * (w % 16 / 4); sw[w] = (int16_t)(at < 32 ? at : 32 + at - 4); }
@@ -215,7 +218,9 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
                 __m512i wb;
                 if (nl) {
                     const uint8_t *b = row[i] + g * 72;
-                    const __m512i lo = _mm512_loadu_si512(b), hi = _mm512_loadu_si512(b + 8);
+                    __m512i lo, hi;
+                    if (g < full) lo = _mm512_loadu_si512(b), hi = _mm512_loadu_si512(b + 8);
+                    else lo = _mm512_maskz_loadu_epi8(tail, b), hi = _mm512_setzero_si512();
                     wb = _mm512_permutex2var_epi16(lo, cidx, hi);
                     sv = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(lo, swidx, hi)));
                 } else { /* the super-block's eight scales, decoded at its first half */

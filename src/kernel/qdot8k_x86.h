@@ -49,13 +49,19 @@ INL __m256 iq4_xs_scales(const lb__block_iq4_xs *b)
     return _mm256_mul_ps(_mm256_sub_ps(s, _mm256_set1_ps(32.0f)), _mm256_set1_ps(fp16_at(b->d)));
 }
 
-/* IQ4_NL group g of a row (blocks 4g .. 4g + 3): the four block scales
- * d and the 16 code bytes of block 4g + k at codes[k]. */
-INL __m128 iq4_nl_group(const uint8_t *row, size_t g, const uint8_t *codes[4])
+/* IQ4_NL / Q4_0 group g of a row of nblk blocks (blocks 4g .. 4g + 3):
+ * the four block scales d and the 16 code bytes of block 4g + k at
+ * codes[k]; blocks past the row (a last group that ends early) scale 0
+ * and codes 0, never read. */
+INL __m128 iq4_nl_group(const uint8_t *row, size_t g, size_t nblk, const uint8_t *codes[4])
 {
+    static const uint8_t none[16];
     const uint8_t *b = row + 4 * g * 18;
     float s[4];
-    for (int k = 0; k < 4; k++) s[k] = fp16_at(b + 18 * k), codes[k] = b + 18 * k + 2;
+    for (size_t k = 0; k < 4; k++) {
+        const int in = 4 * g + k < nblk;
+        s[k] = in ? fp16_at(b + 18 * k) : 0.0f, codes[k] = in ? b + 18 * k + 2 : none;
+    }
     return _mm_loadu_ps(s);
 }
 

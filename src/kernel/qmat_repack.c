@@ -1,18 +1,17 @@
 /* ggml blocks whose values are lowbit formats exactly, copied into
  * lowbit's layout so the int8-activation kernels (qdot8.h) take them:
- *   Q4_0  (n - 8) * d            -> int4:g32, fp16 scale (code n ^ 8)
  *   Q8_0  q * d                  -> int8:g32, fp16 scale
  *   MXFP4 kvalues[n] * 2^(e-128) -> fp4_e2m1 with e8m0 scale (kvalues[n] / 2
  *                                   is E2M1 code n's value; 2^(e-127) is e8m0's)
  *   Q5_0  (q - 16) * d           -> int8:g32, fp16 scale; 8.5 bits a weight instead of 5.5
  * ggml stores a block's scale beside its codes and elements j and j + 16
  * in one byte's low and high nibbles; lowbit keeps the scales apart and
- * elements 2i, 2i + 1 in a byte. Same bytes for the first three (18, 34,
- * 17 per 32 weights), 1.55x for Q5_0 (whose int8 codes read faster than
+ * elements 2i, 2i + 1 in a byte. Same bytes for the first two (34, 17 per
+ * 32 weights), 1.55x for Q5_0 (whose int8 codes read faster than
  * its 5-bit codes decode: llama-quantize's Q4_K_M of a model whose rows
  * are no whole 256-blocks, SmolLM2, is mostly Q5_0); same values to the
- * bit. Q4_K, Q5_K, Q6_K, IQ4 and Q4_0 in rows of whole 128-groups are
- * read in place (qdot8k.c): the runner copies only what those refuse. */
+ * bit. Q4_K, Q5_K, Q6_K, IQ4 and Q4_0 are read in place (qdot8k.c): the
+ * runner copies only what those refuse. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +24,6 @@
 static const char *spec_of(lb_dtype t)
 {
     switch (t) {
-    case LB_DT_Q4_0: return "int4:g32:scale=fp16";
     case LB_DT_Q8_0:
     case LB_DT_Q5_0: return "int8:g32:scale=fp16";
     case LB_DT_MXFP4: return "mxfp4";
@@ -42,6 +40,7 @@ static const char *spec_of(lb_dtype t)
     case LB_DT_U8:
     case LB_DT_BOOL:
     case LB_DT_Q6_K: /* read in place (qdot8k.c): its copy took 10 bits a weight instead of 6.56 */
+    case LB_DT_Q4_0: /* read in place (qdot8k.c), as IQ4_NL */
     case LB_DT_Q4_1: /* a min beside the scale: not a zero point in codes */
     case LB_DT_Q5_1:
     case LB_DT_Q2_K:
@@ -63,7 +62,7 @@ lb_status lb__qmat_repack_ggml(const lb__qmat *g, lb__qmat *out)
     const char *spec = g->ggml_block ? spec_of(g->ggml) : NULL;
     if (!spec) return LB_ERR_UNSUPPORTED;
     if (g->ggml_block != 32) return LB_ERR_UNSUPPORTED;
-    const int nib = g->ggml == LB_DT_Q4_0 || g->ggml == LB_DT_MXFP4, sbytes = g->ggml == LB_DT_MXFP4 ? 1 : 2;
+    const int nib = g->ggml == LB_DT_MXFP4, sbytes = g->ggml == LB_DT_MXFP4 ? 1 : 2;
     const size_t nb = g->cols / 32, row_bytes = nib ? g->cols / 2 : g->cols;
     const size_t data = g->rows * row_bytes, scales = g->rows * nb * (size_t)sbytes;
     uint8_t *buf = malloc(data + scales + 1);
@@ -94,11 +93,10 @@ lb_status lb__qmat_repack_ggml(const lb__qmat *g, lb__qmat *out)
                 memcpy(dst, qs, 32);
                 continue;
             }
-            const uint8_t flip = g->ggml == LB_DT_Q4_0 ? 0x8 : 0; /* Q4_0: n - 8 in two's complement is n ^ 8 */
             for (size_t i = 0; i < 16; i++) {
                 size_t k0 = 2 * i, k1 = 2 * i + 1; /* element k: low nibble of qs[k] below 16, else high of qs[k - 16] */
-                uint8_t lo = (uint8_t)((k0 < 16 ? qs[k0] & 15 : qs[k0 - 16] >> 4) ^ flip);
-                uint8_t hi = (uint8_t)((k1 < 16 ? qs[k1] & 15 : qs[k1 - 16] >> 4) ^ flip);
+                uint8_t lo = (uint8_t)(k0 < 16 ? qs[k0] & 15 : qs[k0 - 16] >> 4);
+                uint8_t hi = (uint8_t)(k1 < 16 ? qs[k1] & 15 : qs[k1 - 16] >> 4);
                 dst[i] = (uint8_t)(lo | hi << 4);
             }
         }

@@ -262,12 +262,12 @@ static void check_multi(void)
     free(x);
 }
 
-/* Q4_0, Q8_0, MXFP4 and Q5_0 copied into lowbit's layout: every row's values
+/* Q8_0, MXFP4 and Q5_0 copied into lowbit's layout: every row's values
  * are the ggml blocks' to the bit, the int8 kernels take the copy and give
  * the definition's result on it; other types are left as they are. */
 static void check_repack(void)
 {
-    static const lb_dtype types[] = {LB_DT_Q4_0, LB_DT_Q8_0, LB_DT_MXFP4, LB_DT_Q5_0};
+    static const lb_dtype types[] = {LB_DT_Q8_0, LB_DT_MXFP4, LB_DT_Q5_0};
     const size_t rows = 19, cols = 768;
     float *w = malloc(rows * cols * sizeof *w), *a = malloc(cols * sizeof *a), *b = malloc(cols * sizeof *b);
     float x[768], y[19], want[19];
@@ -303,6 +303,10 @@ static void check_repack(void)
     lb__ggml_quantize_rows(LB_DT_Q6_K, w, rows, 512, NULL, blocks);
     lb__qmat_from_ggml(LB_DT_Q6_K, blocks, rows, 512, NULL, &g);
     CHECK(lb__qmat_repack_ggml(&g, &q) == LB_ERR_UNSUPPORTED, "Q6_K stays as read (its own kernels: test_qdot8k.c)");
+    lb__ggml_quantize_rows(LB_DT_Q4_0, w, rows, 96, NULL, blocks);
+    lb__qmat_from_ggml(LB_DT_Q4_0, blocks, rows, 96, NULL, &g);
+    CHECK(lb__qmat_repack_ggml(&g, &q) == LB_ERR_UNSUPPORTED && lb__qdot8_supported(&g),
+          "Q4_0 stays as read, rows of 96 too (the IQ4 kernels: test_qdot8k.c)");
     free(w), free(a), free(b), free(blocks);
 }
 
