@@ -114,9 +114,8 @@ def gguf_section(bd, llb, files, rounds, title):
             rows = bench_decode(bd, f, ["stored", "stored+int8"], 3, 128)
             ex.append(rows["stored"][1])
             i8.append(rows["stored+int8"][1])
-        reach = {"Q8_0": "all", "Q4_0": "all (Q6_K head in place)", "MXFP4": "all",
-                 "Q4_K_M": "all (Q4_K, Q6_K in place)",
-                 "IQ4_XS": "IQ4_XS, Q6_K in place; IQ4_NL only in rows of whole 128-groups"}[t]
+        reach = {"Q8_0": "all", "Q4_0": "all (Q4_0, Q6_K head in place)", "MXFP4": "all",
+                 "Q4_K_M": "all (Q4_K, Q6_K in place)", "IQ4_XS": "all (IQ4_XS, IQ4_NL, Q6_K in place)"}[t]
         l, e, i = statistics.median(ll), statistics.median(ex), statistics.median(i8)
         print(f"| {t} | {f.stat().st_size / 2**20:.1f} | {l:.1f} | {e:.1f} | {i:.1f} | {i / l:.2f} | {reach} |",
               flush=True)
