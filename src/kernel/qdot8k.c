@@ -15,8 +15,8 @@
 int lb__qdot8k_cols_ok(const lb__qmat *m)
 {
     if (m->cols % 128 == 0) return 1;
-    /* IQ4_NL / Q4_0: blocks of 32, so a row's last group of four may end early (SmolLM2's 576) */
-    return (m->ggml == LB_DT_IQ4_NL || m->ggml == LB_DT_Q4_0) && m->cols % 32 == 0;
+    /* the kernel of IQ4_NL's layout (IQ4_NL, Q4_0): blocks of 32, so a row's last group of four may end early */
+    return lb__qdot8k_kernel(m->ggml) == 4 && m->cols % 32 == 0;
 }
 
 /* Every type is listed: a new one is a compile error here. */
@@ -28,7 +28,7 @@ int lb__qdot8k_type(lb_dtype t)
     case LB_DT_Q6_K: return LB__QDOT8K_OFFSET;
     case LB_DT_IQ4_NL:
     case LB_DT_IQ4_XS:
-    case LB_DT_Q4_0: return LB__QDOT8K_TABLE; /* IQ4_NL's layout, values n - 8 (other rows: copied, qmat_repack.c) */
+    case LB_DT_Q4_0: return LB__QDOT8K_TABLE; /* IQ4_NL's layout, values n - 8 */
     case LB_DT_F32:
     case LB_DT_F16:
     case LB_DT_BF16:
