@@ -57,7 +57,10 @@
  * IQ4_XS and IQ4_NL are read in place with values v =
  * kvalues_iq4nl[nibble] (-127 .. 113) and one scale per block j of 32:
  * IQ4_XS d * (s_j - 32) (exact), IQ4_NL its d. So is Q4_0, whose blocks
- * are IQ4_NL's with values v = nibble - 8. IQ4_NL and Q4_0 rows may end in
+ * are IQ4_NL's with values v = nibble - 8, and Q5_0, whose blocks add 4
+ * bytes qh (d, qh, qs: 22 bytes) and values v = nibble - 16 + 16 b with
+ * b bit e of qh for element e (bit i for byte i's low nibble, 16 + i for
+ * its high). IQ4_NL, Q4_0 and Q5_0 rows may end in
  * a group of 1-3 blocks (SmolLM2's 576): lanes past the row are skipped
  * (the kernels add fma(0, 0, p) there, which leaves p: p is never -0). Group g is blocks
  * 4g .. 4g + 3 (an IQ4_XS half super-block); block j's byte i holds its
@@ -208,21 +211,24 @@ void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16]);
 /* ---- the K-quants (Q4_K, Q5_K) ---- */
 
 /* The kernel of a K-quant set that takes t: 0 Q4_K, 1 Q5_K, 2 Q6_K,
- * 3 IQ4_XS, 4 IQ4_NL and Q4_0 (qdot8_instances.h). */
+ * 3 IQ4_XS, 4 IQ4_NL and Q4_0, 5 Q5_0 (qdot8_instances.h); kernels 4 and
+ * 5 read blocks of 32, the others super-blocks of 256. */
 static inline int lb__qdot8k_kernel(lb_dtype t)
 {
-    return t == LB_DT_Q5_K ? 1 : t == LB_DT_Q6_K ? 2 : t == LB_DT_IQ4_XS ? 3 : t == LB_DT_IQ4_NL || t == LB_DT_Q4_0 ? 4 : 0;
+    if (t == LB_DT_IQ4_NL || t == LB_DT_Q4_0) return 4;
+    return t == LB_DT_Q5_K ? 1 : t == LB_DT_Q6_K ? 2 : t == LB_DT_IQ4_XS ? 3 : t == LB_DT_Q5_0 ? 5 : 0;
 }
 /* The 16 values of a 4-bit code of a LB__QDOT8K_TABLE type: IQ4's grid
- * (lb__kvalues_iq4nl), or Q4_0's n - 8. */
+ * (lb__kvalues_iq4nl), Q4_0's n - 8, or Q5_0's n - 16 (its fifth bit
+ * adds 16). */
 const int8_t *lb__qdot8k_values(lb_dtype t);
 
 /* Staged for Q4_K/Q5_K: q in groups of 128 with the low-nibble elements
  * of its two 64-element chunks first (e = 64c + 32n + k at 64n + 32c + k:
  * a 64-byte load of qs meets its codes); d per lane, [t * lanes + (2 g +
  * n) * 16 + l] for group g (cols / 4 lanes); e. For Q6_K: q in order, d
- * per lane of 4 ([t * lanes + e / 4]) and cxs = -32 * S4 there. For IQ4
- * and Q4_0: element 16n + i of block k of group g at g * 128 + 64n + 16k
+ * per lane of 4 ([t * lanes + e / 4]) and cxs = -32 * S4 there. For IQ4,
+ * Q4_0 and Q5_0: element 16n + i of block k of group g at g * 128 + 64n + 16k
  * + i, d and cxs = -c * S8 per lane (g * 16 + 4k + i / 4; cols / 8 lanes),
  * S8 the sum of the lane's 8 codes (both nibbles), c the set's offset for
  * int8 (lb__qdot8_set.offset). */
@@ -237,14 +243,14 @@ void lb__qdot8k_rows_avx2(const lb__qmat *m, const lb__act8 *a, size_t t0, size_
 void lb__qdot8k_rows_neon(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                           size_t ldy, void *scratch);
 /* LB__QDOT8K_MINS for Q4_K and Q5_K, LB__QDOT8K_OFFSET for Q6_K,
- * LB__QDOT8K_TABLE for IQ4_XS, IQ4_NL and Q4_0, else 0
+ * LB__QDOT8K_TABLE for IQ4_XS, IQ4_NL, Q4_0 and Q5_0, else 0
  * (matrices of one kind share their staged activations). */
 #define LB__QDOT8K_MINS 1
 #define LB__QDOT8K_OFFSET 2
 #define LB__QDOT8K_TABLE 3
 int lb__qdot8k_type(lb_dtype t);
 /* 1 if m's rows suit its kind: whole groups of 128 (the K-quants and
- * IQ4_XS are whole 256-blocks anyway), or for IQ4_NL and Q4_0 any whole
+ * IQ4_XS are whole 256-blocks anyway), or for IQ4_NL, Q4_0 and Q5_0 any whole
  * number of blocks of 32 (the last group ends early: its staged codes,
  * scales and sums past the row are 0). */
 int lb__qdot8k_cols_ok(const lb__qmat *m);

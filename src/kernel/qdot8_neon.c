@@ -258,11 +258,19 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
     }
 }
 
-/* IQ4_XS / IQ4_NL / Q4_0 (IQ4_NL's layout): block 4g + k's 16 code bytes
- * are lanes 4k .. 4k + 3; the values (a tbl of the type's) are signed bytes
- * as they are. */
+/* 16 in byte i of 16 where bit i of m is set, else 0. */
+INL int8x16_t bits_as_16(uint32_t m)
+{
+    static const uint8_t bits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t v = vcombine_u8(vdup_n_u8((uint8_t)m), vdup_n_u8((uint8_t)(m >> 8)));
+    return vreinterpretq_s8_u8(vandq_u8(vtstq_u8(v, vld1q_u8(bits)), vdupq_n_u8(16)));
+}
+
+/* IQ4_XS / IQ4_NL / Q4_0 (IQ4_NL's layout) / Q5_0: block 4g + k's 16 code
+ * bytes are lanes 4k .. 4k + 3; the values (a tbl of the type's; Q5_0's
+ * plus 16 where its fifth bit is set) are signed bytes as they are. */
 INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
-                  size_t ldy, const int nl)
+                  size_t ldy, const int layout)
 {
     const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1, nblk = m->cols / 32, groups = (nblk + 3) / 4;
     const int8x16_t lut = vld1q_s8(lb__qdot8k_values(m->ggml));
@@ -282,7 +290,13 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
                     const size_t j = 4 * g + k; /* block */
                     const uint8_t *qs;
                     float sc;
-                    if (nl) {
+                    uint32_t qh = 0;
+                    if (layout == LB__Q5_22) {
+                        const lb__block_q5_0 *b = (const lb__block_q5_0 *)row[i] + j;
+                        qs = b->qs, sc = lb__fp16_to_f32(lb__le16(b->d));
+                        qh = (uint32_t)b->qh[0] | (uint32_t)b->qh[1] << 8 | (uint32_t)b->qh[2] << 16 |
+                             (uint32_t)b->qh[3] << 24;
+                    } else if (layout == LB__NL_18) {
                         const lb__block_iq4_nl *b = (const lb__block_iq4_nl *)row[i] + j; /* or Q4_0's: the same */
                         qs = b->qs, sc = lb__fp16_to_f32(lb__le16(b->d));
                     } else {
@@ -291,7 +305,8 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
                         sc = lb__fp16_to_f32(lb__le16(b->d)) * (float)(lb__iq4_xs_scale_code(b, (int)(j % 8)) - 32);
                     }
                     const uint8x16_t wb = vld1q_u8(qs);
-                    const int8x16_t v[2] = {vqtbl1q_s8(lut, vandq_u8(wb, low4)), vqtbl1q_s8(lut, vshrq_n_u8(wb, 4))};
+                    int8x16_t v[2] = {vqtbl1q_s8(lut, vandq_u8(wb, low4)), vqtbl1q_s8(lut, vshrq_n_u8(wb, 4))};
+                    if (layout == LB__Q5_22) v[0] = vaddq_s8(v[0], bits_as_16(qh)), v[1] = vaddq_s8(v[1], bits_as_16(qh >> 16));
                     _Pragma("GCC unroll 8")
                     for (size_t t = 0; t < nx; t++) { /* both nibbles into one sum: at most 2 * 127 * 127 in int16 */
                         const size_t lo = (t0 + t) * a->lanes + g * 16 + 4 * k;

@@ -1,5 +1,5 @@
 /* The int8-activation path on ggml's blocks read in place (Q4_K, Q5_K,
- * Q6_K, IQ4_XS, IQ4_NL and Q4_0): which types,
+ * Q6_K, IQ4_XS, IQ4_NL, Q4_0 and Q5_0): which types,
  * the activations staged for them, and the scalar reference (qdot8.h's
  * definition read literally). */
 #include <math.h>
@@ -15,8 +15,8 @@
 int lb__qdot8k_cols_ok(const lb__qmat *m)
 {
     if (m->cols % 128 == 0) return 1;
-    /* the kernel of IQ4_NL's layout (IQ4_NL, Q4_0): blocks of 32, so a row's last group of four may end early */
-    return lb__qdot8k_kernel(m->ggml) == 4 && m->cols % 32 == 0;
+    /* the kernels of blocks of 32 (IQ4_NL, Q4_0; Q5_0): a row's last group of four may end early */
+    return lb__qdot8k_kernel(m->ggml) >= 4 && m->cols % 32 == 0;
 }
 
 /* Every type is listed: a new one is a compile error here. */
@@ -28,7 +28,8 @@ int lb__qdot8k_type(lb_dtype t)
     case LB_DT_Q6_K: return LB__QDOT8K_OFFSET;
     case LB_DT_IQ4_NL:
     case LB_DT_IQ4_XS:
-    case LB_DT_Q4_0: return LB__QDOT8K_TABLE; /* IQ4_NL's layout, values n - 8 */
+    case LB_DT_Q4_0:                          /* IQ4_NL's layout, values n - 8 */
+    case LB_DT_Q5_0: return LB__QDOT8K_TABLE; /* and a fifth bit: n - 16 + 16 b */
     case LB_DT_F32:
     case LB_DT_F16:
     case LB_DT_BF16:
@@ -41,8 +42,7 @@ int lb__qdot8k_type(lb_dtype t)
     case LB_DT_I64:
     case LB_DT_U8:
     case LB_DT_BOOL:
-    case LB_DT_Q8_0: /* these three are lowbit formats: copied (qmat_repack.c) */
-    case LB_DT_Q5_0:
+    case LB_DT_Q8_0: /* these two are lowbit formats: copied (qmat_repack.c) */
     case LB_DT_MXFP4:
     case LB_DT_Q4_1: /* not yet: a min per block of 32 */
     case LB_DT_Q5_1:
@@ -58,7 +58,8 @@ int lb__qdot8k_type(lb_dtype t)
 const int8_t *lb__qdot8k_values(lb_dtype t)
 {
     static const int8_t q4_0[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
-    return t == LB_DT_Q4_0 ? q4_0 : lb__kvalues_iq4nl;
+    static const int8_t q5_0[16] = {-16, -15, -14, -13, -12, -11, -10, -9, -8, -7, -6, -5, -4, -3, -2, -1};
+    return t == LB_DT_Q4_0 ? q4_0 : t == LB_DT_Q5_0 ? q5_0 : lb__kvalues_iq4nl;
 }
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -71,7 +72,7 @@ lb_status lb__qdot8k_stage(const lb__qmat *m, const float *x, size_t n, const lb
     const int32_t off = kind == LB__QDOT8K_OFFSET ? 32 : set->offset(LB_FMT_INT8);
     memset(a, 0, sizeof *a);
     a->n = n;
-    a->groups = (cols + 127) / 128; /* the last ends early only in IQ4_NL / Q4_0 rows (lb__qdot8k_cols_ok) */
+    a->groups = (cols + 127) / 128; /* the last ends early only in rows of blocks of 32 (lb__qdot8k_cols_ok) */
     a->stride = a->groups * 128;
     a->lanes = kind == LB__QDOT8K_TABLE ? a->groups * 16 : cols / 4; /* a table lane: 4 bytes, both nibbles */
     size_t qb = align64(n * a->stride), lb = align64(n * a->lanes * sizeof(float));
@@ -169,10 +170,18 @@ static void rows_scalar_q6_k(const lb__qmat *m, const lb__act8 *a, size_t t0, si
         }
 }
 
-/* IQ4_XS / IQ4_NL / Q4_0: block j's scale and its 16 code bytes (row r). */
-static float iq4_block(const lb__qmat *m, size_t r, size_t j, const uint8_t **qs)
+/* IQ4_XS / IQ4_NL / Q4_0 / Q5_0: block j's scale, its 16 code bytes
+ * (row r) and its fifth bits (Q5_0's qh; else 0). */
+static float iq4_block(const lb__qmat *m, size_t r, size_t j, const uint8_t **qs, uint32_t *qh)
 {
     const uint8_t *row = m->data + r * m->row_bytes;
+    *qh = 0;
+    if (m->ggml == LB_DT_Q5_0) {
+        const lb__block_q5_0 *b = (const lb__block_q5_0 *)row + j;
+        *qs = b->qs;
+        *qh = (uint32_t)b->qh[0] | (uint32_t)b->qh[1] << 8 | (uint32_t)b->qh[2] << 16 | (uint32_t)b->qh[3] << 24;
+        return lb__fp16_to_f32(lb__le16(b->d));
+    }
     if (m->ggml != LB_DT_IQ4_XS) { /* IQ4_NL and Q4_0: the same block layout */
         const lb__block_iq4_nl *b = (const lb__block_iq4_nl *)row + j;
         *qs = b->qs;
@@ -195,8 +204,9 @@ static void rows_scalar_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, siz
             for (size_t g = 0; g < a->groups; g++) {
                 const uint8_t *qs4[4];
                 float sc4[4];
+                uint32_t qh4[4];
                 const size_t nk = m->cols / 32 - 4 * g < 4 ? m->cols / 32 - 4 * g : 4; /* blocks in the group */
-                for (size_t k = 0; k < nk; k++) sc4[k] = iq4_block(m, r, 4 * g + k, &qs4[k]);
+                for (size_t k = 0; k < nk; k++) sc4[k] = iq4_block(m, r, 4 * g + k, &qs4[k], &qh4[k]);
                 for (size_t l = 0; l < 4 * nk; l++) { /* lanes past the row would add fma(0, 0, p) = p */
                     /* block 4g + l / 4; bytes 4 (l % 4) .. of its 16, both nibbles */
                     const uint8_t *qs = qs4[l / 4];
@@ -205,8 +215,8 @@ static void rows_scalar_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, siz
                     for (size_t n = 0; n < 2; n++)
                         for (size_t i = 0; i < 4; i++) {
                             size_t e = 16 * n + 4 * (l % 4) + i; /* element of block j */
-                            sum += q[g * 128 + 64 * n + 16 * (l / 4) + 4 * (l % 4) + i] *
-                                   values[(qs[e % 16] >> (4 * n)) & 15];
+                            int v = values[(qs[e % 16] >> (4 * n)) & 15] + 16 * (int)((qh4[l / 4] >> e) & 1);
+                            sum += q[g * 128 + 64 * n + 16 * (l / 4) + 4 * (l % 4) + i] * v;
                         }
                     p[l] = fmaf((float)sum, dl[g * 16 + l] * sc, p[l]);
                 }

@@ -148,14 +148,25 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
     }
 }
 
-/* IQ4_XS / IQ4_NL / Q4_0: blocks 4g + 2c, 4g + 2c + 1 as one ymm, lanes
- * 8c .. 8c + 7, both nibbles into each lane's sum; the values (vpshufb of
- * the type's, signed) times the activations by
- * vpmaddubsw on |v| and x with v's sign (a pair at most 2 * 127 * 127 =
- * 32258 < 2^15), no offset. */
-INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
-                  size_t ldy, const int nl)
+/* 16 in byte i of 32 where bit i of m is set, else 0. */
+INL __m256i bits_as_16(uint32_t m)
 {
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, /* byte i / 8 of m */
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull); /* bit i % 8 */
+    const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)m), pick), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16));
+}
+
+/* IQ4_XS / IQ4_NL / Q4_0 / Q5_0: blocks 4g + 2c, 4g + 2c + 1 as one ymm,
+ * lanes 8c .. 8c + 7, both nibbles into each lane's sum; the values
+ * (vpshufb of the type's, signed; Q5_0's plus 16 where its fifth bit is
+ * set) times the activations by vpmaddubsw on |v| and x with v's sign (a
+ * pair at most 2 * 127 * 127 = 32258 < 2^15), no offset. */
+INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
+                  size_t ldy, const int layout)
+{
+    const int blocked = layout != LB__IQ4_XS_SB, five = layout == LB__Q5_22;
     const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1, nblk = m->cols / 32, groups = (nblk + 3) / 4;
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lb__qdot8k_values(m->ggml)));
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
@@ -173,10 +184,11 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
                 const uint8_t *codes[4];
+                uint32_t qh[4] = {0, 0, 0, 0};
                 __m256 s8; /* the scales of blocks first + 0 .. 3 */
                 int first = 0;
-                if (nl) {
-                    s8 = _mm256_castps128_ps256(iq4_nl_group(row[i], g, nblk, codes));
+                if (blocked) {
+                    s8 = _mm256_castps128_ps256(block32_group(row[i], g, nblk, five, codes, qh));
                 } else { /* the super-block's eight scales, decoded at its first half */
                     const lb__block_iq4_xs *b = (const lb__block_iq4_xs *)row[i] + g / 2;
                     if (g % 2 == 0) xs8[i] = iq4_xs_scales(b);
@@ -188,8 +200,13 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
                     const __m256i wb = _mm256_loadu2_m128i((const __m128i *)codes[2 * c + 1], (const __m128i *)codes[2 * c]);
                     const int k0 = first + (int)(2 * c), k1 = k0 + 1;
                     const __m256 sv = _mm256_permutevar8x32_ps(s8, _mm256_setr_epi32(k0, k0, k0, k0, k1, k1, k1, k1));
-                    const __m256i v0 = _mm256_shuffle_epi8(lut, _mm256_and_si256(wb, low4));
-                    const __m256i v1 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(wb, 4), low4));
+                    __m256i v0 = _mm256_shuffle_epi8(lut, _mm256_and_si256(wb, low4));
+                    __m256i v1 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(wb, 4), low4));
+                    if (five) { /* bits 0-15 of qh for the low nibbles, 16-31 for the high */
+                        const uint32_t q0 = qh[2 * c], q1 = qh[2 * c + 1];
+                        v0 = _mm256_add_epi8(v0, bits_as_16((q0 & 0xFFFF) | q1 << 16));
+                        v1 = _mm256_add_epi8(v1, bits_as_16(q0 >> 16 | (q1 & 0xFFFF0000u)));
+                    }
                     const __m256i a0 = _mm256_abs_epi8(v0), a1 = _mm256_abs_epi8(v1);
                     _Pragma("GCC unroll 8")
                     for (size_t t = 0; t < nx; t++) {

@@ -172,33 +172,43 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
     }
 }
 
-/* IQ4_XS / IQ4_NL / Q4_0: group g's 64 code bytes (an IQ4_XS half
- * super-block, or four IQ4_NL / Q4_0 blocks gathered) through a vpshufb
- * table of the values + 128 (kvalues: 1 .. 241; Q4_0: 120 .. 135;
+/* IQ4_XS / IQ4_NL / Q4_0 / Q5_0: group g's 64 code bytes (an IQ4_XS half
+ * super-block, or four blocks of 32 gathered) through a vpshufb table of
+ * the values + 128 (kvalues: 1 .. 241; Q4_0: 120 .. 135; Q5_0: 112 ..
+ * 127, plus 16 where the fifth bit is set, by a byte mask from qh;
  * unsigned), low nibbles then high ones into each lane's one sum, which
- * starts at the staged -128 * S8;
- * lane l's scale is block l / 4's. */
+ * starts at the staged -128 * S8; lane l's scale is block l / 4's. */
 INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
-                  size_t ldy, const int nl)
+                  size_t ldy, const int layout)
 {
     const size_t R = nx <= 2 ? RMAX : RMAX / 2, nblk = m->cols / 32, full = nblk / 4, groups = (nblk + 3) / 4;
-    /* IQ4_NL / Q4_0 rows may end in a group of 1-3 blocks: its bytes only, the rest read as 0 (scale 0) */
-    const __mmask64 tail = _cvtu64_mask64((1ull << (18 * (nblk % 4))) - 1);
+    const int blocked = layout != LB__IQ4_XS_SB, five = layout == LB__Q5_22;
+    /* four blocks of bb bytes in two zmm loads, at 0 and at hoff (4 bb - 64) */
+    const size_t bb = five ? 22 : 18, hoff = 4 * bb - 64, bw = bb / 2 /* block words */, codes_at = five ? 3 : 1;
+    /* rows of blocks of 32 may end in a group of 1-3 blocks: its bytes only, the rest read as 0 (scale 0) */
+    const size_t tb = bb * (nblk % 4);
+    const __mmask64 tail_lo = _cvtu64_mask64(tb >= 64 ? ~0ull : (1ull << tb) - 1);
+    const __mmask64 tail_hi = _cvtu64_mask64(tb > hoff ? (1ull << (tb - hoff)) - 1 : 0);
     uint8_t lut16[16];
     const int8_t *values = lb__qdot8k_values(m->ggml);
     for (int c = 0; c < 16; c++) lut16[c] = (uint8_t)(values[c] + 128);
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut16));
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i low4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     _Alignas(64) int32_t ix[16];
     for (int l = 0; l < 16; l++) ix[l] = l / 4;
     const __m512i sidx = _mm512_load_si512(ix);
-    /* IQ4_NL / Q4_0: four blocks of 18 bytes are 36 words (block k: its scale
-     * at word 9k, its codes at 9k + 1 .. 9k + 8), in two zmm (bytes 0-63 and
-     * 8-71): the codes' 32 words and each lane's scale (block l / 4's) by
-     * one word permute each */
+    /* Blocks of 32: four blocks are 36 (44) words (block k: its scale at
+     * word bw k, Q5_0's qh at bw k + 1 and + 2, its codes from bw k +
+     * codes_at), in two zmm (words 0-31 and hoff / 2 ..): the codes' 32
+     * words by one word permute, each lane's scale (block l / 4's) by
+     * another, which also puts Q5_0's qh low halves (the fifth bits of the
+     * low nibbles) at words 16-19 and the high halves at 20-23 */
     _Alignas(64) int16_t cw[32], sw[32];
-    for (int w = 0; w < 32; w++) { int at = 9 * (w / 8) + 1 + w % 8; cw[w] = (int16_t)(at < 32 ? at : 32 + at - 4); }
-    for (int w = 0; w < 32; w++) { int at = 9 * (w % 16 / 4); sw[w] = (int16_t)(at < 32 ? at : 32 + at - 4); }
+    for (int w = 0; w < 32; w++) {
+        const size_t c = bw * (size_t)(w / 8) + codes_at + (size_t)(w % 8);
+        const size_t s = w < 16 ? bw * (size_t)(w / 4) : w < 24 && five ? bw * (size_t)(w % 4) + 1 + (size_t)(w >= 20) : 0;
+        cw[w] = (int16_t)(c < 32 ? c : 32 + c - hoff / 2), sw[w] = (int16_t)(s < 32 ? s : 32 + s - hoff / 2);
+    }
     const __m512i cidx = _mm512_load_si512(cw), swidx = _mm512_load_si512(sw);
     for (size_t r = r0; r < r1; r += R) {
         size_t rn = r1 - r < R ? r1 - r : R;
@@ -216,21 +226,32 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
             for (size_t i = 0; i < R; i++) {
                 __m512 sv;
                 __m512i wb;
-                if (nl) {
-                    const uint8_t *b = row[i] + g * 72;
+                __mmask64 five_lo = 0, five_hi = 0;
+                if (blocked) {
+                    const uint8_t *b = row[i] + g * 4 * bb;
                     __m512i lo, hi;
-                    if (g < full) lo = _mm512_loadu_si512(b), hi = _mm512_loadu_si512(b + 8);
-                    else lo = _mm512_maskz_loadu_epi8(tail, b), hi = _mm512_setzero_si512();
+                    if (g < full) lo = _mm512_loadu_si512(b), hi = _mm512_loadu_si512(b + hoff);
+                    else lo = _mm512_maskz_loadu_epi8(tail_lo, b), hi = _mm512_maskz_loadu_epi8(tail_hi, b + hoff);
                     wb = _mm512_permutex2var_epi16(lo, cidx, hi);
-                    sv = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(lo, swidx, hi)));
+                    const __m512i s = _mm512_permutex2var_epi16(lo, swidx, hi);
+                    sv = _mm512_cvtph_ps(_mm512_castsi512_si256(s));
+                    if (five) {
+                        const __m128i qh = _mm512_extracti32x4_epi32(s, 2);
+                        five_lo = _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(qh));
+                        five_hi = _cvtu64_mask64((uint64_t)_mm_extract_epi64(qh, 1));
+                    }
                 } else { /* the super-block's eight scales, decoded at its first half */
                     const lb__block_iq4_xs *b = (const lb__block_iq4_xs *)row[i] + g / 2;
                     if (g % 2 == 0) xs8[i] = _mm512_castps256_ps512(iq4_xs_scales(b));
                     sv = _mm512_permutexvar_ps(_mm512_add_epi32(sidx, _mm512_set1_epi32((int)(4 * (g % 2)))), xs8[i]);
                     wb = _mm512_loadu_si512(b->qs + 64 * (g % 2)); /* a half super-block's 64 bytes in a row */
                 }
-                const __m512i u[2] = {_mm512_shuffle_epi8(lut, _mm512_and_si512(wb, low4)),
-                                      _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(wb, 4), low4))};
+                __m512i u[2] = {_mm512_shuffle_epi8(lut, _mm512_and_si512(wb, low4)),
+                                _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(wb, 4), low4))};
+                if (five) {
+                    u[0] = _mm512_mask_add_epi8(u[0], five_lo, u[0], sixteen);
+                    u[1] = _mm512_mask_add_epi8(u[1], five_hi, u[1], sixteen);
+                }
                 _Pragma("GCC unroll 8")
                 for (size_t t = 0; t < nx; t++) {
                     const size_t lo = (t0 + t) * a->lanes + g * 16;

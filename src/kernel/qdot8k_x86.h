@@ -49,18 +49,23 @@ INL __m256 iq4_xs_scales(const lb__block_iq4_xs *b)
     return _mm256_mul_ps(_mm256_sub_ps(s, _mm256_set1_ps(32.0f)), _mm256_set1_ps(fp16_at(b->d)));
 }
 
-/* IQ4_NL / Q4_0 group g of a row of nblk blocks (blocks 4g .. 4g + 3):
- * the four block scales d and the 16 code bytes of block 4g + k at
- * codes[k]; blocks past the row (a last group that ends early) scale 0
- * and codes 0, never read. */
-INL __m128 iq4_nl_group(const uint8_t *row, size_t g, size_t nblk, const uint8_t *codes[4])
+/* Group g of a row of nblk blocks of 32 (blocks 4g .. 4g + 3; IQ4_NL and
+ * Q4_0: 18 bytes, d and 16 code bytes; five, Q5_0: 22, d, qh[4] and the
+ * codes): the four block scales d, the 16 code bytes of block 4g + k at
+ * codes[k] and its fifth bits at qh[k] (0 unless five); blocks past the
+ * row (a last group that ends early) scale 0, codes and bits 0, never
+ * read. */
+INL __m128 block32_group(const uint8_t *row, size_t g, size_t nblk, int five, const uint8_t *codes[4], uint32_t qh[4])
 {
     static const uint8_t none[16];
-    const uint8_t *b = row + 4 * g * 18;
+    const size_t bb = five ? 22 : 18;
+    const uint8_t *b = row + 4 * g * bb;
     float s[4];
     for (size_t k = 0; k < 4; k++) {
+        const uint8_t *x = b + bb * k;
         const int in = 4 * g + k < nblk;
-        s[k] = in ? fp16_at(b + 18 * k) : 0.0f, codes[k] = in ? b + 18 * k + 2 : none;
+        s[k] = in ? fp16_at(x) : 0.0f, codes[k] = in ? x + (five ? 6 : 2) : none;
+        qh[k] = in && five ? (uint32_t)x[2] | (uint32_t)x[3] << 8 | (uint32_t)x[4] << 16 | (uint32_t)x[5] << 24 : 0;
     }
     return _mm_loadu_ps(s);
 }

@@ -3,15 +3,11 @@
  *   Q8_0  q * d                  -> int8:g32, fp16 scale
  *   MXFP4 kvalues[n] * 2^(e-128) -> fp4_e2m1 with e8m0 scale (kvalues[n] / 2
  *                                   is E2M1 code n's value; 2^(e-127) is e8m0's)
- *   Q5_0  (q - 16) * d           -> int8:g32, fp16 scale; 8.5 bits a weight instead of 5.5
  * ggml stores a block's scale beside its codes and elements j and j + 16
  * in one byte's low and high nibbles; lowbit keeps the scales apart and
- * elements 2i, 2i + 1 in a byte. Same bytes for the first two (34, 17 per
- * 32 weights), 1.55x for Q5_0 (whose int8 codes read faster than
- * its 5-bit codes decode: llama-quantize's Q4_K_M of a model whose rows
- * are no whole 256-blocks, SmolLM2, is mostly Q5_0); same values to the
- * bit. Q4_K, Q5_K, Q6_K, IQ4 and Q4_0 are read in place (qdot8k.c): the
- * runner copies only what those refuse. */
+ * elements 2i, 2i + 1 in a byte. Same bytes (34, 17 per 32 weights), same
+ * values to the bit. Q4_K, Q5_K, Q6_K, IQ4, Q4_0 and Q5_0 are read in
+ * place (qdot8k.c): the runner copies only what those refuse. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,8 +20,7 @@
 static const char *spec_of(lb_dtype t)
 {
     switch (t) {
-    case LB_DT_Q8_0:
-    case LB_DT_Q5_0: return "int8:g32:scale=fp16";
+    case LB_DT_Q8_0: return "int8:g32:scale=fp16";
     case LB_DT_MXFP4: return "mxfp4";
     case LB_DT_F32:
     case LB_DT_F16:
@@ -41,6 +36,7 @@ static const char *spec_of(lb_dtype t)
     case LB_DT_BOOL:
     case LB_DT_Q6_K: /* read in place (qdot8k.c): its copy took 10 bits a weight instead of 6.56 */
     case LB_DT_Q4_0: /* read in place (qdot8k.c), as IQ4_NL */
+    case LB_DT_Q5_0: /* read in place too (its int8 copy took 8.5 bits a weight instead of 5.5) */
     case LB_DT_Q4_1: /* a min beside the scale: not a zero point in codes */
     case LB_DT_Q5_1:
     case LB_DT_Q2_K:
@@ -79,16 +75,6 @@ lb_status lb__qmat_repack_ggml(const lb__qmat *g, lb__qmat *out)
             }
             memcpy(sc + (r * nb + b) * (size_t)sbytes, blk, (size_t)sbytes);
             const uint8_t *qs = blk + sbytes;
-            if (g->ggml == LB_DT_Q5_0) { /* qh: element k's fifth bit is bit k of a little-endian word */
-                const lb__block_q5_0 *q5 = (const lb__block_q5_0 *)blk;
-                uint32_t qh = (uint32_t)q5->qh[0] | (uint32_t)q5->qh[1] << 8 | (uint32_t)q5->qh[2] << 16 |
-                              (uint32_t)q5->qh[3] << 24;
-                for (size_t k = 0; k < 32; k++) {
-                    int lo = k < 16 ? q5->qs[k] & 15 : q5->qs[k - 16] >> 4;
-                    dst[k] = (uint8_t)(int8_t)((lo | (int)((qh >> k) & 1) << 4) - 16);
-                }
-                continue;
-            }
             if (!nib) {
                 memcpy(dst, qs, 32);
                 continue;

@@ -242,9 +242,9 @@ static lb_status load_matrix(const loader *l, const char *name, size_t out, size
         if (st != LB_OK) return lb__fail(st, "%s: %s", name, lb_last_error());
         lin->packed = 1;
         /* int8 decode activations: the types the int8 kernels read in place
-         * stay as read (qdot8.h: the K-quants, IQ4, Q4_0); Q8_0, MXFP4 and
-         * Q5_0 are lowbit formats in another layout: a copy in lowbit's (the
-         * same values; the same bytes but Q5_0's 1.55x) runs the int8 kernels */
+         * stay as read (qdot8.h: the K-quants, IQ4, Q4_0, Q5_0); Q8_0 and
+         * MXFP4 are lowbit formats in another layout: a copy in lowbit's (the
+         * same values, the same bytes) runs the int8 kernels */
         lb__qmat lowbit_layout;
         if (l->o->decode_act == LB_FMT_INT8 && !l->calibration && !lb__qdot8_supported(&lin->q)) {
             st = lb__qmat_repack_ggml(&lin->q, &lowbit_layout);

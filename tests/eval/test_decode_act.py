@@ -48,8 +48,9 @@ def test_the_mode_reaches_the_formats_its_kernels_take(spec, reached):
         assert int8["ppl"] == exact["ppl"]
 
 
-# ggml types the mode reaches on SmolLM2: copied into lowbit's layout (qmat_repack.c) or read in place (the
-# K-quants, IQ4_XS, Q4_0, and IQ4_NL, also in rows of 576 = 4.5 groups of 128: IQ4_XS's fallback there)
+# ggml types the mode reaches on SmolLM2: copied into lowbit's layout, the same bytes (qmat_repack.c: Q8_0, MXFP4)
+# or read in place (the K-quants, IQ4_XS, Q4_0, Q5_0, and IQ4_NL, also in rows of 576 = 4.5 groups of 128: IQ4_XS's
+# fallback there; Q5_0 is most of SmolLM2's Q4_K_M)
 REACHED_GGML = {"q4_0", "q8_0", "q5_0", "mxfp4", "q6_k", "q4_k", "q5_k", "iq4_xs", "iq4_nl"}
 
 
@@ -64,6 +65,8 @@ def test_the_mode_reads_k_quants_and_iq4_xs_in_place(tmp_path, mix, k_type):
     exact = json.loads(lowbit(*common).stdout)
     int8 = json.loads(lowbit(*common, "--decode-act", "int8").stdout)
     assert int8["memory"]["int8_act_matrices"] == sum(t in REACHED_GGML for t in types), (types, int8["memory"])
+    # and holds the file's bytes: nothing copied into a larger layout (Q5_0 was, as int8:g32 at 1.55x)
+    assert int8["memory"]["weights_bytes"] == exact["memory"]["weights_bytes"], (int8["memory"], exact["memory"])
     # 2 windows of 128 tokens: the IQ4_XS file, every matrix in the mode, moves by 1.5% here (by 0.4% on 4
     # windows of 512, KLD 0.0031 against its exact run, as Q4_K_M's 0.0033)
     assert int8["ppl"] != exact["ppl"] and abs(int8["ppl"] - exact["ppl"]) <= 0.02 * exact["ppl"]

@@ -1,4 +1,4 @@
-/* Int8-activation kernels on ggml's Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL and Q4_0 read in place
+/* Int8-activation kernels on ggml's Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL, Q4_0 and Q5_0 read in place
  * (kernel/qdot8.h): this file's own reading of the
  * block layout (checked value for value against the ggml dequantizer)
  * and of the documented sums, against every kernel set of this build and
@@ -37,8 +37,8 @@ typedef struct kblock {
     float bs[8];  /* IQ4: each block of 32's scale (u: the signed grid values) */
 } kblock;
 
-/* a scale per block of 32 and a value per 4-bit code (Q4_0: IQ4_NL's layout) */
-static int is_iq4(lb_dtype t) { return t == LB_DT_IQ4_XS || t == LB_DT_IQ4_NL || t == LB_DT_Q4_0; }
+/* a scale per block of 32 and a value per code (Q4_0: IQ4_NL's layout; Q5_0: its own) */
+static int is_iq4(lb_dtype t) { return t == LB_DT_IQ4_XS || t == LB_DT_IQ4_NL || t == LB_DT_Q4_0 || t == LB_DT_Q5_0; }
 
 /* Bytes of 256 elements (eight IQ4_NL blocks of 32 in a row), and of a row. */
 static size_t sb_bytes(lb_dtype t) { return lb_dtype_get(t)->block_bytes * (256 / lb_dtype_get(t)->block); }
@@ -48,7 +48,8 @@ static size_t row_bytes(lb_dtype t, size_t cols) { return cols / lb_dtype_get(t)
 static const int kvalues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* IQ4_NL and Q4_0: 8 blocks of d (fp16) + qs[16], the value of code c
- * kvalues[c] (IQ4_NL) or c - 8 (Q4_0); IQ4_XS: d, scales_h (LE16),
+ * kvalues[c] (IQ4_NL) or c - 8 (Q4_0); Q5_0: d, qh (LE32), qs[16], element
+ * e's value its nibble + 16 (bit e of qh) - 16; IQ4_XS: d, scales_h (LE16),
  * scales_l[4], qs[128]: block j's 6-bit scale has the low nibble j % 2 of
  * scales_l[j / 2] and bits 2j .. of scales_h. Block j's byte i holds its
  * elements i (low nibble) and 16 + i. */
@@ -56,6 +57,16 @@ static void read_iq4(lb_dtype t, const uint8_t *b, int nb, kblock *k)
 {
     for (int j = 0; j < nb; j++) {
         const uint8_t *qs;
+        if (t == LB_DT_Q5_0) {
+            const uint8_t *blk = b + 22 * j;
+            const uint32_t qh = (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
+            k->bs[j] = half_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+            for (int i = 0; i < 16; i++) {
+                k->u[32 * j + i] = (blk[6 + i] & 15) + 16 * (int)((qh >> i) & 1) - 16;
+                k->u[32 * j + 16 + i] = (blk[6 + i] >> 4) + 16 * (int)((qh >> (16 + i)) & 1) - 16;
+            }
+            continue;
+        }
         if (t != LB_DT_IQ4_XS) {
             const uint8_t *blk = b + 18 * j;
             k->bs[j] = half_to_f32((uint16_t)(blk[0] | blk[1] << 8));
@@ -91,8 +102,9 @@ static float value_of(lb_dtype t, const kblock *k, int e)
     return k->d * (float)k->sc[e / 32] * (float)k->u[e] - k->dmin * (float)k->mn[e / 32];
 }
 
-/* The 256 elements at b, of which the first n are in the row (IQ4_NL and
- * Q4_0 rows may end inside them; the others' rows are whole 256-blocks). */
+/* The 256 elements at b, of which the first n are in the row (IQ4_NL,
+ * Q4_0 and Q5_0 rows may end inside them; the others' rows are whole
+ * 256-blocks). */
 static void read_block(lb_dtype t, const uint8_t *b, size_t n, kblock *k)
 {
     if (is_iq4(t)) {
@@ -318,12 +330,12 @@ static void check_multi(void)
         free(y6[i]), free(one6[i]);
     }
     free(d6);
-    /* Q4_0 stages as IQ4 does (IQ4_NL's layout): Q4_0 beside IQ4_XS in one call */
-    const lb_dtype tt[2] = {LB_DT_Q4_0, LB_DT_IQ4_XS};
-    uint8_t *dt[2];
-    lb__qmat mt[2];
-    float *yt[2], *onet[2];
-    for (int i = 0; i < 2; i++) {
+    /* Q4_0 and Q5_0 stage as IQ4 does: beside IQ4_XS in one call (a Q4_K_M attention's v can be Q5_0 or Q6_K...) */
+    const lb_dtype tt[3] = {LB_DT_Q4_0, LB_DT_IQ4_XS, LB_DT_Q5_0};
+    uint8_t *dt[3];
+    lb__qmat mt[3];
+    float *yt[3], *onet[3];
+    for (int i = 0; i < 3; i++) {
         dt[i] = malloc(8 * cols / 256 * sb_bytes(tt[i]));
         random_blocks(tt[i], dt[i], 8, cols);
         CHECK(lb__qmat_from_ggml(tt[i], dt[i], 8, cols, NULL, &mt[i]) == LB_OK, "table view");
@@ -331,9 +343,10 @@ static void check_multi(void)
         CHECK(lb__qmat_matmul_act8(&mt[i], x, n, onet[i], 1, lb_isa_active()) == LB_OK, "table single");
     }
     CHECK(lb__qdot8_shares_input(&mt[0], &mt[1]) && !lb__qdot8_shares_input(&mt[0], &m[0]), "Q4_0 shares with IQ4 only");
-    const lb__qmat *mts[2] = {&mt[0], &mt[1]};
-    CHECK(lb__qmat_matmul_act8_multi(mts, 2, x, n, yt, 2, lb__qdot8_get(lb_isa_active())) == LB_OK, "table multi");
-    for (int i = 0; i < 2; i++) {
+    CHECK(lb__qdot8_shares_input(&mt[2], &mt[1]) && !lb__qdot8_shares_input(&mt[2], &m[0]), "Q5_0 shares with IQ4 only");
+    const lb__qmat *mts[3] = {&mt[0], &mt[1], &mt[2]};
+    CHECK(lb__qmat_matmul_act8_multi(mts, 3, x, n, yt, 2, lb__qdot8_get(lb_isa_active())) == LB_OK, "table multi");
+    for (int i = 0; i < 3; i++) {
         CHECK(memcmp(yt[i], onet[i], n * 8 * sizeof(float)) == 0, "%s beside IQ4_XS: multi == single",
               lb_dtype_get(tt[i])->name);
         free(dt[i]), free(yt[i]), free(onet[i]);
@@ -380,15 +393,15 @@ static void check_edges(void)
 int main(void)
 {
     static const size_t shapes[][2] = {{1, 256}, {5, 512}, {37, 1536}, {9, 2304}, {64, 256}};
-    const lb_dtype types[] = {LB_DT_Q4_K, LB_DT_Q5_K, LB_DT_Q6_K, LB_DT_IQ4_XS, LB_DT_IQ4_NL, LB_DT_Q4_0};
+    const lb_dtype types[] = {LB_DT_Q4_K, LB_DT_Q5_K, LB_DT_Q6_K, LB_DT_IQ4_XS, LB_DT_IQ4_NL, LB_DT_Q4_0, LB_DT_Q5_0};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
         for (int random = 0; random <= 1; random++)
             for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++)
                 for (size_t n = 1; n <= 6; n += (n < 4 ? 1 : 2))
                     check_type(types[k], random, shapes[h][0], shapes[h][1], n);
-    /* IQ4_NL and Q4_0 rows whose last group of 128 ends after 1, 2 or 3 blocks (SmolLM2's 576 = 4.5 x 128) */
+    /* IQ4_NL, Q4_0 and Q5_0 rows whose last group of 128 ends after 1, 2 or 3 blocks (SmolLM2's 576 = 4.5 x 128) */
     static const size_t tails[][2] = {{3, 576}, {5, 96}, {4, 160}, {7, 32}, {2, 224}};
-    for (size_t k = 4; k < 6; k++)
+    for (size_t k = 4; k < 7; k++)
         for (int random = 0; random <= 1; random++)
             for (size_t h = 0; h < sizeof tails / sizeof tails[0]; h++)
                 for (size_t n = 1; n <= 4; n++) check_type(types[k], random, tails[h][0], tails[h][1], n);
