@@ -15,10 +15,17 @@ int lb__thread_count(int threads);
 
 /* Threads worth using for a job of `work` units (bytes read or
  * multiply-adds): at most one per LB__PARALLEL_MIN_WORK, so a small job
- * stays on the calling thread. Handing a job over costs microseconds on an
- * idle machine and up to a scheduler tick on a busy one, which made decode
- * of a 1 MB model 200x slower on two threads than on one. */
-#define LB__PARALLEL_MIN_WORK ((size_t)256 << 10)
+ * stays on the calling thread. Handing a job to a sleeping thread costs
+ * microseconds on an idle machine and up to a scheduler tick on a busy one,
+ * which made decode of a 1 MB model 200x slower on two threads than on one
+ * when workers slept between jobs; they now poll for 0.2 ms first
+ * (parallel.c), so back-to-back jobs are handed over in well under a
+ * microsecond. At 256 KiB, SmolLM2's attention matrices and Q4_K_M's
+ * 497 KB down projections ran on one thread while the other polled (26%
+ * of its samples): at 32 KiB its int8 decode went 98 -> 121-133 tokens/s
+ * (64 KiB: 112-122), stories260K's ppl and generate no slower, loaded or
+ * not. */
+#define LB__PARALLEL_MIN_WORK ((size_t)32 << 10)
 int lb__threads_for(int threads, size_t work);
 
 /* Runs fn over [0, n) in at most `threads` slices whose boundaries are
