@@ -25,6 +25,8 @@
 
 #include "kernel/qdot_scales_avx512.h"
 #include "quant/qkernels.h"
+#include "kernel/prefetch_x86.h"
+#include "util/cpu.h"
 
 #define INL static inline __attribute__((always_inline))
 #define RMAX 4
@@ -32,17 +34,6 @@
 /* int8 codes xor 0x80 are the unsigned operand: + 128 */
 static int vnni_offset(lb_format element) { return element == LB_FMT_INT8 ? 128 : lb__qdot8_nibble_offset(element); }
 
-/* Rows of a few hundred bytes end before the hardware prefetchers ramp
- * up: each group step also fetches its share of the rows two row groups
- * ahead (qdot_avx512.c measured the same for the exact kernels). */
-INL void prefetch_ahead(const uint8_t *ahead, size_t step, size_t g, int to_l1)
-{
-    const char *p = (const char *)ahead + g * step;
-    if (to_l1)
-        for (size_t o = 0; o < step; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-    else
-        for (size_t o = 0; o < step; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
-}
 
 static void scale_avx512(float *w, size_t n, float a, float b)
 {
@@ -113,7 +104,7 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
     const size_t gmul = geo.gmul, gdiv = geo.gdiv, whole = geo.whole;
     const __mmask64 tail = _cvtu64_mask64(~0ull >> (64 - (m->row_bytes - whole * 64 ? m->row_bytes - whole * 64 : 64)));
     const size_t pstep = (R * m->row_bytes / groups + 63) / 64 * 64;
-    const int short_rows = m->row_bytes < 4096;
+    const int short_rows = lb__prefetch_to_l1(m->row_bytes, R, 2);
     size_t first = SIZE_MAX;
     int first_stage = 1;
     for (size_t r = r0; r < r1; r += R) {
@@ -143,7 +134,7 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
             for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
         const uint8_t *ahead = m->data + (r + 2 * R) * m->row_bytes;
         for (size_t g = 0; g < groups; g++) {
-            prefetch_ahead(ahead, pstep, g, short_rows);
+            lb__prefetch_span(ahead + g * pstep, pstep, short_rows); /* the rows two row groups on */
             const size_t b0 = g * gmul / gdiv;
             __m512i xl[LB__QDOT_MAX_NX], xh[LB__QDOT_MAX_NX], cx[LB__QDOT_MAX_NX], xs[LB__QDOT_MAX_NX];
             __m512 dv[LB__QDOT_MAX_NX];

@@ -210,6 +210,7 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
         cw[w] = (int16_t)(c < 32 ? c : 32 + c - hoff / 2), sw[w] = (int16_t)(s < 32 ? s : 32 + s - hoff / 2);
     }
     const __m512i cidx = _mm512_load_si512(cw), swidx = _mm512_load_si512(sw);
+    const int to_l1 = lb__prefetch_to_l1(m->row_bytes, R, 2);
     for (size_t r = r0; r < r1; r += R) {
         size_t rn = r1 - r < R ? r1 - r : R;
         const uint8_t *row[RMAX];
@@ -221,7 +222,7 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
             for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
         __m512 xs8[RMAX] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
         for (size_t g = 0; g < groups; g++) {
-            prefetch_rows_ahead(m, r, R, groups, g);
+            prefetch_rows_ahead(m, r, R, groups, g, to_l1);
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
                 __m512 sv;

@@ -10,6 +10,8 @@
 #include "kernel/qdot8.h"
 #include "kernel/qdot8_instances.h"
 #include "quant/qkernels.h"
+#include "kernel/prefetch_x86.h"
+#include "util/cpu.h"
 
 #define INL static inline __attribute__((always_inline))
 #define RMAX 4
@@ -25,13 +27,13 @@ INL __m256 bytes_to_ps(uint64_t v, float mul)
  * fetch a few blocks ahead in each row came too late (the 8B-shaped Q4_0
  * and IQ4_XS decodes 5-9% slower): each of a row group's `steps` steps
  * also fetches its share of the R rows two row groups ahead, as the
- * kernels of qdot8_vnni.c do. Past the matrix it is harmless (a prefetch
- * never faults). */
-INL void prefetch_rows_ahead(const lb__qmat *m, size_t r, size_t R, size_t steps, size_t step)
+ * kernels of qdot8_vnni.c do, into L1 where they fit in half of it
+ * (to_l1: lb__prefetch_to_l1), else into L2. Past the matrix it is
+ * harmless (a prefetch never faults). */
+INL void prefetch_rows_ahead(const lb__qmat *m, size_t r, size_t R, size_t steps, size_t step, int to_l1)
 {
     const size_t share = (R * m->row_bytes / steps + 63) / 64 * 64;
-    const char *p = (const char *)m->data + (r + 2 * R) * m->row_bytes + step * share;
-    for (size_t o = 0; o < share; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    lb__prefetch_span(m->data + (r + 2 * R) * m->row_bytes + step * share, share, to_l1);
 }
 
 /* The little-endian fp16 at p. */

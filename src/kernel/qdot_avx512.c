@@ -36,6 +36,8 @@
 
 #include "kernel/qdot_scales_avx512.h"
 #include "quant/qkernels.h"
+#include "kernel/prefetch_x86.h"
+#include "util/cpu.h"
 
 #define INL static inline __attribute__((always_inline))
 /* e4m3 in a matrix without NaN codes */
@@ -108,24 +110,20 @@ INL void chunk_w(const lb__qkind kind, const int aff, const int fold, const uint
  * ahead (rows are contiguous, so that is the bytes after this group;
  * prefetches never fault, past the end neither). Rows of a few hundred
  * bytes end before the hardware prefetchers ramp up, which capped decode
- * at a third of the bandwidth on 576-wide SmolLM2 rows: those go to L1.
- * Long rows stream, but the decode work between loads left the memory
- * idle part of the time: fetching them into L2 ahead gave +25-55% on
- * 4096-wide rows (interleaved A/B runs), while L1 there was slower. The
- * data read and the arithmetic are unchanged. */
+ * at a third of the bandwidth on 576-wide SmolLM2 rows: those go to L1
+ * where they fit (prefetch_x86.h). Long rows stream, but the decode work
+ * between loads left the memory idle part of the time: fetching them into
+ * L2 ahead gave +25-55% on 4096-wide rows (interleaved A/B runs), while L1
+ * there was slower. The data read and the arithmetic are unchanged. */
 #define PREFETCH_GROUPS 2
 INL void prefetch_ahead(const uint8_t *ahead, size_t step, size_t c, int to_l1)
 {
-    const char *p = (const char *)ahead + c * step;
-    if (to_l1)
-        for (size_t o = 0; o < step; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-    else
-        for (size_t o = 0; o < step; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+    lb__prefetch_span(ahead + c * step, step, to_l1);
 }
 
 /* bytes of the row group each chunk step prefetches: whole lines */
 static size_t prefetch_step(const lb__qmat *m, size_t nch) { return (R * m->row_bytes / nch + 63) / 64 * 64; }
-#define SHORT_ROW(m) ((m)->row_bytes < 4096)
+#define SHORT_ROW(m) lb__prefetch_to_l1((m)->row_bytes, R, PREFETCH_GROUPS)
 
 
 /* The staged scales' first row for row group r: batches of
