@@ -39,6 +39,7 @@ INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx
         qbit[hn] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << (4 * h + n)))),
                                       _mm256_set1_epi8((char)(1 << (4 * h + 2 + n))), 1);
     }
+    const int to_l1 = lb__prefetch_to_l1(m->row_bytes, R, 2);
     for (size_t r = r0; r < r1; r += R) {
         size_t rn = r1 - r < R ? r1 - r : R;
         const uint8_t *row[RMAX];
@@ -50,12 +51,10 @@ INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps(), macc[i][t] = _mm256_setzero_ps();
         for (size_t s = 0; s < nsb; s++) {
+            prefetch_rows_ahead(m, r, R, nsb, s, to_l1);
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
                 const uint8_t *b = row[i] + s * bb, *qs = b + qs_at;
-                _mm_prefetch((const char *)(b + 4 * bb), _MM_HINT_T0);
-                _mm_prefetch((const char *)(b + 4 * bb + 64), _MM_HINT_T0);
-                _mm_prefetch((const char *)(b + 4 * bb + 128), _MM_HINT_T0);
                 uint64_t sc, mn;
                 lb__qdot8k_scale_min(b + 4, &sc, &mn);
                 const __m512 dsc = _mm512_castps256_ps512(bytes_to_ps(sc, fp16_at(b)));
@@ -118,6 +117,7 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
     for (int n = 0; n < 2; n++)
         shift[n] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(4 * n))),
                                       _mm256_set1_epi16((short)(4 * n + 2)), 1);
+    const int to_l1 = lb__prefetch_to_l1(m->row_bytes, R, 2);
     for (size_t r = r0; r < r1; r += R) {
         size_t rn = r1 - r < R ? r1 - r : R;
         const uint8_t *row[RMAX];
@@ -128,13 +128,10 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
         for (size_t s = 0; s < nsb; s++) {
+            prefetch_rows_ahead(m, r, R, nsb, s, to_l1);
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
                 const uint8_t *b = row[i] + s * bb; /* ql[128] qh[64] scales[16] d[2] */
-                _mm_prefetch((const char *)(b + 4 * bb), _MM_HINT_T0);
-                _mm_prefetch((const char *)(b + 4 * bb + 64), _MM_HINT_T0);
-                _mm_prefetch((const char *)(b + 4 * bb + 128), _MM_HINT_T0);
-                _mm_prefetch((const char *)(b + 4 * bb + 192), _MM_HINT_T0);
                 const __m512 dsc = _mm512_mul_ps(
                     _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192)))),
                     _mm512_set1_ps(fp16_at(b + 208)));
