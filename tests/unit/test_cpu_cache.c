@@ -7,6 +7,7 @@
 #include "check.h"
 #include "util/cpu.h"
 
+#if defined(__x86_64__)
 /* Linux's level-1 data cache of cpu0 in bytes, or 0 where sysfs does not say. */
 static size_t sysfs_l1d(void)
 {
@@ -32,6 +33,7 @@ static size_t sysfs_l1d(void)
     }
     return 0;
 }
+#endif
 
 int main(void)
 {
