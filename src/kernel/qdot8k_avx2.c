@@ -1,5 +1,6 @@
-/* AVX2 int8-activation kernels on ggml's Q4_K, Q5_K and Q6_K, read in place:
- * qdot8.h's K-quant sums, bit for bit the scalar reference.
+/* AVX2 int8-activation kernels on ggml's Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL, Q4_0
+ * and Q5_0, read in place: qdot8.h's K-quant sums, bit for bit the scalar
+ * reference.
  *
  * A ymm is one 32-byte chunk c of a super-block's codes: its low nibbles
  * are sub-block 2c, its high ones 2c + 1, one scale for all 8 lanes.

@@ -1,5 +1,6 @@
-/* AVX-512 VNNI int8-activation kernels on ggml's Q4_K, Q5_K and Q6_K, read in
- * place: qdot8.h's K-quant sums, bit for bit the scalar reference.
+/* AVX-512 VNNI int8-activation kernels on ggml's Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL,
+ * Q4_0 and Q5_0, read in place: qdot8.h's K-quant sums, bit for bit the
+ * scalar reference.
  *
  * A super-block's 128 code bytes are two zmm halves h. The codes are
  * unsigned (0 .. 31), so they are vpdpbusd's unsigned operand as they
