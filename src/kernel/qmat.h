@@ -82,11 +82,11 @@ void lb__qmat_free(lb__qmat *m);
  * or a dequantizer. On failure *out is zeroed and owned is not freed. */
 lb_status lb__qmat_from_ggml(lb_dtype t, const void *data, size_t rows, size_t cols, void *owned, lb__qmat *out);
 
-/* A ggml matrix whose values are a lowbit format exactly (Q4_0:
- * int4:g32, Q8_0 and Q5_0: int8:g32, fp16 scales; MXFP4: mxfp4) copied
- * into lowbit's layout, the same values (and bytes, but Q5_0's 1.55x;
- * qmat_repack.c), so the int8-activation kernels take it. LB_ERR_UNSUPPORTED (no message) for
- * other types, LB_ERR_NOMEM. *out owns its bytes. */
+/* A ggml matrix whose values are a lowbit format exactly (Q8_0:
+ * int8:g32, fp16 scales; MXFP4: mxfp4) copied into lowbit's layout, the
+ * same values and bytes (qmat_repack.c), so the int8-activation kernels
+ * take it. LB_ERR_UNSUPPORTED (no message) for other types (Q4_0 and
+ * Q5_0 are read in place: qdot8k.c), LB_ERR_NOMEM. *out owns its bytes. */
 lb_status lb__qmat_repack_ggml(const lb__qmat *g, lb__qmat *out);
 
 /* 1 for a bf16/fp16/fp32 spec with nothing to scale (lb_qspec_validate
