@@ -294,8 +294,7 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
                     if (layout == LB__Q5_22) {
                         const lb__block_q5_0 *b = (const lb__block_q5_0 *)row[i] + j;
                         qs = b->qs, sc = lb__fp16_to_f32(lb__le16(b->d));
-                        qh = (uint32_t)b->qh[0] | (uint32_t)b->qh[1] << 8 | (uint32_t)b->qh[2] << 16 |
-                             (uint32_t)b->qh[3] << 24;
+                        qh = lb__le32(b->qh);
                     } else if (layout == LB__NL_18) {
                         const lb__block_iq4_nl *b = (const lb__block_iq4_nl *)row[i] + j; /* or Q4_0's: the same */
                         qs = b->qs, sc = lb__fp16_to_f32(lb__le16(b->d));

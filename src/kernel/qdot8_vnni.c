@@ -34,7 +34,6 @@
 /* int8 codes xor 0x80 are the unsigned operand: + 128 */
 static int vnni_offset(lb_format element) { return element == LB_FMT_INT8 ? 128 : lb__qdot8_nibble_offset(element); }
 
-
 static void scale_avx512(float *w, size_t n, float a, float b)
 {
     const __m512 av = _mm512_set1_ps(a), bv = _mm512_set1_ps(b);

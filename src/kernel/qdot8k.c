@@ -179,7 +179,7 @@ static float iq4_block(const lb__qmat *m, size_t r, size_t j, const uint8_t **qs
     if (m->ggml == LB_DT_Q5_0) {
         const lb__block_q5_0 *b = (const lb__block_q5_0 *)row + j;
         *qs = b->qs;
-        *qh = (uint32_t)b->qh[0] | (uint32_t)b->qh[1] << 8 | (uint32_t)b->qh[2] << 16 | (uint32_t)b->qh[3] << 24;
+        *qh = lb__le32(b->qh);
         return lb__fp16_to_f32(lb__le16(b->d));
     }
     if (m->ggml != LB_DT_IQ4_XS) { /* IQ4_NL and Q4_0: the same block layout */

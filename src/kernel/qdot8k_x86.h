@@ -67,7 +67,7 @@ INL __m128 block32_group(const uint8_t *row, size_t g, size_t nblk, int five, co
         const uint8_t *x = b + bb * k;
         const int in = 4 * g + k < nblk;
         s[k] = in ? fp16_at(x) : 0.0f, codes[k] = in ? x + (five ? 6 : 2) : none;
-        qh[k] = in && five ? (uint32_t)x[2] | (uint32_t)x[3] << 8 | (uint32_t)x[4] << 16 | (uint32_t)x[5] << 24 : 0;
+        qh[k] = in && five ? lb__le32(x + 2) : 0;
     }
     return _mm_loadu_ps(s);
 }

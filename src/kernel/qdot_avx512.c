@@ -116,10 +116,6 @@ INL void chunk_w(const lb__qkind kind, const int aff, const int fold, const uint
  * L2 ahead gave +25-55% on 4096-wide rows (interleaved A/B runs), while L1
  * there was slower. The data read and the arithmetic are unchanged. */
 #define PREFETCH_GROUPS 2
-INL void prefetch_ahead(const uint8_t *ahead, size_t step, size_t c, int to_l1)
-{
-    lb__prefetch_span(ahead + c * step, step, to_l1);
-}
 
 /* bytes of the row group each chunk step prefetches: whole lines */
 static size_t prefetch_step(const lb__qmat *m, size_t nch) { return (R * m->row_bytes / nch + 63) / 64 * 64; }
@@ -229,7 +225,7 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, co
                 _Pragma("GCC unroll 8")
                 for (size_t i = 0; i < R; i++) mulv[i] = _mm512_mul_ps(mulv[i], _mm512_set1_ps(256.0f));
             for (; c < cend; c++) {
-                prefetch_ahead(ahead, pstep, c, short_rows);
+                lb__prefetch_span(ahead + c * pstep, pstep, short_rows);
                 __m512 xe[LB__QDOT_MAX_NX], xo[LB__QDOT_MAX_NX];
                 _Pragma("GCC unroll 8")
                 for (size_t t = 0; t < nx; t++) {
@@ -285,7 +281,7 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind,
         zero_sums(acc, nx);
         const uint8_t *ahead = m->data + (r + PREFETCH_GROUPS * R) * m->row_bytes;
         for (size_t c = 0; c < nch; c++) {
-            prefetch_ahead(ahead, pstep, c, short_rows);
+            lb__prefetch_span(ahead + c * pstep, pstep, short_rows);
             __m512 xe[LB__QDOT_MAX_NX], xo[LB__QDOT_MAX_NX];
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) {
@@ -340,7 +336,7 @@ INL void run_nib16(const lb__qmat *m, const lb__qdot_plan *p, const int aff, con
         zero_sums(acc, nx);
         const uint8_t *ahead = m->data + (r + PREFETCH_GROUPS * R) * m->row_bytes;
         for (size_t c = 0; c < nch; c++) {
-            prefetch_ahead(ahead, pstep, c, short_rows);
+            lb__prefetch_span(ahead + c * pstep, pstep, short_rows);
             size_t b0 = 2 * c, b1 = 2 * c + 1 < nb ? 2 * c + 1 : nb - 1; /* padding: the last block's */
             __m512 xe[LB__QDOT_MAX_NX], xo[LB__QDOT_MAX_NX];
             _Pragma("GCC unroll 8")
