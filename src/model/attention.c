@@ -82,36 +82,47 @@ void lb__rope_apply(const lb__rope *r, float *v, size_t n_heads, size_t pos)
 #define QCHUNK 128
 
 /* One head's attention as two matrix products through the matmul kernels
- * (matmul.h): scores S = Q . K^T with K packed as a "weight" of positions x
- * head_dim, then O = P . V with V^T packed as head_dim x positions. Every
+ * (matmul.h): scores S = Q . K^T with K as a "weight" of positions x
+ * head_dim in panels, then O = P . V with V^T as a weight of head_dim x
+ * positions, one panel of NR values at a time. An fp32 cache holds both in
+ * that layout (kvcache.h) and is read in place; the other formats' values
+ * are decoded into it once per group of heads sharing a KV head. Every
  * score is a sum over head_dim in order, every output a sum over positions
  * in order in which the causally masked ones are exact zeros, so a query's
- * result is the same bits in any chunk, prefill or decode. */
+ * result is the same bits in any chunk, prefill or decode, from either
+ * layout. */
 static lb_status heads(void *ctx, size_t h0, size_t h1)
 {
     const lb__attn_job *j = ctx;
     size_t hd = j->head_dim, q_stride = j->n_heads * hd;
     size_t group = j->n_heads / j->n_kv_heads, total = j->pos0 + j->n, nr = LB__MM_NR;
     size_t kpanels = (total + nr - 1) / nr, vpanels = (hd + nr - 1) / nr, chunk = j->n < QCHUNK ? j->n : QCHUNK;
+    int in_place = j->kv->format == LB_FMT_FP32;
     float scale = 1.0f / sqrtf((float)hd);
-    size_t kbytes = kpanels * nr * hd, vbytes = vpanels * nr * total;
-    float *buf = malloc((kbytes + vbytes + chunk * hd * 2 + chunk * total + 2 * hd) * sizeof(float));
+    size_t kfloats = in_place ? 0 : kpanels * nr * hd, vfloats = in_place ? 0 : vpanels * nr * total;
+    float *buf = malloc((kfloats + vfloats + chunk * hd + chunk * nr + chunk * total + 2 * hd) * sizeof(float));
     if (!buf) return lb__fail(LB_ERR_NOMEM, "attention: cannot allocate buffers for %zu positions", total);
-    float *kp = buf, *vp = kp + kbytes, *qh = vp + vbytes, *oh = qh + chunk * hd, *sc = oh + chunk * hd;
+    float *kbuf = buf, *vbuf = kbuf + kfloats, *qh = vbuf + vfloats, *oh = qh + chunk * hd, *sc = oh + chunk * nr;
     float *krow = sc + chunk * total, *vrow = krow + hd; /* one position's K and V decoded (quantized caches) */
+    const float *kp = kbuf, *vp = vbuf;
+    size_t vstride = total * nr; /* floats from one V panel to the next */
     lb_status st = LB_OK;
     size_t last_kvh = (size_t)-1;
     for (size_t h = h0; h < h1 && st == LB_OK; h++) {
         size_t kvh = h / group;
-        if (kvh != last_kvh) { /* heads of one group share the packed (and decoded) K and V */
-            memset(kp, 0, kbytes * sizeof *kp);
-            memset(vp, 0, vbytes * sizeof *vp);
+        if (in_place) {
+            kp = lb__kv_panels(j->kv, LB__KV_K, j->layer, kvh);
+            vp = lb__kv_panels(j->kv, LB__KV_V, j->layer, kvh);
+            vstride = j->kv->ctx * nr;
+        } else if (kvh != last_kvh) { /* heads of one group share the decoded K and V */
+            memset(kbuf, 0, kfloats * sizeof *kbuf);
+            memset(vbuf, 0, vfloats * sizeof *vbuf);
             for (size_t p = 0; p < total; p++) {
-                const float *k = lb__kv_row(j->kv, LB__KV_K, j->layer, p, kvh, krow);
-                const float *v = lb__kv_row(j->kv, LB__KV_V, j->layer, p, kvh, vrow);
-                float *kd = kp + (p / nr) * hd * nr + p % nr;
+                const float *k = lb__kv_decode(j->kv, LB__KV_K, j->layer, p, kvh, krow);
+                const float *v = lb__kv_decode(j->kv, LB__KV_V, j->layer, p, kvh, vrow);
+                float *kd = kbuf + (p / nr) * hd * nr + p % nr;
                 for (size_t d = 0; d < hd; d++) kd[d * nr] = k[d];
-                for (size_t d = 0; d < hd; d++) vp[(d / nr) * total * nr + p * nr + d % nr] = v[d];
+                for (size_t d = 0; d < hd; d++) vbuf[(d / nr) * vstride + p * nr + d % nr] = v[d];
             }
             last_kvh = kvh;
         }
@@ -119,7 +130,7 @@ static lb_status heads(void *ctx, size_t h0, size_t h1)
             size_t rows = j->n - t0 < chunk ? j->n - t0 : chunk;
             size_t len = j->pos0 + t0 + rows; /* positions the chunk's last query sees */
             for (size_t t = 0; t < rows; t++) memcpy(qh + t * hd, j->q + (t0 + t) * q_stride + h * hd, hd * sizeof *qh);
-            lb__packed kview = {.out = len, .in = hd, .panels = (len + nr - 1) / nr, .data = kp};
+            lb__packed kview = {.out = len, .in = hd, .panels = (len + nr - 1) / nr, .data = (float *)kp};
             st = lb__matmul(qh, rows, &kview, sc, 1);
             if (st != LB_OK) break;
             for (size_t t = 0; t < rows; t++) {
@@ -138,26 +149,15 @@ static lb_status heads(void *ctx, size_t h0, size_t h1)
                 for (size_t p = 0; p < valid; p++) row[p] *= inv;
                 for (size_t p = valid; p < len; p++) row[p] = 0.0f;
             }
-            /* V^T as a weight of hd outputs over len inputs: the packed
-             * panels hold `total` positions each; a view with in = len
-             * needs its own stride, so the panels are read from a copy
-             * when len < total */
-            lb__packed vview = {.out = hd, .in = len, .panels = vpanels, .data = vp};
-            float *vcopy = NULL;
-            if (len < total && vpanels > 1) {
-                vcopy = malloc(vpanels * nr * len * sizeof *vcopy);
-                if (!vcopy) {
-                    st = lb__fail(LB_ERR_NOMEM, "attention: cannot allocate %zu positions", len);
-                    break;
-                }
-                for (size_t pn = 0; pn < vpanels; pn++)
-                    memcpy(vcopy + pn * len * nr, vp + pn * total * nr, len * nr * sizeof *vcopy);
-                vview.data = vcopy;
+            /* V^T panel by panel: each a weight of up to NR outputs over
+             * the first len positions, read where it lies */
+            for (size_t pn = 0; pn < vpanels && st == LB_OK; pn++) {
+                size_t d0 = pn * nr, width = hd - d0 < nr ? hd - d0 : nr;
+                lb__packed vview = {.out = width, .in = len, .panels = 1, .data = (float *)vp + pn * vstride};
+                st = lb__matmul(sc, rows, &vview, oh, 1);
+                for (size_t t = 0; t < rows && st == LB_OK; t++)
+                    memcpy(j->out + (t0 + t) * q_stride + h * hd + d0, oh + t * width, width * sizeof *oh);
             }
-            st = lb__matmul(sc, rows, &vview, oh, 1);
-            free(vcopy);
-            for (size_t t = 0; t < rows && st == LB_OK; t++)
-                memcpy(j->out + (t0 + t) * q_stride + h * hd, oh + t * hd, hd * sizeof *oh);
         }
     }
     free(buf);

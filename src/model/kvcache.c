@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "format/convert.h"
+#include "kernel/matmul.h"
 #include "util/bits.h"
+#include "util/checked.h"
 #include "util/error.h"
 
 #define ALLOWED "fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int4"
@@ -60,6 +62,21 @@ lb_status lb__kv_init(lb__kvcache *c, lb_format f, size_t layers, size_t ctx, si
         return lb__fail(LB_ERR_ARG, "KV cache of %zu layers x %zu positions x %zu x %zu values overflows", layers, ctx,
                         kv_heads, head_dim);
     size_t bytes = rows * c->row_bytes;
+    if (f == LB_FMT_FP32) { /* panels (kvcache.h): positions and V's values rounded up to whole panels */
+        uint64_t nr = LB__MM_NR, per[2], all;
+        int ok = lb__mul_u64_checked((ctx + nr - 1) / nr * nr, head_dim, &per[LB__KV_K]) &&
+                 lb__mul_u64_checked((head_dim + nr - 1) / nr * nr, ctx, &per[LB__KV_V]);
+        for (int w = 0; w < 2 && ok; w++)
+            ok = lb__mul_u64_checked(per[w], (uint64_t)layers * kv_heads, &all) && all < SIZE_MAX / 2 / sizeof(float);
+        if (!ok)
+            return lb__fail(LB_ERR_ARG, "KV cache of %zu layers x %zu positions x %zu x %zu values overflows", layers,
+                            ctx, kv_heads, head_dim);
+        for (int w = 0; w < 2; w++) {
+            c->panel_floats[w] = (size_t)per[w];
+            if (!(c->codes[w] = calloc(layers * kv_heads * c->panel_floats[w] + 1, sizeof(float)))) goto nomem;
+        }
+        return LB_OK; /* calloc: the padding reads as 0; pages no sequence reaches stay untouched */
+    }
     for (int w = 0; w < 2; w++) {
         c->codes[w] = malloc(bytes ? bytes : 1); /* never a zero-byte malloc */
         if (!c->codes[w]) goto nomem;
@@ -106,8 +123,18 @@ void lb__kv_free(lb__kvcache *c)
 
 size_t lb__kv_bytes(const lb__kvcache *c)
 {
+    if (c->format == LB_FMT_FP32)
+        return c->layers * c->kv_heads * (c->panel_floats[LB__KV_K] + c->panel_floats[LB__KV_V]) * sizeof(float);
     size_t rows = c->layers * c->ctx * c->kv_heads;
     return 2 * rows * (c->row_bytes + (c->scales[0] ? sizeof(float) : 0));
+}
+
+/* fp32: where value d of position p lies in its (layer, head)'s K or V panels (kvcache.h). */
+static size_t fp32_at(const lb__kvcache *c, int which, size_t p, size_t d)
+{
+    const size_t nr = LB__MM_NR;
+    if (which == LB__KV_K) return (p / nr) * c->head_dim * nr + d * nr + p % nr;
+    return (d / nr) * c->ctx * nr + p * nr + d % nr;
 }
 
 /* The row index of (layer, pos, head) in codes and scales. */
@@ -164,9 +191,14 @@ void lb__kv_store(lb__kvcache *c, size_t layer, size_t pos, size_t n, const floa
 {
     size_t hd = c->head_dim, kv_dim = c->kv_heads * hd;
     const float *src[2] = {k, v};
-    if (c->format == LB_FMT_FP32) { /* the cache's layout is the rows' layout: one copy */
-        size_t at = row_index(c, layer, pos, 0) * c->row_bytes;
-        for (int w = 0; w < 2; w++) memcpy(c->codes[w] + at, src[w], n * kv_dim * sizeof(float));
+    if (c->format == LB_FMT_FP32) { /* each value to its place in the panels */
+        for (size_t t = 0; t < n; t++)
+            for (size_t h = 0; h < c->kv_heads; h++)
+                for (int w = 0; w < 2; w++) {
+                    const float *x = src[w] + t * kv_dim + h * hd;
+                    float *panels = (float *)(void *)c->codes[w] + (layer * c->kv_heads + h) * c->panel_floats[w];
+                    for (size_t d = 0; d < hd; d++) panels[fp32_at(c, w, pos + t, d)] = x[d];
+                }
         return;
     }
     c->values += 2 * (uint64_t)n * kv_dim;
@@ -305,8 +337,12 @@ static void row_int4(const uint8_t *restrict src, size_t hd, float s, float *res
 const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t pos, size_t head, float *buf)
 {
     size_t r = row_index(c, layer, pos, head), hd = c->head_dim;
+    if (c->format == LB_FMT_FP32) {
+        const float *panels = lb__kv_panels(c, which, layer, head);
+        for (size_t d = 0; d < hd; d++) buf[d] = panels[fp32_at(c, which, pos, d)];
+        return buf;
+    }
     const uint8_t *src = c->codes[which] + r * c->row_bytes;
-    if (c->format == LB_FMT_FP32) return memcpy(buf, src, hd * sizeof *buf);
     float s = c->scales[which] ? c->scales[which][r] : 1.0f; /* read by the scaled formats only */
     switch (c->format) {
     case LB_FMT_BF16: row_bf16(src, hd, buf); break;
@@ -315,7 +351,7 @@ const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t
     case LB_FMT_FP8_E5M2: row_e5m2(src, hd, s, buf); break;
     case LB_FMT_INT8: row_int8(src, hd, s, buf); break;
     case LB_FMT_INT4: row_int4(src, hd, s, buf); break;
-    case LB_FMT_FP32: break; /* copied above */
+    case LB_FMT_FP32: break; /* gathered above */
     /* lb__kv_format_check refuses the rest before a cache exists; NaN, never another format's values */
     case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3: case LB_FMT_FP6_E3M2:
     case LB_FMT_FP4_E2M1: case LB_FMT_E8M0: case LB_FMT_UE4M3: case LB_FMT_UINT8: case LB_FMT_UINT4:

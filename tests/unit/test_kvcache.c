@@ -22,6 +22,7 @@
 #include "check.h"
 #include "lowbit.h"
 #include "model/attention.h"
+#include "kernel/matmul.h"
 #include "model/kvcache.h"
 
 static const lb_format formats[] = {LB_FMT_FP32,     LB_FMT_BF16, LB_FMT_FP16, LB_FMT_FP8_E4M3,
@@ -123,6 +124,17 @@ static uint32_t stored_code(const lb__kvcache *c, const uint8_t *row, size_t d)
     }
 }
 
+/* fp32: value d of position p as kvcache.h places it (K: panels of NR
+ * positions; V: panels of NR values over ctx positions), written out here
+ * from the documented layout rather than through the cache's own code. */
+static float fp32_panel_value(const lb__kvcache *c, int w, size_t l, size_t h, size_t p, size_t d)
+{
+    size_t nr = LB__MM_NR, hd = c->head_dim, ctx = c->ctx;
+    size_t per = w == LB__KV_K ? (ctx + nr - 1) / nr * nr * hd : (hd + nr - 1) / nr * nr * ctx;
+    const float *panels = (const float *)(const void *)c->codes[w] + (l * c->kv_heads + h) * per;
+    return w == LB__KV_K ? panels[(p / nr) * hd * nr + d * nr + p % nr] : panels[(d / nr) * ctx * nr + p * nr + d % nr];
+}
+
 /* Head vector number `kind` of a test pattern: ordinary, outliers, zeros,
  * extremes, underflow, ties, beyond the 16-bit ranges. */
 static void fill_row(float *x, size_t hd, unsigned kind, lb_format f)
@@ -178,18 +190,18 @@ static void check_roundtrip(lb_format f, size_t layers, size_t ctx, size_t heads
                     size_t r = (l * ctx + p) * heads + h;
                     const uint8_t *row = c.codes[w] + r * c.row_bytes;
                     if (c.scales[w] ? bits(c.scales[w][r]) != bits(s) : s != 1.0f) bad_scales++;
-                    const float *rd = lb__kv_row(&c, w, l, p, h, got);
                     const float *dec = lb__kv_decode(&c, w, l, p, h, got);
                     if (f == LB_FMT_INT4 && hd % 2 && (row[hd / 2] >> 4)) bad_pad++;
                     for (size_t d = 0; d < hd; d++) {
                         int nan_in = isnan(x[d]) || (fmt_max(f) > 0 && isnan(s));
-                        if (!nan_in && stored_code(&c, row, d) != codes[d]) {
+                        /* fp32: the value where attention reads it, in the panels of kvcache.h */
+                        uint32_t code = f == LB_FMT_FP32 ? bits(fp32_panel_value(&c, w, l, h, p, d)) : stored_code(&c, row, d);
+                        if (!nan_in && code != codes[d]) {
                             if (!bad_codes++)
                                 fprintf(stderr, "  %s hd %zu [%zu,%zu,%zu,%d][%zu]: %a -> 0x%X, want 0x%X\n", name,
-                                        hd, l, p, h, w, d, (double)x[d], stored_code(&c, row, d), codes[d]);
+                                        hd, l, p, h, w, d, (double)x[d], code, codes[d]);
                         }
-                        int same = nan_in ? isnan(dec[d]) && isnan(rd[d]) : bits(dec[d]) == bits(vals[d]) &&
-                                                                                  bits(rd[d]) == bits(vals[d]);
+                        int same = nan_in ? isnan(dec[d]) : bits(dec[d]) == bits(vals[d]);
                         if (!same && !bad_vals++)
                             fprintf(stderr, "  %s hd %zu [%zu,%zu,%zu,%d][%zu]: %a reads %a, want %a\n", name, hd,
                                     l, p, h, w, d, (double)x[d], (double)dec[d], (double)vals[d]);
@@ -204,6 +216,10 @@ static void check_roundtrip(lb_format f, size_t layers, size_t ctx, size_t heads
     size_t row_bytes = f == LB_FMT_FP32 ? 4 * hd : f == LB_FMT_BF16 || f == LB_FMT_FP16 ? 2 * hd
                        : f == LB_FMT_INT4 ? (hd + 1) / 2 : hd;
     size_t want = 2 * layers * ctx * heads * (row_bytes + (fmt_max(f) > 0 ? 4 : 0));
+    if (f == LB_FMT_FP32) { /* K padded to whole panels of NR positions, V to whole panels of NR values */
+        size_t nr = LB__MM_NR;
+        want = layers * heads * 4 * ((ctx + nr - 1) / nr * nr * hd + (hd + nr - 1) / nr * nr * ctx);
+    }
     CHECK(lb__kv_bytes(&c) == want, "%s: %zu bytes, want %zu", name, lb__kv_bytes(&c), want);
     lb__kv_free(&c);
     free(k), free(v), free(vals), free(got), free(codes);
@@ -235,7 +251,7 @@ static void check_all_codes(lb_format f)
         }
         lb__kv_store(&c, 0, 0, 1, x, x);
         CHECK(c.scales[0][0] == 1.0f, "%s scale %g", fi->name, (double)c.scales[0][0]);
-        const float *r = lb__kv_row(&c, LB__KV_V, 0, 0, 0, got);
+        const float *r = lb__kv_decode(&c, LB__KV_V, 0, 0, 0, got);
         for (size_t d = 0; d < hd; d++)
             if (bits(r[d]) != bits(x[d]) && !(f == LB_FMT_INT8 || f == LB_FMT_INT4 ? r[d] == x[d] : 0)) bad++; /* ints: no -0 */
     } else {
@@ -247,7 +263,7 @@ static void check_all_codes(lb_format f)
         for (uint32_t code = 0; code < ncodes; code++) {
             float val;
             lb_decode_value(f, code, &val);
-            const float *r = lb__kv_row(&c, LB__KV_K, 0, code, 0, got);
+            const float *r = lb__kv_decode(&c, LB__KV_K, 0, code, 0, got);
             if (isnan(val) ? !isnan(r[0]) : bits(r[0]) != bits(val)) {
                 if (!bad++) fprintf(stderr, "  %s code 0x%X: %a, want %a\n", fi->name, code, (double)r[0], (double)val);
             }
@@ -267,11 +283,11 @@ static void check_nonfinite(void)
         lb__kvcache c;
         if (lb__kv_init(&c, f, 1, 1, 1, 5) != LB_OK) continue;
         lb__kv_store(&c, 0, 0, 1, x, y);
-        const float *k = lb__kv_row(&c, LB__KV_K, 0, 0, 0, got);
+        const float *k = lb__kv_decode(&c, LB__KV_K, 0, 0, 0, got);
         int ok = fmt_max(f) > 0 ? isnan(k[0]) && isnan(k[2]) && isnan(k[4]) : isnan(k[1]) && k[2] == -2.0f;
         CHECK(ok, "%s: a NaN in a K vector reads back as %g %g %g %g %g", lb_format_get(f)->name, (double)k[0],
               (double)k[1], (double)k[2], (double)k[3], (double)k[4]);
-        const float *v = lb__kv_row(&c, LB__KV_V, 0, 0, 0, got);
+        const float *v = lb__kv_decode(&c, LB__KV_V, 0, 0, 0, got);
         ok = fmt_max(f) > 0 ? isnan(v[0]) && isnan(v[1]) && isnan(v[4])
                             : v[1] == -INFINITY && v[3] == INFINITY && v[0] == 1.0f;
         CHECK(ok, "%s: infinities in a V vector read back as %g %g %g %g %g", lb_format_get(f)->name, (double)v[0],
@@ -283,7 +299,7 @@ static void check_nonfinite(void)
     lb__kvcache c;
     if (lb__kv_init(&c, LB_FMT_FP16, 1, 1, 1, 3) == LB_OK) {
         lb__kv_store(&c, 0, 0, 1, big, big);
-        lb__kv_row(&c, LB__KV_K, 0, 0, 0, out);
+        lb__kv_decode(&c, LB__KV_K, 0, 0, 0, out);
         CHECK(out[0] == 65504.0f && out[1] == -65504.0f && out[2] == 65504.0f, "fp16 saturates: %g %g %g",
               (double)out[0], (double)out[1], (double)out[2]);
         /* all three (K and V) are at or past 65520, where rounding would go beyond 65504 */
@@ -297,7 +313,7 @@ static void check_nonfinite(void)
     }
     if (lb__kv_init(&c, LB_FMT_BF16, 1, 1, 1, 3) == LB_OK) {
         lb__kv_store(&c, 0, 0, 1, big, big);
-        lb__kv_row(&c, LB__KV_K, 0, 0, 0, out);
+        lb__kv_decode(&c, LB__KV_K, 0, 0, 0, out);
         CHECK(out[1] == -0x1.fep127f && out[2] == 65536.0f, "bf16: -FLT_MAX saturates to %a, 65520 rounds to %a",
               (double)out[1], (double)out[2]);
         CHECK(c.saturated == 2 && c.values == 6, "bf16 counts %llu saturated (FLT_MAX, K and V)",
@@ -337,7 +353,7 @@ static void check_examples(void)
         CHECK(c.row_bytes == 2 && c.codes[1][0] == 0xE7 && c.codes[1][1] == 0x02 && c.scales[1][0] == 2.0f,
               "int4 bytes 0x%02X 0x%02X scale %g", c.codes[1][0], c.codes[1][1], (double)c.scales[1][0]);
         float got[3];
-        lb__kv_row(&c, LB__KV_V, 0, 0, 0, got);
+        lb__kv_decode(&c, LB__KV_V, 0, 0, 0, got);
         CHECK(got[0] == 14.0f && got[1] == -4.0f && got[2] == 4.0f, "int4 reads %g %g %g", (double)got[0],
               (double)got[1], (double)got[2]);
         lb__kv_free(&c);
