@@ -2,7 +2,7 @@
  * only by files compiled for x86 with SSE). Rows of a few hundred bytes
  * end before the hardware prefetchers ramp up, so each kernel step also
  * asks for its share of the rows a few row groups on: into L1 where those
- * fit in half of it (lb__prefetch_to_l1), else into L2. A prefetch past
+ * fit in an eighth of it (lb__prefetch_to_l1), else into L2. A prefetch past
  * the matrix is harmless: it never faults. */
 #ifndef LB_KERNEL_PREFETCH_X86_H
 #define LB_KERNEL_PREFETCH_X86_H

@@ -27,7 +27,7 @@ INL __m256 bytes_to_ps(uint64_t v, float mul)
  * fetch a few blocks ahead in each row came too late (the 8B-shaped Q4_0
  * and IQ4_XS decodes 5-9% slower): each of a row group's `steps` steps
  * also fetches its share of the R rows two row groups ahead, as the
- * kernels of qdot8_vnni.c do, into L1 where they fit in half of it
+ * kernels of qdot8_vnni.c do, into L1 where they fit in an eighth of it
  * (to_l1: lb__prefetch_to_l1), else into L2. Past the matrix it is
  * harmless (a prefetch never faults). */
 INL void prefetch_rows_ahead(const lb__qmat *m, size_t r, size_t R, size_t steps, size_t step, int to_l1)

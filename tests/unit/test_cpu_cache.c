@@ -48,8 +48,9 @@ int main(void)
 #endif
     /* 4 rows fetched 2 row groups ahead: 3 x 4 x row bytes against half the L1 */
     CHECK(lb__prefetch_to_l1(288, 4, 2), "SmolLM2's 576-wide int4 rows go to L1");
-    CHECK(lb__prefetch_to_l1(2048, 4, 2) == (3 * 4 * 2048 <= l1 / 2), "4096-wide int4 rows: L1 only if 24 KiB fit in half");
+    CHECK(!lb__prefetch_to_l1(576, 4, 2) || l1 >= 8 * 3 * 4 * 576, "576-wide int8 rows go to L2 on an L1 under 54 KiB");
+    CHECK(!lb__prefetch_to_l1(2048, 4, 2), "4096-wide int4 rows go to L2");
     CHECK(!lb__prefetch_to_l1(16384, 4, 2), "4096-wide fp32 rows go to L2");
-    CHECK(lb__prefetch_to_l1(l1 / 24, 4, 2) && !lb__prefetch_to_l1(l1 / 24 + 64, 4, 2), "the boundary is half the L1");
+    CHECK(lb__prefetch_to_l1(l1 / 96, 4, 2) && !lb__prefetch_to_l1(l1 / 96 + 64, 4, 2), "the boundary is an eighth of the L1");
     return check_summary();
 }
