@@ -12,8 +12,8 @@
  *                   store writes its values there (head_dim scattered
  *                   floats each); before, every decode step repacked
  *                   every position of every layer into that layout
- *                   (SmolLM2: 11% of an int4 decode at 144 positions,
- *                   19% at 272).
+ *                   (SmolLM2, int4:g32: 11% of decoding 128 tokens after
+ *                   a 16-token prompt, 19% of decoding 256).
  *   bf16, fp16      each value rounded to nearest, ties to even; finite
  *                   values beyond the range saturate to +-max, infinities
  *                   and NaN stay what they are; no scale
