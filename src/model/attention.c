@@ -120,9 +120,8 @@ static lb_status heads(void *ctx, size_t h0, size_t h1)
             for (size_t p = 0; p < total; p++) {
                 const float *k = lb__kv_decode(j->kv, LB__KV_K, j->layer, p, kvh, krow);
                 const float *v = lb__kv_decode(j->kv, LB__KV_V, j->layer, p, kvh, vrow);
-                float *kd = kbuf + (p / nr) * hd * nr + p % nr;
-                for (size_t d = 0; d < hd; d++) kd[d * nr] = k[d];
-                for (size_t d = 0; d < hd; d++) vbuf[(d / nr) * vstride + p * nr + d % nr] = v[d];
+                for (size_t d = 0; d < hd; d++) kbuf[lb__kv_panel_index(LB__KV_K, hd, total, p, d)] = k[d];
+                for (size_t d = 0; d < hd; d++) vbuf[lb__kv_panel_index(LB__KV_V, hd, total, p, d)] = v[d];
             }
             last_kvh = kvh;
         }

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "format/convert.h"
-#include "kernel/matmul.h"
 #include "util/bits.h"
 #include "util/checked.h"
 #include "util/error.h"
@@ -129,14 +128,6 @@ size_t lb__kv_bytes(const lb__kvcache *c)
     return 2 * rows * (c->row_bytes + (c->scales[0] ? sizeof(float) : 0));
 }
 
-/* fp32: where value d of position p lies in its (layer, head)'s K or V panels (kvcache.h). */
-static size_t fp32_at(const lb__kvcache *c, int which, size_t p, size_t d)
-{
-    const size_t nr = LB__MM_NR;
-    if (which == LB__KV_K) return (p / nr) * c->head_dim * nr + d * nr + p % nr;
-    return (d / nr) * c->ctx * nr + p * nr + d % nr;
-}
-
 /* The row index of (layer, pos, head) in codes and scales. */
 static size_t row_index(const lb__kvcache *c, size_t layer, size_t pos, size_t head)
 {
@@ -196,8 +187,8 @@ void lb__kv_store(lb__kvcache *c, size_t layer, size_t pos, size_t n, const floa
             for (size_t h = 0; h < c->kv_heads; h++)
                 for (int w = 0; w < 2; w++) {
                     const float *x = src[w] + t * kv_dim + h * hd;
-                    float *panels = (float *)(void *)c->codes[w] + (layer * c->kv_heads + h) * c->panel_floats[w];
-                    for (size_t d = 0; d < hd; d++) panels[fp32_at(c, w, pos + t, d)] = x[d];
+                    float *panels = (float *)lb__kv_panels(c, w, layer, h); /* the cache's own, const to readers */
+                    for (size_t d = 0; d < hd; d++) panels[lb__kv_panel_index(w, hd, c->ctx, pos + t, d)] = x[d];
                 }
         return;
     }
@@ -336,12 +327,13 @@ static void row_int4(const uint8_t *restrict src, size_t hd, float s, float *res
 
 const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t pos, size_t head, float *buf)
 {
-    size_t r = row_index(c, layer, pos, head), hd = c->head_dim;
+    size_t hd = c->head_dim;
     if (c->format == LB_FMT_FP32) {
         const float *panels = lb__kv_panels(c, which, layer, head);
-        for (size_t d = 0; d < hd; d++) buf[d] = panels[fp32_at(c, which, pos, d)];
+        for (size_t d = 0; d < hd; d++) buf[d] = panels[lb__kv_panel_index(which, hd, c->ctx, pos, d)];
         return buf;
     }
+    size_t r = row_index(c, layer, pos, head);
     const uint8_t *src = c->codes[which] + r * c->row_bytes;
     float s = c->scales[which] ? c->scales[which][r] : 1.0f; /* read by the scaled formats only */
     switch (c->format) {

@@ -53,6 +53,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernel/matmul.h"
 #include "lowbit.h"
 
 enum { LB__KV_K = 0, LB__KV_V = 1 };
@@ -96,6 +97,18 @@ void lb__kv_store(lb__kvcache *c, size_t layer, size_t pos, size_t n, const floa
 /* One head's K (which = LB__KV_K) or V row at a position decoded to fp32
  * into buf (head_dim floats); returns buf. Any format, fp32 included. */
 const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t pos, size_t head, float *buf);
+
+/* Where value d of position p lies in one (layer, kv head)'s K panels
+ * (which = LB__KV_K) or V panels (LB__KV_V) holding `positions` positions
+ * of head_dim values: the fp32 cache's layout (positions = ctx), into
+ * which attention also decodes the other formats (positions = those
+ * stored). */
+static inline size_t lb__kv_panel_index(int which, size_t head_dim, size_t positions, size_t p, size_t d)
+{
+    const size_t nr = LB__MM_NR;
+    if (which == LB__KV_K) return (p / nr) * head_dim * nr + d * nr + p % nr;
+    return (d / nr) * positions * nr + p * nr + d % nr;
+}
 
 /* fp32 only: the panels of one (layer, kv head), K (which = LB__KV_K: a
  * matmul weight of positions x head_dim, read with as many positions as
