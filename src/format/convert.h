@@ -38,6 +38,10 @@ typedef struct lb__prescale {
     const float *div, *add;
     size_t block;
     float lo, hi;
+    /* floats from each value read to one to prefetch meanwhile (the next
+     * row's, so that memory streams in under this row's arithmetic); 0:
+     * none (the value itself, already loaded) */
+    size_t ahead;
 } lb__prescale;
 
 /* Scales and encodes (saturating) in one pass, where an instruction set

@@ -63,6 +63,26 @@ static inline __m512i minifloat_codes(__m512i u, const lb__enc_params *p, __mmas
     return res;
 }
 
+/* FP4 E2M1 of values already clamped to [-6, 6] (and finite): the grid is
+ * evenly spaced in three ranges, steps of 0.5 below 2, 1 below 4, 2 up to
+ * 6, so the magnitude's code is rne(|y| / step) plus the code where the
+ * range starts; the ties go to even codes as they do in minifloat_codes
+ * (0.25 -> 0, 0.75 -> 1.0, 2.5 -> 2, 5 -> 4). The products are by powers
+ * of two (exact) and the rounding is the instruction's own, not MXCSR's.
+ * About half the instructions of the general path; the same codes. */
+static inline __m512i e2m1_codes_in_range(__m512i u)
+{
+    __m512 a = _mm512_castsi512_ps(_mm512_and_si512(u, V1(0x7FFFFFFF)));
+    __mmask16 ge2 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.0f), _CMP_GE_OQ);
+    __mmask16 ge4 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(4.0f), _CMP_GE_OQ);
+    __m512 inv_step = _mm512_mask_mov_ps(_mm512_set1_ps(2.0f), ge2, _mm512_set1_ps(1.0f));
+    inv_step = _mm512_mask_mov_ps(inv_step, ge4, _mm512_set1_ps(0.5f));
+    __m512i q = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, inv_step), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q = _mm512_mask_add_epi32(q, ge2, q, V1(2));
+    q = _mm512_mask_add_epi32(q, ge4, q, V1(2));
+    return _mm512_or_si512(q, _mm512_and_si512(_mm512_srli_epi32(u, 28), V1(8))); /* the sign, of zeros too */
+}
+
 /* For values already clamped to +-max finite, and finite: no overflow, inf
  * or NaN can occur, so the special-value blends are skipped (a signed
  * element format; the unsigned ones are scale formats only). */
@@ -137,8 +157,9 @@ static inline __m512i load16(int bits, const uint8_t *s)
     }
 }
 
-/* One loop per codec kind; `bits` is loop-invariant, so the switch in
- * store16/load16 is hoisted by the compiler. */
+/* One loop per codec kind; `bits` is a local copy of f->bits, so the switch
+ * in store16/load16 is hoisted by the compiler (read through f, it would be
+ * reloaded and switched on after every store: the stores may alias *f). */
 #define ENCODE_LOOP(CODES) ENCODE_LOOP_FROM(_mm512_loadu_ps(src + i), CODES)
 #define ENCODE_LOOP_FROM(LOADX, CODES)                                                \
     for (; i + 16 <= n; i += 16) {                                                    \
@@ -148,7 +169,7 @@ static inline __m512i load16(int bits, const uint8_t *s)
         __mmask16 bad = 0;                                                            \
         __m512i c = CODES;                                                            \
         if (bad) return i + (size_t)__builtin_ctz(bad);                               \
-        store16(f->bits, d, c);                                                       \
+        store16(bits, d, c);                                                          \
         d += step;                                                                    \
     }
 
@@ -156,6 +177,7 @@ size_t lb__encode_avx512(const lb_format_info *f, lb_overflow mode, const float 
 {
     lb__enc_params p;
     lb__enc_params_init(f, mode, &p);
+    const int bits = f->bits;
     uint8_t *d = dst;
     const size_t step = lb_format_bytes(f->id, 16);
     size_t i = 0;
@@ -175,9 +197,9 @@ size_t lb__encode_avx512(const lb_format_info *f, lb_overflow mode, const float 
  * as block_div_clamp followed by lb__encode_avx512, so the same bytes.
  * Blocks must be multiples of 16 values (or the row one block), so that
  * no vector straddles two blocks. */
-typedef struct prescale_state {
-    const lb__prescale *ps;
-    size_t b, boundary;
+typedef struct prescale_state { /* copies of *ps: the stores of codes may alias it */
+    const float *div, *add;
+    size_t block, ahead, b, boundary;
     __m512 vd, va, vlo, vhi;
 } prescale_state;
 
@@ -185,10 +207,11 @@ static inline __m512 prescaled_load(const float *src, size_t i, prescale_state *
 {
     if (i >= st->boundary) { /* the next block starts here */
         st->b++;
-        st->boundary += st->ps->block;
-        st->vd = _mm512_set1_ps(st->ps->div[st->b]);
-        st->va = _mm512_set1_ps(st->ps->add[st->b]);
+        st->boundary += st->block;
+        st->vd = _mm512_set1_ps(st->div[st->b]);
+        st->va = _mm512_set1_ps(st->add[st->b]);
     }
+    _mm_prefetch((const char *)(src + i + st->ahead), _MM_HINT_T1);
     __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_loadu_ps(src + i), st->vd), st->va);
     return _mm512_min_ps(_mm512_max_ps(y, st->vlo), st->vhi);
 }
@@ -197,13 +220,17 @@ size_t lb__encode_prescaled_avx512(const lb_format_info *f, const float *src, si
 {
     lb__enc_params p;
     lb__enc_params_init(f, LB_SATURATE, &p);
+    const int bits = f->bits;
     uint8_t *d = dst;
     const size_t step = lb_format_bytes(f->id, 16);
-    prescale_state st = {ps, 0, ps->block, _mm512_set1_ps(ps->div[0]), _mm512_set1_ps(ps->add[0]),
-                         _mm512_set1_ps(ps->lo), _mm512_set1_ps(ps->hi)};
+    prescale_state st = {ps->div, ps->add, ps->block, ps->ahead, 0, ps->block, _mm512_set1_ps(ps->div[0]),
+                         _mm512_set1_ps(ps->add[0]), _mm512_set1_ps(ps->lo), _mm512_set1_ps(ps->hi)};
     size_t i = 0;
     switch (p.kind) { /* finite input: the NaN report of ENCODE_LOOP never fires */
-    case LB_CODEC_MINIFLOAT: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), minifloat_codes_in_range(u, &p)) break;
+    case LB_CODEC_MINIFLOAT:
+        if (f->id == LB_FMT_FP4_E2M1) ENCODE_LOOP_FROM(prescaled_load(src, i, &st), e2m1_codes_in_range(u))
+        else ENCODE_LOOP_FROM(prescaled_load(src, i, &st), minifloat_codes_in_range(u, &p))
+        break;
     case LB_CODEC_E8M0: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), e8m0_codes(u, &p)) break;
     case LB_CODEC_INT: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), int_codes_in_range(x, &p)) break;
     case LB_CODEC_FP32: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), fp32_codes(u, &p)) break;

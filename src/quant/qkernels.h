@@ -40,11 +40,39 @@ typedef struct lb__qkernels {
                                 float lo, float hi, float *out);
     /* index of the first NaN or infinity, or n */
     size_t (*first_nonfinite)(const float *x, size_t n);
+    /* out[b] = lb__full_range_scale(lo[b], hi[b], ratio, den_lo, den_hi) */
+    void (*full_range_scales)(const float *lo, const float *hi, size_t n, float ratio, float den_lo, float den_hi,
+                              float *out);
+    /* out[b] = lb__signed_scale(lo[b], hi[b], ratio, qmin) */
+    void (*signed_scales)(const float *lo, const float *hi, size_t n, float ratio, float qmin, float *out);
 } lb__qkernels;
 
 const lb__qkernels *lb__qkernels_get(lb_isa isa);
 
 extern const lb__qkernels lb__qkernels_scalar, lb__qkernels_avx2, lb__qkernels_avx512;
+
+/* Full range: the negative extreme on code qmin, a = fl(fl(-lo * ratio) /
+ * -qmin), unless the largest positive value would then pass code qmax
+ * (fl(a * qmax) < fl(hi * ratio)): then b = fl(fl(hi * ratio) / qmax), hi on
+ * qmax. The smallest positive scale under which neither side clips. The
+ * test is a product, not max(a, b), so that requantizing the dequantized
+ * block (its top value fl(a * qmax)) gives a again, not b = a + 1 ulp. Each
+ * denominator is times the tensor scale when two-level (den_lo = -qmin * ts,
+ * den_hi = qmax * ts). */
+static inline float lb__full_range_scale(float lo, float hi, float ratio, float den_lo, float den_hi)
+{
+    float a = (-lo * ratio) / den_lo, h = hi * ratio;
+    return a * den_hi >= h ? a : h / den_hi;
+}
+
+/* Signed (ggml's Q4_0 rule): the block's value of largest magnitude m,
+ * lo when -lo >= hi (a tie takes the positive scale), goes on code qmin:
+ * s = fl(fl(m * ratio) / qmin), negative when m > 0. */
+static inline float lb__signed_scale(float lo, float hi, float ratio, float qmin)
+{
+    float m = -lo >= hi ? lo : hi;
+    return (m * ratio) / qmin;
+}
 
 /* for each block b of `block` values along [0, n): start, b and len (the
  * last block may be shorter) */

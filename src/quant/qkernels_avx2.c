@@ -169,8 +169,36 @@ static size_t first_nonfinite(const float *x, size_t n)
     return i + lb__qkernels_scalar.first_nonfinite(x + i, n - i);
 }
 
-const lb__qkernels lb__qkernels_avx2 = {block_absmax, block_minmax, block_div_clamp, block_sub_mul,
-                                        block_scaled_err, block_trial_err_int, first_nonfinite};
+/* lb__full_range_scale and lb__signed_scale 8 blocks at a time: the same
+ * operations, so the same bits (a NaN compares false in both) */
+static void full_range_scales(const float *lo, const float *hi, size_t n, float ratio, float den_lo, float den_hi,
+                              float *out)
+{
+    const __m256 vr = _mm256_set1_ps(ratio), vdl = _mm256_set1_ps(den_lo), vdh = _mm256_set1_ps(den_hi);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (size_t b = 0; b < n; b += 8) {
+        __m256i k = tail_mask(n - b >= 8 ? 8 : n - b);
+        __m256 l = _mm256_maskload_ps(lo + b, k), h = _mm256_mul_ps(_mm256_maskload_ps(hi + b, k), vr);
+        __m256 a = _mm256_div_ps(_mm256_mul_ps(_mm256_xor_ps(l, sign), vr), vdl);
+        __m256 keep_a = _mm256_cmp_ps(_mm256_mul_ps(a, vdh), h, _CMP_GE_OQ);
+        _mm256_maskstore_ps(out + b, k, _mm256_blendv_ps(_mm256_div_ps(h, vdh), a, keep_a));
+    }
+}
+
+static void signed_scales(const float *lo, const float *hi, size_t n, float ratio, float qmin, float *out)
+{
+    const __m256 vr = _mm256_set1_ps(ratio), vq = _mm256_set1_ps(qmin), sign = _mm256_set1_ps(-0.0f);
+    for (size_t b = 0; b < n; b += 8) {
+        __m256i k = tail_mask(n - b >= 8 ? 8 : n - b);
+        __m256 l = _mm256_maskload_ps(lo + b, k), h = _mm256_maskload_ps(hi + b, k);
+        __m256 m = _mm256_blendv_ps(h, l, _mm256_cmp_ps(_mm256_xor_ps(l, sign), h, _CMP_GE_OQ));
+        _mm256_maskstore_ps(out + b, k, _mm256_div_ps(_mm256_mul_ps(m, vr), vq));
+    }
+}
+
+const lb__qkernels lb__qkernels_avx2 = {block_absmax,    block_minmax,        block_div_clamp,
+                                        block_sub_mul,   block_scaled_err,    block_trial_err_int,
+                                        first_nonfinite, full_range_scales,   signed_scales};
 #else
 const lb__qkernels lb__qkernels_avx2 = {0};
 #endif

@@ -191,8 +191,36 @@ static size_t first_nonfinite(const float *x, size_t n)
     return i + lb__qkernels_scalar.first_nonfinite(x + i, n - i);
 }
 
-const lb__qkernels lb__qkernels_avx512 = {block_absmax, block_minmax, block_div_clamp, block_sub_mul,
-                                          block_scaled_err, block_trial_err_int, first_nonfinite};
+/* lb__full_range_scale and lb__signed_scale 16 blocks at a time: the same
+ * operations, so the same bits (a NaN compares false in both) */
+static void full_range_scales(const float *lo, const float *hi, size_t n, float ratio, float den_lo, float den_hi,
+                              float *out)
+{
+    const __m512 vr = _mm512_set1_ps(ratio), vdl = _mm512_set1_ps(den_lo), vdh = _mm512_set1_ps(den_hi);
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (size_t b = 0; b < n; b += 16) {
+        __mmask16 k = n - b >= 16 ? (__mmask16)0xFFFF : tail_mask(n - b);
+        __m512 l = _mm512_maskz_loadu_ps(k, lo + b), h = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, hi + b), vr);
+        __m512 a = _mm512_div_ps(_mm512_mul_ps(_mm512_xor_ps(l, sign), vr), vdl);
+        __mmask16 keep_a = _mm512_cmp_ps_mask(_mm512_mul_ps(a, vdh), h, _CMP_GE_OQ);
+        _mm512_mask_storeu_ps(out + b, k, _mm512_mask_blend_ps(keep_a, _mm512_div_ps(h, vdh), a));
+    }
+}
+
+static void signed_scales(const float *lo, const float *hi, size_t n, float ratio, float qmin, float *out)
+{
+    const __m512 vr = _mm512_set1_ps(ratio), vq = _mm512_set1_ps(qmin), sign = _mm512_set1_ps(-0.0f);
+    for (size_t b = 0; b < n; b += 16) {
+        __mmask16 k = n - b >= 16 ? (__mmask16)0xFFFF : tail_mask(n - b);
+        __m512 l = _mm512_maskz_loadu_ps(k, lo + b), h = _mm512_maskz_loadu_ps(k, hi + b);
+        __m512 m = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(_mm512_xor_ps(l, sign), h, _CMP_GE_OQ), h, l);
+        _mm512_mask_storeu_ps(out + b, k, _mm512_div_ps(_mm512_mul_ps(m, vr), vq));
+    }
+}
+
+const lb__qkernels lb__qkernels_avx512 = {block_absmax,    block_minmax,        block_div_clamp,
+                                          block_sub_mul,   block_scaled_err,    block_trial_err_int,
+                                          first_nonfinite, full_range_scales,   signed_scales};
 #else
 const lb__qkernels lb__qkernels_avx512 = {0};
 #endif

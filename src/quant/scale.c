@@ -37,33 +37,11 @@ void lb__scale_rules_init(const lb_qspec *q, lb__scale_rules *r)
     r->tensor_scale = 1.0f;
 }
 
-/* Full range: the negative extreme on code qmin, a = fl(fl(-lo * ratio) /
- * -qmin), unless the largest positive value would then pass code qmax
- * (fl(a * qmax) < fl(hi * ratio)): then b = fl(fl(hi * ratio) / qmax), hi on
- * qmax. The smallest positive scale under which neither side clips. The
- * test is a product, not max(a, b), so that requantizing the dequantized
- * block (its top value fl(a * qmax)) gives a again, not b = a + 1 ulp. Each
- * denominator is times the tensor scale when two-level. */
-static float full_range_scale(float lo, float hi, float ratio, float den_lo, float den_hi)
-{
-    float a = (-lo * ratio) / den_lo, h = hi * ratio;
-    return a * den_hi >= h ? a : h / den_hi;
-}
-
-/* Signed (ggml's Q4_0 rule): the block's value of largest magnitude m,
- * lo when -lo >= hi (a tie takes the positive scale), goes on code qmin:
- * s = fl(fl(m * ratio) / qmin), negative when m > 0. */
-static float signed_scale(float lo, float hi, float ratio, float qmin)
-{
-    float m = -lo >= hi ? lo : hi;
-    return (m * ratio) / qmin;
-}
-
 float lb__tensor_scale(const lb__scale_rules *r, float tensor_amax, float tensor_lo, float tensor_hi)
 {
     if (!r->spec.two_level) return 1.0f;
     if (r->full_range) { /* the block scales' largest value maps the tensor's extremes onto [qmin, qmax] */
-        float ts = full_range_scale(tensor_lo, tensor_hi, 1.0f, -r->qmin * r->scale_max, r->qmax * r->scale_max);
+        float ts = lb__full_range_scale(tensor_lo, tensor_hi, 1.0f, -r->qmin * r->scale_max, r->qmax * r->scale_max);
         return ts == 0 ? 1.0f : ts;
     }
     /* NVFP4: amax / (6 * 448), so that the largest block scale lands on
@@ -157,13 +135,11 @@ static void scales_symmetric(const lb__scale_rules *r, lb_isa isa, size_t n, con
     const lb_format_info *sf = lb_format_get(r->spec.scale_format);
     const lb__qkernels *k = lb__qkernels_get(isa); /* the divisions, vectorized; exact either way */
     const float zero = 0.0f, neg_zero = -0.0f; /* x - 0 and x + (-0) are x */
-    if (r->full_range) { /* a scalar loop: one per block, not per element */
+    if (r->full_range) {
         float ts = r->tensor_scale; /* 1 unless two-level; x * 1 is exact */
         float den_lo = -r->qmin * ts, den_hi = r->qmax * ts;
-        if (r->signed_scale)
-            for (size_t b = 0; b < n; b++) tmp[b] = signed_scale(lo[b], hi[b], ratio, r->qmin);
-        else
-            for (size_t b = 0; b < n; b++) tmp[b] = full_range_scale(lo[b], hi[b], ratio, den_lo, den_hi);
+        if (r->signed_scale) k->signed_scales(lo, hi, n, ratio, r->qmin, tmp);
+        else k->full_range_scales(lo, hi, n, ratio, den_lo, den_hi, tmp);
         if (r->spec.two_level)
             for (size_t b = 0; b < n; b++) {
                 if (tmp[b] < r->scale_floor) tmp[b] = r->scale_floor;

@@ -1,6 +1,7 @@
 /* The quantization loops of every instruction set against the scalar
  * twins, bit for bit, at block sizes and lengths that exercise the masked
- * tails; and the fused integer trial against the unfused chain. */
+ * tails; the fused integer trial against the unfused chain; and the fused
+ * scale-and-encode kernels against scaling then the scalar encoder. */
 #undef NDEBUG
 #include <math.h>
 #include <stdio.h>
@@ -58,6 +59,90 @@ static void test_quantize_in_hostile_fp_environment(void)
     }
 }
 #endif
+
+/* The block scales of integer specs from their extremes, against the
+ * scalar formulas, with ties of both rules and all-zero blocks. */
+static void test_scales_from_extremes(void)
+{
+    enum { N = 1000 };
+    float lo[N], hi[N], o1[N], o2[N + 1]; /* o2[n]: written past the end? */
+    for (int i = 0; i < N; i++) {
+        lo[i] = -fabsf(rndf()), hi[i] = fabsf(rndf());
+        if (i % 5 == 0) hi[i] = -lo[i];                   /* signed: the tie takes lo */
+        if (i % 7 == 0) hi[i] = -lo[i] * 127.0f / 128.0f; /* full range: a * qmax against hi */
+        if (i % 11 == 0) lo[i] = hi[i] = 0.0f;
+    }
+    static const size_t lengths[] = {1, 5, 8, 16, 31, 64, 97, 1000};
+    const lb__qkernels *ref = lb__qkernels_get(LB_ISA_SCALAR);
+    for (int isa = 0; isa < LB__ISA_COUNT; isa++) {
+        if (!lb__isa_supported((lb_isa)isa)) continue;
+        const lb__qkernels *k = lb__qkernels_get((lb_isa)isa);
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+            for (int ri = 0; ri < 3; ri++) {
+                size_t n = lengths[li];
+                float ratio = ri == 0 ? 1.0f : ri == 1 ? 0.85f : 0.55f, ts = ri == 2 ? 3.0e-3f : 1.0f;
+                memset(o2, 0xFF, sizeof o2);
+                ref->full_range_scales(lo, hi, n, ratio, 128.0f * ts, 127.0f * ts, o1);
+                k->full_range_scales(lo, hi, n, ratio, 128.0f * ts, 127.0f * ts, o2);
+                CHECK(memcmp(o1, o2, n * 4) == 0 && o2[n] != o2[n], "full-range scales isa=%d n=%zu ratio=%g", isa,
+                      n, (double)ratio);
+                ref->signed_scales(lo, hi, n, ratio, -8.0f, o1);
+                k->signed_scales(lo, hi, n, ratio, -8.0f, o2);
+                CHECK(memcmp(o1, o2, n * 4) == 0, "signed scales isa=%d n=%zu ratio=%g", isa, n, (double)ratio);
+            }
+    }
+    CHECK(lb__full_range_scale(-1.0f, 0.5f, 1.0f, 8.0f, 7.0f) == 0.125f, "lo on qmin when hi fits");
+    CHECK(lb__full_range_scale(-0.5f, 1.0f, 1.0f, 8.0f, 7.0f) == 1.0f / 7.0f, "hi on qmax when it would clip");
+    CHECK(lb__signed_scale(-1.0f, 1.0f, 1.0f, -8.0f) == 0.125f && lb__signed_scale(-1.0f, 2.0f, 1.0f, -8.0f) == -0.25f,
+          "signed: the larger magnitude on qmin, a tie on the negative side");
+}
+
+/* The fused scale-and-encode kernel against block_div_clamp then the
+ * scalar encoder: every format kind, FP4's own fast path at its ties (the
+ * grid's midpoints and their neighbours, both signs, zeros), and a prefetch
+ * distance that must not change a byte. */
+static void test_encode_prescaled(void)
+{
+    enum { N = 4096 };
+    float *x = malloc(N * 4), *scaled = malloc(N * 4), div[N / 16], add[N / 16];
+    uint8_t *c1 = malloc(N * 4), *c2 = malloc(N * 4);
+    static const float grid[] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    int at = 0;
+    for (int g = 0; g < 8 && at < N - 64; g++)
+        for (int h = 0; h < 2; h++) { /* grid points and the midpoints above them, with their neighbours */
+            float v = h == 0 || g == 7 ? grid[g] : (grid[g] + grid[g + 1]) / 2;
+            float near[] = {v, nextafterf(v, 0.0f), nextafterf(v, 10.0f)};
+            for (int j = 0; j < 3; j++) x[at++] = near[j], x[at++] = -near[j];
+        }
+    x[at++] = 1e-40f, x[at++] = -1e-40f, x[at++] = 6.5f, x[at++] = -7.0f;
+    for (; at < N; at++) x[at] = rndf();
+    static const lb_format formats[] = {LB_FMT_FP4_E2M1, LB_FMT_INT4, LB_FMT_INT8, LB_FMT_FP8_E4M3, LB_FMT_FP6_E2M3};
+    for (int isa = 0; isa < LB__ISA_COUNT; isa++) {
+        size_t width;
+        lb__encode_prescaled_fn fused = lb__isa_supported((lb_isa)isa) ? lb__encode_prescaled_kernel((lb_isa)isa, &width) : NULL;
+        if (!fused) continue;
+        for (size_t fi = 0; fi < sizeof formats / sizeof formats[0]; fi++) {
+            const lb_format_info *f = lb_format_get(formats[fi]);
+            int integer = f->kind == LB_KIND_INT;
+            float lo = integer ? (float)f->min_finite : -(float)f->max_finite, hi = (float)f->max_finite;
+            for (int unit = 0; unit < 2; unit++) { /* unit: divisor 1 (the ties as given), else random */
+                for (int b = 0; b < N / 16; b++)
+                    div[b] = unit ? 1.0f : fabsf(rndf()) + 1e-3f, add[b] = integer && !unit ? (float)(b % 3) - 1 : -0.0f;
+                for (size_t ahead = 0; ahead <= 64; ahead += 64) {
+                    lb__prescale ps = {div, add, 16, lo, hi, ahead};
+                    size_t n = N - 64; /* room for the prefetch distance */
+                    lb__qkernels_get(LB_ISA_SCALAR)->block_div_clamp(x, n, 16, div, add, lo, hi, scaled);
+                    memset(c1, 0, N), memset(c2, 0, N);
+                    lb__encode_scalar(f, LB_SATURATE, scaled, n, c1);
+                    fused(f, x, n, &ps, c2);
+                    CHECK(memcmp(c1, c2, lb_format_bytes(f->id, n)) == 0, "prescaled %s isa=%d unit=%d ahead=%zu",
+                          f->name, isa, unit, ahead);
+                }
+            }
+        }
+    }
+    free(x), free(scaled), free(c1), free(c2);
+}
 
 int main(void)
 {
@@ -118,6 +203,8 @@ int main(void)
         x[700] = 0.25f;
     }
     free(x), free(o1), free(o2), free(dq), free(codes);
+    test_scales_from_extremes();
+    test_encode_prescaled();
 #if defined(__x86_64__)
     test_quantize_in_hostile_fp_environment();
 #endif
