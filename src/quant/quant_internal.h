@@ -102,6 +102,17 @@ static inline int lb__rules_need_range(const lb__scale_rules *r) { return r->spe
 void lb__scales_for_blocks(const lb__scale_rules *r, lb_isa isa, size_t n, const float *amax, const float *lo,
                            const float *hi, float ratio, lb__block_scale *out, float *tmp, uint8_t *codes);
 
+/* Two-level scales with a one-byte scale format and symmetric elements
+ * (NVFP4): lb__two_level_direct says whether r is such a spec, and
+ * lb__two_level_scales gives the same scales as lb__scales_for_blocks at
+ * ratio 1 without the per-block structs: the codes in the bulk layout (a
+ * row of the tensor's scales) and the divisors the encoder divides by (an
+ * underflow to 0 divides by 1, as in quantize.c's load_block_arrays). tmp:
+ * n floats of scratch. */
+int lb__two_level_direct(const lb__scale_rules *r);
+void lb__two_level_scales(const lb__scale_rules *r, lb_isa isa, size_t n, const float *amax, uint8_t *codes,
+                          float *tmp, float *div);
+
 /* The divisors of n stored scale codes (bulk layout of the scale format),
  * for dequantization and statistics. */
 void lb__scale_divisors(const lb__scale_rules *r, lb_isa isa, const uint8_t *codes, size_t n, float *out);

@@ -163,14 +163,13 @@ static void scale_errors(const lb_qtensor *q, scratch *w)
         w->err[b] = (double)w->serr[b] * (double)w->mul[b] * (double)w->mul[b];
 }
 
-/* Scales and encodes row x with w->chosen into dst (bulk layout); the
- * fused kernel prefetches the floats `ahead` of each value it reads, or
- * none when 0 (see qjob.ahead). */
-static void encode_row(const qjob *j, const lb__qkernels *k, const float *x, size_t ahead, scratch *w, uint8_t *dst)
+/* Scales and encodes row x with the divisors (and offsets) in w->div and
+ * w->add into dst (bulk layout); the fused kernel prefetches the floats
+ * `ahead` of each value it reads, or none when 0 (see qjob.ahead). */
+static void encode_loaded(const qjob *j, const lb__qkernels *k, const float *x, size_t ahead, scratch *w, uint8_t *dst)
 {
     const lb_qtensor *q = j->q;
     const lb_format_info *e = lb_format_get(j->spec->element);
-    load_block_arrays(j, w);
     size_t width;
     lb__encode_prescaled_fn fused = lb__encode_prescaled_kernel(j->isa, &width);
     if (fused && (q->block % width == 0 || q->block >= q->cols)) { /* one pass, the same bytes */
@@ -180,6 +179,13 @@ static void encode_row(const qjob *j, const lb__qkernels *k, const float *x, siz
     }
     k->block_div_clamp(x, q->cols, q->block, w->div, w->add, j->rules.clamp_lo, j->rules.clamp_hi, w->scaled);
     lb__encode_kernel(j->isa)(e, LB_SATURATE, w->scaled, q->cols, dst);
+}
+
+/* The same with w->chosen. */
+static void encode_row(const qjob *j, const lb__qkernels *k, const float *x, size_t ahead, scratch *w, uint8_t *dst)
+{
+    load_block_arrays(j, w);
+    encode_loaded(j, k, x, ahead, w, dst);
 }
 
 /* Each block's squared error, in the data's units, for the row just
@@ -201,11 +207,16 @@ static uint8_t *final_codes(const qjob *j, size_t r, scratch *w)
     return j->q->data + r * j->q->row_bytes;
 }
 
+static void pack_row(const qjob *j, size_t r, scratch *w)
+{
+    if (lb_format_get(j->spec->element)->bits == 6) lb__pack6(w->codes, j->q->cols, j->q->data + r * j->q->row_bytes);
+}
+
 static void store_row(const qjob *j, size_t r, scratch *w)
 {
     lb_qtensor *q = j->q;
-    const lb_format_info *e = lb_format_get(j->spec->element), *sf = lb_format_get(j->spec->scale_format);
-    if (e->bits == 6) lb__pack6(w->codes, q->cols, q->data + r * q->row_bytes);
+    const lb_format_info *sf = lb_format_get(j->spec->scale_format);
+    pack_row(j, r, w);
     if (j->spec->granularity == LB_GRAN_TENSOR || j->band) return; /* stored once, by lb__quantize_ex */
     size_t nb = blocks_per_row(q);
     if (sf->bits == 8) /* e8m0 and ue4m3: a byte per block, without the width's switch per block */
@@ -227,6 +238,10 @@ static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
     if (st != LB_OK) return st;
     symmetric_adds(j, &w);
     int search = j->spec->search == LB_SEARCH_MSE && j->spec->granularity != LB_GRAN_TENSOR;
+    /* NVFP4 and its kin: scale codes and divisors straight from the blocks'
+     * maxima, without the per-block structs (nvfp4 +12% on one thread) */
+    int direct = j->final && !search && !j->band && j->spec->granularity == LB_GRAN_GROUP &&
+                 lb__two_level_direct(&j->rules);
     lb__fenv_guard g;
     lb__fenv_begin(&g);
     for (size_t r = begin; r < end; r++) {
@@ -234,6 +249,12 @@ static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
         if (row_block_stats(j, k, x, &w)) {
             st = nonfinite_error(j, r, k->first_nonfinite(x, q->cols));
             break;
+        }
+        if (direct) {
+            lb__two_level_scales(&j->rules, j->isa, nb, w.amax, q->scales + r * nb, w.stmp, w.div);
+            encode_loaded(j, k, x, r + 1 < end ? j->ahead : 0, &w, final_codes(j, r, &w));
+            pack_row(j, r, &w);
+            continue;
         }
         if (search) { /* every ratio on the whole row; each block keeps its best (ties: larger ratio) */
             int fused = lb_format_get(j->spec->element)->kind == LB_KIND_INT;

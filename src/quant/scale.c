@@ -126,6 +126,35 @@ static void scale_affine(const lb__scale_rules *r, float lo, float hi, float rat
     s->zero_point = (int)zr;
 }
 
+/* ModelOpt nvfp4_tensor.py: amax_block / (6 * scale_2); an all-zero block
+ * gets 1.0; tiny ones are floored at the scale format's smallest value
+ * (2^-9 for E4M3) instead of flushing to 0. Before rounding to the scale
+ * format. */
+static void two_level_values(const lb__scale_rules *r, const lb__qkernels *k, size_t n, const float *amax, float *tmp)
+{
+    const float neg_zero = -0.0f, denom = r->elem_max * r->tensor_scale;
+    k->block_div_clamp(amax, n, n, &denom, &neg_zero, r->scale_floor, INFINITY, tmp);
+    for (size_t b = 0; b < n; b++) tmp[b] = amax[b] == 0 ? 1.0f : tmp[b]; /* a select: the loop vectorizes */
+}
+
+int lb__two_level_direct(const lb__scale_rules *r)
+{
+    return r->spec.two_level && !r->full_range && !r->spec.affine && lb_format_get(r->spec.scale_format)->bits == 8;
+}
+
+void lb__two_level_scales(const lb__scale_rules *r, lb_isa isa, size_t n, const float *amax, uint8_t *codes,
+                          float *tmp, float *div)
+{
+    const lb_format_info *sf = lb_format_get(r->spec.scale_format);
+    two_level_values(r, lb__qkernels_get(isa), n, amax, tmp);
+    lb__encode_kernel(isa)(sf, LB_SATURATE, tmp, n, codes);
+    lb__decode_kernel(isa)(sf, codes, n, tmp);
+    for (size_t b = 0; b < n; b++) { /* the divisor lb__scales_for_blocks gives, 1 where that is 0 (as the encoder wants) */
+        float d = tmp[b] * r->tensor_scale;
+        div[b] = d != 0 ? d : 1.0f;
+    }
+}
+
 /* Symmetric scales with an fp32/fp16/bf16/ue4m3 scale, all blocks of a row
  * at once: the candidate scales go through the format layer's bulk
  * kernels, which equal the scalar reference bit for bit. */
@@ -141,18 +170,12 @@ static void scales_symmetric(const lb__scale_rules *r, lb_isa isa, size_t n, con
         if (r->signed_scale) k->signed_scales(lo, hi, n, ratio, r->qmin, tmp);
         else k->full_range_scales(lo, hi, n, ratio, den_lo, den_hi, tmp);
         if (r->spec.two_level)
-            for (size_t b = 0; b < n; b++) {
-                if (tmp[b] < r->scale_floor) tmp[b] = r->scale_floor;
-                if (amax[b] == 0) tmp[b] = 1.0f;
+            for (size_t b = 0; b < n; b++) { /* selects, not branches: the loop vectorizes */
+                tmp[b] = tmp[b] < r->scale_floor ? r->scale_floor : tmp[b];
+                tmp[b] = amax[b] == 0 ? 1.0f : tmp[b];
             }
     } else if (r->spec.two_level) {
-        /* ModelOpt nvfp4_tensor.py: amax_block / (6 * scale_2); an all-zero
-         * block gets 1.0; tiny ones are floored at the scale format's
-         * smallest value (2^-9 for E4M3) instead of flushing to 0 */
-        float denom = r->elem_max * r->tensor_scale;
-        k->block_div_clamp(amax, n, n, &denom, &neg_zero, r->scale_floor, INFINITY, tmp);
-        for (size_t b = 0; b < n; b++)
-            if (amax[b] == 0) tmp[b] = 1.0f;
+        two_level_values(r, k, n, amax, tmp);
     } else { /* (amax * ratio) / elem_max */
         k->block_sub_mul(amax, n, n, &zero, &ratio, tmp);
         k->block_div_clamp(tmp, n, n, &r->elem_max, &neg_zero, -INFINITY, INFINITY, tmp);
