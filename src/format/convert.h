@@ -33,7 +33,9 @@ lb__encode_fn lb__encode_kernel(lb_isa isa);
 lb__decode_fn lb__decode_kernel(lb_isa isa);
 
 /* A row to be scaled before encoding: value i of block b (blocks of
- * `block` values) becomes min(max(x / div[b] + add[b], lo), hi). */
+ * `block` values) becomes min(max(x / div[b] + add[b], lo), hi); add NULL
+ * means no offset (x / div[b] alone: what adding -0 gives, one instruction
+ * fewer). */
 typedef struct lb__prescale {
     const float *div, *add;
     size_t block;

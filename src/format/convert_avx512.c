@@ -63,16 +63,15 @@ static inline __m512i minifloat_codes(__m512i u, const lb__enc_params *p, __mmas
     return res;
 }
 
-/* FP4 E2M1 of values already clamped to [-6, 6] (and finite): the grid is
+/* FP4 E2M1 of magnitudes a = |y| in [0, 6] (u: y's bits): the grid is
  * evenly spaced in three ranges, steps of 0.5 below 2, 1 below 4, 2 up to
  * 6, so the magnitude's code is rne(|y| / step) plus the code where the
  * range starts; the ties go to even codes as they do in minifloat_codes
  * (0.25 -> 0, 0.75 -> 1.0, 2.5 -> 2, 5 -> 4). The products are by powers
  * of two (exact) and the rounding is the instruction's own, not MXCSR's.
  * About half the instructions of the general path; the same codes. */
-static inline __m512i e2m1_codes_in_range(__m512i u)
+static inline __m512i e2m1_codes_of(__m512 a, __m512i u)
 {
-    __m512 a = _mm512_castsi512_ps(_mm512_and_si512(u, V1(0x7FFFFFFF)));
     __mmask16 ge2 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.0f), _CMP_GE_OQ);
     __mmask16 ge4 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(4.0f), _CMP_GE_OQ);
     __m512 inv_step = _mm512_mask_mov_ps(_mm512_set1_ps(2.0f), ge2, _mm512_set1_ps(1.0f));
@@ -81,6 +80,15 @@ static inline __m512i e2m1_codes_in_range(__m512i u)
     q = _mm512_mask_add_epi32(q, ge2, q, V1(2));
     q = _mm512_mask_add_epi32(q, ge4, q, V1(2));
     return _mm512_or_si512(q, _mm512_and_si512(_mm512_srli_epi32(u, 28), V1(8))); /* the sign, of zeros too */
+}
+
+/* Of values not yet clamped: |y| clamped to 6 gives the codes that
+ * clamping y to [-6, 6] first gives (the sign is y's either way), with one
+ * instruction fewer. */
+static inline __m512i e2m1_codes_clamping(__m512i u)
+{
+    __m512 a = _mm512_min_ps(_mm512_castsi512_ps(_mm512_and_si512(u, V1(0x7FFFFFFF))), _mm512_set1_ps(6.0f));
+    return e2m1_codes_of(a, u);
 }
 
 /* For values already clamped to +-max finite, and finite: no overflow, inf
@@ -203,17 +211,23 @@ typedef struct prescale_state { /* copies of *ps: the stores of codes may alias 
     __m512 vd, va, vlo, vhi;
 } prescale_state;
 
-static inline __m512 prescaled_load(const float *src, size_t i, prescale_state *st)
+/* x / div (+ add), not clamped */
+static inline __m512 prescaled_y(const float *src, size_t i, prescale_state *st)
 {
     if (i >= st->boundary) { /* the next block starts here */
         st->b++;
         st->boundary += st->block;
         st->vd = _mm512_set1_ps(st->div[st->b]);
-        st->va = _mm512_set1_ps(st->add[st->b]);
+        if (st->add) st->va = _mm512_set1_ps(st->add[st->b]);
     }
     _mm_prefetch((const char *)(src + i + st->ahead), _MM_HINT_T1);
-    __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_loadu_ps(src + i), st->vd), st->va);
-    return _mm512_min_ps(_mm512_max_ps(y, st->vlo), st->vhi);
+    __m512 y = _mm512_div_ps(_mm512_loadu_ps(src + i), st->vd);
+    return st->add ? _mm512_add_ps(y, st->va) : y;
+}
+
+static inline __m512 prescaled_load(const float *src, size_t i, prescale_state *st)
+{
+    return _mm512_min_ps(_mm512_max_ps(prescaled_y(src, i, st), st->vlo), st->vhi);
 }
 
 size_t lb__encode_prescaled_avx512(const lb_format_info *f, const float *src, size_t n, const lb__prescale *ps, void *dst)
@@ -224,11 +238,12 @@ size_t lb__encode_prescaled_avx512(const lb_format_info *f, const float *src, si
     uint8_t *d = dst;
     const size_t step = lb_format_bytes(f->id, 16);
     prescale_state st = {ps->div, ps->add, ps->block, ps->ahead, 0, ps->block, _mm512_set1_ps(ps->div[0]),
-                         _mm512_set1_ps(ps->add[0]), _mm512_set1_ps(ps->lo), _mm512_set1_ps(ps->hi)};
+                         _mm512_set1_ps(ps->add ? ps->add[0] : -0.0f), _mm512_set1_ps(ps->lo), _mm512_set1_ps(ps->hi)};
     size_t i = 0;
     switch (p.kind) { /* finite input: the NaN report of ENCODE_LOOP never fires */
     case LB_CODEC_MINIFLOAT:
-        if (f->id == LB_FMT_FP4_E2M1) ENCODE_LOOP_FROM(prescaled_load(src, i, &st), e2m1_codes_in_range(u))
+        if (f->id == LB_FMT_FP4_E2M1 && ps->lo == -6.0f && ps->hi == 6.0f)
+            ENCODE_LOOP_FROM(prescaled_y(src, i, &st), e2m1_codes_clamping(u))
         else ENCODE_LOOP_FROM(prescaled_load(src, i, &st), minifloat_codes_in_range(u, &p))
         break;
     case LB_CODEC_E8M0: ENCODE_LOOP_FROM(prescaled_load(src, i, &st), e8m0_codes(u, &p)) break;
@@ -239,7 +254,7 @@ size_t lb__encode_prescaled_avx512(const lb_format_info *f, const float *src, si
         float tail[16];
         size_t b = i / ps->block;
         for (size_t k = i; k < n; k++) {
-            float y = src[k] / ps->div[b] + ps->add[b];
+            float y = ps->add ? src[k] / ps->div[b] + ps->add[b] : src[k] / ps->div[b];
             tail[k - i] = y < ps->lo ? ps->lo : y > ps->hi ? ps->hi : y;
         }
         lb__encode_scalar(f, LB_SATURATE, tail, n - i, d);

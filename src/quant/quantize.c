@@ -173,7 +173,8 @@ static void encode_loaded(const qjob *j, const lb__qkernels *k, const float *x, 
     size_t width;
     lb__encode_prescaled_fn fused = lb__encode_prescaled_kernel(j->isa, &width);
     if (fused && (q->block % width == 0 || q->block >= q->cols)) { /* one pass, the same bytes */
-        lb__prescale ps = {w->div, w->add, q->block, j->rules.clamp_lo, j->rules.clamp_hi, ahead};
+        lb__prescale ps = {w->div, j->spec->affine ? w->add : NULL, q->block, j->rules.clamp_lo, j->rules.clamp_hi,
+                           ahead}; /* symmetric: add[] is all -0 */
         fused(e, x, q->cols, &ps, dst);
         return;
     }

@@ -99,8 +99,9 @@ static void test_scales_from_extremes(void)
 
 /* The fused scale-and-encode kernel against block_div_clamp then the
  * scalar encoder: every format kind, FP4's own fast path at its ties (the
- * grid's midpoints and their neighbours, both signs, zeros), and a prefetch
- * distance that must not change a byte. */
+ * grid's midpoints and their neighbours, both signs, zeros, values past
+ * the clamp), a prefetch distance and a NULL offset array (for offsets of
+ * -0) that must not change a byte. */
 static void test_encode_prescaled(void)
 {
     enum { N = 4096 };
@@ -128,8 +129,9 @@ static void test_encode_prescaled(void)
             for (int unit = 0; unit < 2; unit++) { /* unit: divisor 1 (the ties as given), else random */
                 for (int b = 0; b < N / 16; b++)
                     div[b] = unit ? 1.0f : fabsf(rndf()) + 1e-3f, add[b] = integer && !unit ? (float)(b % 3) - 1 : -0.0f;
+                int offsets = integer && !unit; /* else add[] is all -0: NULL must give the same bytes */
                 for (size_t ahead = 0; ahead <= 64; ahead += 64) {
-                    lb__prescale ps = {div, add, 16, lo, hi, ahead};
+                    lb__prescale ps = {div, offsets || ahead == 0 ? add : NULL, 16, lo, hi, ahead};
                     size_t n = N - 64; /* room for the prefetch distance */
                     lb__qkernels_get(LB_ISA_SCALAR)->block_div_clamp(x, n, 16, div, add, lo, hi, scaled);
                     memset(c1, 0, N), memset(c2, 0, N);
