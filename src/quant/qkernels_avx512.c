@@ -217,9 +217,9 @@ static void signed_scales(const float *lo, const float *hi, size_t n, float rati
     }
 }
 
-const lb__qkernels lb__qkernels_avx512 = {block_absmax,    block_minmax,        block_div_clamp,
-                                          block_sub_mul,   block_scaled_err,    block_trial_err_int,
-                                          first_nonfinite, full_range_scales,   signed_scales};
+const lb__qkernels lb__qkernels_avx512 = {block_absmax, block_minmax, block_div_clamp, block_sub_mul,
+                                          block_scaled_err, block_trial_err_int, first_nonfinite, full_range_scales,
+                                          signed_scales};
 #else
 const lb__qkernels lb__qkernels_avx512 = {0};
 #endif

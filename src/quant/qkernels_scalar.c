@@ -99,9 +99,9 @@ static void signed_scales(const float *lo, const float *hi, size_t n, float rati
     for (size_t b = 0; b < n; b++) out[b] = lb__signed_scale(lo[b], hi[b], ratio, qmin);
 }
 
-const lb__qkernels lb__qkernels_scalar = {block_absmax,    block_minmax,        block_div_clamp,
-                                          block_sub_mul,   block_scaled_err,    block_trial_err_int,
-                                          first_nonfinite, full_range_scales,   signed_scales};
+const lb__qkernels lb__qkernels_scalar = {block_absmax, block_minmax, block_div_clamp, block_sub_mul,
+                                          block_scaled_err, block_trial_err_int, first_nonfinite, full_range_scales,
+                                          signed_scales};
 
 const lb__qkernels *lb__qkernels_get(lb_isa isa)
 {
