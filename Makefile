@@ -69,7 +69,7 @@ $(BUILD)/%.o: %.c include/lowbit.h $(wildcard src/*/*.h) $(wildcard src/*/*.def)
 # Tensor quantization's per-block loops over a row (scale rules, the
 # clipping search's bookkeeping) vectorized: GCC's -O2 cost model skips
 # loops that need an epilogue, and these run once per block of 16-32 values
-# (-O3 there: int4:g32:clip=mse +16%, nvfp4 +7% on one thread; the same
+# (-O3 there: int4:g32:clip=mse +16%, nvfp4 +7-10% on one thread; the same
 # bytes, since the build never contracts or reassociates floating point).
 $(BUILD)/src/quant/%.o: ALLFLAGS += -O3
 
