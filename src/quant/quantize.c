@@ -251,9 +251,10 @@ static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
             st = nonfinite_error(j, r, k->first_nonfinite(x, q->cols));
             break;
         }
+        size_t ahead = r + 1 < end ? j->ahead : 0; /* this slice's last row has no next row to prefetch */
         if (direct) {
             lb__two_level_scales(&j->rules, j->isa, nb, w.amax, q->scales + r * nb, w.stmp, w.div);
-            encode_loaded(j, k, x, r + 1 < end ? j->ahead : 0, &w, final_codes(j, r, &w));
+            encode_loaded(j, k, x, ahead, &w, final_codes(j, r, &w));
             pack_row(j, r, &w);
             continue;
         }
@@ -278,7 +279,7 @@ static lb_status quantize_rows(void *ctx, size_t begin, size_t end)
             row_scales(j, r, 1.0f, &w);
         }
         if (j->final) {
-            encode_row(j, k, x, r + 1 < end ? j->ahead : 0, &w, final_codes(j, r, &w));
+            encode_row(j, k, x, ahead, &w, final_codes(j, r, &w));
             store_row(j, r, &w);
         } else { /* per-tensor search: this row's error at the trial scale */
             encode_row(j, k, x, 0, &w, w.codes);
