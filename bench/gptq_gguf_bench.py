@@ -28,7 +28,8 @@ SMOLLM2 = ROOT / ".cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 WIKI = ROOT / "data/wikitext-2-raw/wiki.test.raw"
 CALIB = ROOT / "data/wikitext-2-raw/wiki.train.excerpt.raw"
 SAME_CACHE = ["-ctk", "f32", "-ctv", "f32", "-fa", "off"]
-# who-type[-gptq][-imatrix][-ao]: "ao" adds --actorder (columns in decreasing Hessian diagonal)
+# who-type[-gptq][-imatrix][-ao]: "ao": columns in decreasing Hessian diagonal (act order, the default); a gptq
+# row without it rounds them in the file's order (--no-actorder)
 ROWS = ["llama-q4_k_m", "llama-q4_k_m-imatrix", "lowbit-q4_k_m", "lowbit-q4_k_m-gptq-ao", "lowbit-q4_k_m-gptq-imatrix-ao",
         "lowbit-q4_k_m-gptq", "lowbit-q4_0-gptq-ao", "llama-q4_0-imatrix", "lowbit-iq4_xs-gptq-ao", "llama-iq4_xs-imatrix"]
 
@@ -94,8 +95,8 @@ def main():
                 args += ["--method", "gptq", *calib]
             if "imatrix" in rest:
                 args += ["--imatrix", imatrix]
-            if "ao" in rest:
-                args += ["--actorder"]
+            if "gptq" in rest and "ao" not in rest:
+                args += ["--no-actorder"]
             _, dt = sh(args)
         r, _ = sh([llb / "llama-perplexity", "-m", out, "-f", WIKI, "-c", 512, "--chunks", a.chunks, *SAME_CACHE,
                    "--kl-divergence-base", base, "--kl-divergence", "-t", t])

@@ -6,7 +6,7 @@ of `lowbit quantize` with each method (calibration, method and writing the check
 
 usage: .venv/bin/python bench/outlier_bench.py [--build build] [--chunks 40] [--calib-seqs 128]
        [--calib-len 512] [--models smollm2,stories] [--sections quality,time] [--threads 2]
-       [--only WORDS] [--methods rtn,smoothquant,smoothquant:search,awq,gptq,gptq:actorder,awq+gptq,...]
+       [--only WORDS] [--methods rtn,smoothquant,smoothquant:search,awq,gptq,gptq:fileorder,awq+gptq,...]
 Needs the SmolLM2 GGUF (.cache/smollm2, made by `make test`). Scratch: ~/.cache/lowbit/bench-outlier."""
 import argparse
 import json
@@ -43,8 +43,8 @@ def rows_for(model, group):
     return [
         ("W8A8-INT8 static per-tensor", ["--recipe", "RECIPE"], ["rtn", "smoothquant", "smoothquant:search"]),
         ("W8A8-INT8 dynamic per-token", ["--scheme", "W8A8-INT8"], ["rtn"]),
-        (f"{w4} (int4 g{group})", ["--scheme", w4], ["rtn", "awq", "gptq", "gptq:actorder", "awq+gptq",
-                                                     "awq+gptq:actorder"]),
+        (f"{w4} (int4 g{group})", ["--scheme", w4], ["rtn", "awq", "gptq", "gptq:fileorder", "awq+gptq",
+                                                     "awq+gptq:fileorder"]),
         ("NVFP4A16", ["--scheme", "NVFP4A16"], ["rtn", "awq", "gptq"]),
         ("MXFP4A16", ["--scheme", "MXFP4A16"], ["rtn", "awq", "gptq"]),
         (f"{w4}, first and last layers kept", ["--scheme", w4, "--keep", "model.layers.0.*", "--keep",
@@ -57,8 +57,8 @@ def method_args(m):
         return []
     if m == "smoothquant:search":
         return ["--method", "smoothquant", "--alpha", "search"]
-    if m.endswith(":actorder"):  # gptq:actorder, awq+gptq:actorder (llm-compressor's default order)
-        return ["--method", m.split(":")[0], "--actorder"]
+    if m.endswith(":fileorder"):  # gptq:fileorder, awq+gptq:fileorder (act order is the default, as llm-compressor's)
+        return ["--method", m.split(":")[0], "--no-actorder"]
     return ["--method", m]
 
 
@@ -73,7 +73,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated words: keep the rows whose scheme label has one")
     ap.add_argument("--methods", default="", help="comma-separated methods (rtn, smoothquant, smoothquant:search, "
-                                                  "awq, gptq, gptq:actorder, awq+gptq, awq+gptq:actorder): keep only those rows "
+                                                  "awq, gptq, gptq:fileorder, awq+gptq, awq+gptq:fileorder): keep only those rows "
                                                   "(both sections)")
     a = ap.parse_args()
     lb = str((ROOT / a.build / "lowbit").resolve())
@@ -126,7 +126,7 @@ def main():
             w8a8 = ("W8A8-INT8 static", ["--recipe", str(recipe)])
             w4 = (f"W4A16:g{group}", ["--scheme", f"W4A16:g{group}"])
             timed = [(*w8a8, m) for m in ("rtn", "smoothquant", "smoothquant:search")] + \
-                    [(*w4, m) for m in ("awq", "gptq", "gptq:actorder", "awq+gptq", "rtn")] + \
+                    [(*w4, m) for m in ("awq", "gptq", "gptq:fileorder", "awq+gptq", "rtn")] + \
                     [(s, ["--scheme", s], "gptq") for s in ("NVFP4A16", "MXFP4A16")]
             for label, qargs, m in timed:
                 if not wanted(label, m):

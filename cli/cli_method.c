@@ -1,6 +1,6 @@
 /* The outlier method options every command that builds a quantized model
  * from a recipe shares (cli_recipe.h): --method, --alpha, --calib-seqs,
- * --calib-len, GPTQ's --damp, --block and --actorder, and applying the
+ * --calib-len, GPTQ's --damp, --block, --[no-]actorder, and applying the
  * method to the quantized model (lb_qmodel_apply_method) on the --calib
  * text. */
 #include "cli_recipe.h"
@@ -41,9 +41,11 @@ int cli_method_option(const char *cmd, int json, int argc, char **argv, int *i, 
         *i += 1;
         return 1;
     }
-    if (strcmp(o, "--actorder") == 0) {
-        if (a->actorder) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--actorder is given twice"), -1;
-        a->actorder = 1;
+    if (strcmp(o, "--actorder") == 0 || strcmp(o, "--no-actorder") == 0) {
+        if (a->actorder)
+            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s is given after %s: give one", o,
+                            a->actorder), -1;
+        a->actorder = o, a->file_order = strcmp(o, "--no-actorder") == 0;
         return 1;
     }
     int method = strcmp(o, "--method") == 0, alpha = strcmp(o, "--alpha") == 0,
@@ -129,7 +131,7 @@ int cli_method_check(const char *cmd, int json, const cli_recipe_args *a, const 
                         "needs --method smoothquant");
     if ((a->damp || a->block || a->actorder || a->gptq_scales) && !(a->method && is_gptq(a->method_id)))
         return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s is GPTQ's: it needs --method gptq or awq+gptq",
-                        a->damp ? "--damp" : a->block ? "--block" : a->actorder ? "--actorder" : "--gptq-scales");
+                        a->damp ? "--damp" : a->block ? "--block" : a->actorder ? a->actorder : "--gptq-scales");
     if (!cli_method_given(a)) {
         /* a loop over methods passes the same options to rtn: a note, no error */
         if (a->calib_seqs || a->calib_len)
@@ -173,7 +175,7 @@ int cli_method_apply(const char *cmd, int json, lb_qmodel *q, const lb_tokenizer
                            .calib_seqs = a->calib_seqs ? a->calib_seqs : CLI_METHOD_DEFAULT_SEQS,
                            .calib_len = a->calib_len ? a->calib_len : CLI_METHOD_DEFAULT_LEN,
                            .damp = a->damp ? a->damp_value : 0, .block = a->block ? a->block_value : 0,
-                           .actorder = a->actorder,
+                           .gptq_order = a->file_order ? LB_GPTQ_ORDER_FILE : LB_GPTQ_ORDER_ACT,
                            .gptq_scales = a->gptq_minmax ? LB_GPTQ_SCALES_MINMAX : LB_GPTQ_SCALES_MSE,
                            .threads = threads, .progress = cli_progress_fn,
                            .progress_ctx = &pc, .warn = warn_fn, .warn_ctx = (void *)cmd};
@@ -205,7 +207,7 @@ void cli_method_print(FILE *out, const cli_recipe_args *a, const char *calib, in
             fprintf(out, ", \"damp\": ");
             json_number(out, a->damp ? a->damp_value : CLI_METHOD_DEFAULT_DAMP);
             fprintf(out, ", \"block\": %u, \"actorder\": %s, \"gptq_scales\": \"%s\"",
-                    a->block ? a->block_value : CLI_METHOD_DEFAULT_BLOCK, a->actorder ? "true" : "false",
+                    a->block ? a->block_value : CLI_METHOD_DEFAULT_BLOCK, a->file_order ? "false" : "true",
                     a->gptq_minmax ? "minmax" : "mse");
         }
         return;
@@ -219,7 +221,7 @@ void cli_method_print(FILE *out, const cli_recipe_args *a, const char *calib, in
     else if (sq) fprintf(out, " (alpha %g)", (double)(a->alpha ? a->alpha_value : CLI_METHOD_DEFAULT_ALPHA));
     if (gptq)
         fprintf(out, " (damp %g, block %u%s, %s scales)", a->damp ? a->damp_value : CLI_METHOD_DEFAULT_DAMP,
-                a->block ? a->block_value : CLI_METHOD_DEFAULT_BLOCK, a->actorder ? ", act-order" : "",
+                a->block ? a->block_value : CLI_METHOD_DEFAULT_BLOCK, a->file_order ? ", file order" : ", act-order",
                 a->gptq_minmax ? "minmax" : "mse");
     fprintf(out, ", %u x %u tokens of %s", seqs, len, calib ? calib : "?");
 }

@@ -37,7 +37,8 @@ typedef struct cli_recipe_args {
     double damp_value;
     const char *block;                       /* --block as given (GPTQ); NULL: the library's 128 */
     uint32_t block_value;
-    int actorder;                            /* --actorder (GPTQ) */
+    const char *actorder;                    /* --actorder or --no-actorder as given (GPTQ); NULL: act order */
+    int file_order;                          /* --no-actorder: GPTQ rounds the columns in the file's order */
     const char *gptq_scales;                 /* --gptq-scales as given (GPTQ); NULL: mse */
     int gptq_minmax;                         /* --gptq-scales minmax */
 } cli_recipe_args;
@@ -54,7 +55,7 @@ typedef struct cli_recipe_args {
 
 /* Consumes argv[*i] (and its value) if it is one of the options above
  * or a method option (--method, --alpha, --calib-seqs, --calib-len,
- * --damp, --block, --actorder, --gptq-scales):
+ * --damp, --block, --[no-]actorder, --gptq-scales):
  * returns 1 (consumed), 0 (not ours) or -1 (reported usage error). */
 int cli_recipe_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a);
 /* Whether any recipe option was given: not --keep-sensitive or
@@ -72,7 +73,7 @@ int cli_method_given(const cli_recipe_args *a);
  * with rtn or gptq it is used. EXIT_OK or the reported exit code. */
 int cli_method_imatrix_check(const char *cmd, int json, const cli_recipe_args *a, int has_imatrix);
 /* Their combination, before any work: --alpha only with smoothquant,
- * --damp, --block, --actorder and --gptq-scales only with gptq or awq+gptq; a
+ * --damp, --block, --[no-]actorder and --gptq-scales only with gptq or awq+gptq; a
  * method other than rtn needs calib (the --calib FILE; a usage error
  * naming the shipped calibration texts otherwise); --calib-seqs and
  * --calib-len without one are noted on stderr as unused. EXIT_OK or the
@@ -177,8 +178,9 @@ int cli_scheme_list(int json);
     "  --damp D            GPTQ's dampening, a fraction in (0, 1] of the Hessian's mean diagonal\n"   \
     "                      (default 0.01; raised, with a warning, where the Hessian needs more)\n"   \
     "  --block B           GPTQ's columns per lazy batch update (default 128; speed only)\n"         \
-    "  --actorder          GPTQ rounds the columns of largest input energy first (scales of every\n" \
-    "                      group fixed before rounding; stored in the original order)\n"             \
+    "  --actorder          GPTQ rounds the columns of largest input energy first (the default; scales\n" \
+    "                      of every group fixed before rounding; stored in the original order)\n"  \
+    "  --no-actorder       GPTQ rounds the columns in the file's order\n"                          \
     "  --gptq-scales S     how GPTQ chooses each group's scales before rounding it: mse (default:\n"  \
     "                      the clipping of least squared error, as a spec's clip=mse; where the\n"   \
     "                      scales take it: not e8m0, two-level or GGUF types, whose blocks take\n"     \

@@ -18,7 +18,7 @@ static const char usage[] =
     "usage: lowbit compare MODEL --text FILE --spec SPEC[,SPEC...] [--spec-embed SPEC] [--spec-head SPEC]\n"
     "                     [--ctx 512] [--chunks N] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
     "                     [--kv FORMAT] [--decode-act int8|exact] [--tokenizer FILE] [--threads N] [--tmpdir DIR] [--plot] [--json] [--quiet]\n"
-    "                     [--method M[,M...] [--alpha A|search] [--damp D] [--block B] [--actorder] [--gptq-scales S] --calib FILE\n"
+    "                     [--method M[,M...] [--alpha A|search] [--damp D] [--block B] [--[no-]actorder] [--gptq-scales S] --calib FILE\n"
     "                      [--calib-seqs N] [--calib-len L]]\n\n"
     "For each spec, applied to the attention and MLP projections (and the embedding\n"
     "and output head under --spec-embed and --spec-head, the same in every row): bits\n"
@@ -41,7 +41,7 @@ static const char usage[] =
     "  --method M[,M...]   rtn, smoothquant (for --act), awq (weight-only), gptq (any), awq+gptq: see\n"
     "                      lowbit quantize --help\n"
     "  --alpha A|search    SmoothQuant's migration strength (default 0.5)\n"
-    "  --damp D, --block B, --actorder, --gptq-scales S  GPTQ's options (gptq and awq+gptq rows): see lowbit\n"
+    "  --damp D, --block B, --[no-]actorder, --gptq-scales S  GPTQ's options (gptq and awq+gptq rows): see lowbit\n"
     "                      quantize --help\n"
     "  --calib-seqs N      calibration windows of a method (default " CLI_STR(CLI_METHOD_DEFAULT_SEQS) "), --calib-len L tokens each (default "
     CLI_STR(CLI_METHOD_DEFAULT_LEN) ")\n";
@@ -144,7 +144,8 @@ static cli_recipe_args row_method(const cli_recipe_args *shared, lb_method m)
                                     r.alpha_search = shared->alpha_search;
     if (m == LB_METHOD_GPTQ || m == LB_METHOD_AWQ_GPTQ)
         r.damp = shared->damp, r.damp_value = shared->damp_value, r.block = shared->block,
-        r.block_value = shared->block_value, r.actorder = shared->actorder, r.gptq_scales = shared->gptq_scales,
+        r.block_value = shared->block_value, r.actorder = shared->actorder, r.file_order = shared->file_order,
+        r.gptq_scales = shared->gptq_scales,
         r.gptq_minmax = shared->gptq_minmax;
     r.calib_seqs = shared->calib_seqs, r.calib_len = shared->calib_len;
     return r;
@@ -203,8 +204,8 @@ static int run(int argc, char **argv)
     if ((ea.recipe.damp || ea.recipe.block || ea.recipe.actorder || ea.recipe.gptq_scales) && !gptq_rows)
         return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "%s is GPTQ's: it needs gptq or awq+gptq in "
                         "--method", ea.recipe.damp ? "--damp" : ea.recipe.block ? "--block"
-                        : ea.recipe.actorder ? "--actorder" : "--gptq-scales");
-    check.damp = NULL, check.block = NULL, check.actorder = 0, check.gptq_scales = NULL, check.gptq_minmax = 0;
+                        : ea.recipe.actorder ? ea.recipe.actorder : "--gptq-scales");
+    check.damp = NULL, check.block = NULL, check.actorder = NULL, check.file_order = 0, check.gptq_scales = NULL, check.gptq_minmax = 0;
     if ((rc = cli_method_check("compare", json, &check, ea.calib)) != EXIT_OK) return rc;
     /* the rows: every spec, under every method (one row per spec without --method) */
     size_t per_spec = n_methods ? n_methods : 1, n_rows = n_specs * per_spec;

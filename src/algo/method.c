@@ -86,13 +86,16 @@ static lb_status gptq_options(const lb_method_options *o, lb__gptq_layer_options
 {
     if (o->gptq_scales != LB_GPTQ_SCALES_MSE && o->gptq_scales != LB_GPTQ_SCALES_MINMAX)
         return lb__fail(LB_ERR_ARG, "GPTQ's scales: %d is neither LB_GPTQ_SCALES_MSE nor _MINMAX", (int)o->gptq_scales);
+    if (o->gptq_order != LB_GPTQ_ORDER_ACT && o->gptq_order != LB_GPTQ_ORDER_FILE)
+        return lb__fail(LB_ERR_ARG, "GPTQ's order: %d is neither LB_GPTQ_ORDER_ACT nor _FILE", (int)o->gptq_order);
     if (!(o->damp == 0 || (o->damp > 0 && o->damp <= 1)))
         return lb__fail(LB_ERR_ARG, "GPTQ's dampening is a fraction of the Hessian's mean diagonal in (0, 1] (the "
                         "paper: 0.01), not %g", o->damp);
+    int act = o->gptq_order == LB_GPTQ_ORDER_ACT;
     *g = (lb__gptq_layer_options){.gptq = {.damp = o->damp > 0 ? o->damp : LB_GPTQ_DEFAULT_DAMP, .block = o->block,
-                                           .actorder = o->actorder != 0,
+                                           .actorder = act,
                                            /* act-order's groups: scales fixed before any rounding */
-                                           .static_groups = o->static_groups || o->actorder,
+                                           .static_groups = o->static_groups || act,
                                            .threads = o->threads},
                                   .mse_scales = o->gptq_scales == LB_GPTQ_SCALES_MSE,
                                   .warn = o->warn, .warn_ctx = o->warn_ctx};

@@ -63,7 +63,7 @@ class MethodOptions(ctypes.Structure):
     """lb_method_options"""
     _fields_ = [("method", ctypes.c_int), ("alpha", ctypes.c_float), ("alpha_search", ctypes.c_int),
                 ("calib_seqs", ctypes.c_uint32), ("calib_len", ctypes.c_uint32), ("sample_rows", ctypes.c_uint32),
-                ("damp", ctypes.c_double), ("block", ctypes.c_uint32), ("actorder", ctypes.c_int),
+                ("damp", ctypes.c_double), ("block", ctypes.c_uint32), ("gptq_order", ctypes.c_int),
                 ("static_groups", ctypes.c_int), ("threads", ctypes.c_int), ("progress", _P), ("progress_ctx", _P),
                 ("warn", _P), ("warn_ctx", _P), ("gptq_scales", ctypes.c_int)]
 

@@ -47,10 +47,12 @@ def test_the_shipped_calibration_text_is_not_the_evaluation_text():
     (["--method", "gptq", "--damp", "x", "--calib", CALIB], "not 'x'"),
     (["--method", "gptq", "--block", "0", "--calib", CALIB], "--block takes 1..65536, not '0'"),
     (["--method", "gptq", "--damp", "0.1", "--damp", "0.1", "--calib", CALIB], "--damp is given twice"),
-    (["--method", "gptq", "--actorder", "--actorder", "--calib", CALIB], "--actorder is given twice"),
+    (["--method", "gptq", "--actorder", "--actorder", "--calib", CALIB], "--actorder is given after --actorder"),
+    (["--method", "gptq", "--no-actorder", "--actorder", "--calib", CALIB], "--actorder is given after --no-actorder"),
     (["--method", "awq", "--damp", "0.1", "--calib", CALIB], "--damp is GPTQ's: it needs --method gptq or awq+gptq"),
     (["--block", "64"], "--block is GPTQ's"),
     (["--method", "rtn", "--actorder"], "--actorder is GPTQ's"),
+    (["--method", "awq", "--no-actorder", "--calib", CALIB], "--no-actorder is GPTQ's"),
     (["--method", "awq", "--gptq-scales", "minmax", "--calib", CALIB], "--gptq-scales is GPTQ's"),
     (["--method", "gptq", "--gptq-scales", "max", "--calib", CALIB], "--gptq-scales takes mse or minmax, not 'max'"),
     (["--method", "gptq", "--gptq-scales", "mse", "--gptq-scales", "mse", "--calib", CALIB],
@@ -188,7 +190,7 @@ def test_a_method_runs_end_to_end(tmp_path, method, rule):
 def test_gptq_options_reach_the_method():
     rule = "model.layers.*=int4:g32"
     base, _ = ppl_json("--rule", rule, "--method", "gptq", *SMALL)
-    assert base["damp"] == 0.01 and base["block"] == 128 and base["actorder"] is False
+    assert base["damp"] == 0.01 and base["block"] == 128 and base["actorder"] is True  # act order by default
     assert base["gptq_scales"] == "mse"
     mm, _ = ppl_json("--rule", rule, "--method", "gptq", "--gptq-scales", "minmax", *SMALL)
     assert mm["gptq_scales"] == "minmax" and mm["ppl"] != base["ppl"]  # the scales' rule reached GPTQ
@@ -196,8 +198,10 @@ def test_gptq_options_reach_the_method():
     assert same["block"] == 8 and abs(same["ppl"] - base["ppl"]) < 1e-3 * base["ppl"]  # block: speed only
     damp, _ = ppl_json("--rule", rule, "--method", "gptq", "--damp", 0.5, *SMALL)
     act, _ = ppl_json("--rule", rule, "--method", "gptq", "--actorder", *SMALL)
-    assert damp["damp"] == 0.5 and act["actorder"] is True
-    assert damp["ppl"] != base["ppl"] and act["ppl"] != base["ppl"]
+    fil, _ = ppl_json("--rule", rule, "--method", "gptq", "--no-actorder", *SMALL)
+    assert damp["damp"] == 0.5 and act["actorder"] is True and fil["actorder"] is False
+    assert act["ppl"] == base["ppl"]  # the default, spelled out
+    assert damp["ppl"] != base["ppl"] and fil["ppl"] != base["ppl"]
     c = compare_json("--spec", "int4:g32", "--method", "rtn,gptq", "--damp", 0.5, *SMALL)
     d = compare_json("--spec", "int4:g32", "--method", "gptq", *SMALL)
     assert [s["method"] for s in c["specs"]] == ["rtn", "gptq"] and c["specs"][1]["damp"] == 0.5
