@@ -11,8 +11,10 @@
  *      input comes from the already quantized layers); with a callback it
  *      also picks up whatever the callback changed in later layers;
  *   2. every window runs through the layer with the hooks collecting the
- *      statistics (on a copy of the window's hidden states when a second
- *      run follows, else in place);
+ *      statistics: for the layer's inputs alone when a second run follows
+ *      (lb__runner_layer_inputs: the hidden states stay as they are and
+ *      down_proj's product, which that run replaces, is not computed),
+ *      else in place;
  *   3. the callback sees the statistics and may change the layer in q;
  *   4. the layer is loaded again as the runner's build mode says (what the
  *      callback left; in QUANTIZED mode as the quantized model holds it)
@@ -388,20 +390,15 @@ static lb_status site_cols(const lb_qmodel *q, size_t cols[LB__SITE_COUNT])
     return LB_OK;
 }
 
-/* Runs window w of the hidden states h through layer li (on a copy when
- * `copy`, else in place). */
-static lb_status run_window(lb_runner *r, pass *p, float *h, size_t w, float *copy)
+/* Runs window w of the hidden states h through layer li: in place, or
+ * for its inputs alone (`inputs_only`: h is left as it is). */
+static lb_status run_window(lb_runner *r, pass *p, float *h, size_t w, int inputs_only)
 {
-    size_t dim = lb__runner_dim(r);
-    float *x = h + w * p->window * dim;
-    if (copy) {
-        memcpy(copy, x, p->window * dim * sizeof *x);
-        x = copy;
-    }
-    return lb__runner_layer(r, p->layer, x, p->window);
+    float *x = h + w * p->window * lb__runner_dim(r);
+    return inputs_only ? lb__runner_layer_inputs(r, p->layer, x, p->window) : lb__runner_layer(r, p->layer, x, p->window);
 }
 
-static lb_status run_pass(lb_qmodel *q, lb_runner *r, pass *p, float *h, size_t n_windows, float *copy,
+static lb_status run_pass(lb_qmodel *q, lb_runner *r, pass *p, float *h, size_t n_windows,
                           const lb__calib_pass_options *o, lb__calib_layer_fn fn, void *ctx)
 {
     size_t n_layers = lb__runner_n_layers(r);
@@ -419,7 +416,7 @@ static lb_status run_pass(lb_qmodel *q, lb_runner *r, pass *p, float *h, size_t 
             uint64_t end = (uint64_t)(w + 1) * p->window;
             p->sample_lo = p->sample_hi;
             while (p->sample_hi < p->n_sample && p->sample_pos[p->sample_hi] < end) p->sample_hi++;
-            st = run_window(r, p, h, w, twice ? copy : NULL);
+            st = run_window(r, p, h, w, twice);
             if (st == LB_OK) st = p->status;
             if (st == LB_OK) st = check_window(p);
         }
@@ -429,7 +426,7 @@ static lb_status run_pass(lb_qmodel *q, lb_runner *r, pass *p, float *h, size_t 
         if (fn && (st = fn(ctx, q, &p->st)) != LB_OK) break;
         if (twice && !last) {
             st = lb__runner_reload_layer(r, q, li);
-            for (size_t w = 0; w < n_windows && st == LB_OK; w++) st = run_window(r, p, h, w, NULL);
+            for (size_t w = 0; w < n_windows && st == LB_OK; w++) st = run_window(r, p, h, w, 0);
         }
         if (st == LB_OK && o->progress) o->progress(o->progress_ctx, li + 1, n_layers);
     }
@@ -468,7 +465,7 @@ lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows,
     p.st.n_kv_heads = a->n_kv_heads ? a->n_kv_heads : a->n_heads; /* as the runner reads the architecture */
     p.st.head_dim = a->head_dim ? a->head_dim : a->dim / a->n_heads;
     p.n_sample = o->sample_rows < total ? o->sample_rows : (size_t)total;
-    float *h = NULL, *copy = NULL;
+    float *h = NULL;
     if (n_windows > SIZE_MAX / window || n_windows * window > SIZE_MAX / sizeof(float) / dim ||
         p.n_sample > ((size_t)1 << 31))
         st = lb__fail(LB_ERR_NOMEM, "lb__calib_pass: %zu windows of %zu tokens (%zu sample rows) are too many",
@@ -476,9 +473,8 @@ lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows,
     if (st == LB_OK) st = pass_alloc(&p, cols, p.n_sample, o->hessian, window);
     if (st == LB_OK) {
         h = malloc(n_windows * window * dim * sizeof *h);
-        copy = malloc(window * dim * sizeof *copy);
         p.sample_pos = alloc_n(p.n_sample, sizeof *p.sample_pos);
-        if (!h || !copy || !p.sample_pos)
+        if (!h || !p.sample_pos)
             st = lb__fail(LB_ERR_NOMEM, "lb__calib_pass: cannot allocate the hidden states of %zu x %zu tokens",
                           n_windows, window);
     }
@@ -488,11 +484,10 @@ lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows,
     if (st == LB_OK) {
         lb_runner_set_hook(r, on_input, &p);
         lb__runner_set_kv_hook(r, on_kv, &p);
-        st = run_pass(q, r, &p, h, n_windows, copy, o, fn, ctx);
+        st = run_pass(q, r, &p, h, n_windows, o, fn, ctx);
     }
     lb_runner_free(r);
     free(h);
-    free(copy);
     pass_free(&p);
     return st;
 }

@@ -281,7 +281,10 @@ static lb_status attention_block(lb_runner *r, size_t li, acts *b, size_t n)
     return LB_OK;
 }
 
-static lb_status mlp_block(lb_runner *r, size_t li, acts *b, size_t n)
+/* The MLP half of layer li on b->x; with inputs_only, it stops once
+ * down_proj's input is computed and hooked (b->x is then left as the
+ * attention half made it). */
+static lb_status mlp_block(lb_runner *r, size_t li, acts *b, size_t n, int inputs_only)
 {
     layer *ly = &r->layers[li];
     lb_status st;
@@ -296,6 +299,7 @@ static lb_status mlp_block(lb_runner *r, size_t li, acts *b, size_t n)
         b->hb[i] = g / (1.0f + expf(-g)) * b->hb2[i]; /* silu(gate) * up */
     }
     hook(r, ly->name[W_DOWN], b->hb, n, r->hidden);
+    if (inputs_only) return LB_OK;
     if ((st = linear_matmul(r, &ly->w[W_DOWN], b->hb, n, b->xb)) != LB_OK) return st;
     for (size_t i = 0; i < n * r->dim; i++) b->x[i] += b->xb[i];
     return LB_OK;
@@ -392,7 +396,7 @@ static lb_status forward(lb_runner *r, const char *fn_name, const int32_t *token
     for (size_t t = 0; t < n && st == LB_OK; t++) st = embed_row(r, tokens[t], b.x + t * r->dim);
     for (size_t li = 0; li < r->n_layers && st == LB_OK; li++) {
         st = attention_block(r, li, &b, n);
-        if (st == LB_OK) st = mlp_block(r, li, &b, n);
+        if (st == LB_OK) st = mlp_block(r, li, &b, n, 0);
     }
     if (st == LB_OK && logits) st = head_logits(r, &b, first, n, rows, logits, fn, fn_ctx);
     free(buf);
@@ -412,23 +416,34 @@ lb_status lb__runner_embed(lb_runner *r, const int32_t *tokens, size_t n, float 
     return st;
 }
 
-lb_status lb__runner_layer(lb_runner *r, size_t li, float *x, size_t n)
+/* Layer li on x (out: NULL when only its inputs are wanted: the hooks
+ * fire up to down_proj's, whose product is not computed). */
+static lb_status run_layer(lb_runner *r, const char *fn, size_t li, const float *x, float *out, size_t n)
 {
-    if (li >= r->n_layers) return lb__fail(LB_ERR_ARG, "lb__runner_layer: layer %zu of %zu", li, r->n_layers);
-    if (n == 0 || n > r->max_ctx)
-        return lb__fail(LB_ERR_ARG, "lb__runner_layer: %zu tokens (the context is %zu)", n, r->max_ctx);
+    if (li >= r->n_layers) return lb__fail(LB_ERR_ARG, "%s: layer %zu of %zu", fn, li, r->n_layers);
+    if (n == 0 || n > r->max_ctx) return lb__fail(LB_ERR_ARG, "%s: %zu tokens (the context is %zu)", fn, n, r->max_ctx);
     acts b;
     float *buf = acts_alloc(r, n, &b);
-    if (!buf) return lb__fail(LB_ERR_NOMEM, "lb__runner_layer: cannot allocate activations for %zu tokens", n);
+    if (!buf) return lb__fail(LB_ERR_NOMEM, "%s: cannot allocate activations for %zu tokens", fn, n);
     memcpy(b.x, x, n * r->dim * sizeof *x);
     size_t pos = r->pos;
     r->pos = 0; /* the window from an empty cache: positions 0 .. n-1 */
     lb_status st = attention_block(r, li, &b, n);
-    if (st == LB_OK) st = mlp_block(r, li, &b, n);
+    if (st == LB_OK) st = mlp_block(r, li, &b, n, out == NULL);
     r->pos = pos;
-    if (st == LB_OK) memcpy(x, b.x, n * r->dim * sizeof *x);
+    if (st == LB_OK && out) memcpy(out, b.x, n * r->dim * sizeof *x);
     free(buf);
     return st;
+}
+
+lb_status lb__runner_layer(lb_runner *r, size_t li, float *x, size_t n)
+{
+    return run_layer(r, "lb__runner_layer", li, x, x, n);
+}
+
+lb_status lb__runner_layer_inputs(lb_runner *r, size_t li, const float *x, size_t n)
+{
+    return run_layer(r, "lb__runner_layer_inputs", li, x, NULL, n);
 }
 
 lb_status lb__runner_logits(lb_runner *r, const float *x, size_t n, float *logits)

@@ -53,6 +53,12 @@ lb_status lb__runner_embed(lb_runner *r, const int32_t *tokens, size_t n, float 
  * overwritten; the position of lb_runner_forward is left as it was). The
  * activation and KV hooks fire as in lb_runner_forward. */
 lb_status lb__runner_layer(lb_runner *r, size_t li, float *x, size_t n);
+/* The same for the layer's inputs alone: x is left as it is and the
+ * hooks fire for all of the layer's linear inputs and K/V, but down_proj's
+ * product (nothing reads it) is not computed. The calibration pass's
+ * collecting run, whose outputs the run through the changed layer
+ * replaces: a fifth of a Llama layer's matmul work saved. */
+lb_status lb__runner_layer_inputs(lb_runner *r, size_t li, const float *x, size_t n);
 /* logits[n][vocab] from the hidden states x[n][dim] after the last
  * layer: the final norm and the output head, as lb_runner_forward ends
  * (the head's hook fires). Rows are independent: any subset of a window's
