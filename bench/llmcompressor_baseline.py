@@ -4,7 +4,7 @@ lowbit's methods use, so that BENCHMARKS.md can put lowbit's time, peak memory a
 
 usage: python bench/llmcompressor_baseline.py OUT [--lowbit build/lowbit] [--gguf GGUF | --model HF_DIR]
            [--calib FILE] [--windows 128] [--seqlen 512] [--test FILE] [--chunks 40] [--threads 2]
-           [--group 64] [--methods m1,m2,...] [--reuse] [--no-eval] [--json]
+           [--group 64] [--methods m1,m2,...] [--lowbit-methods m1,m2,...] [--reuse] [--no-eval] [--json]
 
 The reference. SmolLM2-135M-Instruct exists here only as a Q4_1 GGUF, so the unquantized model is that
 GGUF's dequantized values: `lowbit convert GGUF OUT/reference` writes them as an fp32 Hugging Face
@@ -50,6 +50,15 @@ layers (all but down_proj) are not a multiple of 128, and llmcompressor 0.14.0.1
 them: its check refuses ("ValueError: The following layers have weight column counts not divisible by
 group_size. ...", 180 layers), and with bypass_divisibility_checks=True its weight observer fails
 ("RuntimeError: unflatten: Provided sizes [-1, 128] don't multiply up to the size of dim 1 (576)").
+
+lowbit beside it on exactly the same tokens (--lowbit-methods, after llm-compressor's rows): rtn-w4a16-sym,
+awq-w4a16-sym, gptq-w4a16-sym and awq-gptq-w4a16-sym as `lowbit quantize REFERENCE -o OUT/lowbit-<method>
+--scheme W4A16:g<group> [--method awq|gptq|awq+gptq] --calib OUT/calib-prefix.txt --calib-seqs N
+--calib-len L` (its defaults otherwise: AWQ's clipping search, GPTQ's mse scales and act order), timed and
+measured the same way. OUT/calib-prefix.txt is the calibration text cut 8 tokens past the last whole window
+llm-compressor used, so lowbit, which takes every window slot in order when the text holds no more than it
+asks for (src/algo/calib_pass.h, lb__calib_windows), calibrates on the same N x L tokens (the driver checks
+that lowbit's tokenizer gives the same ids).
 
 Quality: `lowbit kld REFERENCE CHECKPOINT --text TEST --chunks N` (windows of 512 of wiki.test.raw, the
 second half of each scored), which runs each compressed-tensors checkpoint as an engine does (its int8
@@ -225,6 +234,85 @@ def run_method(a, method, ref, out):
     return r
 
 
+LOWBIT_METHODS = {"rtn-w4a16-sym": [], "awq-w4a16-sym": ["--method", "awq"], "gptq-w4a16-sym": ["--method", "gptq"],
+                  "awq-gptq-w4a16-sym": ["--method", "awq+gptq"]}
+
+
+def calib_prefix(a, ref, out):
+    """OUT/calib-prefix.txt: the calibration text up to 8 tokens past the windows llm-compressor takes
+    (calib_windows), and how many windows that is; checked against lowbit's own tokenizer."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(ref)
+    with open(a.calib, encoding="utf-8") as f:
+        text = f.read()
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"], enc["offset_mapping"]
+    n = min(a.windows, len(ids) // a.seqlen)
+    end = n * a.seqlen + 8
+    cut = offsets[end][0] if end < len(ids) else len(text)
+    path = os.path.join(out, "calib-prefix.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text[:cut])
+    got = lowbit_tokens(a, ref, text[:cut])
+    if got[:n * a.seqlen] != ids[:n * a.seqlen] or len(got) < n * a.seqlen or len(got) >= (n + 1) * a.seqlen:
+        raise SystemExit(f"{path}: lowbit's {len(got)} tokens are not the reference tokenizer's first "
+                         f"{n} x {a.seqlen}")
+    return path, n
+
+
+def lowbit_tokens(a, ref, text):
+    """The ids lowbit's quantize --calib takes from text (lb_tokenize as the CLI calls it: the model's
+    BOS rule), through the liblowbit.so beside --lowbit."""
+    import ctypes
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(a.lowbit)), "liblowbit.so"))
+    P = ctypes.c_void_p
+    lib.lb_model_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(P)]
+    lib.lb_model_close.argtypes = [P]
+    lib.lb_tokenizer_from_model.argtypes = [P, ctypes.c_char_p, ctypes.POINTER(P)]
+    lib.lb_tokenizer_free.argtypes = [P]
+    lib.lb_tokenizer_add_bos.argtypes = [P]
+    lib.lb_tokenize.argtypes = [P, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
+                                ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)), ctypes.POINTER(ctypes.c_size_t)]
+    model, tok = P(), P()
+    if lib.lb_model_open(ref.encode(), ctypes.byref(model)) != 0:
+        raise SystemExit(f"lowbit cannot open {ref}")
+    try:
+        if lib.lb_tokenizer_from_model(model, ref.encode(), ctypes.byref(tok)) != 0:
+            raise SystemExit(f"lowbit has no tokenizer for {ref}")
+        b = text.encode()
+        ids, n = ctypes.POINTER(ctypes.c_int32)(), ctypes.c_size_t()
+        if lib.lb_tokenize(tok, b, len(b), lib.lb_tokenizer_add_bos(tok), ctypes.byref(ids), ctypes.byref(n)) != 0:
+            raise SystemExit("lb_tokenize failed")
+        out = ids[:n.value]
+        ctypes.CDLL(None).free(ctypes.cast(ids, P))
+        lib.lb_tokenizer_free(tok)
+        return out
+    finally:
+        lib.lb_model_close(model)
+
+
+def run_lowbit(a, method, ref, out, prefix, n):
+    """lowbit quantize on the same tokens, timed like run_method (wait4 of that process)."""
+    save = os.path.join(out, f"lowbit-{method}")
+    cmd = [a.lowbit, "quantize", ref, "-o", save, "--scheme", f"W4A16:g{a.group}", *LOWBIT_METHODS[method],
+           "--threads", str(a.threads), "--quiet", "--force"]
+    if LOWBIT_METHODS[method]:
+        cmd += ["--calib", prefix, "--calib-seqs", str(n), "--calib-len", str(a.seqlen)]
+    log("lowbit: " + " ".join(cmd))
+    load_before = os.getloadavg()[0]
+    t0 = time.time()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, status, ru = os.wait4(p.pid, 0)
+    rc = os.waitstatus_to_exitcode(status)
+    r = {"method": f"lowbit {method}", "wall_s": time.time() - t0, "cpu_s": ru.ru_utime + ru.ru_stime,
+         "peak_rss_mib": ru.ru_maxrss / 1024, "rc": rc, "checkpoint": save, "command": cmd,
+         "calib_windows": n if LOWBIT_METHODS[method] else 0, "loadavg_1min": [load_before, os.getloadavg()[0]]}
+    if rc != 0:
+        r["error"] = p.stderr.read()[-2000:]
+        log(f"lowbit {method} failed (rc {rc}):\n" + r["error"])
+    return r
+
+
 def run_kld(a, ref, ckpt, base, kjson, first):
     cmd = [a.lowbit, "kld", ref, ckpt, "--text", a.test, "--chunks", str(a.chunks), "--threads", str(a.threads),
            "--json", "--quiet", "--force"]
@@ -252,6 +340,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--group", type=int, default=64)
     ap.add_argument("--methods", default=DEFAULT_METHODS)
+    ap.add_argument("--lowbit-methods", default="", help="lowbit's rows on the same tokens: " + ",".join(LOWBIT_METHODS))
     ap.add_argument("--act-observer", help="observer of the static int8 input scales (default: llm-compressor's, "
                     "'minmax'; 'static_minmax' takes the absolute max over all windows)")
     ap.add_argument("--reuse", action="store_true")
@@ -265,9 +354,13 @@ def main():
     if not os.path.exists(a.test):
         a.test = os.path.join(TOP, "data/wikitext-2-raw/wiki.test.raw")
     methods = [m for m in a.methods.split(",") if m]
+    lowbit_methods = [m for m in a.lowbit_methods.split(",") if m]
     for m in methods:
         if m not in ALL_METHODS:
             raise SystemExit(f"unknown method '{m}' ({', '.join(ALL_METHODS)})")
+    for m in lowbit_methods:
+        if m not in LOWBIT_METHODS:
+            raise SystemExit(f"unknown lowbit method '{m}' ({', '.join(LOWBIT_METHODS)})")
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
     ref = a.model
@@ -285,12 +378,15 @@ def main():
     base = os.path.join(out, "reference.kldb")
     have_base = a.reuse and os.path.exists(base)
     rows = []
-    for m in methods:
+    prefix, n_prefix = calib_prefix(a, ref, out) if lowbit_methods else (None, 0)
+    for m in methods + [f"lowbit {m}" for m in lowbit_methods]:
         r = old.get(m)
         if not (r and r.get("rc") == 0 and os.path.exists(os.path.join(r["checkpoint"], "config.json"))):
-            r = run_method(a, m, ref, out)
+            r = run_lowbit(a, m[len("lowbit "):], ref, out, prefix, n_prefix) if m.startswith("lowbit ") \
+                else run_method(a, m, ref, out)
         if r.get("rc") == 0 and not a.no_eval and "scored_tokens" not in r:
-            k = run_kld(a, ref, r["checkpoint"], base, os.path.join(out, f"{m}.kld.json"), not have_base)
+            k = run_kld(a, ref, r["checkpoint"], base, os.path.join(out, f"{m.replace(' ', '-')}.kld.json"),
+                        not have_base)
             if "kld_error" in k:
                 r["kld_error"] = k["kld_error"]
                 log(f"{m}: lowbit kld failed: {k['kld_error']}")
@@ -306,7 +402,7 @@ def main():
         with open(resf) as f:
             print(f.read())
         return
-    fmt = "{:<17} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7}"
+    fmt = "{:<26} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7}"
     print(fmt.format("method", "time s", "CPU s", "oneshot s", "peak MiB", "KLD", "PPL", "top-1 %", "windows"))
     for r in rows:
         def f(v, p, scale=1):
