@@ -145,8 +145,7 @@ static cli_recipe_args row_method(const cli_recipe_args *shared, lb_method m)
     if (m == LB_METHOD_GPTQ || m == LB_METHOD_AWQ_GPTQ)
         r.damp = shared->damp, r.damp_value = shared->damp_value, r.block = shared->block,
         r.block_value = shared->block_value, r.actorder = shared->actorder, r.file_order = shared->file_order,
-        r.gptq_scales = shared->gptq_scales,
-        r.gptq_minmax = shared->gptq_minmax;
+        r.gptq_scales = shared->gptq_scales, r.gptq_minmax = shared->gptq_minmax;
     r.calib_seqs = shared->calib_seqs, r.calib_len = shared->calib_len;
     return r;
 }
@@ -205,7 +204,8 @@ static int run(int argc, char **argv)
         return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "%s is GPTQ's: it needs gptq or awq+gptq in "
                         "--method", ea.recipe.damp ? "--damp" : ea.recipe.block ? "--block"
                         : ea.recipe.actorder ? ea.recipe.actorder : "--gptq-scales");
-    check.damp = NULL, check.block = NULL, check.actorder = NULL, check.file_order = 0, check.gptq_scales = NULL, check.gptq_minmax = 0;
+    check.damp = NULL, check.block = NULL, check.actorder = NULL, check.file_order = 0;
+    check.gptq_scales = NULL, check.gptq_minmax = 0;
     if ((rc = cli_method_check("compare", json, &check, ea.calib)) != EXIT_OK) return rc;
     /* the rows: every spec, under every method (one row per spec without --method) */
     size_t per_spec = n_methods ? n_methods : 1, n_rows = n_specs * per_spec;
