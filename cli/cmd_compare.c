@@ -18,7 +18,7 @@ static const char usage[] =
     "usage: lowbit compare MODEL --text FILE --spec SPEC[,SPEC...] [--spec-embed SPEC] [--spec-head SPEC]\n"
     "                     [--ctx 512] [--chunks N] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
     "                     [--kv FORMAT] [--decode-act int8|exact] [--tokenizer FILE] [--threads N] [--tmpdir DIR] [--plot] [--json] [--quiet]\n"
-    "                     [--method M[,M...] [--alpha A|search] [--damp D] [--block B] [--[no-]actorder] [--gptq-scales S] --calib FILE\n"
+    "                     [--method M[,M...] [--alpha A|search] [--damp D] [--block B] [--actorder|--no-actorder] [--gptq-scales S] --calib FILE\n"
     "                      [--calib-seqs N] [--calib-len L]]\n\n"
     "For each spec, applied to the attention and MLP projections (and the embedding\n"
     "and output head under --spec-embed and --spec-head, the same in every row): bits\n"
@@ -41,7 +41,7 @@ static const char usage[] =
     "  --method M[,M...]   rtn, smoothquant (for --act), awq (weight-only), gptq (any), awq+gptq: see\n"
     "                      lowbit quantize --help\n"
     "  --alpha A|search    SmoothQuant's migration strength (default 0.5)\n"
-    "  --damp D, --block B, --[no-]actorder, --gptq-scales S  GPTQ's options (gptq and awq+gptq rows): see lowbit\n"
+    "  --damp D, --block B, --actorder|--no-actorder, --gptq-scales S  GPTQ's options (gptq and awq+gptq rows): see lowbit\n"
     "                      quantize --help\n"
     "  --calib-seqs N      calibration windows of a method (default " CLI_STR(CLI_METHOD_DEFAULT_SEQS) "), --calib-len L tokens each (default "
     CLI_STR(CLI_METHOD_DEFAULT_LEN) ")\n";

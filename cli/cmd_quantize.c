@@ -19,7 +19,7 @@ static const char usage[] =
     "usage: lowbit quantize MODEL -o OUT [--scheme S] [--recipe FILE] [--rule P=SPEC]... [--keep P]... [--keep-sensitive N]\n"
     "                       [--kv fp8] [--format compressed-tensors|modelopt|gguf] [--calib FILE]\n"
     "                       [--method rtn|smoothquant|awq|gptq|awq+gptq [--alpha A|search] [--damp D] [--block B]\n"
-    "                        [--[no-]actorder] [--gptq-scales mse|minmax] [--calib-seqs N] [--calib-len L]]\n"
+    "                        [--actorder|--no-actorder] [--gptq-scales mse|minmax] [--calib-seqs N] [--calib-len L]]\n"
     "                       [--calib-tokens N] [--max-shard-size SIZE] [--threads N] [--force] [--json] [--quiet]\n"
     "       lowbit quantize MODEL -o OUT.gguf --type T [--pure] [--output-tensor-type X]\n"
     "                       [--token-embedding-type X] [--tensor-type P=X]... [--rule P=X]... [--dry-run]\n"
