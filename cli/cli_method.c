@@ -1,6 +1,7 @@
 /* The outlier method options every command that builds a quantized model
  * from a recipe shares (cli_recipe.h): --method, --alpha, --calib-seqs,
- * --calib-len, GPTQ's --damp, --block, --[no-]actorder, and applying the
+ * --calib-len, GPTQ's --damp, --block, --[no-]actorder, --[no-]true-sequential,
+ * and applying the
  * method to the quantized model (lb_qmodel_apply_method) on the --calib
  * text. */
 #include "cli_recipe.h"
@@ -46,6 +47,13 @@ int cli_method_option(const char *cmd, int json, int argc, char **argv, int *i, 
             return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s is given after %s: give one", o,
                             a->actorder), -1;
         a->actorder = o, a->file_order = strcmp(o, "--no-actorder") == 0;
+        return 1;
+    }
+    if (strcmp(o, "--true-sequential") == 0 || strcmp(o, "--no-true-sequential") == 0) {
+        if (a->sequential)
+            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s is given after %s: give one", o,
+                            a->sequential), -1;
+        a->sequential = o, a->layer_sequential = strcmp(o, "--no-true-sequential") == 0;
         return 1;
     }
     int method = strcmp(o, "--method") == 0, alpha = strcmp(o, "--alpha") == 0,
@@ -129,9 +137,10 @@ int cli_method_check(const char *cmd, int json, const cli_recipe_args *a, const 
     if (a->alpha && !(a->method && a->method_id == LB_METHOD_SMOOTHQUANT))
         return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "--alpha is SmoothQuant's migration strength: it "
                         "needs --method smoothquant");
-    if ((a->damp || a->block || a->actorder || a->gptq_scales) && !(a->method && is_gptq(a->method_id)))
+    if ((a->damp || a->block || a->actorder || a->sequential || a->gptq_scales) && !(a->method && is_gptq(a->method_id)))
         return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s is GPTQ's: it needs --method gptq or awq+gptq",
-                        a->damp ? "--damp" : a->block ? "--block" : a->actorder ? a->actorder : "--gptq-scales");
+                        a->damp ? "--damp" : a->block ? "--block" : a->actorder ? a->actorder
+                        : a->sequential ? a->sequential : "--gptq-scales");
     if (!cli_method_given(a)) {
         /* a loop over methods passes the same options to rtn: a note, no error */
         if (a->calib_seqs || a->calib_len)
@@ -176,6 +185,7 @@ int cli_method_apply(const char *cmd, int json, lb_qmodel *q, const lb_tokenizer
                            .calib_len = a->calib_len ? a->calib_len : CLI_METHOD_DEFAULT_LEN,
                            .damp = a->damp ? a->damp_value : 0, .block = a->block ? a->block_value : 0,
                            .gptq_order = a->file_order ? LB_GPTQ_ORDER_FILE : LB_GPTQ_ORDER_ACT,
+                           .gptq_sequential = a->layer_sequential ? LB_GPTQ_SEQ_LAYER : LB_GPTQ_SEQ_SUBLAYER,
                            .gptq_scales = a->gptq_minmax ? LB_GPTQ_SCALES_MINMAX : LB_GPTQ_SCALES_MSE,
                            .threads = threads, .progress = cli_progress_fn,
                            .progress_ctx = &pc, .warn = warn_fn, .warn_ctx = (void *)cmd};
@@ -206,9 +216,9 @@ void cli_method_print(FILE *out, const cli_recipe_args *a, const char *calib, in
         if (gptq) {
             fprintf(out, ", \"damp\": ");
             json_number(out, a->damp ? a->damp_value : CLI_METHOD_DEFAULT_DAMP);
-            fprintf(out, ", \"block\": %u, \"actorder\": %s, \"gptq_scales\": \"%s\"",
+            fprintf(out, ", \"block\": %u, \"actorder\": %s, \"true_sequential\": %s, \"gptq_scales\": \"%s\"",
                     a->block ? a->block_value : CLI_METHOD_DEFAULT_BLOCK, a->file_order ? "false" : "true",
-                    a->gptq_minmax ? "minmax" : "mse");
+                    a->layer_sequential ? "false" : "true", a->gptq_minmax ? "minmax" : "mse");
         }
         return;
     }
@@ -220,8 +230,8 @@ void cli_method_print(FILE *out, const cli_recipe_args *a, const char *calib, in
     if (sq && a->alpha_search) fprintf(out, " (alpha searched)");
     else if (sq) fprintf(out, " (alpha %g)", (double)(a->alpha ? a->alpha_value : CLI_METHOD_DEFAULT_ALPHA));
     if (gptq)
-        fprintf(out, " (damp %g, block %u%s, %s scales)", a->damp ? a->damp_value : CLI_METHOD_DEFAULT_DAMP,
+        fprintf(out, " (damp %g, block %u%s%s, %s scales)", a->damp ? a->damp_value : CLI_METHOD_DEFAULT_DAMP,
                 a->block ? a->block_value : CLI_METHOD_DEFAULT_BLOCK, a->file_order ? ", file order" : ", act-order",
-                a->gptq_minmax ? "minmax" : "mse");
+                a->layer_sequential ? ", layer-sequential" : ", true-sequential", a->gptq_minmax ? "minmax" : "mse");
     fprintf(out, ", %u x %u tokens of %s", seqs, len, calib ? calib : "?");
 }

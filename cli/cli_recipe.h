@@ -39,6 +39,9 @@ typedef struct cli_recipe_args {
     uint32_t block_value;
     const char *actorder;                    /* --actorder or --no-actorder as given (GPTQ); NULL: act order */
     int file_order;                          /* --no-actorder: GPTQ rounds the columns in the file's order */
+    const char *sequential;                  /* --true-sequential or --no-true-sequential as given (GPTQ); NULL:
+                                                true-sequential */
+    int layer_sequential;                    /* --no-true-sequential: a layer's weights against its unrounded inputs */
     const char *gptq_scales;                 /* --gptq-scales as given (GPTQ); NULL: mse */
     int gptq_minmax;                         /* --gptq-scales minmax */
 } cli_recipe_args;
@@ -181,6 +184,11 @@ int cli_scheme_list(int json);
     "  --actorder          GPTQ rounds the columns of largest input energy first (the default; scales\n" \
     "                      of every group fixed before rounding; stored in the original order)\n"  \
     "  --no-actorder       GPTQ rounds the columns in the file's order\n"                          \
+    "  --true-sequential   GPTQ rounds a layer's weights in model order, each against the inputs the\n" \
+    "                      weights before it in the layer make rounded (the default; the reference\n" \
+    "                      code's flag): o_proj after q/k/v, down_proj after gate/up\n"              \
+    "  --no-true-sequential  every weight of a layer against the unrounded layer's inputs\n"        \
+    "                      (llm-compressor's pipeline; runs each layer twice)\n"                      \
     "  --gptq-scales S     how GPTQ chooses each group's scales before rounding it: mse (default:\n"  \
     "                      the clipping of least squared error, as a spec's clip=mse; where the\n"   \
     "                      scales take it: not e8m0, two-level or GGUF types, whose blocks take\n"     \

@@ -19,7 +19,7 @@ static const char usage[] =
     "                     [--ctx 512] [--chunks N] [--fake] [--act int8|fp8_e4m3 [--calib FILE [--calib-tokens N]]]\n"
     "                     [--kv FORMAT] [--decode-act int8|exact] [--tokenizer FILE] [--threads N] [--tmpdir DIR] [--plot] [--json] [--quiet]\n"
     "                     [--method M[,M...] [--alpha A|search] [--damp D] [--block B] [--actorder|--no-actorder] [--gptq-scales S] --calib FILE\n"
-    "                      [--calib-seqs N] [--calib-len L]]\n\n"
+    "                      [--true-sequential|--no-true-sequential] [--calib-seqs N] [--calib-len L]]\n\n"
     "For each spec, applied to the attention and MLP projections (and the embedding\n"
     "and output head under --spec-embed and --spec-head, the same in every row): bits\n"
     "per weight of the quantized matrices with their scales, the model's size with\n"
@@ -41,7 +41,8 @@ static const char usage[] =
     "  --method M[,M...]   rtn, smoothquant (for --act), awq (weight-only), gptq (any), awq+gptq: see\n"
     "                      lowbit quantize --help\n"
     "  --alpha A|search    SmoothQuant's migration strength (default 0.5)\n"
-    "  --damp D, --block B, --actorder|--no-actorder, --gptq-scales S  GPTQ's options (gptq and awq+gptq rows): see lowbit\n"
+    "  --damp D, --block B, --actorder|--no-actorder, --true-sequential|--no-true-sequential, --gptq-scales S\n"
+    "                      GPTQ's options (gptq and awq+gptq rows): see lowbit\n"
     "                      quantize --help\n"
     "  --calib-seqs N      calibration windows of a method (default " CLI_STR(CLI_METHOD_DEFAULT_SEQS) "), --calib-len L tokens each (default "
     CLI_STR(CLI_METHOD_DEFAULT_LEN) ")\n";
@@ -145,6 +146,7 @@ static cli_recipe_args row_method(const cli_recipe_args *shared, lb_method m)
     if (m == LB_METHOD_GPTQ || m == LB_METHOD_AWQ_GPTQ)
         r.damp = shared->damp, r.damp_value = shared->damp_value, r.block = shared->block,
         r.block_value = shared->block_value, r.actorder = shared->actorder, r.file_order = shared->file_order,
+        r.sequential = shared->sequential, r.layer_sequential = shared->layer_sequential,
         r.gptq_scales = shared->gptq_scales, r.gptq_minmax = shared->gptq_minmax;
     r.calib_seqs = shared->calib_seqs, r.calib_len = shared->calib_len;
     return r;
@@ -200,11 +202,14 @@ static int run(int argc, char **argv)
     /* GPTQ's options need a gptq row among them (each gptq row gets them from row_method) */
     int gptq_rows = 0;
     for (size_t k = 0; k < n_methods; k++) gptq_rows |= methods[k] == LB_METHOD_GPTQ || methods[k] == LB_METHOD_AWQ_GPTQ;
-    if ((ea.recipe.damp || ea.recipe.block || ea.recipe.actorder || ea.recipe.gptq_scales) && !gptq_rows)
+    if ((ea.recipe.damp || ea.recipe.block || ea.recipe.actorder || ea.recipe.sequential || ea.recipe.gptq_scales) &&
+        !gptq_rows)
         return cli_fail("compare", json, EXIT_USAGE, "bad_argument", "%s is GPTQ's: it needs gptq or awq+gptq in "
                         "--method", ea.recipe.damp ? "--damp" : ea.recipe.block ? "--block"
-                        : ea.recipe.actorder ? ea.recipe.actorder : "--gptq-scales");
+                        : ea.recipe.actorder ? ea.recipe.actorder : ea.recipe.sequential ? ea.recipe.sequential
+                        : "--gptq-scales");
     check.damp = NULL, check.block = NULL, check.actorder = NULL, check.file_order = 0;
+    check.sequential = NULL, check.layer_sequential = 0;
     check.gptq_scales = NULL, check.gptq_minmax = 0;
     if ((rc = cli_method_check("compare", json, &check, ea.calib)) != EXIT_OK) return rc;
     /* the rows: every spec, under every method (one row per spec without --method) */

@@ -11,7 +11,7 @@ static const char usage[] =
     "                 [--fake] [--act int8|fp8_e4m3|ggml [--calib FILE [--calib-tokens N]]] [--kv FORMAT] [--decode-act int8|exact]\n"
     "                 [--scheme S] [--recipe FILE] [--rule PATTERN=SPEC]... [--keep PATTERN]... [--weights-only]\n"
     "                 [--method rtn|smoothquant|awq|gptq|awq+gptq [--alpha A|search] [--damp D] [--block B] [--actorder|--no-actorder]\n"
-    "                  [--gptq-scales mse|minmax]\n"
+    "                  [--true-sequential|--no-true-sequential] [--gptq-scales mse|minmax]\n"
     "                  --calib FILE [--calib-seqs N] [--calib-len L]]\n"
     "                 [--keep-sensitive N] [--outlier-threshold T] (with --calib FILE [--calib-tokens N])\n"
     "                 [--type T [--pure] [--output-tensor-type X] [--token-embedding-type X] [--tensor-type P=X]...\n"

@@ -1541,6 +1541,17 @@ typedef enum lb_gptq_scales { LB_GPTQ_SCALES_MSE = 0, LB_GPTQ_SCALES_MINMAX = 1 
  * order decides whether GPTQ removes half of RTN's error or a quarter. */
 typedef enum lb_gptq_order { LB_GPTQ_ORDER_ACT = 0, LB_GPTQ_ORDER_FILE = 1 } lb_gptq_order;
 
+/* Which inputs a decoder layer's weights are rounded against (the layers
+ * before it are rounded first in both). SUBLAYER, the default (the GPTQ
+ * reference code's --true-sequential): q/k/v, then o_proj against the
+ * inputs the rounded q/k/v make, then gate/up, then down_proj against the
+ * rounded gate/up's, so each weight corrects the error of those before it
+ * in the layer too; the layer's products are computed once per window.
+ * LAYER: every weight against the unrounded layer's inputs
+ * (llm-compressor's sequential pipeline); the layer runs twice per window,
+ * once to collect and once through the rounded weights. */
+typedef enum lb_gptq_sequential { LB_GPTQ_SEQ_SUBLAYER = 0, LB_GPTQ_SEQ_LAYER = 1 } lb_gptq_sequential;
+
 typedef struct lb_method_options {
     lb_method method;
     float alpha;             /* SmoothQuant's migration strength in [0, 1] (the paper: 0.5 for most models) */
@@ -1565,6 +1576,7 @@ typedef struct lb_method_options {
     lb_message_fn warn;      /* optional: warnings (GPTQ's raised dampening), one per event */
     void *warn_ctx;
     lb_gptq_scales gptq_scales; /* GPTQ on a spec's grid: how each group's scales are chosen */
+    lb_gptq_sequential gptq_sequential; /* GPTQ: the inputs inside a layer (0: LB_GPTQ_SEQ_SUBLAYER) */
 } lb_method_options;
 LB_API lb_status lb_qmodel_apply_method(lb_qmodel *q, const int32_t *tokens, size_t n, const lb_method_options *o);
 

@@ -44,7 +44,7 @@ static void lb__calib_struct_layout(size_t out[6]);
 static void lb__calib_struct_layout(size_t out[6])
 {
     out[0] = sizeof(lb__site_stats), out[1] = sizeof(lb__layer_stats), out[2] = sizeof(lb__calib_pass_options);
-    out[3] = offsetof(lb__site_stats, n_weights), out[4] = offsetof(lb__layer_stats, ffn_norm);
+    out[3] = offsetof(lb__site_stats, n_weights), out[4] = offsetof(lb__layer_stats, current);
     out[5] = offsetof(lb__calib_pass_options, progress_ctx);
 }
 

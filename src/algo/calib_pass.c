@@ -20,6 +20,7 @@
  *      callback left; in QUANTIZED mode as the quantized model holds it)
  *      and every window runs through it in place, hooks off: the hidden
  *      states go on to layer li + 1 through the changed layer.
+ * (SUBLAYERS mode runs the layer in stages instead: run_sublayers.)
  * Steps 1 and 4 are skipped when nothing can have changed (SOURCE mode
  * without a callback): the collecting run's outputs are then the layer's
  * outputs. With a callback they are not kept (every method changes the
@@ -83,6 +84,7 @@ typedef struct pass {
     size_t n_sample, sample_lo, sample_hi; /* sample_pos[lo, hi) lie in the running window */
     size_t window, win, layer;            /* window length, the running window, the running layer */
     int collecting;
+    int only_site;                        /* SUBLAYERS mode: the site being collected; else -1 (all) */
     int threads;
     lb__column_stats_fn column_stats;     /* the active ISA's (calib_stats.h) */
     float *xt;                            /* [max_cols][window]: X^T of one window */
@@ -108,7 +110,7 @@ static int site_of(const char *name)
 #define GRAM_BLOCK 64
 
 /* H += X^T X for one window's rows x (rows x cols), lower triangle only
- * (layer_end mirrors it): X^T is packed as a cols x rows weight straight
+ * (site_end mirrors it): X^T is packed as a cols x rows weight straight
  * from x (panel q holds, for each row r, x[r][q*NR .. q*NR+NR), contiguous
  * in x), and each block of GRAM_BLOCK features of X^T is multiplied on the
  * matmul kernels against the panels of the features before its end. Every
@@ -157,6 +159,7 @@ static void on_input(void *ctx, const char *name, const float *x, size_t rows, s
     pass *p = ctx;
     int site = site_of(name);
     if (!p->collecting || p->status != LB_OK || site < 0 || p->counted[site] == p->win + 1) return;
+    if (p->only_site >= 0 && site != p->only_site) return; /* a stage's norm hooked again: not its site */
     lb__site_stats *s = &p->st.site[site];
     if (cols != s->cols || rows != p->window) {
         p->status = lb__fail(LB_ERR_ARG, "lb__calib_pass: layer %zu: %s came as %zu x %zu, not %zu x %zu", p->layer,
@@ -212,10 +215,11 @@ static void on_kv(void *ctx, size_t layer, const float *k, const float *v, size_
 static lb_status check_window(const pass *p)
 {
     for (int s = 0; s < LB__SITE_COUNT; s++)
-        if (p->counted[s] != p->win + 1)
+        if ((p->only_site < 0 || s == p->only_site) && p->counted[s] != p->win + 1)
             return lb__fail(LB_ERR_ARG, "lb__calib_pass: layer %zu: the forward pass did not show %s", p->layer,
                             site_what[s]);
-    if (p->kv_counted != p->win + 1)
+    /* the keys and values come with o_proj's input (SUBLAYERS: that stage) */
+    if ((p->only_site < 0 || p->only_site == LB__SITE_O_IN) && p->kv_counted != p->win + 1)
         return lb__fail(LB_ERR_ARG, "lb__calib_pass: layer %zu: the forward pass did not show its keys and values",
                         p->layer);
     return LB_OK;
@@ -320,16 +324,15 @@ static lb_status layer_begin(pass *p, const lb_qmodel *q, size_t li)
     return status;
 }
 
-static void layer_end(pass *p, uint64_t rows)
+/* Site s's statistics complete after all windows. */
+static void site_end(pass *p, int s, uint64_t rows)
 {
-    for (int s = 0; s < LB__SITE_COUNT; s++) {
-        lb__site_stats *ss = &p->st.site[s];
-        ss->rows = rows;
-        if (ss->hessian) mirror_lower(ss->hessian, ss->cols);
-        for (size_t j = 0; j < ss->cols; j++) {
-            ss->mean_abs[j] = (float)(p->sum_abs[s][j] / (double)rows);
-            ss->mean_sq[j] = (float)(p->sum_sq[s][j] / (double)rows);
-        }
+    lb__site_stats *ss = &p->st.site[s];
+    ss->rows = rows;
+    if (ss->hessian) mirror_lower(ss->hessian, ss->cols);
+    for (size_t j = 0; j < ss->cols; j++) {
+        ss->mean_abs[j] = (float)(p->sum_abs[s][j] / (double)rows);
+        ss->mean_sq[j] = (float)(p->sum_sq[s][j] / (double)rows);
     }
 }
 
@@ -390,15 +393,75 @@ static lb_status site_cols(const lb_qmodel *q, size_t cols[LB__SITE_COUNT])
     return LB_OK;
 }
 
-/* Runs window w of the hidden states h through layer li: in place, or
- * for its inputs alone (`inputs_only`: h is left as it is). */
-static lb_status run_window(lb_runner *r, pass *p, float *h, size_t w, int inputs_only)
+/* How a collecting run takes window w through layer li: in place, for
+ * its inputs alone (h left as it is), or one stage (SUBLAYERS mode). */
+typedef enum run_kind { RUN_IN_PLACE, RUN_INPUTS_ONLY, RUN_STAGE } run_kind;
+
+static lb_status run_window(lb_runner *r, pass *p, float *h, float *carry, size_t w, run_kind kind,
+                            lb__layer_stage stage)
 {
-    float *x = h + w * p->window * lb__runner_dim(r);
-    return inputs_only ? lb__runner_layer_inputs(r, p->layer, x, p->window) : lb__runner_layer(r, p->layer, x, p->window);
+    size_t dim = lb__runner_dim(r);
+    float *x = h + w * p->window * dim;
+    switch (kind) {
+    case RUN_IN_PLACE: return lb__runner_layer(r, p->layer, x, p->window);
+    case RUN_INPUTS_ONLY: return lb__runner_layer_inputs(r, p->layer, x, p->window);
+    case RUN_STAGE:
+        return lb__runner_layer_stage(r, p->layer, stage, x, carry + w * p->window * lb__runner_carry_width(r),
+                                      p->window);
+    }
+    return lb__fail(LB_ERR_ARG, "lb__calib_pass: run kind %d", (int)kind);
 }
 
-static lb_status run_pass(lb_qmodel *q, lb_runner *r, pass *p, float *h, size_t n_windows,
+/* Every window through layer p->layer with the hooks collecting. */
+static lb_status collect(lb_runner *r, pass *p, float *h, float *carry, size_t n_windows, run_kind kind,
+                         lb__layer_stage stage)
+{
+    lb_status st = LB_OK;
+    p->collecting = 1;
+    p->sample_lo = p->sample_hi = 0;
+    for (size_t w = 0; w < n_windows && st == LB_OK; w++) {
+        p->win = w;
+        uint64_t end = (uint64_t)(w + 1) * p->window;
+        p->sample_lo = p->sample_hi;
+        while (p->sample_hi < p->n_sample && p->sample_pos[p->sample_hi] < end) p->sample_hi++;
+        st = run_window(r, p, h, carry, w, kind, stage);
+        if (st == LB_OK) st = p->status;
+        if (st == LB_OK) st = check_window(p);
+    }
+    p->collecting = 0;
+    return st;
+}
+
+/* SUBLAYERS mode, layer li: each site in turn collected over every window
+ * (the stage that ends at its input), handed to fn alone, and the layer
+ * reloaded from q so that the next stage computes with what fn set; then
+ * the windows' outputs (not for the last layer). The runner's layer li
+ * needs no reload first: a site's input is computed only from the weights
+ * of the sites before it, each reloaded after its fn. */
+static lb_status run_sublayers(lb_qmodel *q, lb_runner *r, pass *p, float *h, float *carry, size_t n_windows,
+                               lb__calib_layer_fn fn, void *ctx, int last)
+{
+    static const lb__layer_stage ends_at[LB__SITE_COUNT] = {LB__STAGE_ATTN_IN, LB__STAGE_O_IN, LB__STAGE_MLP_IN,
+                                                            LB__STAGE_DOWN_IN};
+    uint64_t rows = (uint64_t)n_windows * p->window;
+    lb_status st = LB_OK;
+    for (int s = 0; s < LB__SITE_COUNT && st == LB_OK; s++) {
+        p->only_site = s;
+        st = collect(r, p, h, carry, n_windows, RUN_STAGE, ends_at[s]);
+        if (st != LB_OK) break;
+        site_end(p, s, rows);
+        p->st.partial = 1, p->st.current = s;
+        if (fn && (st = fn(ctx, q, &p->st)) == LB_OK && !(last && s + 1 == LB__SITE_COUNT))
+            st = lb__runner_reload_layer(r, q, p->layer);
+    }
+    p->only_site = -1;
+    p->st.partial = p->st.current = 0;
+    for (size_t w = 0; w < n_windows && st == LB_OK && !last; w++)
+        st = run_window(r, p, h, carry, w, RUN_STAGE, LB__STAGE_OUT);
+    return st;
+}
+
+static lb_status run_pass(lb_qmodel *q, lb_runner *r, pass *p, float *h, float *carry, size_t n_windows,
                           const lb__calib_pass_options *o, lb__calib_layer_fn fn, void *ctx)
 {
     size_t n_layers = lb__runner_n_layers(r);
@@ -408,25 +471,20 @@ static lb_status run_pass(lb_qmodel *q, lb_runner *r, pass *p, float *h, size_t 
         int twice = (fn && !o->keep_outputs) || o->mode == LB__CALIB_QUANTIZED;
         int last = li + 1 == n_layers;
         if ((st = layer_begin(p, q, li)) != LB_OK) break;
-        if (o->mode == LB__CALIB_QUANTIZED || (fn && li > 0)) st = lb__runner_reload_layer_as(r, q, li, LB__RUNNER_SOURCE);
-        p->collecting = 1;
-        p->sample_lo = p->sample_hi = 0;
-        for (size_t w = 0; w < n_windows && st == LB_OK; w++) {
-            p->win = w;
-            uint64_t end = (uint64_t)(w + 1) * p->window;
-            p->sample_lo = p->sample_hi;
-            while (p->sample_hi < p->n_sample && p->sample_pos[p->sample_hi] < end) p->sample_hi++;
-            st = run_window(r, p, h, w, twice);
-            if (st == LB_OK) st = p->status;
-            if (st == LB_OK) st = check_window(p);
-        }
-        p->collecting = 0;
-        if (st != LB_OK) break;
-        layer_end(p, rows);
-        if (fn && (st = fn(ctx, q, &p->st)) != LB_OK) break;
-        if (twice && !last) {
-            st = lb__runner_reload_layer(r, q, li);
-            for (size_t w = 0; w < n_windows && st == LB_OK; w++) st = run_window(r, p, h, w, 0);
+        if (o->mode == LB__CALIB_SUBLAYERS) {
+            st = run_sublayers(q, r, p, h, carry, n_windows, fn, ctx, last);
+        } else {
+            if (o->mode == LB__CALIB_QUANTIZED || (fn && li > 0))
+                st = lb__runner_reload_layer_as(r, q, li, LB__RUNNER_SOURCE);
+            if (st == LB_OK) st = collect(r, p, h, NULL, n_windows, twice ? RUN_INPUTS_ONLY : RUN_IN_PLACE, 0);
+            if (st != LB_OK) break;
+            for (int s = 0; s < LB__SITE_COUNT; s++) site_end(p, s, rows);
+            if (fn && (st = fn(ctx, q, &p->st)) != LB_OK) break;
+            if (twice && !last) {
+                st = lb__runner_reload_layer(r, q, li);
+                for (size_t w = 0; w < n_windows && st == LB_OK; w++)
+                    st = run_window(r, p, h, NULL, w, RUN_IN_PLACE, 0);
+            }
         }
         if (st == LB_OK && o->progress) o->progress(o->progress_ctx, li + 1, n_layers);
     }
@@ -444,7 +502,8 @@ lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows,
     int build = 0;
     switch (o->mode) {
     case LB__CALIB_SOURCE: build = LB__RUNNER_SOURCE; break;
-    case LB__CALIB_QUANTIZED: build = LB__RUNNER_CALIB; break;
+    case LB__CALIB_QUANTIZED:
+    case LB__CALIB_SUBLAYERS: build = LB__RUNNER_CALIB; break;
     }
     if (!build) return lb__fail(LB_ERR_ARG, "lb__calib_pass: mode %d", (int)o->mode);
     if (o->keep_outputs && o->mode != LB__CALIB_SOURCE)
@@ -461,12 +520,15 @@ lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows,
     if ((st = lb__runner_build(q, &ro, build, &r)) != LB_OK) return st;
     size_t dim = lb__runner_dim(r);
     uint64_t total = (uint64_t)n_windows * window;
-    pass p = {.window = window, .threads = o->threads, .column_stats = lb__column_stats_for(lb_isa_active())};
+    pass p = {.window = window, .only_site = -1, .threads = o->threads,
+              .column_stats = lb__column_stats_for(lb_isa_active())};
     p.st.n_kv_heads = a->n_kv_heads ? a->n_kv_heads : a->n_heads; /* as the runner reads the architecture */
     p.st.head_dim = a->head_dim ? a->head_dim : a->dim / a->n_heads;
     p.n_sample = o->sample_rows < total ? o->sample_rows : (size_t)total;
-    float *h = NULL;
+    size_t carry_width = o->mode == LB__CALIB_SUBLAYERS ? lb__runner_carry_width(r) : 0;
+    float *h = NULL, *carry = NULL;
     if (n_windows > SIZE_MAX / window || n_windows * window > SIZE_MAX / sizeof(float) / dim ||
+        (carry_width && n_windows * window > SIZE_MAX / sizeof(float) / carry_width) ||
         p.n_sample > ((size_t)1 << 31))
         st = lb__fail(LB_ERR_NOMEM, "lb__calib_pass: %zu windows of %zu tokens (%zu sample rows) are too many",
                       n_windows, window, p.n_sample);
@@ -474,9 +536,10 @@ lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows,
     if (st == LB_OK) {
         h = malloc(n_windows * window * dim * sizeof *h);
         p.sample_pos = alloc_n(p.n_sample, sizeof *p.sample_pos);
-        if (!h || !p.sample_pos)
-            st = lb__fail(LB_ERR_NOMEM, "lb__calib_pass: cannot allocate the hidden states of %zu x %zu tokens",
-                          n_windows, window);
+        if (carry_width) carry = malloc(n_windows * window * carry_width * sizeof *carry);
+        if (!h || !p.sample_pos || (carry_width && !carry))
+            st = lb__fail(LB_ERR_NOMEM, "lb__calib_pass: cannot allocate the hidden states%s of %zu x %zu tokens",
+                          carry_width ? " and the stages' carry" : "", n_windows, window);
     }
     if (st == LB_OK) lb__calib_sample_positions(p.sample_pos, p.n_sample, total);
     for (size_t w = 0; w < n_windows && st == LB_OK; w++)
@@ -484,10 +547,11 @@ lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows,
     if (st == LB_OK) {
         lb_runner_set_hook(r, on_input, &p);
         lb__runner_set_kv_hook(r, on_kv, &p);
-        st = run_pass(q, r, &p, h, n_windows, o, fn, ctx);
+        st = run_pass(q, r, &p, h, carry, n_windows, o, fn, ctx);
     }
     lb_runner_free(r);
     free(h);
+    free(carry);
     pass_free(&p);
     return st;
 }

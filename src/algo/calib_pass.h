@@ -22,12 +22,26 @@
  * reference code (without --true-sequential) take them. After fn, the
  * windows continue through layer i as q then holds it (QUANTIZED: as
  * quantized, e.g. with the tensors GPTQ set).
+ *   SUBLAYERS  QUANTIZED, and inside layer i too: the four sites one after
+ *              another, site s's statistics taken with the weights of the
+ *              sites before it as q holds them, and fn called after each
+ *              site (lb__layer_stats.partial) -- GPTQ's reference code
+ *              with --true-sequential: o_proj is rounded against the
+ *              inputs the rounded q/k/v make, down_proj against those of
+ *              the rounded gate/up. Every window goes through each stage
+ *              of the layer once (lb__runner_layer_stage), so the layer's
+ *              products are computed once, not twice as in QUANTIZED mode;
+ *              the price is a carry buffer of every window's attention
+ *              output, then MLP activation (n_windows x window x
+ *              max(q_dim, hidden) floats: 403 MB for SmolLM2 at 128 x 512).
+ *              K/V maxima come from the rounded k/v projections.
  * Activations and the KV cache stay fp32 in both (what a quantizer of
  * layer i must see is its input before its own activation quantization).
  *
  * Cost: every window runs through every layer once to collect, and once
  * more after fn (or in QUANTIZED mode) to carry the hidden states on
- * through the changed layer; SOURCE mode without fn runs once. */
+ * through the changed layer; SOURCE mode without fn runs once, and
+ * SUBLAYERS mode once in stages. */
 #ifndef LB_ALGO_CALIB_PASS_H
 #define LB_ALGO_CALIB_PASS_H
 
@@ -46,7 +60,7 @@ typedef enum lb__calib_site {
     LB__SITE_COUNT = 4
 } lb__calib_site;
 
-typedef enum lb__calib_mode { LB__CALIB_SOURCE = 0, LB__CALIB_QUANTIZED = 1 } lb__calib_mode;
+typedef enum lb__calib_mode { LB__CALIB_SOURCE = 0, LB__CALIB_QUANTIZED = 1, LB__CALIB_SUBLAYERS = 2 } lb__calib_mode;
 
 /* One linear input of one layer over all calibration tokens. */
 typedef struct lb__site_stats {
@@ -78,6 +92,9 @@ typedef struct lb__layer_stats {
     /* qmodel indices of the norms in front of ATTN_IN and MLP_IN (input_layernorm,
      * post_attention_layernorm): where SmoothQuant and AWQ fold 1/s */
     size_t attn_norm, ffn_norm;
+    int partial;          /* 0: every site's statistics are taken; 1 (SUBLAYERS mode): only site[current]'s
+                             are (the others' are stale or zero), and fn changes that site's weights only */
+    int current;
 } lb__layer_stats;
 
 /* Called once per layer, in order, after the layer's statistics are

@@ -6,11 +6,15 @@
  * factor, which changes nothing: the solver's dampening is relative to
  * mean(diag H) and its result is invariant to scaling H.
  *
- * Order inside a layer: q, k, v, o, gate, up, down. The pass took every
- * site's statistics with the layer unquantized (its inputs from the
- * quantized layers before it), so the order only matters for two-level
- * specs' fused-group range, which comes from the members' source values
- * and is the same whatever was set before. */
+ * Order inside a layer: q, k, v, o, gate, up, down. In the pass's
+ * QUANTIZED mode every site's statistics were taken with the layer
+ * unquantized (its inputs from the quantized layers before it) and the
+ * callback rounds all seven weights at once; in SUBLAYERS mode (the
+ * default: --true-sequential) it is called once per site, after that
+ * site's statistics were taken with the sites before it rounded, and
+ * rounds that site's weights alone. Either way the order only matters for
+ * two-level specs' fused-group range, which comes from the members'
+ * source values and is the same whatever was set before. */
 #include "algo/gptq_layer.h"
 
 #include <stdarg.h>
@@ -162,6 +166,7 @@ lb_status lb__gptq_layer(void *ctx, lb_qmodel *q, const lb__layer_stats *s)
     if (!o || !q || !s) return lb__fail(LB_ERR_ARG, "lb__gptq_layer: NULL argument");
     lb_status st = LB_OK;
     for (int site = 0; site < LB__SITE_COUNT && st == LB_OK; site++) {
+        if (s->partial && site != s->current) continue;
         const lb__site_stats *ss = &s->site[site];
         for (size_t k = 0; k < ss->n_weights && st == LB_OK; k++) {
             size_t i = ss->weight[k];

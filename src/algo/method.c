@@ -88,6 +88,9 @@ static lb_status gptq_options(const lb_method_options *o, lb__gptq_layer_options
         return lb__fail(LB_ERR_ARG, "GPTQ's scales: %d is neither LB_GPTQ_SCALES_MSE nor _MINMAX", (int)o->gptq_scales);
     if (o->gptq_order != LB_GPTQ_ORDER_ACT && o->gptq_order != LB_GPTQ_ORDER_FILE)
         return lb__fail(LB_ERR_ARG, "GPTQ's order: %d is neither LB_GPTQ_ORDER_ACT nor _FILE", (int)o->gptq_order);
+    if (o->gptq_sequential != LB_GPTQ_SEQ_SUBLAYER && o->gptq_sequential != LB_GPTQ_SEQ_LAYER)
+        return lb__fail(LB_ERR_ARG, "GPTQ's sequence: %d is neither LB_GPTQ_SEQ_SUBLAYER nor _LAYER",
+                        (int)o->gptq_sequential);
     if (!(o->damp == 0 || (o->damp > 0 && o->damp <= 1)))
         return lb__fail(LB_ERR_ARG, "GPTQ's dampening is a fraction of the Hessian's mean diagonal in (0, 1] (the "
                         "paper: 0.01), not %g", o->damp);
@@ -157,7 +160,8 @@ lb_status lb_qmodel_apply_method(lb_qmodel *q, const int32_t *tokens, size_t n, 
     if (with_awq) st = lb__calib_pass(q, windows, n_windows, len, &po, lb__awq_layer, &awq);
     if (st == LB_OK && with_gptq) {
         /* GPTQ needs no sample rows: each weight's Hessian is its whole statistic */
-        po.mode = LB__CALIB_QUANTIZED, po.sample_rows = 0, po.hessian = 1;
+        po.mode = o->gptq_sequential == LB_GPTQ_SEQ_LAYER ? LB__CALIB_QUANTIZED : LB__CALIB_SUBLAYERS;
+        po.sample_rows = 0, po.hessian = 1;
         st = lb__calib_pass(q, windows, n_windows, len, &po, lb__gptq_layer, &gptq);
     }
     free(windows);

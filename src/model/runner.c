@@ -243,15 +243,23 @@ static lb_status shared_matmul(lb_runner *r, linear *const *lins, size_t k, cons
     return st;
 }
 
-static lb_status attention_block(lb_runner *r, size_t li, acts *b, size_t n)
+/* input_layernorm of b->x into b->xb, which q_proj, k_proj and v_proj read. */
+static void attn_norm(lb_runner *r, size_t li, acts *b, size_t n)
+{
+    layer *ly = &r->layers[li];
+    for (size_t t = 0; t < n; t++) rmsnorm(b->x + t * r->dim, ly->attn_norm, r->dim, r->a.norm_eps, b->xb + t * r->dim);
+    for (int w = W_Q; w <= W_V; w++) hook(r, ly->name[w], b->xb, n, r->dim);
+}
+
+/* q, k and v of b->xb, the rotary embedding, the KV cache, and attention
+ * into b->att, which o_proj reads. */
+static lb_status attn_heads(lb_runner *r, size_t li, acts *b, size_t n)
 {
     layer *ly = &r->layers[li];
     lb_status st;
-    for (size_t t = 0; t < n; t++) rmsnorm(b->x + t * r->dim, ly->attn_norm, r->dim, r->a.norm_eps, b->xb + t * r->dim);
     float *dst[3] = {b->q, b->k, b->v};
     const float *bias[3] = {ly->q_bias, ly->k_bias, ly->v_bias};
     linear *qkv[3] = {&ly->w[W_Q], &ly->w[W_K], &ly->w[W_V]};
-    for (int w = W_Q; w <= W_V; w++) hook(r, ly->name[w], b->xb, n, r->dim);
     if ((st = shared_matmul(r, qkv, 3, b->xb, n, dst)) != LB_OK) return st;
     for (int w = W_Q; w <= W_V; w++) {
         size_t width = ly->w[w].out;
@@ -276,7 +284,55 @@ static lb_status attention_block(lb_runner *r, size_t li, acts *b, size_t n)
                       .n_kv_heads = r->n_kv_heads, .head_dim = r->head_dim, .out = b->att, .scratch = r->scratch};
     if ((st = lb__attention(&j, r->threads)) != LB_OK) return st;
     hook(r, ly->name[W_O], b->att, n, r->q_dim);
-    if ((st = linear_matmul(r, &ly->w[W_O], b->att, n, b->xb)) != LB_OK) return st;
+    return LB_OK;
+}
+
+/* b->x += o_proj(b->att): the attention half's residual. */
+static lb_status attn_out(lb_runner *r, size_t li, acts *b, size_t n)
+{
+    lb_status st = linear_matmul(r, &r->layers[li].w[W_O], b->att, n, b->xb);
+    if (st != LB_OK) return st;
+    for (size_t i = 0; i < n * r->dim; i++) b->x[i] += b->xb[i];
+    return LB_OK;
+}
+
+static lb_status attention_block(lb_runner *r, size_t li, acts *b, size_t n)
+{
+    attn_norm(r, li, b, n);
+    lb_status st = attn_heads(r, li, b, n);
+    return st == LB_OK ? attn_out(r, li, b, n) : st;
+}
+
+/* post_attention_layernorm of b->x into b->xb, which gate_proj and up_proj read. */
+static void mlp_norm(lb_runner *r, size_t li, acts *b, size_t n)
+{
+    layer *ly = &r->layers[li];
+    for (size_t t = 0; t < n; t++) rmsnorm(b->x + t * r->dim, ly->ffn_norm, r->dim, r->a.norm_eps, b->xb + t * r->dim);
+    hook(r, ly->name[W_GATE], b->xb, n, r->dim);
+    hook(r, ly->name[W_UP], b->xb, n, r->dim);
+}
+
+/* silu(gate_proj(b->xb)) * up_proj(b->xb) into b->hb, which down_proj reads. */
+static lb_status mlp_act(lb_runner *r, size_t li, acts *b, size_t n)
+{
+    layer *ly = &r->layers[li];
+    linear *gate_up[2] = {&ly->w[W_GATE], &ly->w[W_UP]};
+    float *gu[2] = {b->hb, b->hb2};
+    lb_status st = shared_matmul(r, gate_up, 2, b->xb, n, gu);
+    if (st != LB_OK) return st;
+    for (size_t i = 0; i < n * r->hidden; i++) {
+        float g = b->hb[i];
+        b->hb[i] = g / (1.0f + expf(-g)) * b->hb2[i]; /* silu(gate) * up */
+    }
+    hook(r, ly->name[W_DOWN], b->hb, n, r->hidden);
+    return LB_OK;
+}
+
+/* b->x += down_proj(b->hb): the MLP half's residual. */
+static lb_status mlp_out(lb_runner *r, size_t li, acts *b, size_t n)
+{
+    lb_status st = linear_matmul(r, &r->layers[li].w[W_DOWN], b->hb, n, b->xb);
+    if (st != LB_OK) return st;
     for (size_t i = 0; i < n * r->dim; i++) b->x[i] += b->xb[i];
     return LB_OK;
 }
@@ -286,23 +342,9 @@ static lb_status attention_block(lb_runner *r, size_t li, acts *b, size_t n)
  * attention half made it). */
 static lb_status mlp_block(lb_runner *r, size_t li, acts *b, size_t n, int inputs_only)
 {
-    layer *ly = &r->layers[li];
-    lb_status st;
-    for (size_t t = 0; t < n; t++) rmsnorm(b->x + t * r->dim, ly->ffn_norm, r->dim, r->a.norm_eps, b->xb + t * r->dim);
-    hook(r, ly->name[W_GATE], b->xb, n, r->dim);
-    hook(r, ly->name[W_UP], b->xb, n, r->dim);
-    linear *gate_up[2] = {&ly->w[W_GATE], &ly->w[W_UP]};
-    float *gu[2] = {b->hb, b->hb2};
-    if ((st = shared_matmul(r, gate_up, 2, b->xb, n, gu)) != LB_OK) return st;
-    for (size_t i = 0; i < n * r->hidden; i++) {
-        float g = b->hb[i];
-        b->hb[i] = g / (1.0f + expf(-g)) * b->hb2[i]; /* silu(gate) * up */
-    }
-    hook(r, ly->name[W_DOWN], b->hb, n, r->hidden);
-    if (inputs_only) return LB_OK;
-    if ((st = linear_matmul(r, &ly->w[W_DOWN], b->hb, n, b->xb)) != LB_OK) return st;
-    for (size_t i = 0; i < n * r->dim; i++) b->x[i] += b->xb[i];
-    return LB_OK;
+    mlp_norm(r, li, b, n);
+    lb_status st = mlp_act(r, li, b, n);
+    return st == LB_OK && !inputs_only ? mlp_out(r, li, b, n) : st;
 }
 
 /* One block holding the activations of n tokens; NULL when out of memory
@@ -444,6 +486,48 @@ lb_status lb__runner_layer(lb_runner *r, size_t li, float *x, size_t n)
 lb_status lb__runner_layer_inputs(lb_runner *r, size_t li, const float *x, size_t n)
 {
     return run_layer(r, "lb__runner_layer_inputs", li, x, NULL, n);
+}
+
+size_t lb__runner_carry_width(const lb_runner *r) { return r->q_dim > r->hidden ? r->q_dim : r->hidden; }
+
+lb_status lb__runner_layer_stage(lb_runner *r, size_t li, lb__layer_stage stage, float *x, float *carry, size_t n)
+{
+    const char *fn = "lb__runner_layer_stage";
+    if (li >= r->n_layers) return lb__fail(LB_ERR_ARG, "%s: layer %zu of %zu", fn, li, r->n_layers);
+    if (n == 0 || n > r->max_ctx) return lb__fail(LB_ERR_ARG, "%s: %zu tokens (the context is %zu)", fn, n, r->max_ctx);
+    if (!x || (!carry && stage != LB__STAGE_ATTN_IN)) return lb__fail(LB_ERR_ARG, "%s: NULL hidden states or carry", fn);
+    acts b;
+    float *buf = acts_alloc(r, n, &b);
+    if (!buf) return lb__fail(LB_ERR_NOMEM, "%s: cannot allocate activations for %zu tokens", fn, n);
+    b.x = x; /* in place: the stages share the window's hidden states */
+    size_t pos = r->pos;
+    r->pos = 0; /* the window from an empty cache, as lb__runner_layer */
+    lb_status st = LB_OK;
+    switch (stage) {
+    case LB__STAGE_ATTN_IN: attn_norm(r, li, &b, n); break;
+    case LB__STAGE_O_IN:
+        attn_norm(r, li, &b, n);
+        b.att = carry;
+        st = attn_heads(r, li, &b, n);
+        break;
+    case LB__STAGE_MLP_IN:
+        b.att = carry;
+        if ((st = attn_out(r, li, &b, n)) == LB_OK) mlp_norm(r, li, &b, n);
+        break;
+    case LB__STAGE_DOWN_IN:
+        mlp_norm(r, li, &b, n);
+        b.hb = carry;
+        st = mlp_act(r, li, &b, n);
+        break;
+    case LB__STAGE_OUT:
+        b.hb = carry;
+        st = mlp_out(r, li, &b, n);
+        break;
+    case LB__STAGE_COUNT: st = lb__fail(LB_ERR_ARG, "%s: stage %d", fn, (int)stage); break;
+    }
+    r->pos = pos;
+    free(buf);
+    return st;
 }
 
 lb_status lb__runner_logits(lb_runner *r, const float *x, size_t n, float *logits)

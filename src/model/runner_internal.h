@@ -59,6 +59,33 @@ lb_status lb__runner_layer(lb_runner *r, size_t li, float *x, size_t n);
  * collecting run, whose outputs the run through the changed layer
  * replaces: a fifth of a Llama layer's matmul work saved. */
 lb_status lb__runner_layer_inputs(lb_runner *r, size_t li, const float *x, size_t n);
+/* Layer li in stages, for the calibration pass's SUBLAYERS mode (GPTQ's
+ * true-sequential order): each stage of one window, on that window's
+ * hidden states x[n][dim] in place and its carry[n][carry_width] (what
+ * one stage hands the next), ending where the next linear input is made:
+ *   ATTN_IN   input_layernorm (q/k/v's hooks); x, carry untouched;
+ *   O_IN      that again, q/k/v, the KV cache (KV hook), attention into
+ *             carry (o_proj's hook); x untouched;
+ *   MLP_IN    x += o_proj(carry), post_attention_layernorm (gate/up's hooks);
+ *   DOWN_IN   that norm again, silu(gate) * up into carry (down_proj's hook);
+ *   OUT       x += down_proj(carry): the layer's output.
+ * Run in that order (ATTN_IN may be left out), a window ends as
+ * lb__runner_layer leaves it when the weights are the same at every stage;
+ * between stages the layer may be reloaded, so each stage computes with
+ * the weights as they then are. Positions 0 .. n-1, as lb__runner_layer;
+ * a stage fires the hooks of the norms it computes. */
+typedef enum lb__layer_stage {
+    LB__STAGE_ATTN_IN = 0,
+    LB__STAGE_O_IN = 1,
+    LB__STAGE_MLP_IN = 2,
+    LB__STAGE_DOWN_IN = 3,
+    LB__STAGE_OUT = 4,
+    LB__STAGE_COUNT = 5
+} lb__layer_stage;
+/* Floats per token of a stage's carry: the wider of the attention output
+ * and the MLP's hidden width. */
+size_t lb__runner_carry_width(const lb_runner *r);
+lb_status lb__runner_layer_stage(lb_runner *r, size_t li, lb__layer_stage stage, float *x, float *carry, size_t n);
 /* logits[n][vocab] from the hidden states x[n][dim] after the last
  * layer: the final norm and the output head, as lb_runner_forward ends
  * (the head's hook fires). Rows are independent: any subset of a window's

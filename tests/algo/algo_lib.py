@@ -37,7 +37,7 @@ class LayerStats(ctypes.Structure):
     """lb__layer_stats"""
     _fields_ = [("layer", ctypes.c_size_t), ("site", SiteStats * 4), ("n_kv_heads", ctypes.c_size_t),
                 ("head_dim", ctypes.c_size_t), ("k_absmax", _F), ("v_absmax", _F), ("attn_norm", ctypes.c_size_t),
-                ("ffn_norm", ctypes.c_size_t)]
+                ("ffn_norm", ctypes.c_size_t), ("partial", ctypes.c_int), ("current", ctypes.c_int)]
 
 
 class PassOptions(ctypes.Structure):
@@ -65,7 +65,7 @@ class MethodOptions(ctypes.Structure):
                 ("calib_seqs", ctypes.c_uint32), ("calib_len", ctypes.c_uint32), ("sample_rows", ctypes.c_uint32),
                 ("damp", ctypes.c_double), ("block", ctypes.c_uint32), ("gptq_order", ctypes.c_int),
                 ("static_groups", ctypes.c_int), ("threads", ctypes.c_int), ("progress", _P), ("progress_ctx", _P),
-                ("warn", _P), ("warn_ctx", _P), ("gptq_scales", ctypes.c_int)]
+                ("warn", _P), ("warn_ctx", _P), ("gptq_scales", ctypes.c_int), ("gptq_sequential", ctypes.c_int)]
 
 
 lib = internal_lib.load()
@@ -214,10 +214,10 @@ class QModel:
         finally:
             lib.lb_tokenizer_free(t)
 
-    def apply_method(self, method, ids, seqs, length, sample_rows, alpha=0.5, search=0, threads=2):
-        """lb_qmodel_apply_method; its status."""
+    def apply_method(self, method, ids, seqs, length, sample_rows, alpha=0.5, search=0, threads=2, sequential=0):
+        """lb_qmodel_apply_method; its status (sequential: lb_gptq_sequential, 0 SUBLAYER, 1 LAYER)."""
         o = MethodOptions(method=method, alpha=alpha, alpha_search=search, calib_seqs=seqs, calib_len=length,
-                          sample_rows=sample_rows, threads=threads)
+                          sample_rows=sample_rows, threads=threads, gptq_sequential=sequential)
         ids = np.ascontiguousarray(ids, dtype=np.int32)
         return lib.lb_qmodel_apply_method(self.h, ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), ids.size,
                                           ctypes.byref(o))

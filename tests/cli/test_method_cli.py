@@ -53,6 +53,10 @@ def test_the_shipped_calibration_text_is_not_the_evaluation_text():
     (["--block", "64"], "--block is GPTQ's"),
     (["--method", "rtn", "--actorder"], "--actorder is GPTQ's"),
     (["--method", "awq", "--no-actorder", "--calib", CALIB], "--no-actorder is GPTQ's"),
+    (["--method", "gptq", "--true-sequential", "--no-true-sequential", "--calib", CALIB],
+     "--no-true-sequential is given after --true-sequential"),
+    (["--method", "awq", "--no-true-sequential", "--calib", CALIB], "--no-true-sequential is GPTQ's"),
+    (["--true-sequential"], "--true-sequential is GPTQ's"),
     (["--method", "awq", "--gptq-scales", "minmax", "--calib", CALIB], "--gptq-scales is GPTQ's"),
     (["--method", "gptq", "--gptq-scales", "max", "--calib", CALIB], "--gptq-scales takes mse or minmax, not 'max'"),
     (["--method", "gptq", "--gptq-scales", "mse", "--gptq-scales", "mse", "--calib", CALIB],
@@ -202,10 +206,18 @@ def test_gptq_options_reach_the_method():
     assert damp["damp"] == 0.5 and act["actorder"] is True and fil["actorder"] is False
     assert act["ppl"] == base["ppl"]  # the default, spelled out
     assert damp["ppl"] != base["ppl"] and fil["ppl"] != base["ppl"]
+    assert base["true_sequential"] is True  # o_proj after the rounded q/k/v, down_proj after gate/up
+    ts, _ = ppl_json("--rule", rule, "--method", "gptq", "--true-sequential", *SMALL)
+    ls, _ = ppl_json("--rule", rule, "--method", "gptq", "--no-true-sequential", *SMALL)
+    assert ts["ppl"] == base["ppl"] and ls["true_sequential"] is False and ls["ppl"] != base["ppl"]
+
     c = compare_json("--spec", "int4:g32", "--method", "rtn,gptq", "--damp", 0.5, *SMALL)
     d = compare_json("--spec", "int4:g32", "--method", "gptq", *SMALL)
     assert [s["method"] for s in c["specs"]] == ["rtn", "gptq"] and c["specs"][1]["damp"] == 0.5
     assert d["specs"][0]["damp"] == 0.01 and d["specs"][0]["ppl"] != c["specs"][1]["ppl"]  # --damp reached the row
+    cs = compare_json("--spec", "int4:g32", "--method", "gptq", "--no-true-sequential", *SMALL)
+    assert d["specs"][0]["true_sequential"] is True and cs["specs"][0]["true_sequential"] is False
+    assert cs["specs"][0]["ppl"] != d["specs"][0]["ppl"]  # and it reached the row
     p = run("compare", STORIES, *WINDOWS, "--spec", "int4:g32", "--method", "rtn,awq", "--actorder", *SMALL)
     assert p.returncode == 2 and "--actorder is GPTQ's" in p.stderr
 

@@ -35,7 +35,7 @@ import model_lib as ml  # noqa: E402
 import reference_llama as ref  # noqa: E402
 
 LB_OK, LB_ERR_ARG, LB_ERR_NAN = 0, 1, 3
-SOURCE, QUANTIZED = 0, 1
+SOURCE, QUANTIZED, SUBLAYERS = 0, 1, 2
 SITES = ["attn_in", "o_in", "mlp_in", "down_in"]
 SITE_WEIGHTS = [["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], ["self_attn.o_proj"],
                 ["mlp.gate_proj", "mlp.up_proj"], ["mlp.down_proj"]]
@@ -55,7 +55,7 @@ class LayerStats(ctypes.Structure):
     _fields_ = [("layer", ctypes.c_size_t), ("site", SiteStats * 4), ("n_kv_heads", ctypes.c_size_t),
                 ("head_dim", ctypes.c_size_t), ("k_absmax", ctypes.POINTER(ctypes.c_float)),
                 ("v_absmax", ctypes.POINTER(ctypes.c_float)), ("attn_norm", ctypes.c_size_t),
-                ("ffn_norm", ctypes.c_size_t)]
+                ("ffn_norm", ctypes.c_size_t), ("partial", ctypes.c_int), ("current", ctypes.c_int)]
 
 
 class PassOptions(ctypes.Structure):
@@ -78,6 +78,7 @@ def lib():
         ("lb_qmodel_set_spec", [P, ctypes.c_size_t, ctypes.POINTER(lbc.QSpec)], ctypes.c_int),
         ("lb_qmodel_replace", [P, ctypes.c_size_t, P], ctypes.c_int),
         ("lb_qmodel_source_f32", [P, ctypes.c_size_t, P], ctypes.c_int),
+        ("lb_qmodel_values_f32", [P, ctypes.c_size_t, P], ctypes.c_int),
         ("lb_qspec_parse", [ctypes.c_char_p, ctypes.POINTER(lbc.QSpec)], ctypes.c_int),
         ("lb_runner_from_qmodel", [P, ctypes.POINTER(lbc.RunnerOptions), ctypes.POINTER(P)], ctypes.c_int),
         ("lb_runner_new", [P, ctypes.POINTER(lbc.RunnerOptions), ctypes.POINTER(P)], ctypes.c_int),
@@ -139,6 +140,11 @@ class QModel:
         v = np.ascontiguousarray(values, dtype=np.float32)
         return self.lib.lb_qmodel_replace(self.h, self.index(name), v.ctypes.data)
 
+    def values(self, name, shape):
+        out = np.zeros(shape, np.float32)
+        assert self.lib.lb_qmodel_values_f32(self.h, self.index(name), out.ctypes.data) == LB_OK
+        return out
+
 
 @pytest.fixture
 def qm(lib):
@@ -168,7 +174,7 @@ def windows_of(lib, toks, seqs, length, bos=-1):
 
 def copy_stats(s):
     """The layer's statistics as numpy arrays (the pass reuses its buffers)."""
-    out = {"layer": s.layer, "k_absmax": np.ctypeslib.as_array(s.k_absmax, (s.n_kv_heads,)).copy(),
+    out = {"layer": s.layer, "partial": s.partial, "current": s.current, "k_absmax": np.ctypeslib.as_array(s.k_absmax, (s.n_kv_heads,)).copy(),
            "v_absmax": np.ctypeslib.as_array(s.v_absmax, (s.n_kv_heads,)).copy(), "attn_norm": s.attn_norm,
            "ffn_norm": s.ffn_norm, "n_kv_heads": s.n_kv_heads, "head_dim": s.head_dim}
     for k, name in enumerate(SITES):
@@ -188,13 +194,16 @@ def copy_stats(s):
 def run_pass(lib, q, wins, mode=SOURCE, sample_rows=0, hessian=0, fn=None, threads=2, no_callback=False,
              keep_outputs=0):
     """lb__calib_pass; returns (status, [per-layer stats], progress calls).
-    fn(q, layer) may change q and returns a status; no_callback: fn NULL
-    (statistics only: none come back)."""
+    fn(q, layer) may change q and returns a status (SUBLAYERS: fn(q, layer,
+    site), and the stats come per site); no_callback: fn NULL (statistics
+    only: none come back)."""
     stats, progress = [], []
 
     def on_layer(ctx, qh, s):
         stats.append(copy_stats(s.contents))
-        return fn(q, s.contents.layer) if fn else LB_OK
+        if not fn:
+            return LB_OK
+        return fn(q, s.contents.layer, s.contents.current) if mode == SUBLAYERS else fn(q, s.contents.layer)
 
     def on_progress(ctx, done, total):
         progress.append((done, total))
@@ -244,7 +253,7 @@ def test_ctypes_mirrors_match_the_header(lib):
     got = (ctypes.c_size_t * 6)()
     lib.lb__calib_struct_layout(got)
     want = [ctypes.sizeof(SiteStats), ctypes.sizeof(LayerStats), ctypes.sizeof(PassOptions),
-            SiteStats.n_weights.offset, LayerStats.ffn_norm.offset, PassOptions.progress_ctx.offset]
+            SiteStats.n_weights.offset, LayerStats.current.offset, PassOptions.progress_ctx.offset]
     assert list(got) == want
 
 
@@ -483,6 +492,106 @@ def test_quantized_mode_sees_the_layers_before_quantized(lib, wins):
             assert np.array_equal(d["absmax"], np.abs(x).max(axis=0)), (layer, name)
             assert np.array_equal(d["sample"], x[pos]), (layer, name)
             np.testing.assert_allclose(d["mean_sq"], (x.astype(np.float64) ** 2).mean(axis=0), rtol=2e-7)
+
+
+def quantized_everywhere(lib, spec="int4:channel"):
+    q = QModel(lib)
+    for layer in range(N_LAYERS):
+        for ws in SITE_WEIGHTS:
+            for w in ws:
+                q.set_spec(weight_name(layer, w), spec)
+    return q
+
+
+def test_sublayers_mode_sees_the_sites_before_it_rounded(lib, wins):
+    """SUBLAYERS mode (GPTQ's true-sequential order): site s of layer i is
+    taken with layers < i and the sites < s of layer i as the quantized
+    model holds them -- which is what a forward pass of the quantized model
+    shows at that site, since a site's input depends on no later weight.
+    The callback comes once per site, in order, with only that site's
+    statistics complete; the K/V maxima come from the rounded k/v weights.
+    QUANTIZED mode differs from the second site on (o_proj's input from the
+    float q/k/v)."""
+    full = quantized_everywhere(lib)
+    try:
+        st, sub, progress = run_pass(lib, full, wins, mode=SUBLAYERS, sample_rows=20, hessian=1)
+        assert st == LB_OK, err(lib)
+        st, quant, _ = run_pass(lib, full, wins, mode=QUANTIZED, sample_rows=20)
+        assert st == LB_OK, err(lib)
+        r = qmodel_runner(lib, full, WINDOW)
+        seen = hooked_inputs(lib, r, wins)
+        lib.lb_runner_free(r)
+        wq = {layer: [full.values(weight_name(layer, w), (32, 64)).astype(np.float64)
+                      for w in ("self_attn.k_proj", "self_attn.v_proj")] for layer in range(N_LAYERS)}
+    finally:
+        full.close()
+    assert [(s["layer"], s["partial"], s["current"]) for s in sub] == \
+        [(layer, 1, k) for layer in range(N_LAYERS) for k in range(4)]
+    assert progress == [(i + 1, N_LAYERS) for i in range(N_LAYERS)]
+    assert all(s["partial"] == 0 for s in quant)
+    pos = sample_positions(20, N_WINDOWS * WINDOW)
+    freq = ref.rope_frequencies(ref.load_llama2c(ml.STORIES).config)
+    for layer in range(N_LAYERS):
+        for k, (name, x) in enumerate(zip(SITES, site_inputs(seen, layer))):
+            d = sub[4 * layer + k][name]
+            assert np.array_equal(d["absmax"], np.abs(x).max(axis=0)), (layer, name)
+            assert np.array_equal(d["sample"], x[pos]), (layer, name)
+            x64 = x.astype(np.float64)
+            np.testing.assert_allclose(d["mean_sq"], (x64 * x64).mean(axis=0), rtol=2e-7)
+            bound = WINDOW * 2.0**-24 * (np.abs(x64).T @ np.abs(x64)) + 1e-30
+            assert np.all(np.abs(d["hessian"] - x64.T @ x64) <= bound), (layer, name)
+            if k > 0:  # o_proj's input onward: QUANTIZED mode took them with the layer unrounded
+                assert not np.array_equal(quant[layer][name]["absmax"], d["absmax"]), (layer, name)
+        s = sub[4 * layer + 1]  # the keys and values come with o_proj's input
+        xa = seen[weight_name(layer, "self_attn.q_proj")].astype(np.float64)
+        kk = (xa @ wq[layer][0].T).reshape(N_WINDOWS, WINDOW, 4, 8)
+        kk = np.stack([ref.apply_rope(kw, np.arange(WINDOW), freq, "adjacent") for kw in kk])
+        vv = (xa @ wq[layer][1].T).reshape(N_WINDOWS, WINDOW, 4, 8)
+        np.testing.assert_allclose(s["k_absmax"], np.abs(kk).max(axis=(0, 1, 3)), rtol=1e-5)
+        np.testing.assert_allclose(s["v_absmax"], np.abs(vv).max(axis=(0, 1, 3)), rtol=1e-5)
+
+
+UP_2 = weight_name(2, "mlp.up_proj")
+
+
+def test_sublayers_mode_a_change_reaches_the_next_site(lib, wins):
+    """A callback that doubles layer 2's up_proj when handed gate/up's input
+    (site 2) changes down_proj's input of that same layer (site 3), and every
+    later layer, exactly as the model with up_proj doubled beforehand; the
+    sites before the change are as without it."""
+    plain = QModel(lib)
+    try:
+        st, base, _ = run_pass(lib, plain, wins, mode=SUBLAYERS, sample_rows=16)
+        assert st == LB_OK, err(lib)
+        doubled = plain.source(UP_2, (172, 64)) * 2
+
+        def change(q, layer, site):
+            return q.replace(UP_2, doubled) if (layer, site) == (2, 2) else LB_OK
+
+        st, changed, _ = run_pass(lib, plain, wins, mode=SUBLAYERS, sample_rows=16, fn=change)
+        assert st == LB_OK, err(lib)
+    finally:
+        plain.close()
+    before = QModel(lib)
+    try:
+        assert before.replace(UP_2, doubled) == LB_OK
+        st, want, _ = run_pass(lib, before, wins, mode=SUBLAYERS, sample_rows=16)
+        assert st == LB_OK
+    finally:
+        before.close()
+    call = {(s["layer"], s["current"]): s for s in changed}
+    for (layer, k), s in call.items():
+        name = SITES[k]
+        same = [np.array_equal(s[name][f], ref_s[name][f]) for ref_s in (base[4 * layer + k], want[4 * layer + k])
+                for f in ("absmax", "mean_abs", "mean_sq", "sample")]
+        if (layer, k) < (2, 3):
+            assert all(same[:4]), (layer, name)  # before the change: as the plain model
+        else:
+            assert not all(same[:4]) and all(same[4:]), (layer, name)  # after: as the doubled one
+        d = s[name]
+        if (layer, k) == (2, 3):  # silu(gate) * 2 up (the runner holds a replaced tensor as the qmodel keeps it,
+            # rounded to 16 bits, so not exactly twice)
+            np.testing.assert_allclose(d["absmax"], 2 * base[4 * layer + k][name]["absmax"], rtol=1e-2)
 
 
 NORM_1 = "model.layers.1.post_attention_layernorm.weight"
