@@ -287,13 +287,19 @@ static lb_status attn_heads(lb_runner *r, size_t li, acts *b, size_t n)
     return LB_OK;
 }
 
-/* b->x += o_proj(b->att): the attention half's residual. */
-static lb_status attn_out(lb_runner *r, size_t li, acts *b, size_t n)
+/* b->x += lin(in): a half's product added into the residual stream. */
+static lb_status add_product(lb_runner *r, linear *lin, const float *in, acts *b, size_t n)
 {
-    lb_status st = linear_matmul(r, &r->layers[li].w[W_O], b->att, n, b->xb);
+    lb_status st = linear_matmul(r, lin, in, n, b->xb);
     if (st != LB_OK) return st;
     for (size_t i = 0; i < n * r->dim; i++) b->x[i] += b->xb[i];
     return LB_OK;
+}
+
+/* b->x += o_proj(b->att): the attention half's residual. */
+static lb_status attn_out(lb_runner *r, size_t li, acts *b, size_t n)
+{
+    return add_product(r, &r->layers[li].w[W_O], b->att, b, n);
 }
 
 static lb_status attention_block(lb_runner *r, size_t li, acts *b, size_t n)
@@ -331,10 +337,7 @@ static lb_status mlp_act(lb_runner *r, size_t li, acts *b, size_t n)
 /* b->x += down_proj(b->hb): the MLP half's residual. */
 static lb_status mlp_out(lb_runner *r, size_t li, acts *b, size_t n)
 {
-    lb_status st = linear_matmul(r, &r->layers[li].w[W_DOWN], b->hb, n, b->xb);
-    if (st != LB_OK) return st;
-    for (size_t i = 0; i < n * r->dim; i++) b->x[i] += b->xb[i];
-    return LB_OK;
+    return add_product(r, &r->layers[li].w[W_DOWN], b->hb, b, n);
 }
 
 /* The MLP half of layer li on b->x; with inputs_only, it stops once
