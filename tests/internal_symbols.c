@@ -27,6 +27,7 @@
 #include "io/safetensors.h"
 #include "lowbit.h"
 #include "model/ggml_act.h"
+#include "model/runner_internal.h"
 #include "weights/qmodel_internal.h"
 
 typedef void (*any_fn)(void);
@@ -68,6 +69,9 @@ static const struct {
     ROW(lb__ggml_quantize_row_q4_1_imatrix), ROW(lb__ggml_quantize_row_q5_0_imatrix),
     ROW(lb__ggml_quantize_row_q5_1_imatrix), ROW(lb__ggml_act_round), ROW(lb__ggml_act_type),
     ROW(lb__calib_pass), ROW(lb__calib_windows), ROW(lb__calib_sample_positions), ROW(lb__calib_struct_layout),
+    /* the layerwise runner the calibration pass builds (model/runner_internal.h) */
+    ROW(lb__runner_build_layerwise), ROW(lb__runner_reload_layer_as), ROW(lb__runner_unload_layer),
+    ROW(lb__runner_unload_ends), ROW(lb__runner_layer), ROW(lb__runner_embed),
     ROW(lb__smoothquant_scales), ROW(lb__smoothquant_layer), ROW(lb__fold_input_scale), ROW(lb__smooth_group_init),
     ROW(lb__smooth_group_error), ROW(lb__smooth_group_free),
     /* AWQ (algo/awq.h) and the fake quantizer it measures through (weights/qmodel_internal.h) */

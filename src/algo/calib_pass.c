@@ -1,15 +1,18 @@
 /* The calibration pass (calib_pass.h): windows carried through the model
  * one decoder layer at a time.
  *
- * Per layer li:
- *   1. the runner's layer li is (re)loaded with its source values when the
- *      pass runs twice through it (below): in QUANTIZED mode the layer's
- *      own statistics are taken with the layer itself unquantized and the
- *      layers before it quantized (llm-compressor's sequential pipeline,
- *      and GPTQ's reference code without --true-sequential: every site of
- *      the layer sees the inputs its weight sees in the float layer whose
- *      input comes from the already quantized layers); with a callback it
- *      also picks up whatever the callback changed in later layers;
+ * The runner is built layerwise: it holds no decoder layer until its turn
+ * and drops each after, and drops the embeddings once the windows are
+ * embedded, so the pass holds one layer's weights (fp32 in SOURCE mode),
+ * not the model's. Per layer li:
+ *   1. the runner's layer li is loaded with its source values: in
+ *      QUANTIZED mode the layer's own statistics are taken with the layer
+ *      itself unquantized and the layers before it quantized
+ *      (llm-compressor's sequential pipeline, and GPTQ's reference code
+ *      without --true-sequential: every site of the layer sees the inputs
+ *      its weight sees in the float layer whose input comes from the
+ *      already quantized layers); it also picks up whatever a callback
+ *      changed in later layers;
  *   2. every window runs through the layer with the hooks collecting the
  *      statistics: for the layer's inputs alone when a second run follows
  *      (lb__runner_layer_inputs: the hidden states stay as they are and
@@ -21,9 +24,8 @@
  *      and every window runs through it in place, hooks off: the hidden
  *      states go on to layer li + 1 through the changed layer.
  * (SUBLAYERS mode runs the layer in stages instead: run_sublayers.)
- * Steps 1 and 4 are skipped when nothing can have changed (SOURCE mode
- * without a callback): the collecting run's outputs are then the layer's
- * outputs. With a callback they are not kept (every method changes the
+ * Step 4 is skipped when nothing can have changed (SOURCE mode without a
+ * callback): the collecting run's outputs are then the layer's outputs. With a callback they are not kept (every method changes the
  * layer it is called on, so keeping them would only cost a second buffer
  * of all hidden states), unless keep_outputs says the callback's changes
  * leave the layer's function as it was (SmoothQuant's folds): then the
@@ -472,10 +474,10 @@ static lb_status run_pass(lb_qmodel *q, lb_runner *r, pass *p, float *h, float *
         int last = li + 1 == n_layers;
         if ((st = layer_begin(p, q, li)) != LB_OK) break;
         if (o->mode == LB__CALIB_SUBLAYERS) {
-            st = run_sublayers(q, r, p, h, carry, n_windows, fn, ctx, last);
+            st = lb__runner_reload_layer_as(r, q, li, LB__RUNNER_CALIB);
+            if (st == LB_OK) st = run_sublayers(q, r, p, h, carry, n_windows, fn, ctx, last);
         } else {
-            if (o->mode == LB__CALIB_QUANTIZED || (fn && li > 0))
-                st = lb__runner_reload_layer_as(r, q, li, LB__RUNNER_SOURCE);
+            st = lb__runner_reload_layer_as(r, q, li, LB__RUNNER_SOURCE);
             if (st == LB_OK) st = collect(r, p, h, NULL, n_windows, twice ? RUN_INPUTS_ONLY : RUN_IN_PLACE, 0);
             if (st != LB_OK) break;
             for (int s = 0; s < LB__SITE_COUNT; s++) site_end(p, s, rows);
@@ -486,6 +488,7 @@ static lb_status run_pass(lb_qmodel *q, lb_runner *r, pass *p, float *h, float *
                     st = run_window(r, p, h, NULL, w, RUN_IN_PLACE, 0);
             }
         }
+        lb__runner_unload_layer(r, li); /* one layer's weights at a time */
         if (st == LB_OK && o->progress) o->progress(o->progress_ctx, li + 1, n_layers);
     }
     return st;
@@ -517,7 +520,7 @@ lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows,
 
     lb_runner_options ro = {.threads = o->threads, .max_ctx = (uint32_t)window};
     lb_runner *r = NULL;
-    if ((st = lb__runner_build(q, &ro, build, &r)) != LB_OK) return st;
+    if ((st = lb__runner_build_layerwise(q, &ro, build, &r)) != LB_OK) return st;
     size_t dim = lb__runner_dim(r);
     uint64_t total = (uint64_t)n_windows * window;
     pass p = {.window = window, .only_site = -1, .threads = o->threads,
@@ -545,6 +548,7 @@ lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows,
     for (size_t w = 0; w < n_windows && st == LB_OK; w++)
         st = lb__runner_embed(r, windows + w * window, window, h + w * window * dim);
     if (st == LB_OK) {
+        lb__runner_unload_ends(r); /* the windows are embedded; no logits are wanted */
         lb_runner_set_hook(r, on_input, &p);
         lb__runner_set_kv_hook(r, on_kv, &p);
         st = run_pass(q, r, &p, h, carry, n_windows, o, fn, ctx);

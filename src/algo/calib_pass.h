@@ -6,7 +6,9 @@
  * replace or quantize weights), and the windows then continue through the
  * layer as changed. Memory: the hidden states of all windows (n_windows x
  * window x dim floats: 151 MB for SmolLM2 at 128 x 512) plus one layer's
- * statistics and row samples -- never a layer's full activations.
+ * weights (the runner loads each layer in its turn and drops it after),
+ * statistics and row samples -- never a layer's full activations (but see
+ * SUBLAYERS mode's carry).
  *
  * Which model the inputs of layer i come from (lb__calib_mode):
  *   SOURCE     layers < i as the method left them, unquantized (the folded

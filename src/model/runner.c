@@ -378,8 +378,24 @@ static lb_status embed_row(const lb_runner *r, int32_t token, float *row)
     return LB_OK;
 }
 
+/* A layerwise runner (lb__runner_build_layerwise) holds only what its
+ * calibration pass loaded: what is not there is refused, never read. */
+static lb_status check_ends(const lb_runner *r, const char *fn)
+{
+    return r->ends_unloaded ? lb__fail(LB_ERR_ARG, "%s: this runner's embeddings and head were dropped", fn) : LB_OK;
+}
+
+static lb_status check_layer(const lb_runner *r, const char *fn, size_t li, size_t n)
+{
+    if (li >= r->n_layers) return lb__fail(LB_ERR_ARG, "%s: layer %zu of %zu", fn, li, r->n_layers);
+    if (n == 0 || n > r->max_ctx) return lb__fail(LB_ERR_ARG, "%s: %zu tokens (the context is %zu)", fn, n, r->max_ctx);
+    if (!r->layers[li].loaded) return lb__fail(LB_ERR_ARG, "%s: layer %zu is not loaded", fn, li);
+    return LB_OK;
+}
+
 static lb_status check_tokens(const lb_runner *r, const char *fn, const int32_t *tokens, size_t n)
 {
+    if (check_ends(r, fn) != LB_OK) return LB_ERR_ARG;
     if (n == 0) return lb__fail(LB_ERR_ARG, "%s: no tokens", fn);
     if (!tokens) return lb__fail(LB_ERR_ARG, "%s: tokens is NULL", fn);
     for (size_t t = 0; t < n; t++)
@@ -433,6 +449,8 @@ static lb_status forward(lb_runner *r, const char *fn_name, const int32_t *token
     if (n > r->max_ctx || r->pos > r->max_ctx - n)
         return lb__fail(LB_ERR_ARG, "%s: %zu tokens after position %zu exceed the context of %zu", fn_name, n, r->pos,
                         r->max_ctx);
+    for (size_t li = 0; li < r->n_layers; li++)
+        if (!r->layers[li].loaded) return lb__fail(LB_ERR_ARG, "%s: layer %zu is not loaded", fn_name, li);
 
     acts b;
     float *buf = acts_alloc(r, n, &b);
@@ -465,8 +483,7 @@ lb_status lb__runner_embed(lb_runner *r, const int32_t *tokens, size_t n, float 
  * fire up to down_proj's, whose product is not computed). */
 static lb_status run_layer(lb_runner *r, const char *fn, size_t li, const float *x, float *out, size_t n)
 {
-    if (li >= r->n_layers) return lb__fail(LB_ERR_ARG, "%s: layer %zu of %zu", fn, li, r->n_layers);
-    if (n == 0 || n > r->max_ctx) return lb__fail(LB_ERR_ARG, "%s: %zu tokens (the context is %zu)", fn, n, r->max_ctx);
+    if (check_layer(r, fn, li, n) != LB_OK) return LB_ERR_ARG;
     acts b;
     float *buf = acts_alloc(r, n, &b);
     if (!buf) return lb__fail(LB_ERR_NOMEM, "%s: cannot allocate activations for %zu tokens", fn, n);
@@ -496,8 +513,7 @@ size_t lb__runner_carry_width(const lb_runner *r) { return r->q_dim > r->hidden 
 lb_status lb__runner_layer_stage(lb_runner *r, size_t li, lb__layer_stage stage, float *x, float *carry, size_t n)
 {
     const char *fn = "lb__runner_layer_stage";
-    if (li >= r->n_layers) return lb__fail(LB_ERR_ARG, "%s: layer %zu of %zu", fn, li, r->n_layers);
-    if (n == 0 || n > r->max_ctx) return lb__fail(LB_ERR_ARG, "%s: %zu tokens (the context is %zu)", fn, n, r->max_ctx);
+    if (check_layer(r, fn, li, n) != LB_OK) return LB_ERR_ARG;
     if (!x || (!carry && stage != LB__STAGE_ATTN_IN)) return lb__fail(LB_ERR_ARG, "%s: NULL hidden states or carry", fn);
     acts b;
     float *buf = acts_alloc(r, n, &b);
@@ -535,6 +551,7 @@ lb_status lb__runner_layer_stage(lb_runner *r, size_t li, lb__layer_stage stage,
 
 lb_status lb__runner_logits(lb_runner *r, const float *x, size_t n, float *logits)
 {
+    if (check_ends(r, "lb__runner_logits") != LB_OK) return LB_ERR_ARG;
     if (n == 0) return lb__fail(LB_ERR_ARG, "lb__runner_logits: no rows");
     float *xb = malloc(n * r->dim * sizeof *xb);
     if (!xb) return lb__fail(LB_ERR_NOMEM, "lb__runner_logits: cannot allocate %zu normed rows", n);

@@ -44,6 +44,7 @@ typedef struct layer {
     float *attn_norm, *ffn_norm;     /* dim */
     float *q_bias, *k_bias, *v_bias; /* Qwen2; NULL otherwise */
     float *q_norm, *k_norm;          /* Qwen3: head_dim; NULL otherwise */
+    int loaded;                      /* 0: not loaded (a layerwise runner's layer out of its turn) */
 } layer;
 
 struct lb_runner {
@@ -70,6 +71,7 @@ struct lb_runner {
     uint64_t act_saturated, act_values; /* W8A8 inputs clipped to the code range, of those quantized */
     lb_runner_options opts; /* as built (progress dropped): lb__runner_reload_layer loads alike */
     int calibration;        /* as built: lb__runner_build_ex's mode */
+    int ends_unloaded;      /* lb__runner_unload_ends: no embedding or head */
 };
 
 #endif

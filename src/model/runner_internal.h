@@ -25,6 +25,16 @@ void lb__runner_set_kv_hook(lb_runner *r, lb__kv_hook hook, void *ctx);
 enum { LB__RUNNER_CALIB = 1, LB__RUNNER_SOURCE = 2 };
 /* lb_runner_from_qmodel in one of those modes. */
 lb_status lb__runner_build(const lb_qmodel *q, const lb_runner_options *o, int calibration, lb_runner **out);
+/* The same in a calibration mode with no decoder layer loaded: the
+ * calibration pass loads each in its turn (lb__runner_reload_layer_as)
+ * and drops it after (lb__runner_unload_layer), and drops the embeddings
+ * and head once the windows are embedded (lb__runner_unload_ends), so it
+ * holds one layer's weights, not the model's (fp32 in SOURCE mode: 0.54
+ * GB for SmolLM2, 32 GB for an 8B model). Running a layer that is not
+ * loaded, or embedding after the ends are dropped, is LB_ERR_ARG. */
+lb_status lb__runner_build_layerwise(const lb_qmodel *q, const lb_runner_options *o, int calibration, lb_runner **out);
+void lb__runner_unload_layer(lb_runner *r, size_t li);
+void lb__runner_unload_ends(lb_runner *r);
 
 /* The one builder: legacy_act is lb_runner_new's W8A8 format for the
  * seven projections (LB_FMT_FP32: the qmodel's lb_qact instead). */

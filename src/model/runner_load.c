@@ -410,6 +410,7 @@ static lb_status load_layer(const loader *l, lb_runner *r, size_t i, layer *ly)
     VEC(q_norm, "self_attn.q_norm.weight", r->head_dim, r->a.qk_norm)
     VEC(k_norm, "self_attn.k_norm.weight", r->head_dim, r->a.qk_norm)
 #undef VEC
+    ly->loaded = st == LB_OK;
     return st;
 }
 
@@ -503,8 +504,10 @@ static lb_status init_kv(const loader *l, lb_runner *r)
     return st;
 }
 
-lb_status lb__runner_build_ex(const lb_qmodel *q, const lb_runner_options *o, lb_format legacy_act, int calibration,
-                              lb_runner **out)
+/* The builder; layerwise: the decoder layers are left unloaded (each
+ * loaded in its turn by lb__runner_reload_layer_as). */
+static lb_status build(const lb_qmodel *q, const lb_runner_options *o, lb_format legacy_act, int calibration,
+                       int layerwise, lb_runner **out)
 {
     if (o->decode_act != LB_FMT_FP32 && o->decode_act != LB_FMT_INT8)
         return lb__fail(LB_ERR_ARG, "decode activations %d: int8 or fp32 (exact)", (int)o->decode_act);
@@ -544,7 +547,7 @@ lb_status lb__runner_build_ex(const lb_qmodel *q, const lb_runner_options *o, lb
         }
         if (st == LB_OK) st = load_embeddings(&l, r);
         if (st == LB_OK && o->progress) o->progress(o->progress_ctx, 0, r->n_layers);
-        for (size_t i = 0; i < r->n_layers && st == LB_OK; i++) {
+        for (size_t i = 0; i < r->n_layers && st == LB_OK && !layerwise; i++) {
             st = load_layer(&l, r, i, &r->layers[i]);
             if (st == LB_OK && o->progress) o->progress(o->progress_ctx, i + 1, r->n_layers);
         }
@@ -563,7 +566,14 @@ lb_status lb__runner_build_ex(const lb_qmodel *q, const lb_runner_options *o, lb
     return LB_OK;
 }
 
-lb_status lb__runner_build(const lb_qmodel *q, const lb_runner_options *o, int calibration, lb_runner **out)
+lb_status lb__runner_build_ex(const lb_qmodel *q, const lb_runner_options *o, lb_format legacy_act, int calibration,
+                              lb_runner **out)
+{
+    return build(q, o, legacy_act, calibration, 0, out);
+}
+
+static lb_status build_from_qmodel(const lb_qmodel *q, const lb_runner_options *o, int calibration, int layerwise,
+                                   lb_runner **out)
 {
     if (!out) return lb__fail(LB_ERR_ARG, "lb_runner_from_qmodel: out is NULL");
     *out = NULL;
@@ -574,7 +584,20 @@ lb_status lb__runner_build(const lb_qmodel *q, const lb_runner_options *o, int c
         return lb__fail(LB_ERR_ARG, "lb_runner_from_qmodel: the quantized model says how each weight and activation "
                         "is held; the options' attn, mlp, embed, head and act must be unset");
     if (lb__kv_format_check(o->kv) != LB_OK) return LB_ERR_FORMAT;
-    return lb__runner_build_ex(q, o, LB_FMT_FP32, calibration, out);
+    return build(q, o, LB_FMT_FP32, calibration, layerwise, out);
+}
+
+lb_status lb__runner_build(const lb_qmodel *q, const lb_runner_options *o, int calibration, lb_runner **out)
+{
+    return build_from_qmodel(q, o, calibration, 0, out);
+}
+
+lb_status lb__runner_build_layerwise(const lb_qmodel *q, const lb_runner_options *o, int calibration, lb_runner **out)
+{
+    if (calibration != LB__RUNNER_CALIB && calibration != LB__RUNNER_SOURCE)
+        return lb__fail(LB_ERR_ARG, "lb__runner_build_layerwise: build mode %d (the calibration modes only)",
+                        calibration);
+    return build_from_qmodel(q, o, calibration, 1, out);
 }
 
 lb_status lb_runner_from_qmodel(const lb_qmodel *q, const lb_runner_options *o, lb_runner **out)
@@ -658,6 +681,21 @@ static lb_status reload_layer(lb_runner *r, const lb_qmodel *q, size_t li, int c
         if (r->layers[li].w[w].has_a8) r->layers[li].w[w].a8.m = &r->layers[li].w[w].q;
     r->mem = mem; /* the counts stay those of the build (a reloaded layer has the same shapes) */
     return LB_OK;
+}
+
+void lb__runner_unload_layer(lb_runner *r, size_t li)
+{
+    if (r && li < r->n_layers) layer_free(&r->layers[li]);
+}
+
+void lb__runner_unload_ends(lb_runner *r)
+{
+    if (!r) return;
+    free(r->embed);
+    r->embed = NULL;
+    lb__qmat_free(&r->embed_q);
+    linear_free(&r->head);
+    r->ends_unloaded = 1;
 }
 
 lb_status lb__runner_reload_ends(lb_runner *r, const lb_qmodel *q)

@@ -98,6 +98,16 @@ def lib():
     L.lb__calib_windows.restype = ctypes.c_int
     L.lb__calib_sample_positions.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_uint64]
     L.lb__calib_sample_positions.restype = None
+    for name, args in [("lb__runner_build_layerwise", [P, P, ctypes.c_int, ctypes.POINTER(P)]),
+                       ("lb__runner_reload_layer_as", [P, P, ctypes.c_size_t, ctypes.c_int]),
+                       ("lb__runner_layer", [P, ctypes.c_size_t, P, ctypes.c_size_t]),
+                       ("lb__runner_embed", [P, P, ctypes.c_size_t, P])]:
+        getattr(L, name).argtypes = args
+        getattr(L, name).restype = ctypes.c_int
+    L.lb__runner_unload_layer.argtypes = [P, ctypes.c_size_t]
+    L.lb__runner_unload_layer.restype = None
+    L.lb__runner_unload_ends.argtypes = [P]
+    L.lb__runner_unload_ends.restype = None
     L.lb__calib_struct_layout.argtypes = [P]
     L.lb__calib_struct_layout.restype = None
     libc = ctypes.CDLL(None)
@@ -549,6 +559,43 @@ def test_sublayers_mode_sees_the_sites_before_it_rounded(lib, wins):
         vv = (xa @ wq[layer][1].T).reshape(N_WINDOWS, WINDOW, 4, 8)
         np.testing.assert_allclose(s["k_absmax"], np.abs(kk).max(axis=(0, 1, 3)), rtol=1e-5)
         np.testing.assert_allclose(s["v_absmax"], np.abs(vv).max(axis=(0, 1, 3)), rtol=1e-5)
+
+
+RUNNER_CALIB, RUNNER_SOURCE = 1, 2
+
+
+def test_the_pass_runner_holds_one_layer_at_a_time(lib, qm, wins):
+    """lb__runner_build_layerwise (the pass's runner): no decoder layer until
+    it is loaded, none after it is dropped, and no embedding once the ends
+    are dropped -- each refused with LB_ERR_ARG naming what is missing,
+    never read; a loaded layer computes as the whole runner's does."""
+    o = lbc.RunnerOptions(threads=2, max_ctx=WINDOW)
+    r, full = P(), P()
+    assert lib.lb__runner_build_layerwise(qm.h, ctypes.byref(o), 3, ctypes.byref(r)) == LB_ERR_ARG  # not a calib mode
+    assert lib.lb__runner_build_layerwise(qm.h, ctypes.byref(o), RUNNER_SOURCE, ctypes.byref(r)) == LB_OK, err(lib)
+    assert lib.lb_runner_from_qmodel(qm.h, ctypes.byref(o), ctypes.byref(full)) == LB_OK, err(lib)
+    try:
+        toks = np.ascontiguousarray(wins[0], dtype=np.int32)
+        x = np.zeros((WINDOW, 64), np.float32)
+        assert lib.lb__runner_embed(r, toks.ctypes.data, WINDOW, x.ctypes.data) == LB_OK, err(lib)
+        y = x.copy()
+        assert lib.lb__runner_layer(r, 1, y.ctypes.data, WINDOW) == LB_ERR_ARG and "layer 1 is not loaded" in err(lib)
+        assert lib.lb_runner_forward(r, toks.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), WINDOW, None, 0) == \
+            LB_ERR_ARG and "not loaded" in err(lib)
+        assert lib.lb__runner_reload_layer_as(r, qm.h, 1, RUNNER_SOURCE) == LB_OK, err(lib)
+        assert lib.lb__runner_layer(r, 1, y.ctypes.data, WINDOW) == LB_OK, err(lib)
+        y_full = x.copy()  # the whole runner of the same (unquantized) model
+        assert lib.lb__runner_layer(full, 1, y_full.ctypes.data, WINDOW) == LB_OK, err(lib)
+        assert not np.array_equal(y, x) and np.array_equal(y, y_full)
+        lib.lb__runner_unload_layer(r, 1)
+        z = x.copy()
+        assert lib.lb__runner_layer(r, 1, z.ctypes.data, WINDOW) == LB_ERR_ARG and np.array_equal(z, x)
+        lib.lb__runner_unload_ends(r)
+        assert lib.lb__runner_embed(r, toks.ctypes.data, WINDOW, z.ctypes.data) == LB_ERR_ARG
+        assert "embeddings and head were dropped" in err(lib)
+    finally:
+        lib.lb_runner_free(r)
+        lib.lb_runner_free(full)
 
 
 UP_2 = weight_name(2, "mlp.up_proj")
