@@ -6,7 +6,7 @@ of `lowbit quantize` with each method (calibration, method and writing the check
 
 usage: .venv/bin/python bench/outlier_bench.py [--build build] [--chunks 40] [--calib-seqs 128]
        [--calib-len 512] [--models smollm2,stories] [--sections quality,time] [--threads 2]
-       [--only WORDS] [--methods rtn,smoothquant,smoothquant:search,awq,gptq,gptq:fileorder,awq+gptq,...]
+       [--only WORDS] [--methods rtn,smoothquant,smoothquant:search,awq,gptq,gptq:layerseq,gptq:fileorder,awq+gptq,...]
 Needs the SmolLM2 GGUF (.cache/smollm2, made by `make test`). Scratch: ~/.cache/lowbit/bench-outlier."""
 import argparse
 import json
@@ -43,8 +43,8 @@ def rows_for(model, group):
     return [
         ("W8A8-INT8 static per-tensor", ["--recipe", "RECIPE"], ["rtn", "smoothquant", "smoothquant:search"]),
         ("W8A8-INT8 dynamic per-token", ["--scheme", "W8A8-INT8"], ["rtn"]),
-        (f"{w4} (int4 g{group})", ["--scheme", w4], ["rtn", "awq", "gptq", "gptq:fileorder", "awq+gptq",
-                                                     "awq+gptq:fileorder"]),
+        (f"{w4} (int4 g{group})", ["--scheme", w4], ["rtn", "awq", "gptq", "gptq:layerseq", "gptq:fileorder",
+                                                     "awq+gptq", "awq+gptq:fileorder"]),
         ("NVFP4A16", ["--scheme", "NVFP4A16"], ["rtn", "awq", "gptq"]),
         ("MXFP4A16", ["--scheme", "MXFP4A16"], ["rtn", "awq", "gptq"]),
         (f"{w4}, first and last layers kept", ["--scheme", w4, "--keep", "model.layers.0.*", "--keep",
@@ -59,6 +59,8 @@ def method_args(m):
         return ["--method", "smoothquant", "--alpha", "search"]
     if m.endswith(":fileorder"):  # gptq:fileorder, awq+gptq:fileorder (act order is the default, as llm-compressor's)
         return ["--method", m.split(":")[0], "--no-actorder"]
+    if m.endswith(":layerseq"):  # gptq:layerseq: a layer's weights against its unrounded inputs (true-sequential is
+        return ["--method", m.split(":")[0], "--no-true-sequential"]  # the default)
     return ["--method", m]
 
 
