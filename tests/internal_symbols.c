@@ -71,7 +71,7 @@ static const struct {
     ROW(lb__calib_pass), ROW(lb__calib_windows), ROW(lb__calib_sample_positions), ROW(lb__calib_struct_layout),
     /* the layerwise runner the calibration pass builds (model/runner_internal.h) */
     ROW(lb__runner_build_layerwise), ROW(lb__runner_reload_layer_as), ROW(lb__runner_unload_layer),
-    ROW(lb__runner_unload_ends), ROW(lb__runner_layer), ROW(lb__runner_embed),
+    ROW(lb__runner_unload_ends), ROW(lb__runner_layer), ROW(lb__runner_embed), ROW(lb__runner_reload_weights),
     ROW(lb__smoothquant_scales), ROW(lb__smoothquant_layer), ROW(lb__fold_input_scale), ROW(lb__smooth_group_init),
     ROW(lb__smooth_group_error), ROW(lb__smooth_group_free),
     /* AWQ (algo/awq.h) and the fake quantizer it measures through (weights/qmodel_internal.h) */

@@ -25,8 +25,9 @@
  *      states go on to layer li + 1 through the changed layer.
  * (SUBLAYERS mode runs the layer in stages instead: run_sublayers.)
  * Step 4 is skipped when nothing can have changed (SOURCE mode without a
- * callback): the collecting run's outputs are then the layer's outputs. With a callback they are not kept (every method changes the
- * layer it is called on, so keeping them would only cost a second buffer
+ * callback): the collecting run's outputs are then the layer's outputs.
+ * With a callback they are not kept (every method changes the layer it is
+ * called on, so keeping them would only cost a second buffer
  * of all hidden states), unless keep_outputs says the callback's changes
  * leave the layer's function as it was (SmoothQuant's folds): then the
  * layer runs once, in place, as without a callback. Step 4 is skipped for
@@ -86,7 +87,6 @@ typedef struct pass {
     size_t n_sample, sample_lo, sample_hi; /* sample_pos[lo, hi) lie in the running window */
     size_t window, win, layer;            /* window length, the running window, the running layer */
     int collecting;
-    int only_site;                        /* SUBLAYERS mode: the site being collected; else -1 (all) */
     int threads;
     lb__column_stats_fn column_stats;     /* the active ISA's (calib_stats.h) */
     float *xt;                            /* [max_cols][window]: X^T of one window */
@@ -161,7 +161,7 @@ static void on_input(void *ctx, const char *name, const float *x, size_t rows, s
     pass *p = ctx;
     int site = site_of(name);
     if (!p->collecting || p->status != LB_OK || site < 0 || p->counted[site] == p->win + 1) return;
-    if (p->only_site >= 0 && site != p->only_site) return; /* a stage's norm hooked again: not its site */
+    if (p->st.partial && site != p->st.current) return; /* a stage's norm hooked again: not its site */
     lb__site_stats *s = &p->st.site[site];
     if (cols != s->cols || rows != p->window) {
         p->status = lb__fail(LB_ERR_ARG, "lb__calib_pass: layer %zu: %s came as %zu x %zu, not %zu x %zu", p->layer,
@@ -217,11 +217,11 @@ static void on_kv(void *ctx, size_t layer, const float *k, const float *v, size_
 static lb_status check_window(const pass *p)
 {
     for (int s = 0; s < LB__SITE_COUNT; s++)
-        if ((p->only_site < 0 || s == p->only_site) && p->counted[s] != p->win + 1)
+        if ((!p->st.partial || s == p->st.current) && p->counted[s] != p->win + 1)
             return lb__fail(LB_ERR_ARG, "lb__calib_pass: layer %zu: the forward pass did not show %s", p->layer,
                             site_what[s]);
     /* the keys and values come with o_proj's input (SUBLAYERS: that stage) */
-    if ((p->only_site < 0 || p->only_site == LB__SITE_O_IN) && p->kv_counted != p->win + 1)
+    if ((!p->st.partial || p->st.current == LB__SITE_O_IN) && p->kv_counted != p->win + 1)
         return lb__fail(LB_ERR_ARG, "lb__calib_pass: layer %zu: the forward pass did not show its keys and values",
                         p->layer);
     return LB_OK;
@@ -435,28 +435,27 @@ static lb_status collect(lb_runner *r, pass *p, float *h, float *carry, size_t n
 }
 
 /* SUBLAYERS mode, layer li: each site in turn collected over every window
- * (the stage that ends at its input), handed to fn alone, and the layer
- * reloaded from q so that the next stage computes with what fn set; then
- * the windows' outputs (not for the last layer). The runner's layer li
- * needs no reload first: a site's input is computed only from the weights
- * of the sites before it, each reloaded after its fn. */
+ * (the stage that ends at its input), handed to fn alone, and that site's
+ * weights reloaded from q (fn changes no others) so that the next stage
+ * computes with what fn set; then the windows' outputs (not for the last
+ * layer). */
 static lb_status run_sublayers(lb_qmodel *q, lb_runner *r, pass *p, float *h, float *carry, size_t n_windows,
                                lb__calib_layer_fn fn, void *ctx, int last)
 {
     static const lb__layer_stage ends_at[LB__SITE_COUNT] = {LB__STAGE_ATTN_IN, LB__STAGE_O_IN, LB__STAGE_MLP_IN,
                                                             LB__STAGE_DOWN_IN};
+    /* the runner's weights reading each site, in its model order (q, k, v, o, gate, up, down) */
+    static const int first_weight[LB__SITE_COUNT + 1] = {0, 3, 4, 6, 7};
     uint64_t rows = (uint64_t)n_windows * p->window;
     lb_status st = LB_OK;
     for (int s = 0; s < LB__SITE_COUNT && st == LB_OK; s++) {
-        p->only_site = s;
+        p->st.partial = 1, p->st.current = s;
         st = collect(r, p, h, carry, n_windows, RUN_STAGE, ends_at[s]);
         if (st != LB_OK) break;
         site_end(p, s, rows);
-        p->st.partial = 1, p->st.current = s;
         if (fn && (st = fn(ctx, q, &p->st)) == LB_OK && !(last && s + 1 == LB__SITE_COUNT))
-            st = lb__runner_reload_layer(r, q, p->layer);
+            st = lb__runner_reload_weights(r, q, p->layer, first_weight[s], first_weight[s + 1]);
     }
-    p->only_site = -1;
     p->st.partial = p->st.current = 0;
     for (size_t w = 0; w < n_windows && st == LB_OK && !last; w++)
         st = run_window(r, p, h, carry, w, RUN_STAGE, LB__STAGE_OUT);
@@ -470,13 +469,13 @@ static lb_status run_pass(lb_qmodel *q, lb_runner *r, pass *p, float *h, float *
     uint64_t rows = (uint64_t)n_windows * p->window;
     lb_status st = LB_OK;
     for (size_t li = 0; li < n_layers && st == LB_OK; li++) {
-        int twice = (fn && !o->keep_outputs) || o->mode == LB__CALIB_QUANTIZED;
         int last = li + 1 == n_layers;
         if ((st = layer_begin(p, q, li)) != LB_OK) break;
         if (o->mode == LB__CALIB_SUBLAYERS) {
             st = lb__runner_reload_layer_as(r, q, li, LB__RUNNER_CALIB);
             if (st == LB_OK) st = run_sublayers(q, r, p, h, carry, n_windows, fn, ctx, last);
         } else {
+            int twice = (fn && !o->keep_outputs) || o->mode == LB__CALIB_QUANTIZED;
             st = lb__runner_reload_layer_as(r, q, li, LB__RUNNER_SOURCE);
             if (st == LB_OK) st = collect(r, p, h, NULL, n_windows, twice ? RUN_INPUTS_ONLY : RUN_IN_PLACE, 0);
             if (st != LB_OK) break;
@@ -523,8 +522,7 @@ lb_status lb__calib_pass(lb_qmodel *q, const int32_t *windows, size_t n_windows,
     if ((st = lb__runner_build_layerwise(q, &ro, build, &r)) != LB_OK) return st;
     size_t dim = lb__runner_dim(r);
     uint64_t total = (uint64_t)n_windows * window;
-    pass p = {.window = window, .only_site = -1, .threads = o->threads,
-              .column_stats = lb__column_stats_for(lb_isa_active())};
+    pass p = {.window = window, .threads = o->threads, .column_stats = lb__column_stats_for(lb_isa_active())};
     p.st.n_kv_heads = a->n_kv_heads ? a->n_kv_heads : a->n_heads; /* as the runner reads the architecture */
     p.st.head_dim = a->head_dim ? a->head_dim : a->dim / a->n_heads;
     p.n_sample = o->sample_rows < total ? o->sample_rows : (size_t)total;

@@ -34,6 +34,11 @@ lb_status lb__runner_build(const lb_qmodel *q, const lb_runner_options *o, int c
  * loaded, or embedding after the ends are dropped, is LB_ERR_ARG. */
 lb_status lb__runner_build_layerwise(const lb_qmodel *q, const lb_runner_options *o, int calibration, lb_runner **out);
 void lb__runner_unload_layer(lb_runner *r, size_t li);
+/* Reloads weights w0 .. w1-1 of loaded layer li (in model order: q, k, v,
+ * o, gate, up, down = 0 .. 6) from q in the runner's build mode, the rest
+ * of the layer as it is: what the SUBLAYERS pass needs after a callback
+ * changed one site's weights. On failure those already reloaded stay so. */
+lb_status lb__runner_reload_weights(lb_runner *r, const lb_qmodel *q, size_t li, int w0, int w1);
 void lb__runner_unload_ends(lb_runner *r);
 
 /* The one builder: legacy_act is lb_runner_new's W8A8 format for the

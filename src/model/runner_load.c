@@ -348,6 +348,14 @@ static lb_status check_arch(lb_runner *r, const lb_model *m)
  * the layer count, head sizes and vocabulary are then bounded by what the
  * file holds (a 319 KB file saying block_count = 2000000 fails at the
  * first missing layer, not after gigabytes of per-layer state). */
+/* Weight w's rows and columns in every decoder layer. */
+static void weight_shape(const lb_runner *r, int w, size_t *rows, size_t *cols)
+{
+    const size_t shape[W_COUNT][2] = {{r->q_dim, r->dim}, {r->kv_dim, r->dim},  {r->kv_dim, r->dim}, {r->dim, r->q_dim},
+                                      {r->hidden, r->dim}, {r->hidden, r->dim}, {r->dim, r->hidden}};
+    *rows = shape[w][0], *cols = shape[w][1];
+}
+
 static lb_status check_tensors(const loader *l, const lb_runner *r)
 {
     lb_status st = LB_OK;
@@ -360,9 +368,6 @@ static lb_status check_tensors(const loader *l, const lb_runner *r)
     if (!find_shaped(l, "model.norm.weight", r->dim, 0, &st)) return st;
     if (lb_model_find(l->m, "rope_freqs.weight") && !find_shaped(l, "rope_freqs.weight", r->head_dim / 2, 0, &st))
         return st;
-    size_t shape[W_COUNT][2] = {{r->q_dim, r->dim},     {r->kv_dim, r->dim},    {r->kv_dim, r->dim},
-                                {r->dim, r->q_dim},     {r->hidden, r->dim},    {r->hidden, r->dim},
-                                {r->dim, r->hidden}};
     struct { const char *suffix; size_t n; int present; } vectors[] = {
         {"input_layernorm.weight", r->dim, 1},          {"post_attention_layernorm.weight", r->dim, 1},
         {"self_attn.q_proj.bias", r->q_dim, r->a.qkv_bias}, {"self_attn.k_proj.bias", r->kv_dim, r->a.qkv_bias},
@@ -372,8 +377,10 @@ static lb_status check_tensors(const loader *l, const lb_runner *r)
     char name[96];
     for (size_t i = 0; i < r->n_layers; i++) {
         for (int w = 0; w < W_COUNT; w++) {
+            size_t rows, cols;
+            weight_shape(r, w, &rows, &cols);
             snprintf(name, sizeof name, "model.layers.%zu.%s.weight", i, weight_suffix[w]);
-            if (!find_shaped(l, name, shape[w][0], shape[w][1], &st)) return st;
+            if (!find_shaped(l, name, rows, cols, &st)) return st;
         }
         for (size_t v = 0; v < sizeof vectors / sizeof vectors[0]; v++) {
             snprintf(name, sizeof name, "model.layers.%zu.%s", i, vectors[v].suffix);
@@ -389,13 +396,12 @@ static lb_status check_tensors(const loader *l, const lb_runner *r)
 static lb_status load_layer(const loader *l, lb_runner *r, size_t i, layer *ly)
 {
     char name[96];
-    size_t shape[W_COUNT][2] = {{r->q_dim, r->dim},     {r->kv_dim, r->dim},    {r->kv_dim, r->dim},
-                                {r->dim, r->q_dim},     {r->hidden, r->dim},    {r->hidden, r->dim},
-                                {r->dim, r->hidden}};
     lb_status st = LB_OK;
     for (int w = 0; w < W_COUNT && st == LB_OK; w++) {
+        size_t rows, cols;
+        weight_shape(r, w, &rows, &cols);
         snprintf(ly->name[w], sizeof ly->name[w], "model.layers.%zu.%s.weight", i, weight_suffix[w]);
-        st = load_matrix(l, ly->name[w], shape[w][0], shape[w][1], 1, &ly->w[w], &r->mem);
+        st = load_matrix(l, ly->name[w], rows, cols, 1, &ly->w[w], &r->mem);
     }
 #define VEC(field, fmt, n, required)                                                   \
     if (st == LB_OK) {                                                                 \
@@ -680,6 +686,32 @@ static lb_status reload_layer(lb_runner *r, const lb_qmodel *q, size_t li, int c
     for (int w = 0; w < W_COUNT; w++)
         if (r->layers[li].w[w].has_a8) r->layers[li].w[w].a8.m = &r->layers[li].w[w].q;
     r->mem = mem; /* the counts stay those of the build (a reloaded layer has the same shapes) */
+    return LB_OK;
+}
+
+lb_status lb__runner_reload_weights(lb_runner *r, const lb_qmodel *q, size_t li, int w0, int w1)
+{
+    if (li >= r->n_layers || !r->layers[li].loaded || w0 < 0 || w1 > W_COUNT || w0 >= w1)
+        return lb__fail(LB_ERR_ARG, "lb__runner_reload_weights: weights %d .. %d of layer %zu (of %zu%s)", w0, w1, li,
+                        r->n_layers, li < r->n_layers && !r->layers[li].loaded ? ", not loaded" : "");
+    if (lb_model_arch(lb_qmodel_model(q))->n_layers != r->n_layers)
+        return lb__fail(LB_ERR_ARG, "lb__runner_reload_weights: the quantized model is of another model");
+    loader l = {lb_qmodel_model(q), q, &r->opts, r->threads, r->act, r->calibration};
+    layer *ly = &r->layers[li];
+    lb_runner_memory mem = r->mem;
+    for (int w = w0; w < w1; w++) {
+        size_t rows, cols;
+        weight_shape(r, w, &rows, &cols);
+        linear fresh = {0};
+        lb_status st = load_matrix(&l, ly->name[w], rows, cols, 1, &fresh, &mem);
+        if (st != LB_OK) {
+            linear_free(&fresh);
+            return st;
+        }
+        linear_free(&ly->w[w]);
+        ly->w[w] = fresh;
+        if (ly->w[w].has_a8) ly->w[w].a8.m = &ly->w[w].q; /* the W8A8 state borrows its matrix: this copy's */
+    }
     return LB_OK;
 }
 

@@ -101,7 +101,8 @@ def lib():
     for name, args in [("lb__runner_build_layerwise", [P, P, ctypes.c_int, ctypes.POINTER(P)]),
                        ("lb__runner_reload_layer_as", [P, P, ctypes.c_size_t, ctypes.c_int]),
                        ("lb__runner_layer", [P, ctypes.c_size_t, P, ctypes.c_size_t]),
-                       ("lb__runner_embed", [P, P, ctypes.c_size_t, P])]:
+                       ("lb__runner_embed", [P, P, ctypes.c_size_t, P]),
+                       ("lb__runner_reload_weights", [P, P, ctypes.c_size_t, ctypes.c_int, ctypes.c_int])]:
         getattr(L, name).argtypes = args
         getattr(L, name).restype = ctypes.c_int
     L.lb__runner_unload_layer.argtypes = [P, ctypes.c_size_t]
@@ -582,7 +583,10 @@ def test_the_pass_runner_holds_one_layer_at_a_time(lib, qm, wins):
         assert lib.lb__runner_layer(r, 1, y.ctypes.data, WINDOW) == LB_ERR_ARG and "layer 1 is not loaded" in err(lib)
         assert lib.lb_runner_forward(r, toks.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), WINDOW, None, 0) == \
             LB_ERR_ARG and "not loaded" in err(lib)
+        assert lib.lb__runner_reload_weights(r, qm.h, 1, 0, 3) == LB_ERR_ARG and "not loaded" in err(lib)
         assert lib.lb__runner_reload_layer_as(r, qm.h, 1, RUNNER_SOURCE) == LB_OK, err(lib)
+        assert lib.lb__runner_reload_weights(r, qm.h, 1, 3, 3) == LB_ERR_ARG  # an empty range
+        assert lib.lb__runner_reload_weights(r, qm.h, 1, 0, 7) == LB_OK, err(lib)  # the same values again
         assert lib.lb__runner_layer(r, 1, y.ctypes.data, WINDOW) == LB_OK, err(lib)
         y_full = x.copy()  # the whole runner of the same (unquantized) model
         assert lib.lb__runner_layer(full, 1, y_full.ctypes.data, WINDOW) == LB_OK, err(lib)
