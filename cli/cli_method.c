@@ -30,6 +30,18 @@ static int parse_count(const char *cmd, int json, const char *opt, const char *v
 
 static int is_gptq(lb_method m) { return m == LB_METHOD_GPTQ || m == LB_METHOD_AWQ_GPTQ; }
 
+/* A GPTQ switch and its --no- form (o is the argument at hand): 1 when o
+ * is either, *given set to it and *negated to whether it was the --no-
+ * form; -1 (said) when one of them came before; 0 when o is neither. */
+static int flag_pair(const char *cmd, int json, const char *o, const char *flag, const char **given, int *negated)
+{
+    int yes = strcmp(o, flag) == 0, no = strncmp(o, "--no-", 5) == 0 && strcmp(o + 5, flag + 2) == 0;
+    if (!yes && !no) return 0;
+    if (*given) return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s is given after %s: give one", o, *given), -1;
+    *given = o, *negated = no;
+    return 1;
+}
+
 int cli_method_option(const char *cmd, int json, int argc, char **argv, int *i, cli_recipe_args *a)
 {
     const char *o = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
@@ -42,20 +54,9 @@ int cli_method_option(const char *cmd, int json, int argc, char **argv, int *i, 
         *i += 1;
         return 1;
     }
-    if (strcmp(o, "--actorder") == 0 || strcmp(o, "--no-actorder") == 0) {
-        if (a->actorder)
-            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s is given after %s: give one", o,
-                            a->actorder), -1;
-        a->actorder = o, a->file_order = strcmp(o, "--no-actorder") == 0;
-        return 1;
-    }
-    if (strcmp(o, "--true-sequential") == 0 || strcmp(o, "--no-true-sequential") == 0) {
-        if (a->sequential)
-            return cli_fail(cmd, json, EXIT_USAGE, "bad_argument", "%s is given after %s: give one", o,
-                            a->sequential), -1;
-        a->sequential = o, a->layer_sequential = strcmp(o, "--no-true-sequential") == 0;
-        return 1;
-    }
+    int pair = flag_pair(cmd, json, o, "--actorder", &a->actorder, &a->file_order);
+    if (!pair) pair = flag_pair(cmd, json, o, "--true-sequential", &a->sequential, &a->layer_sequential);
+    if (pair) return pair;
     int method = strcmp(o, "--method") == 0, alpha = strcmp(o, "--alpha") == 0,
         seqs = strcmp(o, "--calib-seqs") == 0, len = strcmp(o, "--calib-len") == 0, damp = strcmp(o, "--damp") == 0,
         block = strcmp(o, "--block") == 0;
