@@ -40,6 +40,7 @@ ifneq ($(filter x86_64-% amd64-%,$(TARGET)),)
 FLAGS_AVX2   := -mavx2 -mfma -mf16c -mbmi2
 FLAGS_AVX512 := -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c -mbmi2
 FLAGS_VNNI   := $(FLAGS_AVX512) -mavx512vnni -mavx512bf16
+FLAGS_VBMI   := $(FLAGS_AVX512) -mavx512vbmi
 endif
 
 LIB_SRC := $(wildcard src/*/*.c)
@@ -76,6 +77,7 @@ $(BUILD)/src/quant/%.o: ALLFLAGS += -O3
 $(BUILD)/%_avx2.o: ALLFLAGS += $(FLAGS_AVX2)
 $(BUILD)/%_avx512.o: ALLFLAGS += $(FLAGS_AVX512)
 $(BUILD)/%_vnni.o: ALLFLAGS += $(FLAGS_VNNI)
+$(BUILD)/%_vbmi.o: ALLFLAGS += $(FLAGS_VBMI)
 
 $(BUILD)/liblowbit.a: $(LIB_OBJ)
 	@rm -f $@

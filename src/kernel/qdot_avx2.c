@@ -104,7 +104,8 @@ INL void chunk_w(const lb__qkind kind, const int aff, const int fold, const int 
         w[2] = lut16(_mm256_srli_epi32(b0, 4), tlo, thi), w[3] = lut16(_mm256_srli_epi32(b1, 4), tlo, thi);
         return;
     }
-    case LB__QK_SIX: v[0] = six8(s, e3m2), v[1] = six8(s + 6, e3m2); break;
+    case LB__QK_SIX:
+    case LB__QK_SIX_VBMI: v[0] = six8(s, e3m2), v[1] = six8(s + 6, e3m2); break;
     }
     for (int h = 0; h < 2; h++) {
         if (plain) w[h] = v[h];

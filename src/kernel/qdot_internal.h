@@ -21,8 +21,11 @@ typedef enum lb__qkind {
     LB__QK_U8,   /* uint8 */
     LB__QK_NIB,  /* 4-bit: a 16-entry table of w per block */
     LB__QK_SIX,  /* 6-bit floats: 32 magnitudes, sign bit 5 */
-    LB__QK_E4M3_FINITE /* never in a plan: the AVX-512 kernels' e4m3 for a matrix without NaN codes
-                          (lb__qmat.nan_free); the others decode it as LB__QK_E4M3 */
+    LB__QK_E4M3_FINITE, /* never in a plan: the AVX-512 kernels' e4m3 for a matrix without NaN codes
+                           (lb__qmat.nan_free); the others decode it as LB__QK_E4M3 */
+    LB__QK_SIX_VBMI     /* never in a plan: the AVX-512 VBMI kernels' 6-bit floats whose values are
+                           small integers times a power of two (lb__qdot_plan.six_unit); the others
+                           decode it as LB__QK_SIX */
 } lb__qkind;
 /* The kinds a plan holds (the tables indexed by p->kind). Every switch over
  * an lb__qkind lists every kind, with no default: a new kind is a compile
@@ -50,7 +53,20 @@ typedef struct lb__qdot_plan {
     float *mul, *zp;   /* LB__QDOT_STAGE_ROWS rows of `blocks` decoded scales (times scale_mul) and zero points */
     float *lut;        /* LB__QK_LUT8: 256 values; NIB: 16 values; SIX: 32 magnitudes */
     float *wrow;       /* the scalar path: one row's xstride values */
+    /* LB__QK_SIX where every value is an integer in [-127, 127] times
+     * six_unit, a power of two (fp6 e2m3: 1/8), else six_unit = 0:
+     * six_units[c] = value(c) / six_unit for each 6-bit code c (a code's
+     * sign bit on a zero magnitude gives 0, not -0: qdot_vbmi.c says why
+     * that changes no sum) */
+    float six_unit;
+    _Alignas(64) int8_t six_units[64];
 } lb__qdot_plan;
+
+/* The AVX-512 VBMI kernels (qdot_vbmi.c) for a LB__QK_SIX plan with
+ * six_unit != 0 whose blocks fit (x staged): 1 when they ran, 0 where the
+ * build or the CPU lacks VBMI (the caller runs the AVX-512 kernels). */
+int lb__qdot_six_vbmi(const lb__qmat *m, const lb__qdot_plan *p, size_t nx, size_t r0, size_t r1, float *y,
+                      size_t ldy);
 
 /* Fills the plan and carves the scratch (lb__qdot_scratch_bytes of it). */
 void lb__qdot_plan_init(const lb__qmat *m, void *scratch, lb__qdot_plan *p);

@@ -191,7 +191,8 @@ INL void chunk_w(const lb__qkind kind, const int aff, const int fold, const uint
         lut16(vshrq_n_u8(b, 4), tab, w + 4);
         return;
     }
-    case LB__QK_SIX: six_values(s, t0, t1, v); break;
+    case LB__QK_SIX:
+    case LB__QK_SIX_VBMI: six_values(s, t0, t1, v); break;
     }
     for (int q = 0; q < 4; q++) {
         if (plain) w[q] = v[q];

@@ -107,6 +107,30 @@ lb_status lb__qdot_check(const lb__qmat *m)
     return LB_OK;
 }
 
+/* p->six_unit and six_units from the 32 magnitudes in p->lut: the
+ * smallest power of two u that makes every magnitude an integer multiple
+ * of it, if those integers fit in int8 (e2m3: u = 1/8, up to 60; e3m2's
+ * 28 / (1/16) = 448 does not). */
+static void six_units(lb__qdot_plan *p)
+{
+    float u = 1.0f;
+    for (int tries = 0; tries < 8; tries++, u *= 0.5f) {
+        int ok = 1;
+        for (int c = 0; c < 32 && ok; c++) {
+            float k = p->lut[c] / u; /* exact: u is a power of two, the magnitudes are normal or 0 */
+            ok = k == floorf(k) && k <= 127.0f;
+        }
+        if (!ok) continue;
+        for (int c = 0; c < 64; c++) {
+            int k = (int)(p->lut[c & 31] / u);
+            p->six_units[c] = (int8_t)(c & 32 ? -k : k);
+        }
+        p->six_unit = u;
+        return;
+    }
+    p->six_unit = 0.0f;
+}
+
 void lb__qdot_plan_init(const lb__qmat *m, void *scratch, lb__qdot_plan *p)
 {
     const lb_format_info *e = lb_format_get(m->element);
@@ -135,6 +159,7 @@ void lb__qdot_plan_init(const lb__qmat *m, void *scratch, lb__qdot_plan *p)
         uint32_t b = e->decode(e, (uint32_t)c);
         memcpy(&p->lut[c], &b, sizeof b);
     }
+    if (p->kind == LB__QK_SIX) six_units(p);
 }
 
 int lb__qdot_blocks_fit(const lb__qmat *m, const lb__qdot_plan *p)

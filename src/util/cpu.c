@@ -38,6 +38,7 @@ static unsigned detect_extras(void)
     if (detect() != LB_ISA_AVX512) return 0; /* each needs the OS's zmm state too */
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     if ((c >> 11) & 1) out |= LB__CPU_AVX512_VNNI;
+    if ((c >> 1) & 1) out |= LB__CPU_AVX512_VBMI;
     if ((d >> 23) & 1) out |= LB__CPU_AVX512_FP16;
     if (a >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) {
         if ((a >> 5) & 1) out |= LB__CPU_AVX512_BF16;
@@ -88,12 +89,16 @@ lb_isa lb__cpu_best_isa(void)
     return (lb_isa)cached;
 }
 
+static unsigned extras_off; /* lb__cpu_extras_disable's */
+
 unsigned lb__cpu_extras(void)
 {
     static int cached = -1; /* benign race, as above */
     if (cached < 0) cached = (int)detect_extras();
-    return (unsigned)cached;
+    return (unsigned)cached & ~extras_off;
 }
+
+void lb__cpu_extras_disable(unsigned bits) { extras_off = bits; }
 
 int lb__isa_supported(lb_isa isa)
 {

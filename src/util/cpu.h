@@ -34,10 +34,15 @@ enum {
     LB__CPU_AVX512_VNNI = 1 << 0, /* vpdpbusd: u8 x s8 dot products into int32 */
     LB__CPU_AVX512_BF16 = 1 << 1, /* vcvtne2ps2bf16, vdpbf16ps */
     LB__CPU_AVX_VNNI = 1 << 2,    /* the VEX-encoded vpdpbusd (256-bit) */
-    LB__CPU_AVX512_FP16 = 1 << 3  /* fp16 arithmetic (Sapphire Rapids and later) */
+    LB__CPU_AVX512_FP16 = 1 << 3, /* fp16 arithmetic (Sapphire Rapids and later) */
+    LB__CPU_AVX512_VBMI = 1 << 4  /* vpermb, vpmultishiftqb: byte tables and bit fields */
 };
 /* A bit set of the LB__CPU_ flags this CPU and OS support; cached. */
 unsigned lb__cpu_extras(void);
+/* Tests: lb__cpu_extras leaves these bits out from now on (0 restores
+ * them), so the kernels a CPU without them runs can be checked here too.
+ * Not thread-safe: call it with no kernel running. */
+void lb__cpu_extras_disable(unsigned bits);
 
 /* The L1 data cache's size in bytes (32 KiB where the CPU does not say);
  * cached. The decode kernels prefetch into L1 only what fits in an eighth. */

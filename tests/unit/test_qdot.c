@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "kernel/qdot.h"
+#include "kernel/qdot_internal.h"
 #include "kernel/qmat.h"
 #include "lowbit.h"
 #include "util/cpu.h"
@@ -45,6 +46,7 @@ static const size_t col_set[] = {1, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 10
 typedef struct {
     const char *name;
     lb_isa isa;
+    unsigned extras_off; /* lb__cpu_extras_disable while it runs: the kernels of a CPU without them */
 } isa_entry;
 
 /* Kinds of weights: 0 random normal-ish, 1 extremes (saturation, zeros,
@@ -138,7 +140,9 @@ static int test_case(const char *spec_text, size_t rows, size_t cols, size_t nx,
         lb__qdot_fn fn = lb__qdot_get(isas[i].isa);
         memset(y, 0x5A, ny * sizeof(float));
         memset(scr, 0xC3, lb__qdot_scratch_bytes(&m)); /* the kernel must not rely on scratch contents */
+        lb__cpu_extras_disable(isas[i].extras_off);
         fn(&m, x, nx, ldx, r0, r1, y, ldy, scr);
+        lb__cpu_extras_disable(0);
         size_t j = 0;
         while (j < ny && (!memcmp(&y[j], &yref[j], sizeof(float)) || (isnan(y[j]) && isnan(yref[j])))) j++;
         int same = j == ny;
@@ -195,13 +199,51 @@ static int test_case(const char *spec_text, size_t rows, size_t cols, size_t nx,
     return bad;
 }
 
+/* The VBMI kernels take fp6 e2m3 (values k / 8, |k| <= 60) and not e3m2
+ * (28 = 448 / 16 does not fit a byte), and run exactly where the CPU has
+ * VBMI on an x86 build (they are compared bit for bit in main's cases). */
+static void six_vbmi_taken(void)
+{
+    const char *names[2] = {"mxfp6_e2m3", "mxfp6_e3m2"};
+    for (int e3m2 = 0; e3m2 < 2; e3m2++) {
+        float w[4 * 64];
+        for (int i = 0; i < 4 * 64; i++) w[i] = unif();
+        lb_qspec spec;
+        lb__qmat m;
+        CHECK(lb_qspec_parse(names[e3m2], &spec) == LB_OK && lb__qmat_from_f32(w, 4, 64, &spec, 1, &m) == LB_OK, "%s",
+              names[e3m2]);
+        void *scr = scratch_for(&m);
+        lb__qdot_plan p;
+        lb__qdot_plan_init(&m, scr, &p);
+        CHECK(p.kind == LB__QK_SIX && p.six_unit == (e3m2 ? 0.0f : 0.125f), "%s: six_unit %g", names[e3m2],
+              (double)p.six_unit);
+        CHECK(e3m2 || (p.six_units[5] == 5 && p.six_units[32 + 5] == -5 && p.six_units[31] == 60 &&
+                       p.six_units[32] == 0), "e2m3 units");
+        if (!e3m2) {
+            float x[64] = {0}, y[4];
+            lb__qdot_stage_x(&p, x, 1, 64);
+#if defined(__x86_64__)
+            int want = (lb__cpu_extras() & LB__CPU_AVX512_VBMI) != 0;
+#else
+            int want = 0;
+#endif
+            CHECK(lb__qdot_six_vbmi(&m, &p, 1, 0, 4, y, 4) == want, "VBMI kernels ran where VBMI is");
+        }
+        free(scr);
+        lb__qmat_free(&m);
+    }
+}
+
 int main(void)
 {
-    isa_entry isas[3];
+    isa_entry isas[4];
     int nisa = 0;
-    if (lb__isa_supported(LB_ISA_AVX2) && lb__qdot_avx2_fn) isas[nisa++] = (isa_entry){"avx2", LB_ISA_AVX2};
-    if (lb__isa_supported(LB_ISA_AVX512) && lb__qdot_avx512_fn) isas[nisa++] = (isa_entry){"avx512", LB_ISA_AVX512};
-    if (lb__isa_supported(LB_ISA_NEON) && lb__qdot_neon_fn) isas[nisa++] = (isa_entry){"neon", LB_ISA_NEON};
+    if (lb__isa_supported(LB_ISA_AVX2) && lb__qdot_avx2_fn) isas[nisa++] = (isa_entry){"avx2", LB_ISA_AVX2, 0};
+    if (lb__isa_supported(LB_ISA_AVX512) && lb__qdot_avx512_fn) isas[nisa++] = (isa_entry){"avx512", LB_ISA_AVX512, 0};
+    if (lb__isa_supported(LB_ISA_AVX512) && lb__qdot_avx512_fn && (lb__cpu_extras() & LB__CPU_AVX512_VBMI))
+        isas[nisa++] = (isa_entry){"avx512 without vbmi", LB_ISA_AVX512, LB__CPU_AVX512_VBMI};
+    if (lb__isa_supported(LB_ISA_NEON) && lb__qdot_neon_fn) isas[nisa++] = (isa_entry){"neon", LB_ISA_NEON, 0};
+    six_vbmi_taken();
     printf("comparing %d instruction set(s) with the scalar reference\n", nisa);
     CHECK(lb__qdot_get(LB_ISA_SCALAR) == lb__qdot_scalar, "scalar entry");
     /* NEON's value (3) is above AVX-512's, but it is no x86 level: asked for
