@@ -78,25 +78,9 @@ static void stage(const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp)
         lb__qdot8_stage_rows(m, LB_ISA_AVX512, scale_avx512, r, n, mw, zp);
         return;
     }
-    switch (m->scale_format) {
-    case LB_FMT_FP32: stage_rows(LB_FMT_FP32, m, r, n, mw); break;
-    case LB_FMT_BF16: stage_rows(LB_FMT_BF16, m, r, n, mw); break;
-    case LB_FMT_FP16: stage_rows(LB_FMT_FP16, m, r, n, mw); break;
-    case LB_FMT_E8M0: stage_rows(LB_FMT_E8M0, m, r, n, mw); break;
-    case LB_FMT_UE4M3: stage_rows(LB_FMT_UE4M3, m, r, n, mw); break;
-    case LB_FMT_FP8_E4M3: /* no scale formats: lb__qdot8_supported refuses them */
-    case LB_FMT_FP8_E5M2:
-    case LB_FMT_FP8_E4M3FNUZ:
-    case LB_FMT_FP8_E5M2FNUZ:
-    case LB_FMT_FP6_E2M3:
-    case LB_FMT_FP6_E3M2:
-    case LB_FMT_FP4_E2M1:
-    case LB_FMT_INT8:
-    case LB_FMT_UINT8:
-    case LB_FMT_INT4:
-    case LB_FMT_UINT4:
-    case LB_FMT_COUNT: lb__qdot8_stage_rows(m, LB_ISA_AVX512, scale_avx512, r, n, mw, zp); return;
-    }
+#define STAGE_ROWS(F) stage_rows(F, m, r, n, mw) /* lb__qdot8_supported takes scale formats only */
+    LB__SCALE_FORMAT_SWITCH(m->scale_format, STAGE_ROWS)
+#undef STAGE_ROWS
     if (m->zero_points) lb__qdot8_stage_zero_points(m, r, n, zp);
 }
 

@@ -265,6 +265,30 @@ INL void pair_w(const lb__qkind kind, const int fold, const uint8_t *s, const lb
     w[0] = _mm512_mul_ps(v0, mulv), w[1] = _mm512_mul_ps(v1, mulv);
 }
 
+/* Chunks c and c + 1 (one block) of R rows for every token: pair_w with
+ * row i's scale mul[i] (times fold_factor where fold[i]), then the two
+ * chunks' fmas in order, as single chunks would add them. */
+INL void pair_step(const lb__qkind kind, const lb__qdot_plan *p, const size_t nx, size_t c, const uint8_t *const row[R],
+                   const int fold[R], const __m512 mul[R], __m512 acc[R][LB__QDOT_MAX_NX])
+{
+    __m512 xa[LB__QDOT_MAX_NX], xb[LB__QDOT_MAX_NX];
+    _Pragma("GCC unroll 8")
+    for (size_t t = 0; t < nx; t++) {
+        xa[t] = _mm512_loadu_ps(p->xs + t * p->xstride + c * 16);
+        xb[t] = _mm512_loadu_ps(p->xs + t * p->xstride + c * 16 + 16);
+    }
+    _Pragma("GCC unroll 8")
+    for (size_t i = 0; i < R; i++) {
+        __m512 w[2];
+        pair_w(kind, fold[i], row[i] + c * p->chunk_bytes, p, mul[i], w);
+        _Pragma("GCC unroll 8")
+        for (size_t t = 0; t < nx; t++) {
+            acc[i][t] = _mm512_fmadd_ps(xa[t], w[0], acc[i][t]);
+            acc[i][t] = _mm512_fmadd_ps(xb[t], w[1], acc[i][t]);
+        }
+    }
+}
+
 INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, const int aff, const size_t nx, size_t r0,
              size_t r1, float *y, size_t ldy)
 {
@@ -306,26 +330,14 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, co
             }
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) mulf[i] = PAIRS(kind) && fold ? _mm512_mul_ps(mulv[i], _mm512_set1_ps(ff)) : mulv[i];
-            if (PAIRS(kind))
+            if (PAIRS(kind)) {
+                int folds[R];
+                for (size_t i = 0; i < R; i++) folds[i] = fold;
                 for (; c + 1 < cend && c + 1 < inplace; c += 2) {
                     lb__prefetch_span(ahead + c * pstep, 2 * pstep, short_rows);
-                    __m512 xa[LB__QDOT_MAX_NX], xb[LB__QDOT_MAX_NX];
-                    _Pragma("GCC unroll 8")
-                    for (size_t t = 0; t < nx; t++) {
-                        xa[t] = _mm512_loadu_ps(p->xs + t * xst + c * 16);
-                        xb[t] = _mm512_loadu_ps(p->xs + t * xst + c * 16 + 16);
-                    }
-                    _Pragma("GCC unroll 8")
-                    for (size_t i = 0; i < R; i++) {
-                        __m512 w[2];
-                        pair_w(kind, fold, row[i] + c * cb, p, mulf[i], w);
-                        _Pragma("GCC unroll 8")
-                        for (size_t t = 0; t < nx; t++) {
-                            acc[i][t] = _mm512_fmadd_ps(xa[t], w[0], acc[i][t]);
-                            acc[i][t] = _mm512_fmadd_ps(xb[t], w[1], acc[i][t]);
-                        }
-                    }
+                    pair_step(kind, p, nx, c, row, folds, mulf, acc);
                 }
+            }
             for (; c < cend; c++) {
                 lb__prefetch_span(ahead + c * pstep, pstep, short_rows);
                 __m512 xe[LB__QDOT_MAX_NX], xo[LB__QDOT_MAX_NX];
@@ -388,24 +400,16 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind,
         if (PAIRS(kind) && sh) /* blocks of two chunks, one pair_w each while both lie in place */
             for (; c + 1 < nch && c + 1 < inplace; c += 2) {
                 lb__prefetch_span(ahead + c * pstep, 2 * pstep, short_rows);
-                __m512 xa[LB__QDOT_MAX_NX], xb[LB__QDOT_MAX_NX];
-                _Pragma("GCC unroll 8")
-                for (size_t t = 0; t < nx; t++) {
-                    xa[t] = _mm512_loadu_ps(p->xs + t * xst + c * 16);
-                    xb[t] = _mm512_loadu_ps(p->xs + t * xst + c * 16 + 16);
-                }
+                const float ff = fold_factor(kind, p);
+                int folds[R];
+                __m512 mulf[R];
                 _Pragma("GCC unroll 8")
                 for (size_t i = 0; i < R; i++) {
-                    const float mul = mu[i][c >> 1], ff = fold_factor(kind, p);
-                    __m512 w[2];
-                    if (fold_ok(kind, mul, ff)) pair_w(kind, 1, row[i] + c * cb, p, _mm512_set1_ps(mul * ff), w);
-                    else pair_w(kind, 0, row[i] + c * cb, p, _mm512_set1_ps(mul), w);
-                    _Pragma("GCC unroll 8")
-                    for (size_t t = 0; t < nx; t++) {
-                        acc[i][t] = _mm512_fmadd_ps(xa[t], w[0], acc[i][t]);
-                        acc[i][t] = _mm512_fmadd_ps(xb[t], w[1], acc[i][t]);
-                    }
+                    const float mul = mu[i][c >> 1];
+                    folds[i] = fold_ok(kind, mul, ff);
+                    mulf[i] = _mm512_set1_ps(folds[i] ? mul * ff : mul);
                 }
+                pair_step(kind, p, nx, c, row, folds, mulf, acc);
             }
         for (; c < nch; c++) {
             lb__prefetch_span(ahead + c * pstep, pstep, short_rows);

@@ -66,30 +66,38 @@ static inline __attribute__((always_inline)) void lb__scales_to_f32_fmt(const lb
     }
 }
 
+/* CALL(F) with F the constant equal to scale format f, in a switch that
+ * lists every format (the non-scale ones call CALL(LB_FMT_COUNT), whose
+ * decode is NaN: the kernels' checks refuse those formats first). */
+#define LB__SCALE_FORMAT_SWITCH(f, CALL)                                                                    \
+    switch (f) {                                                                                          \
+    case LB_FMT_FP32: CALL(LB_FMT_FP32); break;                                                           \
+    case LB_FMT_BF16: CALL(LB_FMT_BF16); break;                                                           \
+    case LB_FMT_FP16: CALL(LB_FMT_FP16); break;                                                           \
+    case LB_FMT_E8M0: CALL(LB_FMT_E8M0); break;                                                           \
+    case LB_FMT_UE4M3: CALL(LB_FMT_UE4M3); break;                                                         \
+    case LB_FMT_FP8_E4M3:                                                                                 \
+    case LB_FMT_FP8_E5M2:                                                                                 \
+    case LB_FMT_FP8_E4M3FNUZ:                                                                             \
+    case LB_FMT_FP8_E5M2FNUZ:                                                                             \
+    case LB_FMT_FP6_E2M3:                                                                                 \
+    case LB_FMT_FP6_E3M2:                                                                                 \
+    case LB_FMT_FP4_E2M1:                                                                                 \
+    case LB_FMT_INT8:                                                                                     \
+    case LB_FMT_UINT8:                                                                                    \
+    case LB_FMT_INT4:                                                                                     \
+    case LB_FMT_UINT4:                                                                                    \
+    case LB_FMT_COUNT: CALL(LB_FMT_COUNT); break;                                                         \
+    }
+
 /* n scale codes of format f to fp32 times sm, 16 at a time (the format
  * layer's bulk decoder took a sixth of decode time on blocks of 32), one
  * loop per format (a switch per 16 codes was a tenth of the staging). */
 static inline void lb__scales_to_f32_avx512(lb_format f, const uint8_t *codes, size_t n, float sm, float *out)
 {
-    switch (f) {
-    case LB_FMT_FP32: lb__scales_to_f32_fmt(LB_FMT_FP32, codes, n, sm, out); break;
-    case LB_FMT_BF16: lb__scales_to_f32_fmt(LB_FMT_BF16, codes, n, sm, out); break;
-    case LB_FMT_FP16: lb__scales_to_f32_fmt(LB_FMT_FP16, codes, n, sm, out); break;
-    case LB_FMT_E8M0: lb__scales_to_f32_fmt(LB_FMT_E8M0, codes, n, sm, out); break;
-    case LB_FMT_UE4M3: lb__scales_to_f32_fmt(LB_FMT_UE4M3, codes, n, sm, out); break;
-    case LB_FMT_FP8_E4M3:
-    case LB_FMT_FP8_E5M2:
-    case LB_FMT_FP8_E4M3FNUZ:
-    case LB_FMT_FP8_E5M2FNUZ:
-    case LB_FMT_FP6_E2M3:
-    case LB_FMT_FP6_E3M2:
-    case LB_FMT_FP4_E2M1:
-    case LB_FMT_INT8:
-    case LB_FMT_UINT8:
-    case LB_FMT_INT4:
-    case LB_FMT_UINT4:
-    case LB_FMT_COUNT: lb__scales_to_f32_fmt(LB_FMT_COUNT, codes, n, sm, out); break; /* NaN */
-    }
+#define LB__SCALES_TO_F32(F) lb__scales_to_f32_fmt(F, codes, n, sm, out)
+    LB__SCALE_FORMAT_SWITCH(f, LB__SCALES_TO_F32)
+#undef LB__SCALES_TO_F32
 }
 
 #endif
