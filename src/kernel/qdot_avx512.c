@@ -131,7 +131,7 @@ static void qdot_avx512(const lb__qmat *m, const float *x, size_t nx, size_t ldx
     lb__qdot_stage_x(&p, x, nx, ldx);
     if (p.kind == LB__QK_SIX && p.six_unit != 0.0f && lb__qdot_six_vbmi(m, &p, nx, r0, r1, y, ldy)) return;
     int variant = p.kind == LB__QK_E4M3 ? m->nan_free != 0 : p.affine;
-    if (!p.plain && (p.cpb == 1 || p.cpb == 2) && p.blocks > 1 && runs_b1[p.kind][variant][nx - 1])
+    if (lb__qdot_takes_b1(&p) && runs_b1[p.kind][variant][nx - 1])
         runs_b1[p.kind][variant][nx - 1](m, &p, r0, r1, y, ldy);
     else
         runs[p.kind][variant][nx - 1](m, &p, r0, r1, y, ldy);

@@ -369,6 +369,13 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, co
     }
 }
 
+/* Whether a plan runs on run_b1 below rather than run (qdot_avx512.c and
+ * qdot_vbmi.c choose alike). */
+static inline int lb__qdot_takes_b1(const lb__qdot_plan *p)
+{
+    return !p->plain && (p->cpb == 1 || p->cpb == 2) && p->blocks > 1;
+}
+
 /* Blocks of one or two chunks (g32 and MX 4-bit; g16, g32 and MX 8-bit):
  * the block and chunk loops are one, chunk c taking its row's scale
  * c >> sh (sh = 0 or 1), so the per-block bookkeeping of run() (a few dozen
@@ -378,6 +385,7 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind,
                 size_t r1, float *y, size_t ldy)
 {
     const unsigned sh = p->cpb == 2;
+    const float ff = fold_factor(kind, p);
     const size_t C = kind == LB__QK_NIB ? 32 : 16, cb = p->chunk_bytes, nch = p->nch, xst = p->xstride;
     const size_t inplace = lb__qdot_inplace_chunks(m, p, IS_SIX(kind) ? 12 : cb);
     const size_t pstep = prefetch_step(m, nch);
@@ -400,7 +408,6 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind,
         if (PAIRS(kind) && sh) /* blocks of two chunks, one pair_w each while both lie in place */
             for (; c + 1 < nch && c + 1 < inplace; c += 2) {
                 lb__prefetch_span(ahead + c * pstep, 2 * pstep, short_rows);
-                const float ff = fold_factor(kind, p);
                 int folds[R];
                 __m512 mulf[R];
                 _Pragma("GCC unroll 8")

@@ -31,8 +31,7 @@ int lb__qdot_six_vbmi(const lb__qmat *m, const lb__qdot_plan *p, size_t nx, size
     static const run_fn runs[LB__QDOT_MAX_NX] = {run_six_1, run_six_2, run_six_3, run_six_4};
     static const run_fn runs_b1[LB__QDOT_MAX_NX] = {runb1_six_1, runb1_six_2, runb1_six_3, runb1_six_4};
     if (!(lb__cpu_extras() & LB__CPU_AVX512_VBMI)) return 0;
-    /* the same choice of loop as qdot_avx512.c's */
-    if (!p->plain && (p->cpb == 1 || p->cpb == 2) && p->blocks > 1) runs_b1[nx - 1](m, p, r0, r1, y, ldy);
+    if (lb__qdot_takes_b1(p)) runs_b1[nx - 1](m, p, r0, r1, y, ldy);
     else runs[nx - 1](m, p, r0, r1, y, ldy);
     return 1;
 }
