@@ -78,6 +78,7 @@ $(BUILD)/%_avx2.o: ALLFLAGS += $(FLAGS_AVX2)
 $(BUILD)/%_avx512.o: ALLFLAGS += $(FLAGS_AVX512)
 $(BUILD)/%_vnni.o: ALLFLAGS += $(FLAGS_VNNI)
 $(BUILD)/%_vbmi.o: ALLFLAGS += $(FLAGS_VBMI)
+$(BUILD)/%_vnni_vbmi.o: ALLFLAGS += $(FLAGS_VNNI)
 
 $(BUILD)/liblowbit.a: $(LIB_OBJ)
 	@rm -f $@

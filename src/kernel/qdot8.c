@@ -277,8 +277,9 @@ const lb__qdot8_set *lb__qdot8_get(lb_isa isa)
 {
     isa = lb__isa_clamp(isa);
     if (isa == LB_ISA_NEON && lb__qdot8_neon_set.rows) return &lb__qdot8_neon_set;
-    if (isa == LB_ISA_AVX512 && lb__qdot8_vnni_set.rows && (lb__cpu_extras() & LB__CPU_AVX512_VNNI))
-        return &lb__qdot8_vnni_set;
+    unsigned vnni = LB__CPU_AVX512_VNNI, vbmi = LB__CPU_AVX512_VNNI | LB__CPU_AVX512_VBMI;
+    if (isa == LB_ISA_AVX512 && lb__qdot8_vbmi_set.rows && (lb__cpu_extras() & vbmi) == vbmi) return &lb__qdot8_vbmi_set;
+    if (isa == LB_ISA_AVX512 && lb__qdot8_vnni_set.rows && (lb__cpu_extras() & vnni)) return &lb__qdot8_vnni_set;
     if ((isa == LB_ISA_AVX512 || isa == LB_ISA_AVX2) && lb__qdot8_avx2_set.rows) return &lb__qdot8_avx2_set;
     return &lb__qdot8_scalar_set;
 }

@@ -117,10 +117,12 @@ typedef struct lb__qdot8_set {
     const struct lb__w8a8_ops *quant;
 } lb__qdot8_set;
 
-extern const lb__qdot8_set lb__qdot8_scalar_set, lb__qdot8_avx2_set, lb__qdot8_vnni_set, lb__qdot8_neon_set;
+extern const lb__qdot8_set lb__qdot8_scalar_set, lb__qdot8_avx2_set, lb__qdot8_vnni_set, lb__qdot8_vbmi_set,
+    lb__qdot8_neon_set;
 
-/* The best set for isa on this CPU (VNNI needs AVX512-VNNI; AVX-512
- * without it takes AVX2's); scalar where nothing else runs. */
+/* The best set for isa on this CPU (VNNI needs AVX512-VNNI, and its VBMI
+ * variant VBMI too; AVX-512 without VNNI takes AVX2's); scalar where
+ * nothing else runs. */
 const lb__qdot8_set *lb__qdot8_get(lb_isa isa);
 
 /* Y[n][rows] = X[n][cols] . W^T with X quantized as above, on the kernels
@@ -235,6 +237,11 @@ const int8_t *lb__qdot8k_values(lb_dtype t);
 lb_status lb__qdot8k_stage(const lb__qmat *m, const float *x, size_t n, const lb__qdot8_set *set, lb__act8 *a);
 void lb__qdot8k_rows_scalar(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                             size_t ldy, void *scratch);
+/* The VNNI set's offset and rows (qdot8_vnni.c: the VBMI set runs all
+ * but fp4 on them; defined where the build has the set). */
+int lb__qdot8_vnni_offset(lb_format element);
+void lb__qdot8_rows_vnni(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
+                         size_t ldy, void *scratch);
 /* The sets' (qdot8k_{vnni,avx2,neon}.c; defined where the build has the set). */
 void lb__qdot8k_rows_vnni(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                           size_t ldy, void *scratch);

@@ -39,13 +39,16 @@ static int same_bits(const float *a, const float *b, size_t n, size_t *at)
 }
 
 static const lb__qdot8_set *sets[] = {&lb__qdot8_scalar_set, &lb__qdot8_avx2_set, &lb__qdot8_vnni_set,
-                                      &lb__qdot8_neon_set};
+                                      &lb__qdot8_vbmi_set, &lb__qdot8_neon_set};
 
 static int set_runs(const lb__qdot8_set *s)
 {
     if (!s->rows) return 0;
     if (s == &lb__qdot8_vnni_set)
         return lb__isa_supported(LB_ISA_AVX512) && (lb__cpu_extras() & LB__CPU_AVX512_VNNI);
+    if (s == &lb__qdot8_vbmi_set)
+        return lb__isa_supported(LB_ISA_AVX512) && (lb__cpu_extras() & LB__CPU_AVX512_VNNI) &&
+               (lb__cpu_extras() & LB__CPU_AVX512_VBMI);
     if (s == &lb__qdot8_avx2_set) return lb__isa_supported(LB_ISA_AVX2);
     if (s == &lb__qdot8_neon_set) return lb__isa_supported(LB_ISA_NEON);
     return 1;

@@ -1,0 +1,308 @@
+/* The AVX-512 VNNI int8-activation row loop (qdot8.h's sums, bit for bit
+ * the scalar reference), instantiated by qdot8_vnni.c and, with the VBMI
+ * unpacking of fp4 codes, by qdot8_vnni_vbmi.c (compiled with VBMI and
+ * called only where the CPU has it).
+ *
+ * A group is 64 bytes of a row in both layouts (128 4-bit elements, or
+ * 64 int8 ones) and its 16 lanes are the 16 int32 lanes of a zmm:
+ * vpdpbusd adds four byte products into each, so for 4-bit weights the
+ * low nibbles (even elements, staged x's first 64 codes) and the high
+ * ones (odd) give each lane its 8 elements in two instructions.
+ * vpdpbusd multiplies unsigned bytes by signed ones: the weights are the
+ * unsigned operand, u + c with c the set's offset (int4 + 8, uint4 + 0,
+ * fp4 2v + 12; int8 codes xor 0x80 = + 128) and each lane's sum starts at
+ * the staged -c * (lane sum of x), which makes it end exactly at P
+ * (qdot8.h). Then one int->float conversion (exact: |P| < 2^24),
+ * s = d * mw and an fma per lane. Rows in flight: 4 (2 for three or four
+ * tokens, so the sums stay in the 32 registers).
+ *
+ * Memory: rows in flight are taken from R separate streams of the range
+ * (see run()), each read front to back, with software prefetch a fixed
+ * distance ahead in each; the unpacking is kept to three instructions
+ * where it can be (unpack()), since a matvec from memory only reaches the
+ * read bandwidth when the kernel alone runs well above it. */
+#ifndef LB_KERNEL_QDOT8_VNNI_RUN_H
+#define LB_KERNEL_QDOT8_VNNI_RUN_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "kernel/prefetch_x86.h"
+#include "kernel/qdot8.h"
+#include "kernel/qdot_scales_avx512.h"
+#include "quant/qkernels.h"
+#include "util/cpu.h"
+
+#define INL static inline __attribute__((always_inline))
+#define RMAX 4
+
+/* How a 64-byte chunk of weight codes becomes vpdpbusd's unsigned
+ * operands (u + c): int8 codes xor 0x80; int4 and uint4 as (nibble xor c)
+ * -- (v & 15) ^ 8 is v + 8 for a signed nibble v -- one vpternlogd each;
+ * fp4 through the 16-value table (lb__qdot8_nibble_table), by vpshufb
+ * after masking, or with VBMI by vpermb, which reads only an index's low
+ * six bits, so the table repeated four times needs no mask. */
+enum { LB__U8_INT8, LB__U8_NIBX, LB__U8_LUT, LB__U8_VBMI };
+
+/* (a ^ b) & c */
+#define LB__XOR_AND 0x28
+
+INL void unpack(const int U, __m512i wb, __m512i lut, __m512i xorc, __m512i *ul, __m512i *uh)
+{
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    switch (U) {
+    case LB__U8_INT8: *ul = *uh = _mm512_xor_si512(wb, _mm512_set1_epi8((char)0x80)); return;
+    case LB__U8_NIBX:
+        *ul = _mm512_ternarylogic_epi32(wb, xorc, low4, LB__XOR_AND);
+        *uh = _mm512_ternarylogic_epi32(_mm512_srli_epi16(wb, 4), xorc, low4, LB__XOR_AND);
+        return;
+    case LB__U8_LUT:
+        *ul = _mm512_shuffle_epi8(lut, _mm512_and_si512(wb, low4));
+        *uh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(wb, 4), low4));
+        return;
+    case LB__U8_VBMI:
+#if defined(__AVX512VBMI__)
+        *ul = _mm512_permutexvar_epi8(wb, lut); /* bits 4-5 of the index pick a copy of the table */
+        *uh = _mm512_permutexvar_epi8(_mm512_srli_epi16(wb, 4), lut);
+#else
+        *ul = *uh = lut; /* never instantiated without VBMI */
+#endif
+        return;
+    }
+}
+
+static void scale_avx512(float *w, size_t n, float a, float b)
+{
+    const __m512 av = _mm512_set1_ps(a), bv = _mm512_set1_ps(b);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 k = (__mmask16)(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(w + i, k, _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, w + i), av), bv));
+    }
+}
+
+/* Rows r .. r+n-1 of block scales of format F straight into their staged
+ * rows: w = (decoded * sm) * f, 16 at a time with unmasked stores (the
+ * stride leaves 16 floats past a row's last block, where its tail repeats
+ * the last scale). One pass, no copy: the staging was a fifth of nvfp4's
+ * decode time (18 blocks per row or more, scales decoded into a buffer and
+ * copied over). */
+INL void stage_rows(const lb_format F, const lb__qmat *m, size_t r, size_t n,
+                                                             float *mw)
+{
+    const size_t nb = m->blocks, st = lb__qdot8_stage_stride(m);
+    const __m512 smv = _mm512_set1_ps(m->scale_mul), f = _mm512_set1_ps(m->element == LB_FMT_FP4_E2M1 ? 0.5f : 1.0f);
+    const __m512i last = _mm512_set1_epi32((int)((nb - 1) % 16)); /* lane of the last scale in its vector */
+    const size_t row_codes = lb_format_bytes(F, nb); /* whole bytes: every scale format is */
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *codes = m->scales + (r + i) * row_codes;
+        float *w = mw + i * st;
+        __m512 v = _mm512_setzero_ps();
+        for (size_t b = 0; b < nb; b += 16) {
+            __mmask16 k = (__mmask16)(nb - b >= 16 ? 0xFFFF : (1u << (nb - b)) - 1);
+            v = _mm512_mul_ps(_mm512_mul_ps(lb__scale16_avx512(F, codes, b, k), smv), f); /* (s * sm) * f; by 1: exact */
+            _mm512_storeu_ps(w + b, v);
+        }
+        _mm512_storeu_ps(w + nb, _mm512_permutexvar_ps(last, v));
+    }
+}
+
+/* The weight scales of rows r .. r+n-1: qdot8.c's staging, with the
+ * common layout (a row of block scales per row) decoded here (the same
+ * values); the zero points, if any, are staged after. */
+static void stage(const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp)
+{
+    if (m->one_scale || m->block_rows > 1 || m->blocks <= 1) {
+        lb__qdot8_stage_rows(m, LB_ISA_AVX512, scale_avx512, r, n, mw, zp);
+        return;
+    }
+#define STAGE_ROWS(F) stage_rows(F, m, r, n, mw) /* lb__qdot8_supported takes scale formats only */
+    LB__SCALE_FORMAT_SWITCH(m->scale_format, STAGE_ROWS)
+#undef STAGE_ROWS
+    if (m->zero_points) lb__qdot8_stage_zero_points(m, r, n, zp);
+}
+
+/* The scale codes (and zero points) of rows r .. r+n-1, asked for ahead
+ * of their staging: a stream of their own that the rows' prefetching does
+ * not cover (the staging's loads waited on memory as long as the dot
+ * products took). Prefetches past the matrix never fault. */
+static void prefetch_scales(const lb__qmat *m, size_t r, size_t n)
+{
+    if (r >= m->rows || m->one_scale || m->block_rows > 1 || m->blocks <= 1) return;
+    const char *s = (const char *)m->scales + lb_format_bytes(m->scale_format, r * m->blocks);
+    size_t bytes = lb_format_bytes(m->scale_format, n * m->blocks);
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(s + o, _MM_HINT_T0);
+    if (!m->zero_points) return;
+    const char *z = (const char *)m->zero_points + r * m->zp_row_bytes;
+    for (size_t o = 0; o < n * m->zp_row_bytes; o += 64) _mm_prefetch(z + o, _MM_HINT_T0);
+}
+
+/* A call's staged activations, per token: codes, lane sums (offset and
+ * plain) and scales, each at its group 0. */
+typedef struct act8_tokens {
+    const int8_t *q[LB__QDOT_MAX_NX];
+    const int32_t *cxs[LB__QDOT_MAX_NX], *xs[LB__QDOT_MAX_NX];
+    const float *d[LB__QDOT_MAX_NX];
+} act8_tokens;
+
+/* Group g of the R rows in flight (masked: the rows' last, partial
+ * group): their 64 bytes each unpacked, dotted with every token's staged
+ * codes and added to the sums. b0: the group's first block. */
+INL void group_step(const int U, const int aff, const size_t nx, const size_t R, const int masked,
+                    const act8_tokens *x, size_t g, size_t b0, const uint8_t *const *row, const float *const *mwp,
+                    const int32_t *const *zpp, __m512i idx, __m512i lut, __m512i xorc, __mmask64 tail,
+                    __m512 acc[RMAX][LB__QDOT_MAX_NX])
+{
+    const int nib = U != LB__U8_INT8;
+    const size_t G = nib ? 128 : 64;
+    __m512i xl[LB__QDOT_MAX_NX], xh[LB__QDOT_MAX_NX], cx[LB__QDOT_MAX_NX], xs[LB__QDOT_MAX_NX];
+    __m512 dv[LB__QDOT_MAX_NX];
+    _Pragma("GCC unroll 8")
+    for (size_t t = 0; t < nx; t++) {
+        xl[t] = _mm512_load_si512(x->q[t] + g * G);
+        xh[t] = nib ? _mm512_load_si512(x->q[t] + g * G + 64) : xl[t];
+        cx[t] = _mm512_load_si512(x->cxs[t] + g * LB__QDOT8_LANES);
+        xs[t] = aff ? _mm512_load_si512(x->xs[t] + g * LB__QDOT8_LANES) : cx[t];
+        dv[t] = _mm512_load_ps(x->d[t] + g * LB__QDOT8_LANES);
+    }
+    _Pragma("GCC unroll 8")
+    for (size_t i = 0; i < R; i++) {
+        __m512i wb = masked ? _mm512_maskz_loadu_epi8(tail, row[i] + g * 64) : _mm512_loadu_si512(row[i] + g * 64);
+        __m512i ul, uh;
+        unpack(U, wb, lut, xorc, &ul, &uh);
+        __m512 mwv = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(mwp[i] + b0));
+        __m512i zv = aff ? _mm512_permutexvar_epi32(idx, _mm512_loadu_si512(zpp[i] + b0)) : idx;
+        _Pragma("GCC unroll 8")
+        for (size_t t = 0; t < nx; t++) {
+            __m512i p = _mm512_dpbusd_epi32(cx[t], ul, xl[t]); /* from -c * (lane sum of x) */
+            if (nib) p = _mm512_dpbusd_epi32(p, uh, xh[t]);
+            if (aff) p = _mm512_sub_epi32(p, _mm512_mullo_epi32(zv, xs[t]));
+            acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv[t], mwv), acc[i][t]);
+        }
+    }
+}
+
+/* Rows in flight and how their memory is read. The R rows computed
+ * together are not neighbours: the range is cut into R streams, row k of
+ * each taken at once, so each row is read front to back in a region of
+ * its own. Neighbouring rows (2 KB each for 4096 4-bit columns) were R
+ * interleaved streams inside one or two 4 KB pages, which the hardware
+ * prefetchers do not follow: measured on an Intel Xeon, 2 GiB of int4
+ * weights, the same instructions: 0.84 of the read bandwidth with
+ * neighbouring rows, 1.03 with streams (each stream's row PD rows on
+ * asked for a line per group, PD rows being at least STREAM_AHEAD
+ * bytes). The scales are staged per stream, STAGE_K rows at a time. */
+#define STAGE_K (LB__QDOT8_STAGE_ROWS / RMAX)
+#define STREAM_AHEAD 2048
+#define SCALES_AHEAD 4 /* staging batches whose scales are asked for ahead */
+
+/* Rows r0 .. r1-1 times tokens t0 .. t0+nx-1 with unpacking U (aff: zero
+ * points). off: the set's offset for m's element (lb__qdot8_set.offset). */
+INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1,
+             float *y, size_t ldy, void *scratch, const int aff, const int off)
+{
+    const size_t R = nx <= 2 ? RMAX : RMAX / 2;
+    const size_t st = lb__qdot8_stage_stride(m), groups = a->groups, G = U != LB__U8_INT8 ? 128 : 64;
+    float *mw = scratch;
+    int32_t *zp = (int32_t *)((uint8_t *)scratch + (LB__QDOT8_STAGE_ROWS * st * sizeof(float) + 63) / 64 * 64);
+    int32_t lb[LB__QDOT8_LANES];
+    lb__qdot8_lane_blocks(m, lb);
+    const __m512i idx = _mm512_loadu_si512(lb);
+    uint8_t lut16[16];
+    lb__qdot8_nibble_table(m->element, off, lut16);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut16));
+    const __m512i xorc = _mm512_set1_epi8((char)off);
+    const lb__qdot8_geom geo = lb__qdot8_geometry(m, groups, G);
+    const size_t gmul = geo.gmul, gdiv = geo.gdiv, whole = geo.whole;
+    const __mmask64 tail = _cvtu64_mask64(~0ull >> (64 - (m->row_bytes - whole * 64 ? m->row_bytes - whole * 64 : 64)));
+    const size_t ahead = (STREAM_AHEAD + m->row_bytes - 1) / m->row_bytes * m->row_bytes; /* whole rows: PD of them */
+    act8_tokens x;
+    _Pragma("GCC unroll 8")
+    for (size_t t = 0; t < nx; t++) {
+        x.q[t] = a->q + (t0 + t) * a->stride;
+        x.cxs[t] = a->cxs + (t0 + t) * a->lanes;
+        x.xs[t] = aff ? a->xs + (t0 + t) * a->lanes : NULL;
+        x.d[t] = a->d + (t0 + t) * a->lanes;
+    }
+    /* stream i: rows first[i] .. first[i] + len[i] - 1 */
+    const size_t n = r1 - r0, per = (n + R - 1) / R;
+    size_t sfirst[RMAX], slen[RMAX];
+    for (size_t i = 0; i < R; i++) {
+        sfirst[i] = r0 + (i * per < n ? i * per : n);
+        slen[i] = (i + 1) * per < n ? per : n - (sfirst[i] - r0);
+    }
+    for (size_t i = 0; i < R; i++)
+        for (size_t b = 1; b <= SCALES_AHEAD; b++) prefetch_scales(m, sfirst[i] + b * STAGE_K, STAGE_K);
+    for (size_t k = 0; k < per; k++) {
+        if (k % STAGE_K == 0)
+            for (size_t i = 0; i < R; i++) {
+                if (k >= slen[i]) continue;
+                size_t cnt = slen[i] - k < STAGE_K ? slen[i] - k : STAGE_K;
+                prefetch_scales(m, sfirst[i] + k + (SCALES_AHEAD + 1) * STAGE_K, STAGE_K);
+                stage(m, sfirst[i] + k, cnt, mw + i * STAGE_K * st, zp + i * STAGE_K * st);
+            }
+        /* row k of each stream; a stream that has ended repeats the first's
+         * row (its sums are dropped) */
+        const uint8_t *row[RMAX];
+        const float *mwp[RMAX];
+        const int32_t *zpp[RMAX];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++) {
+            size_t j = k < slen[i] ? i : 0;
+            row[i] = m->data + (sfirst[j] + k) * m->row_bytes;
+            mwp[i] = mw + (j * STAGE_K + k % STAGE_K) * st;
+            zpp[i] = zp + (j * STAGE_K + k % STAGE_K) * st;
+        }
+        __m512 acc[RMAX][LB__QDOT_MAX_NX];
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++)
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
+        /* whole groups with plain loads, then the partial one (if any) */
+        size_t g = 0, b0 = 0, in_block = 0; /* b0 = g * gmul / gdiv, counted */
+        for (; g < whole; g++, in_block = in_block + 1 == gdiv ? 0 : in_block + 1, b0 += in_block ? 0 : gmul) {
+            _Pragma("GCC unroll 8")
+            for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + ahead + g * 64, _MM_HINT_T1);
+            group_step(U, aff, nx, R, 0, &x, g, b0, row, mwp, zpp, idx, lut, xorc, tail, acc);
+        }
+        if (g < groups) {
+            _Pragma("GCC unroll 8")
+            for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + ahead + g * 64, _MM_HINT_T1);
+            group_step(U, aff, nx, R, 1, &x, g, b0, row, mwp, zpp, idx, lut, xorc, tail, acc);
+        }
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++) {
+            if (k >= slen[i]) continue;
+            _Pragma("GCC unroll 8")
+            for (size_t t = 0; t < nx; t++) {
+                _Alignas(64) float s16[16];
+                _mm512_store_ps(s16, acc[i][t]);
+                y[t * ldy + sfirst[i] + k] = lb__sum16f(s16);
+            }
+        }
+    }
+}
+
+/* The instances of one unpacking: (zero points or not) x (tokens 1..4),
+ * and NAME(m, a, t0, nx, r0, r1, y, ldy, scratch, off) picking one. */
+#define LB__VNNI_INST(U, AFF, NX)                                                                                \
+    static void run_##U##_##AFF##_##NX(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t r0, size_t r1, \
+                                       float *y, size_t ldy, void *scratch, int off)                           \
+    {                                                                                                           \
+        run(U, m, a, t0, NX, r0, r1, y, ldy, scratch, AFF, off);                                                \
+    }
+#define LB__VNNI_INST4(U, AFF) LB__VNNI_INST(U, AFF, 1) LB__VNNI_INST(U, AFF, 2) LB__VNNI_INST(U, AFF, 3) LB__VNNI_INST(U, AFF, 4)
+#define LB__VNNI_RUNS(U)                                                                                           \
+    LB__VNNI_INST4(U, 0)                                                                                           \
+    LB__VNNI_INST4(U, 1)                                                                                           \
+    static void runs_##U(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y, \
+                         size_t ldy, void *scratch, int off)                                                       \
+    {                                                                                                              \
+        typedef void (*run_fn)(const lb__qmat *, const lb__act8 *, size_t, size_t, size_t, float *, size_t, void *, \
+                               int);                                                                               \
+        static const run_fn fns[2][LB__QDOT_MAX_NX] = {                                                            \
+            {run_##U##_0_1, run_##U##_0_2, run_##U##_0_3, run_##U##_0_4},                                          \
+            {run_##U##_1_1, run_##U##_1_2, run_##U##_1_3, run_##U##_1_4}};                                         \
+        fns[m->zero_points != NULL][nx - 1](m, a, t0, r0, r1, y, ldy, scratch, off);                               \
+    }
+
+#endif

@@ -1,0 +1,34 @@
+/* The AVX-512 VNNI int8-activation kernels with fp4 codes (mxfp4, nvfp4,
+ * fp4_e2m1 specs) unpacked by AVX-512 VBMI's vpermb: the 16-value table
+ * repeated in a zmm, so a byte of codes indexes it directly for its low
+ * nibble and after one shift for its high one (three instructions instead
+ * of five). Compiled with VBMI (Makefile: *_vbmi.o); lb__qdot8_get hands
+ * this set out only where the CPU has VNNI and VBMI. Everything else runs
+ * qdot8_vnni.c's kernels. */
+#include "kernel/qdot8.h"
+#include "kernel/w8a8_kernels.h"
+
+#if defined(__x86_64__) && defined(__AVX512VBMI__) && defined(__AVX512VNNI__)
+
+#include "kernel/qdot8_vnni_run.h"
+
+LB__VNNI_RUNS(LB__U8_VBMI)
+
+static void rows_vbmi(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
+                      size_t ldy, void *scratch)
+{
+    if (r0 >= r1 || nx == 0) return;
+    if (m->element != LB_FMT_FP4_E2M1) {
+        lb__qdot8_rows_vnni(m, a, t0, nx, r0, r1, y, ldy, scratch);
+        return;
+    }
+    runs_LB__U8_VBMI(m, a, t0, nx, r0, r1, y, ldy, scratch, lb__qdot8_vnni_offset(m->element));
+}
+
+const lb__qdot8_set lb__qdot8_vbmi_set = {"avx512-vnni-vbmi", lb__qdot8_vnni_offset, rows_vbmi, lb__qdot8k_rows_vnni,
+                                          &lb__w8a8_avx512_ops};
+
+#else
+const lb__qdot8_set lb__qdot8_vbmi_set = {"avx512-vnni-vbmi", lb__qdot8_no_offset, NULL, lb__qdot8k_rows_scalar,
+                                          &lb__w8a8_avx512_ops};
+#endif
