@@ -17,23 +17,20 @@ INL void run_nib16(const lb__qmat *m, const lb__qdot_plan *p, const int aff, con
 {
     const size_t nb = p->blocks, nch = p->nch, xst = p->xstride;
     const size_t inplace = lb__qdot_inplace_chunks(m, p, p->chunk_bytes);
-    const size_t pstep = prefetch_step(m, nch);
-    const int short_rows = SHORT_ROW(m);
     const __m512 lut16 = _mm512_loadu_ps(p->lut);
     const __mmask16 upper = 0xFF00;
     _Alignas(64) uint8_t tail[R][2][64];
-    size_t first = SIZE_MAX; /* the staged batch's first row */
-    for (size_t r = r0; r < r1; r += R) {
-        size_t n = r1 - r < R ? r1 - r : R;
-        const size_t off = staged_row(m, p, r, r1, &first);
+    row_streams rs;
+    streams_init(&rs, m, p, r0, r1);
+    for (size_t k = 0; k < rs.per; k++) {
         const uint8_t *row[R];
         const float *mu[R], *zp[R];
-        group_rows(m, p, r, n, off, inplace, row, mu, zp, tail);
+        stream_rows(m, p, &rs, k, inplace, row, mu, zp, tail);
         __m512 acc[R][LB__QDOT_MAX_NX];
         zero_sums(acc, nx);
-        const uint8_t *ahead = m->data + (r + PREFETCH_GROUPS * R) * m->row_bytes;
+        size_t pf = rs.ahead; /* the next line of the rows ahead to ask for */
         for (size_t c = 0; c < nch; c++) {
-            lb__prefetch_span(ahead + c * pstep, pstep, short_rows);
+            prefetch_to(row, &pf, rs.ahead + (c + 1) * p->chunk_bytes);
             size_t b0 = 2 * c, b1 = 2 * c + 1 < nb ? 2 * c + 1 : nb - 1; /* padding: the last block's */
             __m512 xe[LB__QDOT_MAX_NX], xo[LB__QDOT_MAX_NX];
             _Pragma("GCC unroll 8")
@@ -59,7 +56,7 @@ INL void run_nib16(const lb__qmat *m, const lb__qdot_plan *p, const int aff, con
                 }
             }
         }
-        store_sums(acc, n, nx, r, y, ldy);
+        store_sums(acc, &rs, k, nx, y, ldy);
     }
 }
 

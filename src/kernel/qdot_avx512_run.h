@@ -126,58 +126,83 @@ INL void chunk_w(const lb__qkind kind, const int aff, const int fold, const uint
     else w[0] = _mm512_mul_ps(v, mulv);
 }
 
-/* Each chunk step also fetches its share of the row group PREFETCH_GROUPS
- * ahead (rows are contiguous, so that is the bytes after this group;
- * prefetches never fault, past the end neither). Rows of a few hundred
- * bytes end before the hardware prefetchers ramp up, which capped decode
- * at a third of the bandwidth on 576-wide SmolLM2 rows: those go to L1
- * where they fit (prefetch_x86.h). Long rows stream, but the decode work
- * between loads left the memory idle part of the time: fetching them into
- * L2 ahead gave +25-55% on 4096-wide rows (interleaved A/B runs), while L1
- * there was slower. The data read and the arithmetic are unchanged. */
-#define PREFETCH_GROUPS 2
+/* The R rows in flight are not neighbours: the range is cut into R
+ * streams and row k of each is taken at once, so every row is read front
+ * to back in a region of its own, with a software prefetch STREAM_AHEAD
+ * bytes (whole rows) ahead in each stream, one line per stream as the
+ * chunks reach it. Neighbouring rows were R interleaved streams inside a
+ * page or two, which the hardware prefetchers do not follow (the same
+ * finding as the int8 mode's, qdot8_vnni_run.h). The staged scales hold
+ * STREAM_STAGE rows of each stream. The data read and the arithmetic are
+ * unchanged. */
+#define STREAM_AHEAD 2048
+#define STREAM_STAGE (LB__QDOT_STAGE_ROWS / R)
+#define SCALES_AHEAD 4 /* staging batches whose scale codes are asked for ahead */
 
-/* bytes of the row group each chunk step prefetches: whole lines */
-static size_t prefetch_step(const lb__qmat *m, size_t nch) { return (R * m->row_bytes / nch + 63) / 64 * 64; }
-#define SHORT_ROW(m) lb__prefetch_to_l1((m)->row_bytes, R, PREFETCH_GROUPS)
+typedef struct row_streams {
+    size_t first[R], len[R]; /* stream i: rows first[i] .. first[i] + len[i] - 1 */
+    size_t per;              /* rows of the longest (the first) */
+    size_t ahead;            /* prefetch distance: bytes, whole rows */
+} row_streams;
 
-
-/* The staged scales' first row for row group r: batches of
- * LB__QDOT_STAGE_ROWS rows staged when a group leaves the last batch
- * (batches start at group starts, so a group never straddles two). */
-static size_t staged_row(const lb__qmat *m, const lb__qdot_plan *p, size_t r, size_t r1, size_t *first)
+/* The scale codes of rows r .. r+n-1, a stream the rows' prefetching does
+ * not cover (loads of them stalled on memory). Never faults. */
+static void prefetch_scale_codes(const lb__qmat *m, const lb__qdot_plan *p, size_t r, size_t n)
 {
-    if (*first == SIZE_MAX || r >= *first + LB__QDOT_STAGE_ROWS) {
-        size_t n = r1 - r < LB__QDOT_STAGE_ROWS ? r1 - r : LB__QDOT_STAGE_ROWS;
-        if (m->plain || p->affine || m->one_scale || m->block_rows > 1) lb__qdot_stage_scales(m, p, LB_ISA_AVX512, r, n);
-        else lb__scales_to_f32_avx512(m->scale_format, m->scales + lb_format_bytes(m->scale_format, r * p->blocks), n * p->blocks,
-                           m->scale_mul, p->mul);
-        *first = r;
-        /* the next batch's scale codes: a stream of their own that the
-         * hardware does not fetch ahead (loads of them stalled on memory) */
-        if (!m->plain && !m->one_scale && m->block_rows == 1) {
-            const char *next = (const char *)m->scales + lb_format_bytes(m->scale_format, (r + n) * p->blocks);
-            size_t bytes = lb_format_bytes(m->scale_format, LB__QDOT_STAGE_ROWS * p->blocks);
-            for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
-        }
-    }
-    return r - *first;
+    if (m->plain || m->one_scale || m->block_rows != 1 || r >= m->rows) return;
+    const char *at = (const char *)m->scales + lb_format_bytes(m->scale_format, r * p->blocks);
+    size_t bytes = lb_format_bytes(m->scale_format, n * p->blocks);
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(at + o, _MM_HINT_T0);
 }
 
-/* A row group's pointers: row i's codes and first staged scale and zero
- * point (rows past n repeat the last; their results are dropped), and its
- * chunks past `inplace` copied into tail[i] before the chunk loop: a call
- * inside the loop would keep the sums out of registers. */
-INL void group_rows(const lb__qmat *m, const lb__qdot_plan *p, size_t r, size_t n, size_t off, size_t inplace,
-                    const uint8_t *row[R], const float *mu[R], const float *zp[R], uint8_t tail[R][2][64])
+static void streams_init(row_streams *s, const lb__qmat *m, const lb__qdot_plan *p, size_t r0, size_t r1)
 {
+    const size_t n = r1 - r0;
+    s->per = (n + R - 1) / R;
+    for (size_t i = 0; i < R; i++) {
+        s->first[i] = r0 + (i * s->per < n ? i * s->per : n);
+        s->len[i] = (i + 1) * s->per < n ? s->per : n - (s->first[i] - r0);
+        for (size_t b = 1; b <= SCALES_AHEAD; b++)
+            prefetch_scale_codes(m, p, s->first[i] + b * STREAM_STAGE, STREAM_STAGE);
+    }
+    s->ahead = (STREAM_AHEAD + m->row_bytes - 1) / m->row_bytes * m->row_bytes;
+}
+
+/* Row k of each stream: its codes, first staged scale and zero point (a
+ * stream that has ended repeats the first's row; its sums are dropped),
+ * and its chunks past `inplace` copied into tail[i] (a call inside the
+ * chunk loop would keep the sums out of registers). Every STREAM_STAGE
+ * rows the next batch of each stream is staged, into slot i. */
+INL void stream_rows(const lb__qmat *m, const lb__qdot_plan *p, const row_streams *s, size_t k, size_t inplace,
+                     const uint8_t *row[R], const float *mu[R], const float *zp[R], uint8_t tail[R][2][64])
+{
+    const size_t nb = p->blocks;
+    if (k % STREAM_STAGE == 0)
+        for (size_t i = 0; i < R; i++) {
+            if (k >= s->len[i]) continue;
+            size_t r = s->first[i] + k, n = s->len[i] - k < STREAM_STAGE ? s->len[i] - k : STREAM_STAGE;
+            prefetch_scale_codes(m, p, r + (SCALES_AHEAD + 1) * STREAM_STAGE, STREAM_STAGE);
+            if (m->plain || p->affine || m->one_scale || m->block_rows > 1)
+                lb__qdot_stage_scales(m, p, LB_ISA_AVX512, r, n, i * STREAM_STAGE);
+            else
+                lb__scales_to_f32_avx512(m->scale_format, m->scales + lb_format_bytes(m->scale_format, r * nb), n * nb,
+                                         m->scale_mul, p->mul + i * STREAM_STAGE * nb);
+        }
     _Pragma("GCC unroll 8")
     for (size_t i = 0; i < R; i++) {
-        size_t k = i < n ? i : n - 1;
-        row[i] = m->data + (r + k) * m->row_bytes;
-        mu[i] = p->mul + (off + k) * p->blocks, zp[i] = p->zp + (off + k) * p->blocks;
+        size_t j = k < s->len[i] ? i : 0, at = j * STREAM_STAGE + k % STREAM_STAGE;
+        row[i] = m->data + (s->first[j] + k) * m->row_bytes;
+        mu[i] = p->mul + at * nb, zp[i] = p->zp + at * nb;
         for (size_t c = inplace; c < p->nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
     }
+}
+
+/* The lines of the rows `ahead` on, up to byte `upto` of them (from *pf). */
+INL void prefetch_to(const uint8_t *const row[R], size_t *pf, size_t upto)
+{
+    for (; *pf < upto; *pf += 64)
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + *pf, _MM_HINT_T1);
 }
 
 /* every (row, token) pair's 16 partial sums start at +0 */
@@ -189,15 +214,17 @@ INL void zero_sums(__m512 acc[R][LB__QDOT_MAX_NX], size_t nx)
         for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
 }
 
-/* y for rows r .. r+n-1: each pair's 16 partial sums added in the fixed tree */
-INL void store_sums(__m512 acc[R][LB__QDOT_MAX_NX], size_t n, size_t nx, size_t r, float *y, size_t ldy)
+/* y for row k of each stream: each pair's 16 partial sums added in the fixed tree */
+INL void store_sums(__m512 acc[R][LB__QDOT_MAX_NX], const row_streams *s, size_t k, size_t nx, float *y, size_t ldy)
 {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < R; i++) {
+        if (k >= s->len[i]) continue;
         for (size_t t = 0; t < nx; t++) {
-            _Alignas(64) float s[16];
-            _mm512_store_ps(s, acc[i][t]);
-            y[t * ldy + r + i] = lb__sum16f(s);
+            _Alignas(64) float s16[16];
+            _mm512_store_ps(s16, acc[i][t]);
+            y[t * ldy + s->first[i] + k] = lb__sum16f(s16);
         }
+    }
 }
 
 /* e4m3: whether 2^8 can be folded into this scale (see the top). */
@@ -294,24 +321,21 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, co
 {
     const size_t C = kind == LB__QK_NIB ? 32 : 16, cb = p->chunk_bytes, nch = p->nch, xst = p->xstride;
     const size_t inplace = lb__qdot_inplace_chunks(m, p, IS_SIX(kind) ? 12 : cb);
-    const size_t pstep = prefetch_step(m, nch);
-    const int short_rows = SHORT_ROW(m);
     const int plain = p->plain;
     const float ff = fold_factor(kind, p);
     const __m512 lut16 = kind == LB__QK_NIB ? _mm512_loadu_ps(p->lut) : _mm512_setzero_ps();
     const __m512 t0 = IS_SIX(kind) ? _mm512_loadu_ps(p->lut) : _mm512_setzero_ps();
     const __m512 t1 = IS_SIX(kind) ? _mm512_loadu_ps(p->lut + 16) : _mm512_setzero_ps();
     _Alignas(64) uint8_t tail[R][2][64]; /* a row's chunks past `inplace`: at most 2 (qdot_internal.h) */
-    size_t first = SIZE_MAX; /* the staged batch's first row */
-    for (size_t r = r0; r < r1; r += R) {
-        size_t n = r1 - r < R ? r1 - r : R;
-        const size_t off = staged_row(m, p, r, r1, &first);
+    row_streams rs;
+    streams_init(&rs, m, p, r0, r1);
+    for (size_t k = 0; k < rs.per; k++) {
         const uint8_t *row[R];
         const float *mu[R], *zp[R];
-        group_rows(m, p, r, n, off, inplace, row, mu, zp, tail);
+        stream_rows(m, p, &rs, k, inplace, row, mu, zp, tail);
         __m512 acc[R][LB__QDOT_MAX_NX];
         zero_sums(acc, nx);
-        const uint8_t *ahead = m->data + (r + PREFETCH_GROUPS * R) * m->row_bytes;
+        size_t pf = rs.ahead; /* the next line of the rows ahead to ask for */
         for (size_t c = 0, b = 0; c < nch; b++) { /* block b holds chunks [b * cpb, (b + 1) * cpb) */
             size_t cend = (b + 1) * p->cpb;
             if (cend > nch) cend = nch;
@@ -334,12 +358,12 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, co
                 int folds[R];
                 for (size_t i = 0; i < R; i++) folds[i] = fold;
                 for (; c + 1 < cend && c + 1 < inplace; c += 2) {
-                    lb__prefetch_span(ahead + c * pstep, 2 * pstep, short_rows);
+                    prefetch_to(row, &pf, rs.ahead + (c + 2) * cb);
                     pair_step(kind, p, nx, c, row, folds, mulf, acc);
                 }
             }
             for (; c < cend; c++) {
-                lb__prefetch_span(ahead + c * pstep, pstep, short_rows);
+                prefetch_to(row, &pf, rs.ahead + (c + 1) * cb);
                 __m512 xe[LB__QDOT_MAX_NX], xo[LB__QDOT_MAX_NX];
                 _Pragma("GCC unroll 8")
                 for (size_t t = 0; t < nx; t++) {
@@ -365,7 +389,7 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, co
                 }
             }
         }
-        store_sums(acc, n, nx, r, y, ldy);
+        store_sums(acc, &rs, k, nx, y, ldy);
     }
 }
 
@@ -388,26 +412,23 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind,
     const float ff = fold_factor(kind, p);
     const size_t C = kind == LB__QK_NIB ? 32 : 16, cb = p->chunk_bytes, nch = p->nch, xst = p->xstride;
     const size_t inplace = lb__qdot_inplace_chunks(m, p, IS_SIX(kind) ? 12 : cb);
-    const size_t pstep = prefetch_step(m, nch);
-    const int short_rows = SHORT_ROW(m);
     const __m512 lut16 = kind == LB__QK_NIB ? _mm512_loadu_ps(p->lut) : _mm512_setzero_ps();
     const __m512 t0 = IS_SIX(kind) ? _mm512_loadu_ps(p->lut) : _mm512_setzero_ps();
     const __m512 t1 = IS_SIX(kind) ? _mm512_loadu_ps(p->lut + 16) : _mm512_setzero_ps();
     _Alignas(64) uint8_t tail[R][2][64];
-    size_t first = SIZE_MAX; /* the staged batch's first row */
-    for (size_t r = r0; r < r1; r += R) {
-        size_t n = r1 - r < R ? r1 - r : R;
-        const size_t off = staged_row(m, p, r, r1, &first);
+    row_streams rs;
+    streams_init(&rs, m, p, r0, r1);
+    for (size_t k = 0; k < rs.per; k++) {
         const uint8_t *row[R];
         const float *mu[R], *zp[R];
-        group_rows(m, p, r, n, off, inplace, row, mu, zp, tail);
+        stream_rows(m, p, &rs, k, inplace, row, mu, zp, tail);
         __m512 acc[R][LB__QDOT_MAX_NX];
         zero_sums(acc, nx);
-        const uint8_t *ahead = m->data + (r + PREFETCH_GROUPS * R) * m->row_bytes;
+        size_t pf = rs.ahead; /* the next line of the rows ahead to ask for */
         size_t c = 0;
         if (PAIRS(kind) && sh) /* blocks of two chunks, one pair_w each while both lie in place */
             for (; c + 1 < nch && c + 1 < inplace; c += 2) {
-                lb__prefetch_span(ahead + c * pstep, 2 * pstep, short_rows);
+                prefetch_to(row, &pf, rs.ahead + (c + 2) * cb);
                 int folds[R];
                 __m512 mulf[R];
                 _Pragma("GCC unroll 8")
@@ -419,7 +440,7 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind,
                 pair_step(kind, p, nx, c, row, folds, mulf, acc);
             }
         for (; c < nch; c++) {
-            lb__prefetch_span(ahead + c * pstep, pstep, short_rows);
+            prefetch_to(row, &pf, rs.ahead + (c + 1) * cb);
             __m512 xe[LB__QDOT_MAX_NX], xo[LB__QDOT_MAX_NX];
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) {
@@ -445,7 +466,7 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind,
                 }
             }
         }
-        store_sums(acc, n, nx, r, y, ldy);
+        store_sums(acc, &rs, k, nx, y, ldy);
     }
 }
 #endif

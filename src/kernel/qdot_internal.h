@@ -79,10 +79,10 @@ int lb__qdot_blocks_fit(const lb__qmat *m, const lb__qdot_plan *p);
 void lb__qdot_stage_x(const lb__qdot_plan *p, const float *x, size_t nx, size_t ldx);
 
 /* Decodes the scales (times scale_mul) and zero points of rows r .. r+n-1
- * (n <= LB__QDOT_STAGE_ROWS) into p->mul / p->zp, row i at i * blocks, with the
+ * into p->mul / p->zp, row i at (at + i) * blocks (at + n <= LB__QDOT_STAGE_ROWS), with the
  * format layer's bulk decoder of isa: the same function lb_dequantize uses,
  * so the values are the same. */
-void lb__qdot_stage_scales(const lb__qmat *m, const lb__qdot_plan *p, lb_isa isa, size_t r, size_t n);
+void lb__qdot_stage_scales(const lb__qmat *m, const lb__qdot_plan *p, lb_isa isa, size_t r, size_t n, size_t at);
 
 /* Scale code i of format f (a scale format) as the format layer decodes
  * it, NaN for codes that are NaN (qdot_scalar.c). */

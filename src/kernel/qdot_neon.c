@@ -235,7 +235,7 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, co
     _Alignas(64) uint8_t tail[RMAX][2][64]; /* a row's chunks past `inplace`: at most 2 (qdot_internal.h) */
     for (size_t r = r0; r < r1; r += R) {
         size_t n = r1 - r < R ? r1 - r : R;
-        lb__qdot_stage_scales(m, p, LB_ISA_NEON, r, n);
+        lb__qdot_stage_scales(m, p, LB_ISA_NEON, r, n, 0);
         const uint8_t *row[RMAX];
         size_t so[RMAX]; /* row i's first scale in p->mul; rows past n repeat the last (results dropped) */
         for (size_t i = 0; i < R; i++) {
@@ -308,7 +308,7 @@ INL void run_nib16(const lb__qmat *m, const lb__qdot_plan *p, const int aff, con
     _Alignas(64) uint8_t tail[RMAX][2][64];
     for (size_t r = r0; r < r1; r += R) {
         size_t n = r1 - r < R ? r1 - r : R;
-        lb__qdot_stage_scales(m, p, LB_ISA_NEON, r, n);
+        lb__qdot_stage_scales(m, p, LB_ISA_NEON, r, n, 0);
         const uint8_t *row[RMAX];
         const float *mu[RMAX], *zp[RMAX];
         for (size_t i = 0; i < R; i++) {

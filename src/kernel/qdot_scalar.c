@@ -242,32 +242,33 @@ float lb__qdot_scale_value(lb_format f, const uint8_t *codes, size_t i)
     return v;
 }
 
-void lb__qdot_stage_scales(const lb__qmat *m, const lb__qdot_plan *p, lb_isa isa, size_t r, size_t n)
+void lb__qdot_stage_scales(const lb__qmat *m, const lb__qdot_plan *p, lb_isa isa, size_t r, size_t n, size_t at)
 {
     if (m->plain) return;
     size_t nb = p->blocks;
+    float *mul = p->mul + at * nb, *zp = p->zp + at * nb;
     /* lb__scale_divisors multiplies every decoded scale, by 1 too */
     float sm = m->scale_mul;
     if (m->one_scale) {
-        p->mul[0] = lb__qdot_scale_value(m->scale_format, m->scales, 0) * sm;  /* a product by 1 is exact */
-        for (size_t i = 1; i < n; i++) p->mul[i * nb] = p->mul[0];
+        mul[0] = lb__qdot_scale_value(m->scale_format, m->scales, 0) * sm;  /* a product by 1 is exact */
+        for (size_t i = 1; i < n; i++) mul[i * nb] = mul[0];
     } else if (m->block_rows > 1) { /* 2-D blocks: each row's scales are its band's row */
         for (size_t i = 0; i < n; i++)
             for (size_t b = 0; b < nb; b++)
-                p->mul[i * nb + b] = lb__qdot_scale_value(m->scale_format, m->scales, lb__qmat_scale_row(m, r + i) * nb + b) * sm;
+                mul[i * nb + b] = lb__qdot_scale_value(m->scale_format, m->scales, lb__qmat_scale_row(m, r + i) * nb + b) * sm;
     } else {
         const uint8_t *codes = m->scales + lb_format_bytes(m->scale_format, r * nb);
         /* whole vectors through the format layer's decoder of isa (the same
          * values), the rest one by one: its scalar tail is the slow part */
         size_t total = n * nb, vec = isa == LB_ISA_SCALAR ? 0 : total / 16 * 16;
-        if (vec) lb__decode_kernel(isa)(lb_format_get(m->scale_format), codes, vec, p->mul);
-        for (size_t i = vec; i < total; i++) p->mul[i] = lb__qdot_scale_value(m->scale_format, codes, i);
-        for (size_t i = 0; i < total; i++) p->mul[i] *= sm;
+        if (vec) lb__decode_kernel(isa)(lb_format_get(m->scale_format), codes, vec, mul);
+        for (size_t i = vec; i < total; i++) mul[i] = lb__qdot_scale_value(m->scale_format, codes, i);
+        for (size_t i = 0; i < total; i++) mul[i] *= sm;
     }
     if (!p->affine) return;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *zrow = m->zero_points + (m->one_scale ? 0 : r + i) * m->zp_row_bytes;
-        for (size_t b = 0; b < nb; b++) p->zp[i * nb + b] = (float)zero_point_at(p->e, zrow, b);
+        for (size_t b = 0; b < nb; b++) zp[i * nb + b] = (float)zero_point_at(p->e, zrow, b);
     }
 }
 
