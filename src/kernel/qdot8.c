@@ -77,7 +77,8 @@ void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16])
     for (uint32_t c = 0; c < 16; c++) lut[c] = (uint8_t)(unit_value(element, c) + off);
 }
 
-size_t lb__qdot8_stage_stride(const lb__qmat *m) { return blocks_of(m) + LB__QDOT8_LANES; }
+/* whole cache lines: a row's stores and the kernels' loads never split one */
+size_t lb__qdot8_stage_stride(const lb__qmat *m) { return (blocks_of(m) + LB__QDOT8_LANES + 15) / 16 * 16; }
 
 size_t lb__qdot8_scratch_bytes(const lb__qmat *m)
 {
@@ -302,7 +303,8 @@ static lb_status act8_rows(void *ctx, size_t r0, size_t r1)
     const act8_job *j = ctx;
     void *scratch = aligned_alloc(64, j->scratch);
     if (!scratch) return lb__fail(LB_ERR_NOMEM, "cannot allocate %zu bytes of kernel scratch", j->scratch);
-    memset(scratch, 0, j->scratch); /* the unstaged zero points past a row's last block read as 0 */
+    if (j->m[0]->zero_points) /* the unstaged zero points past a row's last block read as 0 (the matrices share that) */
+        memset(scratch, 0, j->scratch);
     for (size_t i = 0, first = 0; i < j->k; first += j->m[i]->rows, i++) {
         const lb__qmat *m = j->m[i];
         size_t a = r0 > first ? r0 - first : 0, b = r1 - first < m->rows ? r1 - first : m->rows;

@@ -30,6 +30,7 @@
 #include "kernel/prefetch_x86.h"
 #include "kernel/qdot8.h"
 #include "kernel/qdot_scales_avx512.h"
+#include "kernel/sum16_avx512.h"
 #include "quant/qkernels.h"
 #include "util/cpu.h"
 
@@ -270,14 +271,11 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
             group_step(U, aff, nx, R, 1, &x, g, b0, row, mwp, zpp, idx, lut, xorc, tail, acc);
         }
         _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < R; i++) {
-            if (k >= slen[i]) continue;
-            _Pragma("GCC unroll 8")
-            for (size_t t = 0; t < nx; t++) {
-                _Alignas(64) float s16[16];
-                _mm512_store_ps(s16, acc[i][t]);
-                y[t * ldy + sfirst[i] + k] = lb__sum16f(s16);
-            }
+        for (size_t t = 0; t < nx; t++) {
+            float sums[4];
+            _mm_storeu_ps(sums, lb__sum16f_x4_avx512(acc[0][t], acc[1][t], acc[R > 2 ? 2 : 0][t], acc[R > 3 ? 3 : 1][t]));
+            for (size_t i = 0; i < R; i++)
+                if (k < slen[i]) y[t * ldy + sfirst[i] + k] = sums[i];
         }
     }
 }

@@ -50,6 +50,7 @@
 #include "kernel/prefetch_x86.h"
 #include "kernel/qdot_internal.h"
 #include "kernel/qdot_scales_avx512.h"
+#include "kernel/sum16_avx512.h"
 #include "quant/qkernels.h"
 #include "util/cpu.h"
 
@@ -59,6 +60,7 @@
 #define LB__QK_E4M3F QK_E4M3_FINITE /* for the instantiation macros below */
 #define IS_E4M3(kind) ((kind) == LB__QK_E4M3 || (kind) == QK_E4M3_FINITE)
 #define R LB__QDOT_ROWS
+_Static_assert(LB__QDOT_ROWS == 4, "store_sums sums four rows at once");
 /* kinds whose decoders take two chunks of one block at once (pair_w) */
 #define PAIRS(kind) (IS_E4M3(kind) || (kind) == LB__QK_SIX_VBMI)
 #define IS_SIX(kind) ((kind) == LB__QK_SIX || (kind) == LB__QK_SIX_VBMI)
@@ -217,13 +219,12 @@ INL void zero_sums(__m512 acc[R][LB__QDOT_MAX_NX], size_t nx)
 /* y for row k of each stream: each pair's 16 partial sums added in the fixed tree */
 INL void store_sums(__m512 acc[R][LB__QDOT_MAX_NX], const row_streams *s, size_t k, size_t nx, float *y, size_t ldy)
 {
-    for (size_t i = 0; i < R; i++) {
-        if (k >= s->len[i]) continue;
-        for (size_t t = 0; t < nx; t++) {
-            _Alignas(64) float s16[16];
-            _mm512_store_ps(s16, acc[i][t]);
-            y[t * ldy + s->first[i] + k] = lb__sum16f(s16);
-        }
+    _Pragma("GCC unroll 8")
+    for (size_t t = 0; t < nx; t++) {
+        float sums[4];
+        _mm_storeu_ps(sums, lb__sum16f_x4_avx512(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+        for (size_t i = 0; i < R; i++)
+            if (k < s->len[i]) y[t * ldy + s->first[i] + k] = sums[i];
     }
 }
 
