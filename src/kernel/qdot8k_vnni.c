@@ -40,11 +40,11 @@ INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx
         qbit[hn] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << (4 * h + n)))),
                                       _mm256_set1_epi8((char)(1 << (4 * h + 2 + n))), 1);
     }
-    const int to_l1 = lb__prefetch_to_l1(m->row_bytes, R, 2);
-    for (size_t r = r0; r < r1; r += R) {
-        size_t rn = r1 - r < R ? r1 - r : R;
+    kstreams ks;
+    kstreams_init(&ks, m, R, r0, r1, nsb);
+    for (size_t k = 0; k < ks.per; k++) {
         const uint8_t *row[RMAX];
-        lb__qdot8k_row_ptrs(m, r, rn, R, row);
+        kstream_rows(m, &ks, R, k, row);
         __m512 acc[RMAX][LB__QDOT_MAX_NX];
         __m256 macc[RMAX][LB__QDOT_MAX_NX];
         _Pragma("GCC unroll 8")
@@ -52,7 +52,7 @@ INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps(), macc[i][t] = _mm256_setzero_ps();
         for (size_t s = 0; s < nsb; s++) {
-            prefetch_rows_ahead(m, r, R, nsb, s, to_l1);
+            kprefetch(&ks, R, row, s);
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
                 const uint8_t *b = row[i] + s * bb, *qs = b + qs_at;
@@ -87,14 +87,16 @@ INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx
             }
         }
         _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < rn; i++)
+        for (size_t i = 0; i < R; i++) {
+            if (k >= ks.len[i]) continue;
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) {
                 _Alignas(64) float s16[16], s8[8];
                 _mm512_store_ps(s16, acc[i][t]);
                 _mm256_store_ps(s8, macc[i][t]);
-                y[t * ldy + r + i] = lb__sum16f(s16) - lb__qdot8k_sum8(s8);
+                y[t * ldy + ks.first[i] + k] = lb__sum16f(s16) - lb__qdot8k_sum8(s8);
             }
+        }
     }
 }
 
@@ -118,18 +120,18 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
     for (int n = 0; n < 2; n++)
         shift[n] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(4 * n))),
                                       _mm256_set1_epi16((short)(4 * n + 2)), 1);
-    const int to_l1 = lb__prefetch_to_l1(m->row_bytes, R, 2);
-    for (size_t r = r0; r < r1; r += R) {
-        size_t rn = r1 - r < R ? r1 - r : R;
+    kstreams ks;
+    kstreams_init(&ks, m, R, r0, r1, nsb);
+    for (size_t k = 0; k < ks.per; k++) {
         const uint8_t *row[RMAX];
-        lb__qdot8k_row_ptrs(m, r, rn, R, row);
+        kstream_rows(m, &ks, R, k, row);
         __m512 acc[RMAX][LB__QDOT_MAX_NX];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++)
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
         for (size_t s = 0; s < nsb; s++) {
-            prefetch_rows_ahead(m, r, R, nsb, s, to_l1);
+            kprefetch(&ks, R, row, s);
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
                 const uint8_t *b = row[i] + s * bb; /* ql[128] qh[64] scales[16] d[2] */
@@ -160,13 +162,15 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
             }
         }
         _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < rn; i++)
+        for (size_t i = 0; i < R; i++) {
+            if (k >= ks.len[i]) continue;
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) {
                 _Alignas(64) float s16[16];
                 _mm512_store_ps(s16, acc[i][t]);
-                y[t * ldy + r + i] = lb__sum16f(s16);
+                y[t * ldy + ks.first[i] + k] = lb__sum16f(s16);
             }
+        }
     }
 }
 
@@ -208,11 +212,11 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
         cw[w] = (int16_t)(c < 32 ? c : 32 + c - hoff / 2), sw[w] = (int16_t)(s < 32 ? s : 32 + s - hoff / 2);
     }
     const __m512i cidx = _mm512_load_si512(cw), swidx = _mm512_load_si512(sw);
-    const int to_l1 = lb__prefetch_to_l1(m->row_bytes, R, 2);
-    for (size_t r = r0; r < r1; r += R) {
-        size_t rn = r1 - r < R ? r1 - r : R;
+    kstreams ks;
+    kstreams_init(&ks, m, R, r0, r1, groups);
+    for (size_t k = 0; k < ks.per; k++) {
         const uint8_t *row[RMAX];
-        lb__qdot8k_row_ptrs(m, r, rn, R, row);
+        kstream_rows(m, &ks, R, k, row);
         __m512 acc[RMAX][LB__QDOT_MAX_NX];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++)
@@ -220,7 +224,7 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
             for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
         __m512 xs8[RMAX] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
         for (size_t g = 0; g < groups; g++) {
-            prefetch_rows_ahead(m, r, R, groups, g, to_l1);
+            kprefetch(&ks, R, row, g);
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
                 __m512 sv;
@@ -263,13 +267,15 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
             }
         }
         _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < rn; i++)
+        for (size_t i = 0; i < R; i++) {
+            if (k >= ks.len[i]) continue;
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) {
                 _Alignas(64) float s16[16];
                 _mm512_store_ps(s16, acc[i][t]);
-                y[t * ldy + r + i] = lb__sum16f(s16);
+                y[t * ldy + ks.first[i] + k] = lb__sum16f(s16);
             }
+        }
     }
 }
 

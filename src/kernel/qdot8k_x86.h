@@ -23,17 +23,42 @@ INL __m256 bytes_to_ps(uint64_t v, float mul)
                          _mm256_set1_ps(mul));
 }
 
-/* Rows of a few KiB end before the hardware prefetchers ramp up, and a
- * fetch a few blocks ahead in each row came too late (the 8B-shaped Q4_0
- * and IQ4_XS decodes 5-9% slower): each of a row group's `steps` steps
- * also fetches its share of the R rows two row groups ahead, as the
- * kernels of qdot8_vnni.c do, into L1 where they fit in an eighth of it
- * (to_l1: lb__prefetch_to_l1), else into L2. Past the matrix it is
- * harmless (a prefetch never faults). */
-INL void prefetch_rows_ahead(const lb__qmat *m, size_t r, size_t R, size_t steps, size_t step, int to_l1)
+/* The R rows in flight come from R streams of the range, row k of each
+ * at once, so every row is read front to back in a region of its own
+ * (neighbouring rows were R interleaved streams in a page or two, which
+ * the hardware prefetchers do not follow: see qdot8_vnni_run.h); each of
+ * a row's `steps` steps fetches its share of the row KSTREAM_AHEAD bytes
+ * (whole rows) on in each stream, into L2. Past the matrix a prefetch is
+ * harmless (it never faults). */
+#define KSTREAM_AHEAD 2048
+typedef struct kstreams {
+    size_t first[RMAX], len[RMAX]; /* stream i: rows first[i] .. first[i] + len[i] - 1 */
+    size_t per, ahead, share;      /* rows of the first (longest); prefetch distance and bytes per step */
+} kstreams;
+
+INL void kstreams_init(kstreams *s, const lb__qmat *m, size_t R, size_t r0, size_t r1, size_t steps)
 {
-    const size_t share = (R * m->row_bytes / steps + 63) / 64 * 64;
-    lb__prefetch_span(m->data + (r + 2 * R) * m->row_bytes + step * share, share, to_l1);
+    const size_t n = r1 - r0;
+    s->per = (n + R - 1) / R;
+    for (size_t i = 0; i < R; i++) {
+        s->first[i] = r0 + (i * s->per < n ? i * s->per : n);
+        s->len[i] = (i + 1) * s->per < n ? s->per : n - (s->first[i] - r0);
+    }
+    s->ahead = (KSTREAM_AHEAD + m->row_bytes - 1) / m->row_bytes * m->row_bytes;
+    s->share = (m->row_bytes / steps + 63) / 64 * 64;
+}
+
+/* Row k of each stream (a stream that has ended repeats the first's; its
+ * sums are dropped). */
+INL void kstream_rows(const lb__qmat *m, const kstreams *s, size_t R, size_t k, const uint8_t **row)
+{
+    for (size_t i = 0; i < R; i++) row[i] = m->data + (s->first[k < s->len[i] ? i : 0] + k) * m->row_bytes;
+}
+
+INL void kprefetch(const kstreams *s, size_t R, const uint8_t *const *row, size_t step)
+{
+    for (size_t i = 0; i < R; i++)
+        for (size_t o = 0; o < s->share; o += 64) _mm_prefetch((const char *)row[i] + s->ahead + step * s->share + o, _MM_HINT_T1);
 }
 
 /* The little-endian fp16 at p. */
