@@ -149,7 +149,7 @@ lb_status lb__qmat_matmul_act8_set(const lb__qmat *m, const float *x, size_t n, 
 /* Lane width E and group G of m's element format. */
 size_t lb__qdot8_lane_elems(const lb__qmat *m);
 /* Rows whose scales are staged at once (a multiple of every set's rows in flight). */
-#define LB__QDOT8_STAGE_ROWS 128
+#define LB__QDOT8_STAGE_ROWS 32
 /* Floats (and int32s) per staged row: blocks + LB__QDOT8_LANES rounded up
  * to a multiple of 16 (rows start on cache lines), so a
  * kernel may load 16 from any group's first block; the scales' tail

@@ -27,7 +27,6 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-#include "kernel/prefetch_x86.h"
 #include "kernel/qdot8.h"
 #include "kernel/qdot_scales_avx512.h"
 #include "kernel/sum16_avx512.h"

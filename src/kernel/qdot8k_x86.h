@@ -10,7 +10,6 @@
 #include "kernel/qdot8.h"
 #include "kernel/qdot8_instances.h"
 #include "quant/qkernels.h"
-#include "kernel/prefetch_x86.h"
 #include "util/cpu.h"
 
 #define INL static inline __attribute__((always_inline))

@@ -47,7 +47,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernel/prefetch_x86.h"
 #include "kernel/qdot_internal.h"
 #include "kernel/qdot_scales_avx512.h"
 #include "kernel/sum16_avx512.h"

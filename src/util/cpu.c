@@ -46,41 +46,15 @@ static unsigned detect_extras(void)
     }
     return out;
 }
-/* The L1 data cache's bytes: CPUID leaf 4 (Intel's deterministic cache
- * parameters: ways x partitions x line x sets of the level-1 data cache),
- * else AMD's 0x80000005 (ECX[31:24] KiB); 0 when neither says. */
-static unsigned detect_l1d(void)
-{
-    unsigned a, b, c, d;
-    if (__get_cpuid(0, &a, &b, &c, &d) && a >= 4)
-        for (unsigned i = 0; i < 8 && __get_cpuid_count(4, i, &a, &b, &c, &d) && (a & 31); i++)
-            if ((a & 31) == 1 && ((a >> 5) & 7) == 1) /* a data cache, level 1 */
-                return (((b >> 22) & 1023) + 1) * (((b >> 12) & 1023) + 1) * ((b & 4095) + 1) * (c + 1);
-    if (__get_cpuid(0x80000000, &a, &b, &c, &d) && a >= 0x80000005 && __get_cpuid(0x80000005, &a, &b, &c, &d))
-        return (c >> 24) << 10;
-    return 0;
-}
 #elif defined(__aarch64__)
 /* Advanced SIMD (with fp16 conversions and fused multiply-add) is part of
  * every ARMv8-A CPU: nothing to ask. */
 static lb_isa detect(void) { return LB_ISA_NEON; }
 static unsigned detect_extras(void) { return 0; }
-static unsigned detect_l1d(void) { return 0; }
 #else
 static lb_isa detect(void) { return LB_ISA_SCALAR; }
 static unsigned detect_extras(void) { return 0; }
-static unsigned detect_l1d(void) { return 0; }
 #endif
-
-size_t lb__cpu_l1d_bytes(void)
-{
-    static long cached = -1; /* benign race, as below */
-    if (cached < 0) {
-        unsigned v = detect_l1d();
-        cached = v >= 4096 ? (long)v : 32768; /* unknown: the smallest common size today */
-    }
-    return (size_t)cached;
-}
 
 lb_isa lb__cpu_best_isa(void)
 {

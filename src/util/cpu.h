@@ -44,26 +44,4 @@ unsigned lb__cpu_extras(void);
  * Not thread-safe: call it with no kernel running. */
 void lb__cpu_extras_disable(unsigned bits);
 
-/* The L1 data cache's size in bytes (32 KiB where the CPU does not say);
- * cached. The decode kernels prefetch into L1 only what fits in an eighth. */
-size_t lb__cpu_l1d_bytes(void);
-
-/* Whether a kernel that reads `rows` rows of row_bytes together, fetching
- * the rows `ahead` row groups on, should fetch into L1: only when the
- * rows in use and those fetched fit in an eighth of it, else into L2.
- * Rows of a few hundred bytes end before the hardware prefetchers ramp up
- * (on the Intel Xeon, into L1 they reached 3x the bandwidth on SmolLM2's
- * 576-wide int4 rows); on the AMD EPYC (32 KiB L1), 4 rows of 2 KiB
- * fetched 2 groups ahead (24 KiB) evicted the data in use (int4:g32 on
- * 4096-wide rows: 0.56 of the bandwidth with L1, 0.79 with L2), and at
- * half the L1 as the bound, SmolLM2's 576-byte int8 rows (6.9 KiB ahead)
- * decoded 20% slower (Q8_0) and 10% (int8:channel) than fetched into L2,
- * int4:g32 12%, IQ4_XS 5%; the 288-byte int4 rows (3.4 KiB) are as fast
- * either way. The eighth is from that machine; on the Intel one it sends
- * the 576-byte int8 rows to L2 too (not measured there). */
-static inline int lb__prefetch_to_l1(size_t row_bytes, size_t rows, size_t ahead)
-{
-    return (ahead + 1) * rows * row_bytes <= lb__cpu_l1d_bytes() / 8;
-}
-
 #endif
