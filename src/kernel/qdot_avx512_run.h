@@ -2,8 +2,9 @@
  * order, bit for bit the scalar reference), shared by qdot_avx512.c and
  * qdot_vbmi.c, which instantiates them for the kinds that need AVX-512 VBMI.
  *
- * Four rows and all tokens are in flight, so each chunk's x is loaded once
- * for four rows and 4 * nx independent FMA chains hide the latency. A
+ * Four rows (from four streams of the range: row_streams below) and all
+ * tokens are in flight, so each chunk's x is loaded once for four rows and
+ * 4 * nx independent FMA chains hide the latency. A
  * chunk's 16 partial sums p[0..15] are one zmm (C = 32: the low nibbles,
  * the even elements, go first, then the high ones; x is staged in that
  * order). The element decoders, per kind (lb__qkind):
