@@ -28,10 +28,10 @@
 #include <stdint.h>
 
 #include "kernel/qdot8.h"
+#include "kernel/row_streams.h"
 #include "kernel/qdot_scales_avx512.h"
 #include "kernel/sum16_avx512.h"
 #include "quant/qkernels.h"
-#include "util/cpu.h"
 
 #define INL static inline __attribute__((always_inline))
 #define RMAX 4
@@ -121,21 +121,6 @@ static void stage(const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp)
     if (m->zero_points) lb__qdot8_stage_zero_points(m, r, n, zp);
 }
 
-/* The scale codes (and zero points) of rows r .. r+n-1, asked for ahead
- * of their staging: a stream of their own that the rows' prefetching does
- * not cover (the staging's loads waited on memory as long as the dot
- * products took). Prefetches past the matrix never fault. */
-static void prefetch_scales(const lb__qmat *m, size_t r, size_t n)
-{
-    if (r >= m->rows || m->one_scale || m->block_rows > 1 || m->blocks <= 1) return;
-    const char *s = (const char *)m->scales + lb_format_bytes(m->scale_format, r * m->blocks);
-    size_t bytes = lb_format_bytes(m->scale_format, n * m->blocks);
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(s + o, _MM_HINT_T0);
-    if (!m->zero_points) return;
-    const char *z = (const char *)m->zero_points + r * m->zp_row_bytes;
-    for (size_t o = 0; o < n * m->zp_row_bytes; o += 64) _mm_prefetch(z + o, _MM_HINT_T0);
-}
-
 /* A call's staged activations, per token: codes, lane sums (offset and
  * plain) and scales, each at its group 0. */
 typedef struct act8_tokens {
@@ -181,18 +166,10 @@ INL void group_step(const int U, const int aff, const size_t nx, const size_t R,
     }
 }
 
-/* Rows in flight and how their memory is read. The R rows computed
- * together are not neighbours: the range is cut into R streams, row k of
- * each taken at once, so each row is read front to back in a region of
- * its own. Neighbouring rows (2 KB each for 4096 4-bit columns) were R
- * interleaved streams inside one or two 4 KB pages, which the hardware
- * prefetchers do not follow: measured on an Intel Xeon, 2 GiB of int4
- * weights, the same instructions: 0.84 of the read bandwidth with
- * neighbouring rows, 1.03 with streams (each stream's row PD rows on
- * asked for a line per group, PD rows being at least STREAM_AHEAD
- * bytes). The scales are staged per stream, STAGE_K rows at a time. */
+/* Rows in flight: row k of each of R streams of the range (row_streams.h),
+ * each prefetched a line per group; the scales are staged per stream,
+ * STAGE_K rows at a time. */
 #define STAGE_K (LB__QDOT8_STAGE_ROWS / RMAX)
-#define STREAM_AHEAD 2048
 #define SCALES_AHEAD 4 /* staging batches whose scales are asked for ahead */
 
 /* Rows r0 .. r1-1 times tokens t0 .. t0+nx-1 with unpacking U (aff: zero
@@ -214,7 +191,6 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
     const lb__qdot8_geom geo = lb__qdot8_geometry(m, groups, G);
     const size_t gmul = geo.gmul, gdiv = geo.gdiv, whole = geo.whole;
     const __mmask64 tail = _cvtu64_mask64(~0ull >> (64 - (m->row_bytes - whole * 64 ? m->row_bytes - whole * 64 : 64)));
-    const size_t ahead = (STREAM_AHEAD + m->row_bytes - 1) / m->row_bytes * m->row_bytes; /* whole rows: PD of them */
     act8_tokens x;
     _Pragma("GCC unroll 8")
     for (size_t t = 0; t < nx; t++) {
@@ -223,22 +199,17 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
         x.xs[t] = aff ? a->xs + (t0 + t) * a->lanes : NULL;
         x.d[t] = a->d + (t0 + t) * a->lanes;
     }
-    /* stream i: rows first[i] .. first[i] + len[i] - 1 */
-    const size_t n = r1 - r0, per = (n + R - 1) / R;
-    size_t sfirst[RMAX], slen[RMAX];
-    for (size_t i = 0; i < R; i++) {
-        sfirst[i] = r0 + (i * per < n ? i * per : n);
-        slen[i] = (i + 1) * per < n ? per : n - (sfirst[i] - r0);
-    }
+    lb__row_streams rs;
+    lb__row_streams_init(&rs, m, R, r0, r1);
     for (size_t i = 0; i < R; i++)
-        for (size_t b = 1; b <= SCALES_AHEAD; b++) prefetch_scales(m, sfirst[i] + b * STAGE_K, STAGE_K);
-    for (size_t k = 0; k < per; k++) {
+        for (size_t b = 1; b <= SCALES_AHEAD; b++) lb__prefetch_scale_rows(m, m->blocks, rs.first[i] + b * STAGE_K, STAGE_K);
+    for (size_t k = 0; k < rs.per; k++) {
         if (k % STAGE_K == 0)
             for (size_t i = 0; i < R; i++) {
-                if (k >= slen[i]) continue;
-                size_t cnt = slen[i] - k < STAGE_K ? slen[i] - k : STAGE_K;
-                prefetch_scales(m, sfirst[i] + k + (SCALES_AHEAD + 1) * STAGE_K, STAGE_K);
-                stage(m, sfirst[i] + k, cnt, mw + i * STAGE_K * st, zp + i * STAGE_K * st);
+                if (k >= rs.len[i]) continue;
+                size_t cnt = rs.len[i] - k < STAGE_K ? rs.len[i] - k : STAGE_K;
+                lb__prefetch_scale_rows(m, m->blocks, rs.first[i] + k + (SCALES_AHEAD + 1) * STAGE_K, STAGE_K);
+                stage(m, rs.first[i] + k, cnt, mw + i * STAGE_K * st, zp + i * STAGE_K * st);
             }
         /* row k of each stream; a stream that has ended repeats the first's
          * row (its sums are dropped) */
@@ -247,8 +218,8 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
         const int32_t *zpp[RMAX];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++) {
-            size_t j = k < slen[i] ? i : 0;
-            row[i] = m->data + (sfirst[j] + k) * m->row_bytes;
+            size_t j = lb__row_stream_at(&rs, i, k);
+            row[i] = m->data + (rs.first[j] + k) * m->row_bytes;
             mwp[i] = mw + (j * STAGE_K + k % STAGE_K) * st;
             zpp[i] = zp + (j * STAGE_K + k % STAGE_K) * st;
         }
@@ -261,12 +232,12 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
         size_t g = 0, b0 = 0, in_block = 0; /* b0 = g * gmul / gdiv, counted */
         for (; g < whole; g++, in_block = in_block + 1 == gdiv ? 0 : in_block + 1, b0 += in_block ? 0 : gmul) {
             _Pragma("GCC unroll 8")
-            for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + ahead + g * 64, _MM_HINT_T1);
+            for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + rs.ahead + g * 64, _MM_HINT_T1);
             group_step(U, aff, nx, R, 0, &x, g, b0, row, mwp, zpp, idx, lut, xorc, tail, acc);
         }
         if (g < groups) {
             _Pragma("GCC unroll 8")
-            for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + ahead + g * 64, _MM_HINT_T1);
+            for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + rs.ahead + g * 64, _MM_HINT_T1);
             group_step(U, aff, nx, R, 1, &x, g, b0, row, mwp, zpp, idx, lut, xorc, tail, acc);
         }
         _Pragma("GCC unroll 8")
@@ -274,7 +245,7 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
             float sums[4];
             _mm_storeu_ps(sums, lb__sum16f_x4_avx512(acc[0][t], acc[1][t], acc[R > 2 ? 2 : 0][t], acc[R > 3 ? 3 : 1][t]));
             for (size_t i = 0; i < R; i++)
-                if (k < slen[i]) y[t * ldy + sfirst[i] + k] = sums[i];
+                if (k < rs.len[i]) y[t * ldy + rs.first[i] + k] = sums[i];
         }
     }
 }

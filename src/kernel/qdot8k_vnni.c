@@ -42,7 +42,7 @@ INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx
     }
     kstreams ks;
     kstreams_init(&ks, m, R, r0, r1, nsb);
-    for (size_t k = 0; k < ks.per; k++) {
+    for (size_t k = 0; k < ks.s.per; k++) {
         const uint8_t *row[RMAX];
         kstream_rows(m, &ks, R, k, row);
         __m512 acc[RMAX][LB__QDOT_MAX_NX];
@@ -88,13 +88,13 @@ INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx
         }
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++) {
-            if (k >= ks.len[i]) continue;
+            if (k >= ks.s.len[i]) continue;
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) {
                 _Alignas(64) float s16[16], s8[8];
                 _mm512_store_ps(s16, acc[i][t]);
                 _mm256_store_ps(s8, macc[i][t]);
-                y[t * ldy + ks.first[i] + k] = lb__sum16f(s16) - lb__qdot8k_sum8(s8);
+                y[t * ldy + ks.s.first[i] + k] = lb__sum16f(s16) - lb__qdot8k_sum8(s8);
             }
         }
     }
@@ -122,7 +122,7 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
                                       _mm256_set1_epi16((short)(4 * n + 2)), 1);
     kstreams ks;
     kstreams_init(&ks, m, R, r0, r1, nsb);
-    for (size_t k = 0; k < ks.per; k++) {
+    for (size_t k = 0; k < ks.s.per; k++) {
         const uint8_t *row[RMAX];
         kstream_rows(m, &ks, R, k, row);
         __m512 acc[RMAX][LB__QDOT_MAX_NX];
@@ -163,12 +163,12 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
         }
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++) {
-            if (k >= ks.len[i]) continue;
+            if (k >= ks.s.len[i]) continue;
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) {
                 _Alignas(64) float s16[16];
                 _mm512_store_ps(s16, acc[i][t]);
-                y[t * ldy + ks.first[i] + k] = lb__sum16f(s16);
+                y[t * ldy + ks.s.first[i] + k] = lb__sum16f(s16);
             }
         }
     }
@@ -214,7 +214,7 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
     const __m512i cidx = _mm512_load_si512(cw), swidx = _mm512_load_si512(sw);
     kstreams ks;
     kstreams_init(&ks, m, R, r0, r1, groups);
-    for (size_t k = 0; k < ks.per; k++) {
+    for (size_t k = 0; k < ks.s.per; k++) {
         const uint8_t *row[RMAX];
         kstream_rows(m, &ks, R, k, row);
         __m512 acc[RMAX][LB__QDOT_MAX_NX];
@@ -268,12 +268,12 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
         }
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++) {
-            if (k >= ks.len[i]) continue;
+            if (k >= ks.s.len[i]) continue;
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) {
                 _Alignas(64) float s16[16];
                 _mm512_store_ps(s16, acc[i][t]);
-                y[t * ldy + ks.first[i] + k] = lb__sum16f(s16);
+                y[t * ldy + ks.s.first[i] + k] = lb__sum16f(s16);
             }
         }
     }

@@ -8,9 +8,9 @@
 
 #include "io/ggml_blocks.h"
 #include "kernel/qdot8.h"
+#include "kernel/row_streams.h"
 #include "kernel/qdot8_instances.h"
 #include "quant/qkernels.h"
-#include "util/cpu.h"
 
 #define INL static inline __attribute__((always_inline))
 #define RMAX 4
@@ -22,42 +22,32 @@ INL __m256 bytes_to_ps(uint64_t v, float mul)
                          _mm256_set1_ps(mul));
 }
 
-/* The R rows in flight come from R streams of the range, row k of each
- * at once, so every row is read front to back in a region of its own
- * (neighbouring rows were R interleaved streams in a page or two, which
- * the hardware prefetchers do not follow: see qdot8_vnni_run.h); each of
- * a row's `steps` steps fetches its share of the row KSTREAM_AHEAD bytes
- * (whole rows) on in each stream, into L2. Past the matrix a prefetch is
- * harmless (it never faults). */
-#define KSTREAM_AHEAD 2048
+/* Rows in flight: row k of each of R streams of the range
+ * (row_streams.h); each of a row's `steps` steps fetches its share of the
+ * row `ahead` bytes on in each stream, into L2. */
 typedef struct kstreams {
-    size_t first[RMAX], len[RMAX]; /* stream i: rows first[i] .. first[i] + len[i] - 1 */
-    size_t per, ahead, share;      /* rows of the first (longest); prefetch distance and bytes per step */
+    lb__row_streams s;
+    size_t share; /* bytes of a row each step prefetches: whole lines */
 } kstreams;
 
-INL void kstreams_init(kstreams *s, const lb__qmat *m, size_t R, size_t r0, size_t r1, size_t steps)
+INL void kstreams_init(kstreams *ks, const lb__qmat *m, size_t R, size_t r0, size_t r1, size_t steps)
 {
-    const size_t n = r1 - r0;
-    s->per = (n + R - 1) / R;
-    for (size_t i = 0; i < R; i++) {
-        s->first[i] = r0 + (i * s->per < n ? i * s->per : n);
-        s->len[i] = (i + 1) * s->per < n ? s->per : n - (s->first[i] - r0);
-    }
-    s->ahead = (KSTREAM_AHEAD + m->row_bytes - 1) / m->row_bytes * m->row_bytes;
-    s->share = (m->row_bytes / steps + 63) / 64 * 64;
+    lb__row_streams_init(&ks->s, m, R, r0, r1);
+    ks->share = (m->row_bytes / steps + 63) / 64 * 64;
 }
 
 /* Row k of each stream (a stream that has ended repeats the first's; its
  * sums are dropped). */
-INL void kstream_rows(const lb__qmat *m, const kstreams *s, size_t R, size_t k, const uint8_t **row)
+INL void kstream_rows(const lb__qmat *m, const kstreams *ks, size_t R, size_t k, const uint8_t **row)
 {
-    for (size_t i = 0; i < R; i++) row[i] = m->data + (s->first[k < s->len[i] ? i : 0] + k) * m->row_bytes;
+    for (size_t i = 0; i < R; i++) row[i] = m->data + (ks->s.first[lb__row_stream_at(&ks->s, i, k)] + k) * m->row_bytes;
 }
 
-INL void kprefetch(const kstreams *s, size_t R, const uint8_t *const *row, size_t step)
+INL void kprefetch(const kstreams *ks, size_t R, const uint8_t *const *row, size_t step)
 {
     for (size_t i = 0; i < R; i++)
-        for (size_t o = 0; o < s->share; o += 64) _mm_prefetch((const char *)row[i] + s->ahead + step * s->share + o, _MM_HINT_T1);
+        for (size_t o = 0; o < ks->share; o += 64)
+            _mm_prefetch((const char *)row[i] + ks->s.ahead + step * ks->share + o, _MM_HINT_T1);
 }
 
 /* The little-endian fp16 at p. */

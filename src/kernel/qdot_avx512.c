@@ -20,7 +20,7 @@ INL void run_nib16(const lb__qmat *m, const lb__qdot_plan *p, const int aff, con
     const __m512 lut16 = _mm512_loadu_ps(p->lut);
     const __mmask16 upper = 0xFF00;
     _Alignas(64) uint8_t tail[R][2][64];
-    row_streams rs;
+    lb__row_streams rs;
     streams_init(&rs, m, p, r0, r1);
     for (size_t k = 0; k < rs.per; k++) {
         const uint8_t *row[R];

@@ -2,7 +2,7 @@
  * order, bit for bit the scalar reference), shared by qdot_avx512.c and
  * qdot_vbmi.c, which instantiates them for the kinds that need AVX-512 VBMI.
  *
- * Four rows (from four streams of the range: row_streams below) and all
+ * Four rows (from four streams of the range: kernel/row_streams.h) and all
  * tokens are in flight, so each chunk's x is loaded once for four rows and
  * 4 * nx independent FMA chains hide the latency. A
  * chunk's 16 partial sums p[0..15] are one zmm (C = 32: the low nibbles,
@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include "kernel/qdot_internal.h"
+#include "kernel/row_streams.h"
 #include "kernel/qdot_scales_avx512.h"
 #include "kernel/sum16_avx512.h"
 #include "quant/qkernels.h"
@@ -128,46 +129,20 @@ INL void chunk_w(const lb__qkind kind, const int aff, const int fold, const uint
     else w[0] = _mm512_mul_ps(v, mulv);
 }
 
-/* The R rows in flight are not neighbours: the range is cut into R
- * streams and row k of each is taken at once, so every row is read front
- * to back in a region of its own, with a software prefetch STREAM_AHEAD
- * bytes (whole rows) ahead in each stream, one line per stream as the
- * chunks reach it. Neighbouring rows were R interleaved streams inside a
- * page or two, which the hardware prefetchers do not follow (the same
- * finding as the int8 mode's, qdot8_vnni_run.h). The staged scales hold
- * STREAM_STAGE rows of each stream. The data read and the arithmetic are
- * unchanged. */
-#define STREAM_AHEAD 2048
+/* Rows in flight: row k of each of R streams of the range (row_streams.h),
+ * each prefetched a line at a time as the chunks reach it; the staged
+ * scales hold STREAM_STAGE rows of each stream. The data read and the
+ * arithmetic are unchanged. */
 #define STREAM_STAGE (LB__QDOT_STAGE_ROWS / R)
 #define SCALES_AHEAD 4 /* staging batches whose scale codes are asked for ahead */
+_Static_assert(R <= LB__STREAMS_MAX, "one stream per row in flight");
 
-typedef struct row_streams {
-    size_t first[R], len[R]; /* stream i: rows first[i] .. first[i] + len[i] - 1 */
-    size_t per;              /* rows of the longest (the first) */
-    size_t ahead;            /* prefetch distance: bytes, whole rows */
-} row_streams;
-
-/* The scale codes of rows r .. r+n-1, a stream the rows' prefetching does
- * not cover (loads of them stalled on memory). Never faults. */
-static void prefetch_scale_codes(const lb__qmat *m, const lb__qdot_plan *p, size_t r, size_t n)
+static void streams_init(lb__row_streams *s, const lb__qmat *m, const lb__qdot_plan *p, size_t r0, size_t r1)
 {
-    if (m->plain || m->one_scale || m->block_rows != 1 || r >= m->rows) return;
-    const char *at = (const char *)m->scales + lb_format_bytes(m->scale_format, r * p->blocks);
-    size_t bytes = lb_format_bytes(m->scale_format, n * p->blocks);
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(at + o, _MM_HINT_T0);
-}
-
-static void streams_init(row_streams *s, const lb__qmat *m, const lb__qdot_plan *p, size_t r0, size_t r1)
-{
-    const size_t n = r1 - r0;
-    s->per = (n + R - 1) / R;
-    for (size_t i = 0; i < R; i++) {
-        s->first[i] = r0 + (i * s->per < n ? i * s->per : n);
-        s->len[i] = (i + 1) * s->per < n ? s->per : n - (s->first[i] - r0);
+    lb__row_streams_init(s, m, R, r0, r1);
+    for (size_t i = 0; i < R; i++)
         for (size_t b = 1; b <= SCALES_AHEAD; b++)
-            prefetch_scale_codes(m, p, s->first[i] + b * STREAM_STAGE, STREAM_STAGE);
-    }
-    s->ahead = (STREAM_AHEAD + m->row_bytes - 1) / m->row_bytes * m->row_bytes;
+            lb__prefetch_scale_rows(m, p->blocks, s->first[i] + b * STREAM_STAGE, STREAM_STAGE);
 }
 
 /* Row k of each stream: its codes, first staged scale and zero point (a
@@ -175,7 +150,7 @@ static void streams_init(row_streams *s, const lb__qmat *m, const lb__qdot_plan 
  * and its chunks past `inplace` copied into tail[i] (a call inside the
  * chunk loop would keep the sums out of registers). Every STREAM_STAGE
  * rows the next batch of each stream is staged, into slot i. */
-INL void stream_rows(const lb__qmat *m, const lb__qdot_plan *p, const row_streams *s, size_t k, size_t inplace,
+INL void stream_rows(const lb__qmat *m, const lb__qdot_plan *p, const lb__row_streams *s, size_t k, size_t inplace,
                      const uint8_t *row[R], const float *mu[R], const float *zp[R], uint8_t tail[R][2][64])
 {
     const size_t nb = p->blocks;
@@ -183,7 +158,7 @@ INL void stream_rows(const lb__qmat *m, const lb__qdot_plan *p, const row_stream
         for (size_t i = 0; i < R; i++) {
             if (k >= s->len[i]) continue;
             size_t r = s->first[i] + k, n = s->len[i] - k < STREAM_STAGE ? s->len[i] - k : STREAM_STAGE;
-            prefetch_scale_codes(m, p, r + (SCALES_AHEAD + 1) * STREAM_STAGE, STREAM_STAGE);
+            lb__prefetch_scale_rows(m, nb, r + (SCALES_AHEAD + 1) * STREAM_STAGE, STREAM_STAGE);
             if (m->plain || p->affine || m->one_scale || m->block_rows > 1)
                 lb__qdot_stage_scales(m, p, LB_ISA_AVX512, r, n, i * STREAM_STAGE);
             else
@@ -192,7 +167,7 @@ INL void stream_rows(const lb__qmat *m, const lb__qdot_plan *p, const row_stream
         }
     _Pragma("GCC unroll 8")
     for (size_t i = 0; i < R; i++) {
-        size_t j = k < s->len[i] ? i : 0, at = j * STREAM_STAGE + k % STREAM_STAGE;
+        size_t j = lb__row_stream_at(s, i, k), at = j * STREAM_STAGE + k % STREAM_STAGE;
         row[i] = m->data + (s->first[j] + k) * m->row_bytes;
         mu[i] = p->mul + at * nb, zp[i] = p->zp + at * nb;
         for (size_t c = inplace; c < p->nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
@@ -217,7 +192,7 @@ INL void zero_sums(__m512 acc[R][LB__QDOT_MAX_NX], size_t nx)
 }
 
 /* y for row k of each stream: each pair's 16 partial sums added in the fixed tree */
-INL void store_sums(__m512 acc[R][LB__QDOT_MAX_NX], const row_streams *s, size_t k, size_t nx, float *y, size_t ldy)
+INL void store_sums(__m512 acc[R][LB__QDOT_MAX_NX], const lb__row_streams *s, size_t k, size_t nx, float *y, size_t ldy)
 {
     _Pragma("GCC unroll 8")
     for (size_t t = 0; t < nx; t++) {
@@ -328,7 +303,7 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, co
     const __m512 t0 = IS_SIX(kind) ? _mm512_loadu_ps(p->lut) : _mm512_setzero_ps();
     const __m512 t1 = IS_SIX(kind) ? _mm512_loadu_ps(p->lut + 16) : _mm512_setzero_ps();
     _Alignas(64) uint8_t tail[R][2][64]; /* a row's chunks past `inplace`: at most 2 (qdot_internal.h) */
-    row_streams rs;
+    lb__row_streams rs;
     streams_init(&rs, m, p, r0, r1);
     for (size_t k = 0; k < rs.per; k++) {
         const uint8_t *row[R];
@@ -417,7 +392,7 @@ INL void run_b1(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind,
     const __m512 t0 = IS_SIX(kind) ? _mm512_loadu_ps(p->lut) : _mm512_setzero_ps();
     const __m512 t1 = IS_SIX(kind) ? _mm512_loadu_ps(p->lut + 16) : _mm512_setzero_ps();
     _Alignas(64) uint8_t tail[R][2][64];
-    row_streams rs;
+    lb__row_streams rs;
     streams_init(&rs, m, p, r0, r1);
     for (size_t k = 0; k < rs.per; k++) {
         const uint8_t *row[R];
