@@ -106,19 +106,68 @@ INL void stage_rows(const lb_format F, const lb__qmat *m, size_t r, size_t n,
     }
 }
 
+/* Zero points of 4-bit codes go into the unsigned operand instead of a
+ * product per token: a lane's weights become u' = (q + c) + (16 - c - z),
+ * that is q - z + 16, in 1 .. 31 for int4 and uint4 codes and zero points
+ * (q - z in -15 .. 15), and its sum starts at -16 * (lane sum of x), so it
+ * ends at the same exact P = sum of x * (q - z) (qdot8.h). One byte add
+ * per half row-group replaces a vpmulld and a subtraction per token (the
+ * int4:g128:affine loop was bound by them). Staged here as the byte
+ * 16 - c - z repeated four times in each int32, for vpaddb. */
+#define LB__ZP_BIAS 16
+
+static void stage_zero_bytes(size_t n, size_t st, int off, int32_t *zp)
+{
+    const __m512i k = _mm512_set1_epi32(LB__ZP_BIAS - off), rep = _mm512_set1_epi32(0x01010101);
+    for (size_t i = 0; i < n; i++)
+        for (size_t b = 0; b < st; b += 16) { /* the whole stride: pads become bytes too, added to codes of x = 0 */
+            int32_t *z = zp + i * st + b;
+            _mm512_storeu_si512(z, _mm512_mullo_epi32(_mm512_sub_epi32(k, _mm512_loadu_si512(z)), rep));
+        }
+}
+
+/* The same bytes straight from a row of 4-bit zero points (two per byte,
+ * low first; int4 sign-extended by (c ^ 8) - 8), 16 blocks per step:
+ * the scalar staging (qdot8.c) took a fifth of the int4:g128:affine
+ * loop's time. Lanes past the row's last block get bytes of whatever the
+ * masked load left (zero codes): added to codes of x = 0 only. */
+static void stage_zero_nibbles(const lb__qmat *m, size_t r, size_t n, int32_t *zp, int off)
+{
+    const size_t nb = m->blocks, st = lb__qdot8_stage_stride(m);
+    const __m128i low4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8), k = _mm_set1_epi8((char)(LB__ZP_BIAS - off));
+    const __m128i sign = m->element == LB_FMT_UINT4 ? _mm_setzero_si128() : eight;
+    const __m512i rep = _mm512_set1_epi32(0x01010101);
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *zrow = m->zero_points + (r + i) * m->zp_row_bytes;
+        for (size_t b = 0; b < nb; b += 16) {
+            size_t bytes = nb - b >= 16 ? 8 : (nb - b + 1) / 2;
+            __m128i v = _mm_maskz_loadu_epi8((__mmask16)((1u << bytes) - 1), zrow + b / 2);
+            __m128i z = _mm_unpacklo_epi8(_mm_and_si128(v, low4), _mm_and_si128(_mm_srli_epi16(v, 4), low4));
+            z = _mm_sub_epi8(_mm_xor_si128(z, sign), sign); /* int4: sign-extended; uint4: as is */
+            _mm512_storeu_si512(zp + i * st + b, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_sub_epi8(k, z)), rep));
+        }
+    }
+}
+
 /* The weight scales of rows r .. r+n-1: qdot8.c's staging, with the
  * common layout (a row of block scales per row) decoded here (the same
- * values); the zero points, if any, are staged after. */
-static void stage(const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp)
+ * values); the zero points, if any, are staged after (for 4-bit codes as
+ * the bytes the kernel adds). */
+static void stage(const int U, const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp, int off)
 {
     if (m->one_scale || m->block_rows > 1 || m->blocks <= 1) {
         lb__qdot8_stage_rows(m, LB_ISA_AVX512, scale_avx512, r, n, mw, zp);
-        return;
-    }
+    } else {
 #define STAGE_ROWS(F) stage_rows(F, m, r, n, mw) /* lb__qdot8_supported takes scale formats only */
-    LB__SCALE_FORMAT_SWITCH(m->scale_format, STAGE_ROWS)
+        LB__SCALE_FORMAT_SWITCH(m->scale_format, STAGE_ROWS)
 #undef STAGE_ROWS
-    if (m->zero_points) lb__qdot8_stage_zero_points(m, r, n, zp);
+        if (m->zero_points && U != LB__U8_INT8) {
+            stage_zero_nibbles(m, r, n, zp, off);
+            return;
+        }
+        if (m->zero_points) lb__qdot8_stage_zero_points(m, r, n, zp);
+    }
+    if (m->zero_points && U != LB__U8_INT8) stage_zero_bytes(n, lb__qdot8_stage_stride(m), off, zp);
 }
 
 /* A call's staged activations, per token: codes, lane sums (offset and
@@ -145,8 +194,9 @@ INL void group_step(const int U, const int aff, const size_t nx, const size_t R,
     for (size_t t = 0; t < nx; t++) {
         xl[t] = _mm512_load_si512(x->q[t] + g * G);
         xh[t] = nib ? _mm512_load_si512(x->q[t] + g * G + 64) : xl[t];
-        cx[t] = _mm512_load_si512(x->cxs[t] + g * LB__QDOT8_LANES);
-        xs[t] = aff ? _mm512_load_si512(x->xs[t] + g * LB__QDOT8_LANES) : cx[t];
+        xs[t] = aff ? _mm512_load_si512(x->xs[t] + g * LB__QDOT8_LANES) : idx;
+        cx[t] = aff && nib ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(xs[t], 4)) /* -16 * xs */
+                           : _mm512_load_si512(x->cxs[t] + g * LB__QDOT8_LANES);
         dv[t] = _mm512_load_ps(x->d[t] + g * LB__QDOT8_LANES);
     }
     _Pragma("GCC unroll 8")
@@ -156,11 +206,12 @@ INL void group_step(const int U, const int aff, const size_t nx, const size_t R,
         unpack(U, wb, lut, xorc, &ul, &uh);
         __m512 mwv = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(mwp[i] + b0));
         __m512i zv = aff ? _mm512_permutexvar_epi32(idx, _mm512_loadu_si512(zpp[i] + b0)) : idx;
+        if (aff && nib) ul = _mm512_add_epi8(ul, zv), uh = _mm512_add_epi8(uh, zv); /* q - z + 16 */
         _Pragma("GCC unroll 8")
         for (size_t t = 0; t < nx; t++) {
             __m512i p = _mm512_dpbusd_epi32(cx[t], ul, xl[t]); /* from -c * (lane sum of x) */
             if (nib) p = _mm512_dpbusd_epi32(p, uh, xh[t]);
-            if (aff) p = _mm512_sub_epi32(p, _mm512_mullo_epi32(zv, xs[t]));
+            if (aff && !nib) p = _mm512_sub_epi32(p, _mm512_mullo_epi32(zv, xs[t]));
             acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv[t], mwv), acc[i][t]);
         }
     }
@@ -209,7 +260,7 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
                 if (k >= rs.len[i]) continue;
                 size_t cnt = rs.len[i] - k < STAGE_K ? rs.len[i] - k : STAGE_K;
                 lb__prefetch_scale_rows(m, m->blocks, rs.first[i] + k + (SCALES_AHEAD + 1) * STAGE_K, STAGE_K);
-                stage(m, rs.first[i] + k, cnt, mw + i * STAGE_K * st, zp + i * STAGE_K * st);
+                stage(U, m, rs.first[i] + k, cnt, mw + i * STAGE_K * st, zp + i * STAGE_K * st, off);
             }
         /* row k of each stream; a stream that has ended repeats the first's
          * row (its sums are dropped) */
