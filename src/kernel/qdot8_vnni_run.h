@@ -85,25 +85,53 @@ static void scale_avx512(float *w, size_t n, float a, float b)
  * stride leaves 16 floats past a row's last block, where its tail repeats
  * the last scale). One pass, no copy: the staging was a fifth of nvfp4's
  * decode time (18 blocks per row or more, scales decoded into a buffer and
- * copied over). */
-INL void stage_rows(const lb_format F, const lb__qmat *m, size_t r, size_t n,
-                                                             float *mw)
+ * copied over). FOLD (UE4M3 only): w = (decoded * 2^-8) * (sm * f * 2^8),
+ * one product instead of three, the same float where fold_ue4m3() says. */
+/* (s * sm) * f for scales b .. b+15 (mask k), f = 1/2 (half) for doubled fp4 values */
+INL __m512 scale_vector(const lb_format F, const int half, const uint8_t *codes, size_t b, __mmask16 k, __m512 smv,
+                        __m512 hv)
+{
+    __m512 v = _mm512_mul_ps(lb__scale16_avx512(F, codes, b, k), smv);
+    return half ? _mm512_mul_ps(v, hv) : v;
+}
+
+INL void stage_rows(const lb_format F, const int FOLD, const lb__qmat *m, size_t r, size_t n, float *mw)
 {
     const size_t nb = m->blocks, st = lb__qdot8_stage_stride(m);
-    const __m512 smv = _mm512_set1_ps(m->scale_mul), f = _mm512_set1_ps(m->element == LB_FMT_FP4_E2M1 ? 0.5f : 1.0f);
+    const int half = m->element == LB_FMT_FP4_E2M1;
+    const __m512 smv = _mm512_set1_ps(m->scale_mul), hv = _mm512_set1_ps(0.5f);
+    const __m512 cv = _mm512_set1_ps(m->scale_mul * (half ? 128.0f : 256.0f));
     const __m512i last = _mm512_set1_epi32((int)((nb - 1) % 16)); /* lane of the last scale in its vector */
     const size_t row_codes = lb_format_bytes(F, nb); /* whole bytes: every scale format is */
     for (size_t i = 0; i < n; i++) {
         const uint8_t *codes = m->scales + (r + i) * row_codes;
         float *w = mw + i * st;
         __m512 v = _mm512_setzero_ps();
-        for (size_t b = 0; b < nb; b += 16) {
-            __mmask16 k = (__mmask16)(nb - b >= 16 ? 0xFFFF : (1u << (nb - b)) - 1);
-            v = _mm512_mul_ps(_mm512_mul_ps(lb__scale16_avx512(F, codes, b, k), smv), f); /* (s * sm) * f; by 1: exact */
+        size_t b = 0;
+        for (; b + 16 <= nb; b += 16) { /* whole vectors first: no mask to compute */
+            v = FOLD ? _mm512_mul_ps(lb__ue4m3_16_over256_avx512(codes, b, 0xFFFF), cv)
+                     : scale_vector(F, half, codes, b, 0xFFFF, smv, hv);
+            _mm512_storeu_ps(w + b, v);
+        }
+        if (b < nb) {
+            __mmask16 k = (__mmask16)((1u << (nb - b)) - 1);
+            v = FOLD ? _mm512_mul_ps(lb__ue4m3_16_over256_avx512(codes, b, k), cv)
+                     : scale_vector(F, half, codes, b, k, smv, hv);
             _mm512_storeu_ps(w + b, v);
         }
         _mm512_storeu_ps(w + nb, _mm512_permutexvar_ps(last, v));
     }
+}
+
+/* Whether (s * sm) * f equals (s * 2^-8) * (sm * f * 2^8) for every UE4M3
+ * scale s (f = 1 or 1/2): powers of two move through a product unchanged
+ * while nothing leaves the normal range, and s is 2^-9 .. 448, so
+ * 2^-100 <= |sm| <= 2^100 keeps every step normal and finite (a global
+ * scale is ~1e-4 .. 1; outside that, the three products as written). */
+static int fold_ue4m3(float sm)
+{
+    float a = sm < 0 ? -sm : sm;
+    return a >= 0x1p-100f && a <= 0x1p100f;
 }
 
 /* Zero points of 4-bit codes go into the unsigned operand instead of a
@@ -158,8 +186,11 @@ static void stage(const int U, const lb__qmat *m, size_t r, size_t n, float *mw,
     if (m->one_scale || m->block_rows > 1 || m->blocks <= 1) {
         lb__qdot8_stage_rows(m, LB_ISA_AVX512, scale_avx512, r, n, mw, zp);
     } else {
-#define STAGE_ROWS(F) stage_rows(F, m, r, n, mw) /* lb__qdot8_supported takes scale formats only */
-        LB__SCALE_FORMAT_SWITCH(m->scale_format, STAGE_ROWS)
+#define STAGE_ROWS(F) stage_rows(F, 0, m, r, n, mw) /* lb__qdot8_supported takes scale formats only */
+        if (m->scale_format == LB_FMT_UE4M3 && fold_ue4m3(m->scale_mul))
+            stage_rows(LB_FMT_UE4M3, 1, m, r, n, mw);
+        else
+            LB__SCALE_FORMAT_SWITCH(m->scale_format, STAGE_ROWS)
 #undef STAGE_ROWS
         if (m->zero_points && U != LB__U8_INT8) {
             stage_zero_nibbles(m, r, n, zp, off);

@@ -9,6 +9,19 @@
 
 #include "lowbit.h"
 
+/* UE4M3 codes i .. i + 15 (those in mask k, the rest code 0) as value *
+ * 2^-8, exactly: a code shifted left by 7 is the fp16 of that (the E4M3
+ * fp16 trick); codes >= 0x7F are NaN. The decode kernels fold the 2^8
+ * into their own constants where that is exact. */
+static inline __attribute__((always_inline)) __m512 lb__ue4m3_16_over256_avx512(const uint8_t *codes, size_t i,
+                                                                                 __mmask16 k)
+{
+    __m256i c = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(k, codes + i));
+    __m512 v = _mm512_cvtph_ps(_mm256_slli_epi16(c, 7));
+    __mmask16 nan = _mm256_cmpgt_epi16_mask(c, _mm256_set1_epi16(0x7E));
+    return _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+}
+
 /* Scale codes i .. i + 15 of format f (those in mask k; the rest read as
  * code 0, or as 1.0 for e8m0, whose code 0 is the subnormal 2^-127: a
  * product of a subnormal takes a microcode assist, which made decode 4x
@@ -33,13 +46,7 @@ static inline __attribute__((always_inline)) __m512 lb__scale16_avx512(const lb_
         v = _mm512_castsi512_ps(b);
         break;
     }
-    case LB_FMT_UE4M3: { /* the e4m3 fp16 trick (value * 2^-8), then * 2^8 exactly; codes >= 0x7F are NaN */
-        __m256i c = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(k, codes + i));
-        v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_slli_epi16(c, 7)), _mm512_set1_ps(256.0f));
-        __mmask16 nan = _mm256_cmpgt_epi16_mask(c, _mm256_set1_epi16(0x7E));
-        v = _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
-        break;
-    }
+    case LB_FMT_UE4M3: v = _mm512_mul_ps(lb__ue4m3_16_over256_avx512(codes, i, k), _mm512_set1_ps(256.0f)); break;
     case LB_FMT_FP8_E4M3: /* not scale formats: lb__qdot_check refuses them (v stays NaN) */
     case LB_FMT_FP8_E5M2:
     case LB_FMT_FP8_E4M3FNUZ:
