@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "kernel/qdot8.h"
 #include "kernel/readbw.h"
 #include "util/cpu.h"
 #include "util/parallel.h"
@@ -72,9 +73,10 @@ void bench_print_json(const opts *o, const results *r)
     json_string(stdout, r->cpu);
     printf(", \"isa\": ");
     json_string(stdout, lb_isa_name(lb_isa_active()));
-    printf(", \"avx512_vnni\": %s, \"avx512_bf16\": %s, \"cpus\": %d, \"threads\": %d, \"l3_bytes\": %llu}",
-           ex & LB__CPU_AVX512_VNNI ? "true" : "false", ex & LB__CPU_AVX512_BF16 ? "true" : "false", lb__thread_count(0),
-           o->threads, r->l3);
+    printf(", \"avx512_vnni\": %s, \"avx512_bf16\": %s, \"int8_kernels\": ", ex & LB__CPU_AVX512_VNNI ? "true" : "false",
+           ex & LB__CPU_AVX512_BF16 ? "true" : "false");
+    json_string(stdout, lb__qdot8_get(lb_isa_active())->name);
+    printf(", \"cpus\": %d, \"threads\": %d, \"l3_bytes\": %llu}", lb__thread_count(0), o->threads, r->l3);
     printf(", \"read\": {\"method\": ");
     json_string(stdout, r->read.method);
     printf(", \"bytes\": %llu, \"passes\": %d", (unsigned long long)r->read.bytes, o->reps_mem);
@@ -141,9 +143,9 @@ void bench_print_machine_text(const opts *o, const results *r)
     printf("machine: %s, %d CPUs, L3 ", r->cpu, lb__thread_count(0));
     if (r->l3) printf("%.0f MiB", (double)r->l3 / (1 << 20));
     else printf("unknown");
-    printf("; kernels %s (AVX512-VNNI %s, AVX512-BF16 %s); %d thread%s\n\n", lb_isa_name(lb_isa_active()),
-           ex & LB__CPU_AVX512_VNNI ? "yes" : "no", ex & LB__CPU_AVX512_BF16 ? "yes" : "no", o->threads,
-           o->threads == 1 ? "" : "s");
+    printf("; kernels %s (AVX512-VNNI %s, AVX512-BF16 %s; int8 mode %s); %d thread%s\n\n", lb_isa_name(lb_isa_active()),
+           ex & LB__CPU_AVX512_VNNI ? "yes" : "no", ex & LB__CPU_AVX512_BF16 ? "yes" : "no",
+           lb__qdot8_get(lb_isa_active())->name, o->threads, o->threads == 1 ? "" : "s");
     printf("1. Read bandwidth: %s,\n   over %.2f GiB (pages touched first), split over the threads as the matvec is, best of %d:\n"
            "   1 thread %.2f GB/s",
            r->read.method, (double)r->read.bytes / (1u << 30), o->reps_mem, r->read.gbps1);

@@ -18,8 +18,8 @@
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-/* 4 for the 4-bit elements, 1 for int8, 0 for what the path does not take.
- * Every format is listed: a new one is a compile error here. */
+/* The bits of an element the path takes (4, 6 or 8), 0 for what it does
+ * not take. Every format is listed: a new one is a compile error here. */
 static int element_kind(lb_format f)
 {
     switch (f) {
@@ -31,11 +31,11 @@ static int element_kind(lb_format f)
     case LB_FMT_FP32:
     case LB_FMT_BF16:
     case LB_FMT_FP16:
-    case LB_FMT_FP8_E4M3: /* fp8 and fp6 values are not small integers times one scale */
+    case LB_FMT_FP6_E2M3: return 6; /* eight times an e2m3 value is an integer, -60 .. 60 */
+    case LB_FMT_FP8_E4M3: /* fp8 and fp6 e3m2 values are not small integers times one scale */
     case LB_FMT_FP8_E5M2:
     case LB_FMT_FP8_E4M3FNUZ:
     case LB_FMT_FP8_E5M2FNUZ:
-    case LB_FMT_FP6_E2M3:
     case LB_FMT_FP6_E3M2:
     case LB_FMT_E8M0:
     case LB_FMT_UE4M3:
@@ -48,10 +48,18 @@ size_t lb__qdot8_lane_elems(const lb__qmat *m) { return element_kind(m->element)
 
 static size_t blocks_of(const lb__qmat *m) { return m->blocks ? m->blocks : 1; }
 
-int lb__qdot8_supported(const lb__qmat *m)
+float lb__qdot8_unit(lb_format element)
+{
+    return element == LB_FMT_FP4_E2M1 ? 0.5f : element == LB_FMT_FP6_E2M3 ? 0.125f : 1.0f;
+}
+
+int lb__qdot8_supported(const lb__qmat *m) { return lb__qdot8_takes(m, lb__qdot8_get(lb_isa_active())); }
+
+int lb__qdot8_takes(const lb__qmat *m, const lb__qdot8_set *set)
 {
     if (m->ggml_block) return lb__qdot8k_type(m->ggml) && lb__qdot8k_cols_ok(m);
     if (m->plain || !element_kind(m->element)) return 0;
+    if (element_kind(m->element) == 6 && (!set->six || m->zero_points)) return 0; /* fp6: where a set unpacks it */
     const lb_format_info *sf = lb_format_get(m->scale_format);
     if (!sf || !(m->scale_format == LB_FMT_FP32 || m->scale_format == LB_FMT_BF16 || m->scale_format == LB_FMT_FP16 ||
                  m->scale_format == LB_FMT_E8M0 || m->scale_format == LB_FMT_UE4M3))
@@ -61,21 +69,24 @@ int lb__qdot8_supported(const lb__qmat *m)
     return m->block % e == 0 && (g % m->block == 0 || m->block % g == 0);
 }
 
-/* The integer value u of an element code: the code for integers, twice
- * the value for fp4. */
+/* The integer value u of an element code: the value over lb__qdot8_unit
+ * (the code for integers, twice the value for fp4, eight times for fp6
+ * e2m3; exact: a power of two). */
 static int unit_value(lb_format f, uint32_t code)
 {
     const lb_format_info *e = lb_format_get(f);
     uint32_t b = e->decode(e, code);
     float v;
     memcpy(&v, &b, sizeof v);
-    return (int)(f == LB_FMT_FP4_E2M1 ? 2.0f * v : v);
+    return (int)(v / lb__qdot8_unit(f));
 }
 
-void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16])
+void lb__qdot8_code_table(lb_format element, int off, uint8_t *lut, size_t n)
 {
-    for (uint32_t c = 0; c < 16; c++) lut[c] = (uint8_t)(unit_value(element, c) + off);
+    for (uint32_t c = 0; c < n; c++) lut[c] = (uint8_t)(unit_value(element, c) + off);
 }
+
+void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16]) { lb__qdot8_code_table(element, off, lut, 16); }
 
 /* whole cache lines: a row's stores and the kernels' loads never split one */
 size_t lb__qdot8_stage_stride(const lb__qmat *m) { return (blocks_of(m) + LB__QDOT8_LANES + 15) / 16 * 16; }
@@ -102,7 +113,7 @@ void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scal
                           int32_t *zp)
 {
     size_t nb = blocks_of(m), st = lb__qdot8_stage_stride(m);
-    const float f = m->element == LB_FMT_FP4_E2M1 ? 0.5f : 1.0f, sm = m->scale_mul;
+    const float f = lb__qdot8_unit(m->element), sm = m->scale_mul;
     for (size_t i = 0; i < n; i++) {
         float *w = mw + i * st;
         if (m->one_scale) {
@@ -208,7 +219,15 @@ static lb_status act8_stage(const lb__qmat *m, const float *x, size_t n, const l
 static int element_unit(const lb__qmat *m, const uint8_t *row, size_t k)
 {
     if (k >= m->cols) return 0; /* padding: its activation code is 0 anyway */
-    uint32_t c = element_kind(m->element) == 4 ? (row[k / 2] >> (4 * (k & 1))) & 15u : row[k];
+    const int bits = element_kind(m->element);
+    uint32_t c = row[k]; /* int8: the byte */
+    if (bits == 4) c = (row[k / 2] >> (4 * (k & 1))) & 15u;
+    if (bits == 6) { /* code k at bits 6k .. 6k + 5 of the row, little-endian; the second byte only where it reaches it */
+        size_t bit = 6 * k;
+        c = row[bit / 8] >> (bit % 8);
+        if (bit % 8 > 2) c |= (uint32_t)row[bit / 8 + 1] << (8 - bit % 8);
+        c &= 63u;
+    }
     return unit_value(m->element, c);
 }
 
@@ -272,7 +291,7 @@ int lb__qdot8_nibble_offset(lb_format element)
 }
 
 const lb__qdot8_set lb__qdot8_scalar_set = {"scalar", lb__qdot8_no_offset, rows_scalar, lb__qdot8k_rows_scalar,
-                                            &lb__w8a8_scalar_ops};
+                                            &lb__w8a8_scalar_ops, 1};
 
 const lb__qdot8_set *lb__qdot8_get(lb_isa isa)
 {
@@ -332,7 +351,7 @@ lb_status lb__qmat_matmul_act8_multi(const lb__qmat *const *ms, size_t k, const 
                                      int threads, const lb__qdot8_set *set)
 {
     for (size_t i = 0; i < k; i++)
-        if (!lb__qdot8_shares_input(ms[0], ms[i])) return LB_ERR_UNSUPPORTED;
+        if (!lb__qdot8_takes(ms[i], set) || !lb__qdot8_shares_input(ms[0], ms[i])) return LB_ERR_UNSUPPORTED;
     const lb__qmat *m = ms[0];
     size_t rows = 0, bytes = 0, scratch = 64;
     for (size_t i = 0; i < k; i++) {

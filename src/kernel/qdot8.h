@@ -5,24 +5,28 @@
  * This changes the arithmetic of qdot.h (the activations are rounded), so
  * it is a mode the caller names; qdot.h's exact path stays the default.
  *
- * Weights: 4-bit (int4, uint4, fp4 e2m1) or int8 elements, any scale
+ * Weights: 4-bit (int4, uint4, fp4 e2m1), fp6 e2m3 or int8 elements, any scale
  * (block, channel, tensor, 2-D, two-level), affine or not, where the scale
  * block is the whole row or a multiple of the lane width E (below) that
  * divides or is divided by the group G; others are refused (the caller
  * falls back to the exact kernels). Each element has an integer value u:
  * int4/uint4/int8 the code, fp4 twice the E2M1 value (-12 .. 12, so the
- * weight scale is halved).
+ * weight scale is halved), fp6 eight times the E2M3 value (-60 .. 60, the
+ * scale times 1/8; not affine). fp6 only where the set unpacks 6-bit
+ * codes (lb__qdot8_set.six: the scalar reference and AVX-512 VBMI; the
+ * others refuse it, and the exact kernels run those matrices).
  *
  * The result, which every instruction set computes bit for bit:
  *   - Activation blocks of 32 along the row: d_j = absmax_j / 127 (fp32
  *     division; 1 where absmax is 0), q_k = round-half-even(x_k / d_j)
  *     clamped to [-127, 127] (lb__w8a8_i8_code). Columns past the row are
  *     q = 0 and a block wholly past it has d = 0.
- *   - Lanes: E = 8 elements for 4-bit weights, 4 for int8; groups of
- *     G = 16 E. Lane l of group g covers elements [gG + lE, gG + lE + E):
+ *   - Lanes: E = 8 elements for 4-bit weights, 4 for int8 and fp6;
+ *     groups of G = 16 E (64 bytes of codes; 48 for fp6, whose code k is
+ *     bits 6k .. 6k + 5 of the row, little-endian). Lane l of group g covers elements [gG + lE, gG + lE + E):
  *     one activation block j and one weight block b.
  *   - P(g,l) = sum over the lane of q_k * (u_k - zp_b), exact in int32.
- *   - mw_b = (scale_b * scale_mul) * f, f = 0.5 for fp4 else 1 (fp32
+ *   - mw_b = (scale_b * scale_mul) * f, f = 1/2 for fp4, 1/8 for fp6, else 1 (fp32
  *     products in that order; blocks past the row's last take the last's),
  *     s(g,l) = d_j * mw_b (fp32).
  *   - 16 partial sums p[l] start at +0; for g in increasing order:
@@ -82,9 +86,12 @@
 #define LB__ACT8_BLOCK 32 /* activation elements per int8 scale */
 #define LB__QDOT8_LANES 16
 
-/* 1 if the int8-activation kernels take m (a refusal is routine: the
- * caller runs the exact kernels), else 0. */
+/* 1 if the int8-activation kernels of the active instruction set take m
+ * (a refusal is routine: the caller runs the exact kernels), else 0. */
 int lb__qdot8_supported(const lb__qmat *m);
+/* The weight of one unit of an element's integer value u: 1/2 for fp4,
+ * 1/8 for fp6 e2m3, else 1 (the f of mw_b above). */
+float lb__qdot8_unit(lb_format element);
 
 /* The quantized activations of one call, staged for one matrix's
  * geometry (a token's codes in the order its weight bytes unpack).
@@ -115,10 +122,14 @@ typedef struct lb__qdot8_set {
     /* whose quant_i8 quantizes an activation block (w8a8.h's per-token
      * int8 quantizer, static scale 0: every set gives the same codes) */
     const struct lb__w8a8_ops *quant;
+    int six; /* 1 if rows takes fp6 e2m3 weights (the scalar reference and the VBMI set) */
 } lb__qdot8_set;
 
 extern const lb__qdot8_set lb__qdot8_scalar_set, lb__qdot8_avx2_set, lb__qdot8_vnni_set, lb__qdot8_vbmi_set,
     lb__qdot8_neon_set;
+
+/* lb__qdot8_supported for a given set. */
+int lb__qdot8_takes(const lb__qmat *m, const struct lb__qdot8_set *set);
 
 /* The best set for isa on this CPU (VNNI needs AVX512-VNNI, and its VBMI
  * variant VBMI too; AVX-512 without VNNI takes AVX2's); scalar where
@@ -183,7 +194,8 @@ static inline lb__qdot8_geom lb__qdot8_geometry(const lb__qmat *m, size_t groups
     const int one = m->blocks <= 1 || m->one_scale;
     g.gmul = one ? 0 : m->block < G ? G / m->block : 1;
     g.gdiv = one || m->block < G ? 1 : m->block / G;
-    g.whole = m->row_bytes / 64 < groups ? m->row_bytes / 64 : groups;
+    const size_t gb = G * lb_format_get(m->element)->bits / 8; /* bytes per group: 64, or 48 for fp6 */
+    g.whole = m->row_bytes / gb < groups ? m->row_bytes / gb : groups;
     return g;
 }
 
@@ -208,8 +220,10 @@ static inline void lb__qdot8_row_ptrs(const lb__qmat *m, size_t r, size_t n, siz
 int lb__qdot8_no_offset(lb_format element);
 int lb__qdot8_nibble_offset(lb_format element);
 
-/* The 16 values u + off of the 4-bit codes (lb__qdot8_set.offset). */
+/* The 16 values u + off of the 4-bit codes (lb__qdot8_set.offset); the
+ * n values of codes 0 .. n-1 of any element the path takes. */
 void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16]);
+void lb__qdot8_code_table(lb_format element, int off, uint8_t *lut, size_t n);
 
 /* ---- the K-quants (Q4_K, Q5_K) ---- */
 

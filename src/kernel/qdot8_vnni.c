@@ -9,8 +9,12 @@
 
 #include "kernel/qdot8_vnni_run.h"
 
-/* int8 codes xor 0x80 are the unsigned operand: + 128 */
-int lb__qdot8_vnni_offset(lb_format element) { return element == LB_FMT_INT8 ? 128 : lb__qdot8_nibble_offset(element); }
+/* int8 codes xor 0x80 are the unsigned operand: + 128; fp6 e2m3's eight
+ * times the value (-60 .. 60) + 60 (the VBMI set's table) */
+int lb__qdot8_vnni_offset(lb_format element)
+{
+    return element == LB_FMT_INT8 ? 128 : element == LB_FMT_FP6_E2M3 ? 60 : lb__qdot8_nibble_offset(element);
+}
 
 LB__VNNI_RUNS(LB__U8_INT8)
 LB__VNNI_RUNS(LB__U8_NIBX)

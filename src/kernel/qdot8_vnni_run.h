@@ -42,7 +42,11 @@
  * fp4 through the 16-value table (lb__qdot8_nibble_table), by vpshufb
  * after masking, or with VBMI by vpermb, which reads only an index's low
  * six bits, so the table repeated four times needs no mask. */
-enum { LB__U8_INT8, LB__U8_NIBX, LB__U8_LUT, LB__U8_VBMI };
+enum { LB__U8_INT8, LB__U8_NIBX, LB__U8_LUT, LB__U8_VBMI, LB__U8_SIX };
+/* two 4-bit codes per byte (groups of 128 elements in 64 bytes) */
+#define NIB(U) ((U) == LB__U8_NIBX || (U) == LB__U8_LUT || (U) == LB__U8_VBMI)
+/* bytes of codes per group of 16 lanes: fp6 e2m3 64 codes in 48 */
+#define GROUP_BYTES(U) ((U) == LB__U8_SIX ? 48 : 64)
 
 /* (a ^ b) & c */
 #define LB__XOR_AND 0x28
@@ -68,6 +72,21 @@ INL void unpack(const int U, __m512i wb, __m512i lut, __m512i xorc, __m512i *ul,
         *ul = *uh = lut; /* never instantiated without VBMI */
 #endif
         return;
+    case LB__U8_SIX: {
+#if defined(__AVX512VBMI__)
+        /* 64 codes in 48 bytes: vpermb puts each 8 codes' 6 bytes in a
+         * qword, vpmultishiftqb moves code j to byte j (bits 6j .. 6j + 7),
+         * vpermb looks u + off up by the code's low six bits */
+        const __m512i spread = _mm512_set_epi64(0x00002F2E2D2C2B2Aull, 0x0000292827262524ull, 0x0000232221201F1Eull,
+                                                0x00001D1C1B1A1918ull, 0x0000171615141312ull, 0x000011100F0E0D0Cull,
+                                                0x00000B0A09080706ull, 0x0000050403020100ull);
+        const __m512i at = _mm512_set1_epi64(0x2A241E18120C0600ll);
+        *ul = *uh = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(at, _mm512_permutexvar_epi8(spread, wb)), lut);
+#else
+        *ul = *uh = lut; /* never instantiated without VBMI */
+#endif
+        return;
+    }
     }
 }
 
@@ -87,7 +106,7 @@ static void scale_avx512(float *w, size_t n, float a, float b)
  * decode time (18 blocks per row or more, scales decoded into a buffer and
  * copied over). FOLD (UE4M3 only): w = (decoded * 2^-8) * (sm * f * 2^8),
  * one product instead of three, the same float where fold_ue4m3() says. */
-/* (s * sm) * f for scales b .. b+15 (mask k), f = 1/2 (half) for doubled fp4 values */
+/* (s * sm) * f for scales b .. b+15 (mask k); half: f != 1 (lb__qdot8_unit, hv) */
 INL __m512 scale_vector(const lb_format F, const int half, const uint8_t *codes, size_t b, __mmask16 k, __m512 smv,
                         __m512 hv)
 {
@@ -98,9 +117,10 @@ INL __m512 scale_vector(const lb_format F, const int half, const uint8_t *codes,
 INL void stage_rows(const lb_format F, const int FOLD, const lb__qmat *m, size_t r, size_t n, float *mw)
 {
     const size_t nb = m->blocks, st = lb__qdot8_stage_stride(m);
-    const int half = m->element == LB_FMT_FP4_E2M1;
-    const __m512 smv = _mm512_set1_ps(m->scale_mul), hv = _mm512_set1_ps(0.5f);
-    const __m512 cv = _mm512_set1_ps(m->scale_mul * (half ? 128.0f : 256.0f));
+    const float f = lb__qdot8_unit(m->element);
+    const int half = f != 1.0f;
+    const __m512 smv = _mm512_set1_ps(m->scale_mul), hv = _mm512_set1_ps(f);
+    const __m512 cv = _mm512_set1_ps(m->scale_mul * (f * 256.0f));
     const __m512i last = _mm512_set1_epi32((int)((nb - 1) % 16)); /* lane of the last scale in its vector */
     const size_t row_codes = lb_format_bytes(F, nb); /* whole bytes: every scale format is */
     for (size_t i = 0; i < n; i++) {
@@ -124,7 +144,7 @@ INL void stage_rows(const lb_format F, const int FOLD, const lb__qmat *m, size_t
 }
 
 /* Whether (s * sm) * f equals (s * 2^-8) * (sm * f * 2^8) for every UE4M3
- * scale s (f = 1 or 1/2): powers of two move through a product unchanged
+ * scale s (f = 1, 1/2 or 1/8): powers of two move through a product unchanged
  * while nothing leaves the normal range, and s is 2^-9 .. 448, so
  * 2^-100 <= |sm| <= 2^100 keeps every step normal and finite (a global
  * scale is ~1e-4 .. 1; outside that, the three products as written). */
@@ -192,13 +212,13 @@ static void stage(const int U, const lb__qmat *m, size_t r, size_t n, float *mw,
         else
             LB__SCALE_FORMAT_SWITCH(m->scale_format, STAGE_ROWS)
 #undef STAGE_ROWS
-        if (m->zero_points && U != LB__U8_INT8) {
+        if (m->zero_points && NIB(U)) {
             stage_zero_nibbles(m, r, n, zp, off);
             return;
         }
         if (m->zero_points) lb__qdot8_stage_zero_points(m, r, n, zp);
     }
-    if (m->zero_points && U != LB__U8_INT8) stage_zero_bytes(n, lb__qdot8_stage_stride(m), off, zp);
+    if (m->zero_points && NIB(U)) stage_zero_bytes(n, lb__qdot8_stage_stride(m), off, zp);
 }
 
 /* A call's staged activations, per token: codes, lane sums (offset and
@@ -217,8 +237,8 @@ INL void group_step(const int U, const int aff, const size_t nx, const size_t R,
                     const int32_t *const *zpp, __m512i idx, __m512i lut, __m512i xorc, __mmask64 tail,
                     __m512 acc[RMAX][LB__QDOT_MAX_NX])
 {
-    const int nib = U != LB__U8_INT8;
-    const size_t G = nib ? 128 : 64;
+    const int nib = NIB(U);
+    const size_t G = nib ? 128 : 64, GB = GROUP_BYTES(U);
     __m512i xl[LB__QDOT_MAX_NX], xh[LB__QDOT_MAX_NX], cx[LB__QDOT_MAX_NX], xs[LB__QDOT_MAX_NX];
     __m512 dv[LB__QDOT_MAX_NX];
     _Pragma("GCC unroll 8")
@@ -232,7 +252,9 @@ INL void group_step(const int U, const int aff, const size_t nx, const size_t R,
     }
     _Pragma("GCC unroll 8")
     for (size_t i = 0; i < R; i++) {
-        __m512i wb = masked ? _mm512_maskz_loadu_epi8(tail, row[i] + g * 64) : _mm512_loadu_si512(row[i] + g * 64);
+        __m512i wb = masked ? _mm512_maskz_loadu_epi8(tail, row[i] + g * GB)
+                     : GB < 64 ? _mm512_maskz_loadu_epi8(_cvtu64_mask64(~0ull >> (64 - GB)), row[i] + g * GB)
+                               : _mm512_loadu_si512(row[i] + g * GB);
         __m512i ul, uh;
         unpack(U, wb, lut, xorc, &ul, &uh);
         __m512 mwv = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(mwp[i] + b0));
@@ -260,19 +282,22 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
              float *y, size_t ldy, void *scratch, const int aff, const int off)
 {
     const size_t R = nx <= 2 ? RMAX : RMAX / 2;
-    const size_t st = lb__qdot8_stage_stride(m), groups = a->groups, G = U != LB__U8_INT8 ? 128 : 64;
+    const size_t st = lb__qdot8_stage_stride(m), groups = a->groups, G = NIB(U) ? 128 : 64, GB = GROUP_BYTES(U);
     float *mw = scratch;
     int32_t *zp = (int32_t *)((uint8_t *)scratch + (LB__QDOT8_STAGE_ROWS * st * sizeof(float) + 63) / 64 * 64);
     int32_t lb[LB__QDOT8_LANES];
     lb__qdot8_lane_blocks(m, lb);
     const __m512i idx = _mm512_loadu_si512(lb);
-    uint8_t lut16[16];
-    lb__qdot8_nibble_table(m->element, off, lut16);
-    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut16));
+    uint8_t lut64[64];
+    if (U == LB__U8_SIX) lb__qdot8_code_table(m->element, off, lut64, 64);
+    else lb__qdot8_nibble_table(m->element, off, lut64);
+    const __m512i lut = U == LB__U8_SIX ? _mm512_loadu_si512(lut64)
+                                        : _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut64));
     const __m512i xorc = _mm512_set1_epi8((char)off);
     const lb__qdot8_geom geo = lb__qdot8_geometry(m, groups, G);
     const size_t gmul = geo.gmul, gdiv = geo.gdiv, whole = geo.whole;
-    const __mmask64 tail = _cvtu64_mask64(~0ull >> (64 - (m->row_bytes - whole * 64 ? m->row_bytes - whole * 64 : 64)));
+    const size_t rest = m->row_bytes - whole * GB; /* the partial group's bytes, if any */
+    const __mmask64 tail = _cvtu64_mask64(~0ull >> (64 - (rest && rest < GB ? rest : GB)));
     act8_tokens x;
     _Pragma("GCC unroll 8")
     for (size_t t = 0; t < nx; t++) {
@@ -314,12 +339,12 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
         size_t g = 0, b0 = 0, in_block = 0; /* b0 = g * gmul / gdiv, counted */
         for (; g < whole; g++, in_block = in_block + 1 == gdiv ? 0 : in_block + 1, b0 += in_block ? 0 : gmul) {
             _Pragma("GCC unroll 8")
-            for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + rs.ahead + g * 64, _MM_HINT_T1);
+            for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + rs.ahead + g * GB, _MM_HINT_T1);
             group_step(U, aff, nx, R, 0, &x, g, b0, row, mwp, zpp, idx, lut, xorc, tail, acc);
         }
         if (g < groups) {
             _Pragma("GCC unroll 8")
-            for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + rs.ahead + g * 64, _MM_HINT_T1);
+            for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + rs.ahead + g * GB, _MM_HINT_T1);
             group_step(U, aff, nx, R, 1, &x, g, b0, row, mwp, zpp, idx, lut, xorc, tail, acc);
         }
         _Pragma("GCC unroll 8")

@@ -32,15 +32,20 @@ static float decode(lb_format f, uint32_t code)
 
 static uint32_t code_at(lb_format f, const uint8_t *row, size_t k)
 {
-    return lb_format_get(f)->bits == 4 ? (row[k / 2] >> (4 * (k & 1))) & 15u : row[k];
+    const int bits = lb_format_get(f)->bits;
+    if (bits == 6) { /* bits 6k .. 6k + 5 of the row, little-endian: four codes in three bytes */
+        const uint8_t *b = row + k / 4 * 3;
+        uint32_t w = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16;
+        return (w >> (6 * (k % 4))) & 63u;
+    }
+    return bits == 4 ? (row[k / 2] >> (4 * (k & 1))) & 15u : row[k];
 }
 
+/* The weight of one unit of u: fp4 1/2, fp6 e2m3 1/8, else 1. */
+static float unit_weight(lb_format f) { return f == LB_FMT_FP4_E2M1 ? 0.5f : f == LB_FMT_FP6_E2M3 ? 0.125f : 1.0f; }
+
 /* Element k's integer value u as the header defines it. */
-static int unit_of(lb_format f, uint32_t code)
-{
-    float v = decode(f, code);
-    return (int)(f == LB_FMT_FP4_E2M1 ? 2.0f * v : v);
-}
+static int unit_of(lb_format f, uint32_t code) { return (int)(decode(f, code) / unit_weight(f)); }
 
 static uint32_t load_le(const uint8_t *p, int bytes)
 {
@@ -93,7 +98,7 @@ static void reference_of(const lb_qtensor_view *vp, const float *x, size_t n, fl
                     if (b >= nb) b = nb - 1;
                     size_t si = v.spec.granularity == LB_GRAN_TENSOR ? 0 : (r / band) * nb + b;
                     float mw = decode(v.spec.scale_format, load_le(v.scales + si * (size_t)sbytes, sbytes));
-                    mw = (mw * v.tensor_scale) * (ef == LB_FMT_FP4_E2M1 ? 0.5f : 1.0f);
+                    mw = (mw * v.tensor_scale) * unit_weight(ef);
                     int zp = 0;
                     if (v.zero_points) {
                         const uint8_t *zr = v.zero_points + (v.spec.granularity == LB_GRAN_TENSOR ? 0 : r) * v.zero_point_row_bytes;
@@ -140,10 +145,17 @@ static void check_spec(const char *spec_text, size_t rows, size_t cols, size_t n
     for (size_t i = 0; i < n * cols; i++) x[i] = rand_f();
     lb__qmat m;
     CHECK(lb__qmat_from_f32(w, rows, cols, &spec, 1, &m) == LB_OK, "%s", spec_text);
-    CHECK(lb__qdot8_supported(&m), "%s %zux%zu is taken", spec_text, rows, cols);
+    const int six = spec.element == LB_FMT_FP6_E2M3; /* taken only by the sets that unpack 6-bit codes */
+    CHECK(lb__qdot8_supported(&m) == (!six || lb__qdot8_get(lb_isa_active())->six), "%s %zux%zu is taken", spec_text,
+          rows, cols);
     reference(m.owned_q, x, n, want);
     for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
         if (!set_runs(sets[s])) continue;
+        if (six && !sets[s]->six) {
+            CHECK(lb__qmat_matmul_act8_set(&m, x, n, got, 1, sets[s]) == LB_ERR_UNSUPPORTED, "%s refused by set %s",
+                  spec_text, sets[s]->name);
+            continue;
+        }
         for (int threads = 1; threads <= 2; threads++) {
             memset(got, 0xFF, n * rows * sizeof *got);
             CHECK(lb__qmat_matmul_act8_set(&m, x, n, got, threads, sets[s]) == LB_OK, "%s", spec_text);
@@ -318,7 +330,8 @@ int main(void)
                                   "int4:g256",    "int4:tensor",  "int4:g32:affine",  "uint4:g32:affine",
                                   "int4:b4x32",   "mxfp4",        "nvfp4",            "int8:channel",
                                   "int8:g32",     "int8:g16",     "int8:g128:affine", "int8:tensor",
-                                  "int4:g8",      "int8:g4"};
+                                  "int4:g8",      "int8:g4",      "mxfp6_e2m3",       "fp6_e2m3:g32",
+                                  "fp6_e2m3:channel", "fp6_e2m3:g64", "fp6_e2m3:g16"};
     static const size_t shapes[][2] = {{16, 128}, {5, 96}, {37, 576}, {9, 1000}, {3, 2048}, {1, 64}};
     for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++)
         for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
@@ -326,7 +339,7 @@ int main(void)
             for (size_t n = 1; n <= 6; n += (n < 4 ? 1 : 2)) check_spec(specs[s], shapes[h][0], cols, n);
         }
     check_refused("fp8_e4m3:channel");
-    check_refused("mxfp6_e2m3");
+    check_refused("mxfp6_e3m2");
     check_refused("int4:g48");
     check_nonfinite();
     check_multi();
