@@ -30,6 +30,7 @@ uint64_t lb__read_sum(const void *p, size_t bytes, lb_isa isa)
 {
     isa = lb__isa_x86(lb__isa_clamp(isa)); /* the vector path is x86 only */
     if (isa >= LB_ISA_AVX512) return lb__read_sum_avx512(p, bytes);
+    if (isa == LB_ISA_AVX2) return lb__read_sum_avx2(p, bytes);
     return lb__read_sum_scalar(p, bytes);
 }
 
@@ -37,5 +38,6 @@ const char *lb__read_sum_method(lb_isa isa)
 {
     isa = lb__isa_x86(lb__isa_clamp(isa));
     if (isa >= LB_ISA_AVX512) return "AVX-512 64-bit integer sum, 4 independent 512-bit accumulators";
+    if (isa == LB_ISA_AVX2) return "AVX2 64-bit integer sum, 8 independent 256-bit accumulators";
     return "portable C 64-bit integer sum, 4 independent accumulators (compiler-vectorized)";
 }

@@ -16,9 +16,10 @@ uint64_t lb__read_sum(const void *p, size_t bytes, lb_isa isa);
 /* What lb__read_sum runs at that level, in words for a report. */
 const char *lb__read_sum_method(lb_isa isa);
 
-/* The paths, for tests: the portable one and the AVX-512 one (only after
- * a CPU check; NULL-free stub on other targets). */
+/* The paths, for tests: the portable one, the AVX2 and the AVX-512 one
+ * (only after a CPU check; the portable loop on other targets). */
 uint64_t lb__read_sum_scalar(const void *p, size_t bytes);
+uint64_t lb__read_sum_avx2(const void *p, size_t bytes);
 uint64_t lb__read_sum_avx512(const void *p, size_t bytes);
 
 #endif

@@ -30,17 +30,20 @@ int main(void)
         buf[i] = (unsigned char)(x >> 56);
     }
     int avx512 = lb_isa_detected() == LB_ISA_AVX512; /* NEON's value is above it, but no x86 level */
+    int avx2 = avx512 || lb_isa_detected() == LB_ISA_AVX2;
     /* lengths around the 256-byte vector step and the 8-byte word, at every offset in a cache line */
     for (size_t off = 0; off < 64; off += 7)
         for (size_t len = 0; len + off <= N; len += len < 600 ? 1 : 251) {
             uint64_t want = reference(buf + off, len);
             CHECK(lb__read_sum_scalar(buf + off, len) == want, "scalar, offset %zu, %zu bytes", off, len);
             if (avx512) CHECK(lb__read_sum_avx512(buf + off, len) == want, "avx512, offset %zu, %zu bytes", off, len);
+            if (avx2) CHECK(lb__read_sum_avx2(buf + off, len) == want, "avx2, offset %zu, %zu bytes", off, len);
             CHECK(lb__read_sum(buf + off, len, lb_isa_active()) == want, "dispatch, offset %zu, %zu bytes", off, len);
         }
     /* all-ones bytes: a checkable total (what lowbit bench verifies) */
     memset(buf, 1, N);
     CHECK(lb__read_sum(buf, 4096, LB_ISA_AVX512) == 512 * 0x0101010101010101ull, "ones");
+    CHECK(lb__read_sum(buf, 4096, LB_ISA_AVX2) == 512 * 0x0101010101010101ull, "ones, avx2");
     CHECK(strlen(lb__read_sum_method(LB_ISA_SCALAR)) > 0, "method");
     free(buf);
     return check_summary();
