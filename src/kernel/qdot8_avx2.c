@@ -12,7 +12,9 @@
  *   int8:  |w| and x with w's sign (vpsignb), c = 0: a pair is at most
  *          2 * 128 * 127 = 32512 < 2^15.
  * Rows in flight: 4 for one token, 2 for two, 1 for three or four (16
- * ymm registers). */
+ * ymm registers), taken from as many separate streams of the range
+ * (row_streams.h: neighbouring rows are interleaved streams the hardware
+ * prefetchers do not follow). */
 #include "kernel/qdot8.h"
 #include "kernel/qdot8_instances.h"
 #include "kernel/w8a8_kernels.h"
@@ -23,6 +25,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernel/row_streams.h"
 #include "quant/qkernels.h"
 
 #define INL static inline __attribute__((always_inline))
@@ -55,18 +58,32 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
     const lb__qdot8_geom geo = lb__qdot8_geometry(m, groups, G);
     const size_t gmul = geo.gmul, gdiv = geo.gdiv, whole = geo.whole;
     _Alignas(32) uint8_t tail[RMAX][64];
-    size_t first = SIZE_MAX;
-    for (size_t r = r0; r < r1; r += R) {
-        size_t n = r1 - r < R ? r1 - r : R;
-        if (first == SIZE_MAX || r + n > first + LB__QDOT8_STAGE_ROWS) {
-            first = r;
-            size_t k = r1 - r < LB__QDOT8_STAGE_ROWS ? r1 - r : LB__QDOT8_STAGE_ROWS;
-            lb__qdot8_stage_rows(m, LB_ISA_AVX2, scale_avx2, r, k, mw, zp);
-        }
+    /* rows in flight: row k of each of R streams of the range, each
+     * prefetched a line per group (row_streams.h); scales staged per
+     * stream, stage_k rows at a time */
+    const size_t stage_k = LB__QDOT8_STAGE_ROWS / R;
+    lb__row_streams rs;
+    lb__row_streams_init(&rs, m, R, r0, r1);
+    for (size_t i = 0; i < R; i++) lb__prefetch_scale_rows(m, m->blocks, rs.first[i] + stage_k, stage_k);
+    for (size_t k = 0; k < rs.per; k++) {
+        if (k % stage_k == 0)
+            for (size_t i = 0; i < R; i++) {
+                if (k >= rs.len[i]) continue;
+                size_t cnt = rs.len[i] - k < stage_k ? rs.len[i] - k : stage_k;
+                lb__prefetch_scale_rows(m, m->blocks, rs.first[i] + k + 2 * stage_k, stage_k);
+                lb__qdot8_stage_rows(m, LB_ISA_AVX2, scale_avx2, rs.first[i] + k, cnt, mw + i * stage_k * st,
+                                     zp + i * stage_k * st);
+            }
         const uint8_t *row[RMAX];
         const float *mwp[RMAX];
         const int32_t *zpp[RMAX];
-        lb__qdot8_row_ptrs(m, r, n, R, first, st, mw, zp, row, mwp, zpp);
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++) { /* a stream that has ended repeats the first's row (its sums are dropped) */
+            size_t j = lb__row_stream_at(&rs, i, k);
+            row[i] = m->data + (rs.first[j] + k) * m->row_bytes;
+            mwp[i] = mw + (j * stage_k + k % stage_k) * st;
+            zpp[i] = zp + (j * stage_k + k % stage_k) * st;
+        }
         for (size_t i = 0; i < R; i++) {
             if (whole < groups) { /* the row's last, partial group, zero padded */
                 memset(tail[i], 0, 64);
@@ -80,6 +97,8 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
             for (size_t t = 0; t < nx; t++) acc[i][t][0] = acc[i][t][1] = _mm256_setzero_ps();
         for (size_t g = 0; g < groups; g++) {
             const size_t b0 = g * gmul / gdiv;
+            _Pragma("GCC unroll 8")
+            for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + rs.ahead + g * 64, _MM_HINT_T1);
             _Pragma("GCC unroll 8")
             for (size_t h = 0; h < 2; h++) {
                 const __m256i idx = h ? idx1 : idx0;
@@ -120,13 +139,13 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
             }
         }
         _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < R; i++)
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) {
                 _Alignas(32) float s[16];
                 _mm256_store_ps(s, acc[i][t][0]);
                 _mm256_store_ps(s + 8, acc[i][t][1]);
-                y[t * ldy + r + i] = lb__sum16f(s);
+                if (k < rs.len[i]) y[t * ldy + rs.first[i] + k] = lb__sum16f(s);
             }
     }
 }
