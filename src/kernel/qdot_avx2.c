@@ -1,6 +1,7 @@
 /* AVX2 decode kernels: qdot.h's order, bit for bit the scalar reference.
  * The layout of qdot_avx512.c with two ymm per 16 partial sums (p[0..7],
- * p[8..15]); rows in flight: 2 for nx <= 2, else 1 (the 16 registers). The
+ * p[8..15]); rows in flight: 2 for nx <= 2, else 1 (the 16 registers), from
+ * separate streams of the range (stream_rows below). The
  * element decoders differ where AVX2 lacks an instruction:
  *   NIB  a 16-entry table of w in two ymm: vpermps with the index's low 3
  *        bits in each, vblendvps on bit 3 (moved to the sign bit).
@@ -17,6 +18,8 @@
 #include "kernel/qdot_internal.h"
 
 #if defined(__x86_64__)
+
+#include "kernel/row_streams.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -118,30 +121,84 @@ static int foldable(float mul) { return !(fabsf(mul) >= 0x1p120f && fabsf(mul) <
 
 #define RMAX 2
 
+/* Rows in flight: row k of each of R streams of the range (row_streams.h:
+ * neighbouring rows are interleaved streams the hardware prefetchers do
+ * not follow), each prefetched a line at a time as the chunks reach it;
+ * the staged scales hold LB__QDOT_STAGE_ROWS / R rows of each stream. */
+INL void streams_begin(const lb__qmat *m, const lb__qdot_plan *p, size_t R, size_t r0, size_t r1, lb__row_streams *s)
+{
+    const size_t st = LB__QDOT_STAGE_ROWS / R;
+    lb__row_streams_init(s, m, R, r0, r1);
+    for (size_t i = 0; i < R; i++) lb__prefetch_scale_rows(m, p->blocks, s->first[i] + st, st);
+}
+
+/* Row k of each stream: its codes, first staged scale and zero point (a
+ * stream that has ended repeats the first's row; its sums are dropped) and
+ * its chunks past `inplace` copied into tail[i]; every LB__QDOT_STAGE_ROWS /
+ * R rows the next batch of each stream is staged, into slot i. */
+INL void stream_rows(const lb__qmat *m, const lb__qdot_plan *p, const lb__row_streams *s, size_t R, size_t k,
+                     size_t inplace, const uint8_t *row[RMAX], const float *mu[RMAX], const float *zp[RMAX],
+                     uint8_t tail[RMAX][2][64])
+{
+    const size_t nb = p->blocks, st = LB__QDOT_STAGE_ROWS / R;
+    if (k % st == 0)
+        for (size_t i = 0; i < R; i++) {
+            if (k >= s->len[i]) continue;
+            size_t r = s->first[i] + k, n = s->len[i] - k < st ? s->len[i] - k : st;
+            lb__prefetch_scale_rows(m, nb, r + 2 * st, st);
+            lb__qdot_stage_scales(m, p, LB_ISA_AVX2, r, n, i * st);
+        }
+    _Pragma("GCC unroll 8")
+    for (size_t i = 0; i < R; i++) {
+        size_t j = lb__row_stream_at(s, i, k), at = j * st + k % st;
+        row[i] = m->data + (s->first[j] + k) * m->row_bytes;
+        mu[i] = p->mul + at * nb, zp[i] = p->zp + at * nb;
+        /* copied before the loop: a call inside it would keep the sums out of registers */
+        for (size_t c = inplace; c < p->nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
+    }
+}
+
+/* The lines of the rows `ahead` on, up to byte `upto` of them (from *pf). */
+INL void prefetch_to(const uint8_t *const row[RMAX], size_t R, size_t *pf, size_t upto)
+{
+    for (; *pf < upto; *pf += 64)
+        _Pragma("GCC unroll 8")
+        for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + *pf, _MM_HINT_T1);
+}
+
+/* y for row k of each stream: its 16 partial sums added in the fixed order */
+INL void store_sums(__m256 acc[RMAX][LB__QDOT_MAX_NX][2], const lb__row_streams *s, size_t R, size_t k, size_t nx,
+                    float *y, size_t ldy)
+{
+    _Pragma("GCC unroll 8")
+    for (size_t i = 0; i < R; i++)
+        _Pragma("GCC unroll 8")
+        for (size_t t = 0; t < nx; t++) {
+            _Alignas(32) float sum[16];
+            _mm256_store_ps(sum, acc[i][t][0]);
+            _mm256_store_ps(sum + 8, acc[i][t][1]);
+            if (k < s->len[i]) y[t * ldy + s->first[i] + k] = lb__sum16f(sum);
+        }
+}
+
 INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, const int aff, const size_t nx, size_t r0,
              size_t r1, float *y, size_t ldy)
 {
     const size_t R = nx <= 2 ? 2 : 1;
-    const size_t C = kind == LB__QK_NIB ? 32 : 16, nb = p->blocks, cb = p->chunk_bytes, nch = p->nch;
+    const size_t C = kind == LB__QK_NIB ? 32 : 16, cb = p->chunk_bytes, nch = p->nch;
     const size_t xst = p->xstride;
     const size_t inplace = lb__qdot_inplace_chunks(m, p, kind == LB__QK_SIX ? 6 + 16 : cb);
     const int plain = p->plain, e3m2 = m->element == LB_FMT_FP6_E3M2;
     __m256 tl = _mm256_setzero_ps(), th = _mm256_setzero_ps();
     if (kind == LB__QK_NIB) tl = _mm256_loadu_ps(p->lut), th = _mm256_loadu_ps(p->lut + 8);
     _Alignas(64) uint8_t tail[RMAX][2][64]; /* a row's chunks past `inplace`: at most 2 (qdot_internal.h) */
-    for (size_t r = r0; r < r1; r += R) {
-        size_t n = r1 - r < R ? r1 - r : R;
-        lb__qdot_stage_scales(m, p, LB_ISA_AVX2, r, n, 0);
+    lb__row_streams rs;
+    streams_begin(m, p, R, r0, r1, &rs);
+    for (size_t k = 0; k < rs.per; k++) {
         const uint8_t *row[RMAX];
-        size_t so[RMAX];
-        _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < R; i++) {
-            size_t k = i < n ? i : n - 1;
-            row[i] = m->data + (r + k) * m->row_bytes;
-            so[i] = k * nb;
-            /* copied before the loop: a call inside it would keep the sums out of registers */
-            for (size_t c = inplace; c < nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
-        }
+        const float *mu[RMAX], *zp[RMAX];
+        stream_rows(m, p, &rs, R, k, inplace, row, mu, zp, tail);
+        size_t pf = rs.ahead; /* the next line of the rows ahead to ask for */
         __m256 acc[RMAX][LB__QDOT_MAX_NX][2];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++)
@@ -154,10 +211,10 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, co
             int fold = 1;
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
-                float mu = plain ? 1.0f : p->mul[so[i] + b];
-                if (kind == LB__QK_E4M3) fold &= foldable(mu);
-                mulv[i] = _mm256_set1_ps(mu);
-                zpv[i] = aff ? _mm256_set1_ps(p->zp[so[i] + b]) : _mm256_setzero_ps();
+                float mb = plain ? 1.0f : mu[i][b];
+                if (kind == LB__QK_E4M3) fold &= foldable(mb);
+                mulv[i] = _mm256_set1_ps(mb);
+                zpv[i] = aff ? _mm256_set1_ps(zp[i][b]) : _mm256_setzero_ps();
                 tlo[i] = tl, thi[i] = th;
                 if (kind == LB__QK_NIB && aff) {
                     tlo[i] = _mm256_mul_ps(_mm256_sub_ps(tl, zpv[i]), mulv[i]);
@@ -170,6 +227,7 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, co
                 _Pragma("GCC unroll 8")
                 for (size_t i = 0; i < R; i++) mulv[i] = _mm256_mul_ps(mulv[i], _mm256_set1_ps(256.0f));
             for (; c < cend; c++) {
+                prefetch_to(row, R, &pf, rs.ahead + (c + 1) * cb);
                 __m256 xv[LB__QDOT_MAX_NX][4];
                 _Pragma("GCC unroll 8")
                 for (size_t t = 0; t < nx; t++)
@@ -194,15 +252,7 @@ INL void run(const lb__qmat *m, const lb__qdot_plan *p, const lb__qkind kind, co
                 }
             }
         }
-        _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < n; i++)
-            _Pragma("GCC unroll 8")
-            for (size_t t = 0; t < nx; t++) {
-                _Alignas(32) float s[16];
-                _mm256_store_ps(s, acc[i][t][0]);
-                _mm256_store_ps(s + 8, acc[i][t][1]);
-                y[t * ldy + r + i] = lb__sum16f(s);
-            }
+        store_sums(acc, &rs, R, k, nx, y, ldy);
     }
 }
 
@@ -221,24 +271,20 @@ INL void run_nib16(const lb__qmat *m, const lb__qdot_plan *p, const int aff, con
     const size_t inplace = lb__qdot_inplace_chunks(m, p, p->chunk_bytes); /* bytes8(s + 8) reads up to s + 16 */
     const __m256 tl = _mm256_loadu_ps(p->lut), th = _mm256_loadu_ps(p->lut + 8);
     _Alignas(64) uint8_t tail[RMAX][2][64];
-    for (size_t r = r0; r < r1; r += R) {
-        size_t n = r1 - r < R ? r1 - r : R;
-        lb__qdot_stage_scales(m, p, LB_ISA_AVX2, r, n, 0);
+    lb__row_streams rs;
+    streams_begin(m, p, R, r0, r1, &rs);
+    for (size_t k = 0; k < rs.per; k++) {
         const uint8_t *row[RMAX];
         const float *mu[RMAX], *zp[RMAX];
-        _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < R; i++) {
-            size_t k = i < n ? i : n - 1;
-            row[i] = m->data + (r + k) * m->row_bytes;
-            mu[i] = p->mul + k * nb, zp[i] = p->zp + k * nb;
-            for (size_t c = inplace; c < nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
-        }
+        stream_rows(m, p, &rs, R, k, inplace, row, mu, zp, tail);
+        size_t pf = rs.ahead;
         __m256 acc[RMAX][LB__QDOT_MAX_NX][2];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++)
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) acc[i][t][0] = acc[i][t][1] = _mm256_setzero_ps();
         for (size_t c = 0; c < nch; c++) {
+            prefetch_to(row, R, &pf, rs.ahead + (c + 1) * 16);
             const size_t bk[2] = {2 * c, 2 * c + 1 < nb ? 2 * c + 1 : nb - 1}; /* padding: the last block's */
             __m256 xv[LB__QDOT_MAX_NX][4];
             _Pragma("GCC unroll 8")
@@ -269,15 +315,7 @@ INL void run_nib16(const lb__qmat *m, const lb__qdot_plan *p, const int aff, con
                     }
             }
         }
-        _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < n; i++)
-            _Pragma("GCC unroll 8")
-            for (size_t t = 0; t < nx; t++) {
-                _Alignas(32) float sum[16];
-                _mm256_store_ps(sum, acc[i][t][0]);
-                _mm256_store_ps(sum + 8, acc[i][t][1]);
-                y[t * ldy + r + i] = lb__sum16f(sum);
-            }
+        store_sums(acc, &rs, R, k, nx, y, ldy);
     }
 }
 
