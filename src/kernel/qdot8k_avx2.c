@@ -20,10 +20,11 @@ INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx
     const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1;
     const size_t nsb = m->cols / 256, nblk = m->cols / 32, bb = m->ggml_block_bytes, qs_at = five ? 48 : 16;
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi8(16);
-    for (size_t r = r0; r < r1; r += R) {
-        size_t rn = r1 - r < R ? r1 - r : R;
+    kstreams ks;
+    kstreams_init(&ks, m, R, r0, r1, nsb);
+    for (size_t k = 0; k < ks.s.per; k++) {
         const uint8_t *row[RMAX];
-        lb__qdot8k_row_ptrs(m, r, rn, R, row);
+        kstream_rows(m, &ks, R, k, row);
         __m256 acc[RMAX][LB__QDOT_MAX_NX][2], macc[RMAX][LB__QDOT_MAX_NX];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++)
@@ -31,6 +32,7 @@ INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx
             for (size_t t = 0; t < nx; t++)
                 acc[i][t][0] = acc[i][t][1] = macc[i][t] = _mm256_setzero_ps();
         for (size_t s = 0; s < nsb; s++) {
+            kprefetch(&ks, R, row, s);
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
                 const uint8_t *b = row[i] + s * bb, *qs = b + qs_at;
@@ -70,14 +72,14 @@ INL void krun45(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx
             }
         }
         _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < rn; i++)
+        for (size_t i = 0; i < R; i++)
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) {
                 _Alignas(32) float s16[16], s8[8];
                 _mm256_store_ps(s16, acc[i][t][0]);
                 _mm256_store_ps(s16 + 8, acc[i][t][1]);
                 _mm256_store_ps(s8, macc[i][t]);
-                y[t * ldy + r + i] = lb__sum16f(s16) - lb__qdot8k_sum8(s8);
+                if (k < ks.s.len[i]) y[t * ldy + ks.s.first[i] + k] = lb__sum16f(s16) - lb__qdot8k_sum8(s8);
             }
     }
 }
@@ -93,16 +95,18 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
     const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1;
     const size_t nsb = m->cols / 256, bb = m->ggml_block_bytes;
     const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
-    for (size_t r = r0; r < r1; r += R) {
-        size_t rn = r1 - r < R ? r1 - r : R;
+    kstreams ks;
+    kstreams_init(&ks, m, R, r0, r1, nsb);
+    for (size_t k = 0; k < ks.s.per; k++) {
         const uint8_t *row[RMAX];
-        lb__qdot8k_row_ptrs(m, r, rn, R, row);
+        kstream_rows(m, &ks, R, k, row);
         __m256 acc[RMAX][LB__QDOT_MAX_NX][2];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++)
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) acc[i][t][0] = acc[i][t][1] = _mm256_setzero_ps();
         for (size_t s = 0; s < nsb; s++) {
+            kprefetch(&ks, R, row, s);
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
                 const uint8_t *b = row[i] + s * bb; /* ql[128] qh[64] scales[16] d[2] */
@@ -138,13 +142,13 @@ INL void krun6(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx,
             }
         }
         _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < rn; i++)
+        for (size_t i = 0; i < R; i++)
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) {
                 _Alignas(32) float s16[16];
                 _mm256_store_ps(s16, acc[i][t][0]);
                 _mm256_store_ps(s16 + 8, acc[i][t][1]);
-                y[t * ldy + r + i] = lb__sum16f(s16);
+                if (k < ks.s.len[i]) y[t * ldy + ks.s.first[i] + k] = lb__sum16f(s16);
             }
     }
 }
@@ -171,10 +175,11 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
     const size_t R = nx == 1 ? 4 : nx == 2 ? 2 : 1, nblk = m->cols / 32, groups = (nblk + 3) / 4;
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lb__qdot8k_values(m->ggml)));
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    for (size_t r = r0; r < r1; r += R) {
-        size_t rn = r1 - r < R ? r1 - r : R;
+    kstreams ks;
+    kstreams_init(&ks, m, R, r0, r1, groups);
+    for (size_t k = 0; k < ks.s.per; k++) {
         const uint8_t *row[RMAX];
-        lb__qdot8k_row_ptrs(m, r, rn, R, row);
+        kstream_rows(m, &ks, R, k, row);
         __m256 acc[RMAX][LB__QDOT_MAX_NX][2];
         _Pragma("GCC unroll 8")
         for (size_t i = 0; i < R; i++)
@@ -182,6 +187,7 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
             for (size_t t = 0; t < nx; t++) acc[i][t][0] = acc[i][t][1] = _mm256_setzero_ps();
         __m256 xs8[RMAX] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         for (size_t g = 0; g < groups; g++) {
+            kprefetch(&ks, R, row, g);
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) {
                 const uint8_t *codes[4];
@@ -194,7 +200,7 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
                     const lb__block_iq4_xs *b = (const lb__block_iq4_xs *)row[i] + g / 2;
                     if (g % 2 == 0) xs8[i] = iq4_xs_scales(b);
                     s8 = xs8[i], first = (int)(4 * (g % 2));
-                    for (int k = 0; k < 4; k++) codes[k] = b->qs + 64 * (g % 2) + 16 * k;
+                    for (int q = 0; q < 4; q++) codes[q] = b->qs + 64 * (g % 2) + 16 * q;
                 }
                 _Pragma("GCC unroll 2")
                 for (size_t c = 0; c < 2; c++) {
@@ -225,13 +231,13 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
             }
         }
         _Pragma("GCC unroll 8")
-        for (size_t i = 0; i < rn; i++)
+        for (size_t i = 0; i < R; i++)
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) {
                 _Alignas(32) float s16[16];
                 _mm256_store_ps(s16, acc[i][t][0]);
                 _mm256_store_ps(s16 + 8, acc[i][t][1]);
-                y[t * ldy + r + i] = lb__sum16f(s16);
+                if (k < ks.s.len[i]) y[t * ldy + ks.s.first[i] + k] = lb__sum16f(s16);
             }
     }
 }
