@@ -6,9 +6,9 @@
  *   NIB  a 16-entry table of w in two ymm: vpermps with the index's low 3
  *        bits in each, vblendvps on bit 3 (moved to the sign bit).
  *   SIX  arithmetic: the 5 magnitude bits placed at fp32's exponent/mantissa
- *        boundary make an fp32 (normal or subnormal: exact, DAZ off) equal to
- *        the value * 2^-126 (e2m3) or 2^-124 (e3m2), the code's bit 5 is the
- *        sign; times 2^126 / 2^124 is exact, then w = v * mul.
+ *        boundary with the exponent rebiased make the value itself (a
+ *        subnormal code: field 1, minus the smallest normal; see six8),
+ *        the code's bit 5 is the sign; then w = v * mul.
  * The rest (E4M3's fp16 pattern and its folding, E5M2, gathers for fnuz,
  * integer conversion) is qdot_avx512.c's, where the argument is given.
  * Blocks must hold whole chunks (or the row be one block), except 4-bit
@@ -50,11 +50,23 @@ INL __m256 six8(const uint8_t *s, int e3m2)
                                            0x80800504, 0x80800605);
     __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)s));
     __m256i c = _mm256_srlv_epi32(_mm256_shuffle_epi8(b, shuf), _mm256_setr_epi32(0, 6, 4, 2, 0, 6, 4, 2));
-    __m256i mag = e3m2 ? _mm256_and_si256(_mm256_slli_epi32(c, 21), _mm256_set1_epi32(0x03E00000))
-                       : _mm256_and_si256(_mm256_slli_epi32(c, 20), _mm256_set1_epi32(0x01F00000));
+    /* the exponent field e moved up by the fp32 bias less the format's
+     * (126 for e2m3, 124 for e3m2): a normal code is then its own value;
+     * a subnormal one (e = 0) takes field 1 -- 1.mmm times the smallest
+     * normal -- and that power of two subtracted leaves 0.mmm times it,
+     * exactly (Sterbenz). No fp32 subnormal is formed: multiplying those
+     * took a microcode assist per operand, and fp6_e2m3 decoded at 0.5
+     * GB/s (e3m2, with fewer such codes, at 3.5). */
+    const int sh = e3m2 ? 21 : 20;
+    const __m256i emask = _mm256_set1_epi32(e3m2 ? 0x1C : 0x18); /* the code's exponent bits */
+    const __m256i bias = _mm256_set1_epi32((e3m2 ? 124 : 126) << 23), one = _mm256_set1_epi32(1 << 23);
+    const __m256 least = _mm256_set1_ps(e3m2 ? 0x1p-2f : 1.0f); /* the smallest normal value */
+    __m256i sub = _mm256_cmpeq_epi32(_mm256_and_si256(c, emask), _mm256_setzero_si256());
+    __m256i mag = _mm256_and_si256(_mm256_slli_epi32(c, sh), _mm256_set1_epi32(0x1F << sh));
+    mag = _mm256_add_epi32(_mm256_add_epi32(mag, bias), _mm256_and_si256(sub, one));
+    __m256 f = _mm256_sub_ps(_mm256_castsi256_ps(mag), _mm256_and_ps(_mm256_castsi256_ps(sub), least));
     __m256i sign = _mm256_and_si256(_mm256_slli_epi32(c, 26), _mm256_set1_epi32((int)0x80000000u));
-    __m256 f = _mm256_castsi256_ps(_mm256_or_si256(mag, sign));
-    return _mm256_mul_ps(f, _mm256_set1_ps(e3m2 ? 0x1p124f : 0x1p126f));
+    return _mm256_or_ps(f, _mm256_castsi256_ps(sign));
 }
 
 INL __m256 f16x8(__m128i h) { return _mm256_cvtph_ps(h); }
