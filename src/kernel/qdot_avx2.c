@@ -161,13 +161,7 @@ INL void stream_rows(const lb__qmat *m, const lb__qdot_plan *p, const lb__row_st
             lb__qdot_stage_scales(m, p, LB_ISA_AVX2, r, n, i * st);
         }
     _Pragma("GCC unroll 8")
-    for (size_t i = 0; i < R; i++) {
-        size_t j = lb__row_stream_at(s, i, k), at = j * st + k % st;
-        row[i] = m->data + (s->first[j] + k) * m->row_bytes;
-        mu[i] = p->mul + at * nb, zp[i] = p->zp + at * nb;
-        /* copied before the loop: a call inside it would keep the sums out of registers */
-        for (size_t c = inplace; c < p->nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
-    }
+    for (size_t i = 0; i < R; i++) lb__qdot_stream_slot(m, p, s, i, k, st, inplace, &row[i], &mu[i], &zp[i], tail[i]);
 }
 
 /* The lines of the rows `ahead` on, up to byte `upto` of them (from *pf). */

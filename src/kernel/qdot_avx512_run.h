@@ -166,12 +166,8 @@ INL void stream_rows(const lb__qmat *m, const lb__qdot_plan *p, const lb__row_st
                                          m->scale_mul, p->mul + i * STREAM_STAGE * nb);
         }
     _Pragma("GCC unroll 8")
-    for (size_t i = 0; i < R; i++) {
-        size_t j = lb__row_stream_at(s, i, k), at = j * STREAM_STAGE + k % STREAM_STAGE;
-        row[i] = m->data + (s->first[j] + k) * m->row_bytes;
-        mu[i] = p->mul + at * nb, zp[i] = p->zp + at * nb;
-        for (size_t c = inplace; c < p->nch; c++) lb__qdot_tail_chunk(m, p, row[i], c, tail[i][c - inplace]);
-    }
+    for (size_t i = 0; i < R; i++)
+        lb__qdot_stream_slot(m, p, s, i, k, STREAM_STAGE, inplace, &row[i], &mu[i], &zp[i], tail[i]);
 }
 
 /* The lines of the rows `ahead` on, up to byte `upto` of them (from *pf). */

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "kernel/qdot.h"
+#include "kernel/row_streams.h"
 
 /* How the vector kernels turn a chunk of codes into values. */
 typedef enum lb__qkind {
@@ -91,6 +92,21 @@ float lb__qdot_scale_value(lb_format f, const uint8_t *codes, size_t i);
 /* Row r's chunk c (c >= the last chunk that may be loaded in place) copied
  * into buf[64] with every element at or past cols as code 0. */
 void lb__qdot_tail_chunk(const lb__qmat *m, const lb__qdot_plan *p, const uint8_t *row, size_t c, uint8_t *buf);
+
+/* Slot i of the rows in flight at step k of the row streams s (row_streams.h),
+ * whose scales are staged st rows per stream: its codes, first staged scale
+ * and zero point (a stream that has ended repeats the first's row; its sums
+ * are dropped), and its chunks past `inplace` copied into tail (before the
+ * chunk loop: a call inside it would keep the sums out of registers). */
+static inline void lb__qdot_stream_slot(const lb__qmat *m, const lb__qdot_plan *p, const lb__row_streams *s, size_t i,
+                                        size_t k, size_t st, size_t inplace, const uint8_t **row, const float **mu,
+                                        const float **zp, uint8_t tail[2][64])
+{
+    size_t j = lb__row_stream_at(s, i, k), at = j * st + k % st;
+    *row = m->data + (s->first[j] + k) * m->row_bytes;
+    *mu = p->mul + at * p->blocks, *zp = p->zp + at * p->blocks;
+    for (size_t c = inplace; c < p->nch; c++) lb__qdot_tail_chunk(m, p, *row, c, tail[c - inplace]);
+}
 
 /* Chunks of a row that a kernel reading `window` bytes from a chunk's first
  * byte may load in place: whole chunks whose window stays inside the row.
