@@ -340,7 +340,9 @@ static lb_status act8_rows(void *ctx, size_t r0, size_t r1)
 
 int lb__qdot8_shares_input(const lb__qmat *a, const lb__qmat *b)
 {
-    if (!lb__qdot8_supported(a) || !lb__qdot8_supported(b) || a->cols != b->cols) return 0;
+    /* a property of the two matrices, not of a set: the scalar reference takes all the path does */
+    const lb__qdot8_set *all = &lb__qdot8_scalar_set;
+    if (!lb__qdot8_takes(a, all) || !lb__qdot8_takes(b, all) || a->cols != b->cols) return 0;
     if (a->ggml_block || b->ggml_block) /* one staging per kind of K-quant */
         return a->ggml_block && b->ggml_block && lb__qdot8k_type(a->ggml) == lb__qdot8k_type(b->ggml);
     return lb__qdot8_lane_elems(a) == lb__qdot8_lane_elems(b) && a->element == b->element &&
