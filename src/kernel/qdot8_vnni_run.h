@@ -99,14 +99,7 @@ static void scale_avx512(float *w, size_t n, float a, float b)
     }
 }
 
-/* Rows r .. r+n-1 of block scales of format F straight into their staged
- * rows: w = (decoded * sm) * f, 16 at a time with unmasked stores (the
- * stride leaves 16 floats past a row's last block, where its tail repeats
- * the last scale). One pass, no copy: the staging was a fifth of nvfp4's
- * decode time (18 blocks per row or more, scales decoded into a buffer and
- * copied over). FOLD (UE4M3 only): w = (decoded * 2^-8) * (sm * f * 2^8),
- * one product instead of three, the same float where fold_ue4m3() says. */
-/* (s * sm) * f for scales b .. b+15 (mask k); half: f != 1 (lb__qdot8_unit, hv) */
+/* (s * sm) * f for scales b .. b+15 (mask k); half: f != 1, f in hv (lb__qdot8_unit) */
 INL __m512 scale_vector(const lb_format F, const int half, const uint8_t *codes, size_t b, __mmask16 k, __m512 smv,
                         __m512 hv)
 {
@@ -114,6 +107,13 @@ INL __m512 scale_vector(const lb_format F, const int half, const uint8_t *codes,
     return half ? _mm512_mul_ps(v, hv) : v;
 }
 
+/* Rows r .. r+n-1 of block scales of format F straight into their staged
+ * rows: w = (decoded * sm) * f, 16 at a time with unmasked stores (the
+ * stride leaves 16 floats past a row's last block, where its tail repeats
+ * the last scale). One pass, no copy: the staging was a fifth of nvfp4's
+ * decode time (18 blocks per row or more, scales decoded into a buffer and
+ * copied over). FOLD (UE4M3 only): w = (decoded * 2^-8) * (sm * f * 2^8),
+ * one product instead of three, the same float where fold_ue4m3() says. */
 INL void stage_rows(const lb_format F, const int FOLD, const lb__qmat *m, size_t r, size_t n, float *mw)
 {
     const size_t nb = m->blocks, st = lb__qdot8_stage_stride(m);
@@ -159,10 +159,12 @@ static int fold_ue4m3(float sm)
  * that is q - z + 16, in 1 .. 31 for int4 and uint4 codes and zero points
  * (q - z in -15 .. 15), and its sum starts at -16 * (lane sum of x), so it
  * ends at the same exact P = sum of x * (q - z) (qdot8.h). One byte add
- * per half row-group replaces a vpmulld and a subtraction per token (the
- * int4:g128:affine loop was bound by them). Staged here as the byte
+ * per half row-group replaces a vpmulld and a subtraction per token (alone
+ * that changed little: the scalar zero-point staging was what bound the
+ * int4:g128:affine loop, see stage_zero_nibbles). Staged as the byte
  * 16 - c - z repeated four times in each int32, for vpaddb. */
 #define LB__ZP_BIAS 16
+_Static_assert(LB__ZP_BIAS == 1 << 4, "group_step starts the lane sums at -(xs << 4)");
 
 static void stage_zero_bytes(size_t n, size_t st, int off, int32_t *zp)
 {
