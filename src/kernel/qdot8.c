@@ -220,13 +220,16 @@ static int element_unit(const lb__qmat *m, const uint8_t *row, size_t k)
 {
     if (k >= m->cols) return 0; /* padding: its activation code is 0 anyway */
     const int bits = element_kind(m->element);
-    uint32_t c = row[k]; /* int8: the byte */
-    if (bits == 4) c = (row[k / 2] >> (4 * (k & 1))) & 15u;
-    if (bits == 6) { /* code k at bits 6k .. 6k + 5 of the row, little-endian; the second byte only where it reaches it */
+    uint32_t c;
+    if (bits == 4) {
+        c = (row[k / 2] >> (4 * (k & 1))) & 15u;
+    } else if (bits == 6) { /* code k at bits 6k .. 6k + 5 of the row, little-endian; the second byte only where it reaches it */
         size_t bit = 6 * k;
         c = row[bit / 8] >> (bit % 8);
         if (bit % 8 > 2) c |= (uint32_t)row[bit / 8 + 1] << (8 - bit % 8);
         c &= 63u;
+    } else {
+        c = row[k]; /* int8: the byte (read only here: past a 4- or 6-bit row's bytes it would be out of bounds) */
     }
     return unit_value(m->element, c);
 }
