@@ -387,11 +387,12 @@ void cli_eval_print_memory(FILE *out, const lb_runner *r, int json)
     if (json) {
         fprintf(out, ", \"memory\": {\"weights_bytes\": %llu, \"weights_fp32_bytes\": %llu, \"other_bytes\": %llu, "
                "\"kv_cache_bytes\": %llu, \"packed_matrices\": %llu, \"fp32_matrices\": %llu, \"rss_bytes\": %llu, "
-               "\"rss_peak_bytes\": %llu, \"decode_act\": \"%s\", \"int8_act_matrices\": %llu}",
+               "\"rss_peak_bytes\": %llu, \"decode_act\": \"%s\", \"int8_act_matrices\": %llu, "
+               "\"int8_kernels\": \"%s\"}",
                (unsigned long long)m.weights, (unsigned long long)m.weights_fp32, (unsigned long long)m.other,
                (unsigned long long)m.kv_cache, (unsigned long long)m.packed_matrices,
                (unsigned long long)m.fp32_matrices, rss, peak, m.decode_act == LB_FMT_INT8 ? "int8" : "exact",
-               (unsigned long long)m.int8_act_matrices);
+               (unsigned long long)m.int8_act_matrices, m.int8_kernels);
         return;
     }
     const double mib = 1024.0 * 1024.0;
@@ -400,10 +401,11 @@ void cli_eval_print_memory(FILE *out, const lb_runner *r, int json)
            m.weights / mib, (unsigned long long)m.packed_matrices, (unsigned long long)m.fp32_matrices,
            m.weights_fp32 / mib, m.other / mib, m.kv_cache / mib, rss / mib, peak / mib);
     if (m.decode_act == LB_FMT_INT8) /* what the mode reached: a GGUF's ggml blocks and fp32 copies stay exact */
-        fprintf(out, "decode activations: int8 on %llu of %llu matrices (the rest exact: %s)\n",
+        fprintf(out, "decode activations: int8 on %llu of %llu matrices, kernels %s (the rest exact: %s)\n",
                 (unsigned long long)m.int8_act_matrices, (unsigned long long)(m.packed_matrices + m.fp32_matrices),
-                m.int8_act_matrices == m.packed_matrices + m.fp32_matrices ? "none"
-                : "fp32 copies, ggml blocks and formats other than int4/uint4/fp4/int8 with a fitting block");
+                m.int8_kernels, m.int8_act_matrices == m.packed_matrices + m.fp32_matrices ? "none"
+                : "fp32 copies, other ggml blocks than the K-quants, IQ4, Q4_0, Q5_0, Q8_0 and MXFP4, and formats "
+                  "these kernels do not take or whose blocks do not fit them");
 }
 
 void cli_eval_print_saturation(const char *cmd, FILE *out, const lb_runner *r, const cli_eval_args *a, int json)

@@ -758,6 +758,8 @@ typedef struct lb_runner_memory {
     uint64_t packed_matrices, fp32_matrices; /* how many matrices are held each way */
     lb_format decode_act;    /* options.decode_act as built */
     uint64_t int8_act_matrices; /* matrices it applies to (packed, of a format its kernels take) */
+    const char *int8_kernels;   /* the kernel set of that mode on this CPU ("avx512-vnni-vbmi-bf16",
+                                   "avx2", "neon", ...: which formats it takes depends on it) */
 } lb_runner_memory;
 LB_API void lb_runner_memory_get(const lb_runner *r, lb_runner_memory *out);
 

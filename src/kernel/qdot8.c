@@ -5,6 +5,7 @@
 #include "kernel/qdot8.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,33 +19,43 @@
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-/* The bits of an element the path takes (4, 6 or 8), 0 for what it does
- * not take. Every format is listed: a new one is a compile error here. */
-static int element_kind(lb_format f)
+/* How the path takes an element format. Every format is listed: a new
+ * one is a compile error here. */
+typedef enum element_kind {
+    EK_NONE,  /* not taken */
+    EK_FOUR,  /* int4, uint4, fp4 e2m1: 4-bit codes, integer values u */
+    EK_SIX,   /* fp6 e2m3: eight times its value is an integer, -60 .. 60 */
+    EK_EIGHT, /* int8 */
+    EK_FP8    /* fp8 e4m3 / e5m2: values exact in bf16, summed in pairs (qdot8.h) */
+} element_kind;
+
+static element_kind kind_of(lb_format f)
 {
     switch (f) {
     case LB_FMT_INT4:
     case LB_FMT_UINT4:
-    case LB_FMT_FP4_E2M1: return 4;
-    case LB_FMT_INT8: return 8;
-    case LB_FMT_UINT8: /* u up to 255: AVX2's maddubs pairs would saturate */
+    case LB_FMT_FP4_E2M1: return EK_FOUR;
+    case LB_FMT_INT8: return EK_EIGHT;
+    case LB_FMT_FP6_E2M3: return EK_SIX;
+    case LB_FMT_FP8_E4M3:
+    case LB_FMT_FP8_E5M2: return EK_FP8;
+    case LB_FMT_UINT8:          /* u up to 255: AVX2's maddubs pairs would saturate */
+    case LB_FMT_FP8_E4M3FNUZ:   /* code 0x80 is NaN: not a sign bit over a magnitude */
+    case LB_FMT_FP8_E5M2FNUZ:
+    case LB_FMT_FP6_E3M2:       /* not small integers times one scale, nor 8-bit codes */
     case LB_FMT_FP32:
     case LB_FMT_BF16:
     case LB_FMT_FP16:
-    case LB_FMT_FP6_E2M3: return 6; /* eight times an e2m3 value is an integer, -60 .. 60 */
-    case LB_FMT_FP8_E4M3: /* fp8 and fp6 e3m2 values are not small integers times one scale */
-    case LB_FMT_FP8_E5M2:
-    case LB_FMT_FP8_E4M3FNUZ:
-    case LB_FMT_FP8_E5M2FNUZ:
-    case LB_FMT_FP6_E3M2:
     case LB_FMT_E8M0:
     case LB_FMT_UE4M3:
-    case LB_FMT_COUNT: return 0;
+    case LB_FMT_COUNT: return EK_NONE;
     }
-    return 0;
+    return EK_NONE;
 }
 
-size_t lb__qdot8_lane_elems(const lb__qmat *m) { return element_kind(m->element) == 4 ? 8 : 4; }
+int lb__qdot8_bf16_pairs(const lb__qmat *m) { return !m->ggml_block && kind_of(m->element) == EK_FP8; }
+
+size_t lb__qdot8_lane_elems(const lb__qmat *m) { return kind_of(m->element) == EK_FOUR ? 8 : 4; }
 
 static size_t blocks_of(const lb__qmat *m) { return m->blocks ? m->blocks : 1; }
 
@@ -58,15 +69,19 @@ int lb__qdot8_supported(const lb__qmat *m) { return lb__qdot8_takes(m, lb__qdot8
 int lb__qdot8_takes(const lb__qmat *m, const lb__qdot8_set *set)
 {
     if (m->ggml_block) return lb__qdot8k_type(m->ggml) && lb__qdot8k_cols_ok(m);
-    if (m->plain || !element_kind(m->element)) return 0;
-    if (element_kind(m->element) == 6 && (!set->six || m->zero_points)) return 0; /* fp6: where a set unpacks it */
+    const element_kind k = kind_of(m->element);
+    if (m->plain || k == EK_NONE) return 0;
+    if (k == EK_SIX && (!set->six || m->zero_points)) return 0; /* fp6: where a set unpacks it */
+    if (k == EK_FP8 && (!set->fp8 || m->zero_points)) return 0; /* fp8: where a set has the bf16 pair products */
     const lb_format_info *sf = lb_format_get(m->scale_format);
     if (!sf || !(m->scale_format == LB_FMT_FP32 || m->scale_format == LB_FMT_BF16 || m->scale_format == LB_FMT_FP16 ||
                  m->scale_format == LB_FMT_E8M0 || m->scale_format == LB_FMT_UE4M3))
         return 0;
     size_t e = lb__qdot8_lane_elems(m), g = LB__QDOT8_LANES * e;
     if (blocks_of(m) == 1 || m->one_scale) return 1;
-    return m->block % e == 0 && (g % m->block == 0 || m->block % g == 0);
+    /* fp8: a lane's four elements lie in one 16-element run (qdot8.h) */
+    const size_t unit = k == EK_FP8 ? 16 : e;
+    return m->block % unit == 0 && (g % m->block == 0 || m->block % g == 0);
 }
 
 /* The integer value u of an element code: the value over lb__qdot8_unit
@@ -84,6 +99,35 @@ static int unit_value(lb_format f, uint32_t code)
 void lb__qdot8_code_table(lb_format element, int off, uint8_t *lut, size_t n)
 {
     for (uint32_t c = 0; c < n; c++) lut[c] = (uint8_t)(unit_value(element, c) + off);
+}
+
+static void build_bf16_tables(lb_format element, uint8_t t[256])
+{
+    const lb_format_info *f = lb_format_get(element);
+    for (uint32_t c = 0; c < 128; c++) {
+        uint32_t b = f->decode(f, c) >> 16; /* exact: an fp8 value has at most 4 significant bits */
+        t[c] = (uint8_t)(b & 0xFF), t[128 + c] = (uint8_t)(b >> 8);
+    }
+}
+
+/* Built once per format and kept: the decoder costs ~1 us a table, and a
+ * kernel call needs one (rebuilt per call it was a tenth of SmolLM2's
+ * decode time in this mode). The first caller to claim a slot fills it;
+ * until it is marked ready, callers use their own copy. */
+static uint8_t bf16_tables[2][256];
+static atomic_int bf16_state[2]; /* 0 empty, 1 being filled, 2 ready */
+
+const uint8_t *lb__qdot8_bf16_tables(lb_format element, uint8_t local[256])
+{
+    const int k = element == LB_FMT_FP8_E5M2;
+    if (atomic_load_explicit(&bf16_state[k], memory_order_acquire) == 2) return bf16_tables[k];
+    build_bf16_tables(element, local);
+    int empty = 0;
+    if (atomic_compare_exchange_strong(&bf16_state[k], &empty, 1)) {
+        memcpy(bf16_tables[k], local, 256);
+        atomic_store_explicit(&bf16_state[k], 2, memory_order_release);
+    }
+    return local;
 }
 
 void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16]) { lb__qdot8_code_table(element, off, lut, 16); }
@@ -107,6 +151,17 @@ void lb__qdot8_lane_blocks(const lb__qmat *m, int32_t lane_block[LB__QDOT8_LANES
     size_t e = lb__qdot8_lane_elems(m);
     for (size_t l = 0; l < LB__QDOT8_LANES; l++)
         lane_block[l] = blocks_of(m) == 1 || m->one_scale ? 0 : (int32_t)(l * e / m->block);
+}
+
+/* w[from .. to) = w[from - 1], four at a time (stored one by one, the
+ * tail took most of the staging of a per-channel row: 31 floats after its
+ * one scale, 12% of SmolLM2's int8:channel decode) */
+static void fill_tail(float *w, size_t from, size_t to)
+{
+    const float last = w[from - 1];
+    size_t b = from;
+    for (; b + 4 <= to; b += 4) w[b] = last, w[b + 1] = last, w[b + 2] = last, w[b + 3] = last;
+    for (; b < to; b++) w[b] = last;
 }
 
 void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scale, size_t r, size_t n, float *mw,
@@ -133,7 +188,7 @@ void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scal
             if (scale) scale(w, nb, sm, f);
             else for (size_t b = 0; b < nb; b++) w[b] = (w[b] * sm) * f;
         }
-        for (size_t b = nb; b < st; b++) w[b] = w[nb - 1];
+        fill_tail(w, nb, st);
     }
     if (m->zero_points) lb__qdot8_stage_zero_points(m, r, n, zp);
 }
@@ -141,7 +196,7 @@ void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scal
 void lb__qdot8_stage_zero_points(const lb__qmat *m, size_t r, size_t n, int32_t *zp)
 {
     size_t nb = blocks_of(m), st = lb__qdot8_stage_stride(m);
-    const int nib = element_kind(m->element) == 4, sign = m->element != LB_FMT_UINT4;
+    const int nib = kind_of(m->element) == EK_FOUR, sign = m->element != LB_FMT_UINT4;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *zrow = m->zero_points + (m->one_scale ? 0 : r + i) * m->zp_row_bytes;
         int32_t *z = zp + i * st;
@@ -165,6 +220,20 @@ void lb__qdot8_stage_zero_points(const lb__qmat *m, size_t r, size_t n, int32_t 
 /* Position of element e of a group in the staged codes. */
 static size_t staged_pos(int nib, size_t e) { return nib ? (e & 1) * 64 + e / 2 : e; }
 
+/* Position of element e of a group in fp8's staged bf16 words: the
+ * elements 16L + i of each 16-element run L go to word 8L + i for i < 8
+ * (the first 32 words: pair operand A) and 32 + 8L + i - 8 for i >= 8 (B). */
+size_t lb__qdot8_bf16_pos(size_t e) { return (e & 8 ? 32 : 0) + (e >> 4) * 8 + (e & 7); }
+
+/* The bf16 of an int8 code: exact, its float's upper half. */
+static uint16_t bf16_of_code(int8_t c)
+{
+    float f = (float)c;
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return (uint16_t)(b >> 16);
+}
+
 static void act8_free(lb__act8 *a)
 {
     free(a->buf);
@@ -176,11 +245,12 @@ static void act8_free(lb__act8 *a)
 static lb_status act8_stage(const lb__qmat *m, const float *x, size_t n, const lb__qdot8_set *set, lb__act8 *a)
 {
     const size_t e = lb__qdot8_lane_elems(m), G = LB__QDOT8_LANES * e, cols = m->cols;
-    const int nib = e == 8, off = set->offset(m->element);
+    const int nib = e == 8, off = set->offset(m->element), pairs = lb__qdot8_bf16_pairs(m);
     memset(a, 0, sizeof *a);
     a->n = n;
     a->groups = (cols + G - 1) / G;
-    a->stride = a->groups * G;
+    const size_t padded = a->groups * G;
+    a->stride = pairs ? 2 * padded : padded; /* bytes: fp8's codes are staged as bf16 */
     a->lanes = a->groups * LB__QDOT8_LANES;
     int affine = m->zero_points != NULL;
     size_t qb = align64(n * a->stride), lb = align64(n * a->lanes * 4);
@@ -196,12 +266,17 @@ static lb_status act8_stage(const lb__qmat *m, const float *x, size_t n, const l
         int8_t *q = a->q + t * a->stride;
         int32_t *cxs = a->cxs + t * a->lanes, *xs = affine ? a->xs + t * a->lanes : NULL;
         float *d = a->d + t * a->lanes;
-        for (size_t k0 = 0; k0 < a->stride; k0 += LB__ACT8_BLOCK) {
+        for (size_t k0 = 0; k0 < padded; k0 += LB__ACT8_BLOCK) {
             int8_t c[LB__ACT8_BLOCK] = {0}; /* past the row: code 0 */
             float s = 0.0f;                  /* a block wholly past it: d = 0 */
             if (k0 < cols) s = set->quant->quant_i8(xt + k0, cols - k0 < LB__ACT8_BLOCK ? cols - k0 : LB__ACT8_BLOCK, 0.0f, c);
-            int8_t *qg = q + k0 / G * G;
-            for (size_t i = 0; i < LB__ACT8_BLOCK; i++) qg[staged_pos(nib, k0 % G + i)] = c[i];
+            if (pairs) {
+                uint16_t *qg = (uint16_t *)(void *)q + k0 / G * G;
+                for (size_t i = 0; i < LB__ACT8_BLOCK; i++) qg[lb__qdot8_bf16_pos(k0 % G + i)] = bf16_of_code(c[i]);
+            } else {
+                int8_t *qg = q + k0 / G * G;
+                for (size_t i = 0; i < LB__ACT8_BLOCK; i++) qg[staged_pos(nib, k0 % G + i)] = c[i];
+            }
             for (size_t i = 0; i < LB__ACT8_BLOCK; i += e) {
                 int32_t sum = 0;
                 for (size_t j = i; j < i + e; j++) sum += c[j];
@@ -216,29 +291,63 @@ static lb_status act8_stage(const lb__qmat *m, const float *x, size_t n, const l
 
 /* ---- the reference ---- */
 
+/* Element k's code (k < cols). */
+static uint32_t element_code(const lb__qmat *m, const uint8_t *row, size_t k)
+{
+    switch (kind_of(m->element)) {
+    case EK_FOUR: return (row[k / 2] >> (4 * (k & 1))) & 15u;
+    case EK_SIX: { /* code k at bits 6k .. 6k + 5 of the row, little-endian; the second byte only where it reaches it */
+        size_t bit = 6 * k;
+        uint32_t c = row[bit / 8] >> (bit % 8);
+        if (bit % 8 > 2) c |= (uint32_t)row[bit / 8 + 1] << (8 - bit % 8);
+        return c & 63u;
+    }
+    case EK_EIGHT:
+    case EK_FP8: return row[k]; /* the byte (read only here: past a 4- or 6-bit row's bytes it would be out of bounds) */
+    case EK_NONE: break;
+    }
+    return 0; /* not reached: lb__qdot8_takes refuses the rest */
+}
+
 static int element_unit(const lb__qmat *m, const uint8_t *row, size_t k)
 {
     if (k >= m->cols) return 0; /* padding: its activation code is 0 anyway */
-    const int bits = element_kind(m->element);
-    uint32_t c;
-    if (bits == 4) {
-        c = (row[k / 2] >> (4 * (k & 1))) & 15u;
-    } else if (bits == 6) { /* code k at bits 6k .. 6k + 5 of the row, little-endian; the second byte only where it reaches it */
-        size_t bit = 6 * k;
-        c = row[bit / 8] >> (bit % 8);
-        if (bit % 8 > 2) c |= (uint32_t)row[bit / 8 + 1] << (8 - bit % 8);
-        c &= 63u;
-    } else {
-        c = row[k]; /* int8: the byte (read only here: past a 4- or 6-bit row's bytes it would be out of bounds) */
+    return unit_value(m->element, element_code(m, row, k));
+}
+
+static float bf16_value(uint16_t h)
+{
+    uint32_t b = (uint32_t)h << 16;
+    float v;
+    memcpy(&v, &b, sizeof v);
+    return v;
+}
+
+/* fp8: lane l's sum in group g, as qdot8.h defines it (vdpbf16ps's order:
+ * the odd element of a pair first, operand A's pair, then B's). */
+static float pair_lane_sum(const lb__qmat *m, const uint8_t *row, const uint16_t *xg, size_t g, size_t l)
+{
+    static const size_t order[4] = {1, 0, 9, 8};
+    const lb_format_info *f = lb_format_get(m->element);
+    const size_t first = (l / 4) * 16 + 2 * (l % 4);
+    float p = 0.0f;
+    for (int j = 0; j < 4; j++) {
+        size_t e = first + order[j], k = g * 64 + e;
+        float w = 0.0f; /* padding */
+        if (k < m->cols) {
+            uint32_t b = f->decode(f, element_code(m, row, k));
+            memcpy(&w, &b, sizeof w);
+        }
+        p = fmaf(w, bf16_value(xg[lb__qdot8_bf16_pos(e)]), p);
     }
-    return unit_value(m->element, c);
+    return p;
 }
 
 static void rows_scalar(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                         size_t ldy, void *scratch)
 {
     const size_t e = lb__qdot8_lane_elems(m), G = LB__QDOT8_LANES * e, st = lb__qdot8_stage_stride(m);
-    const int nib = e == 8;
+    const int nib = e == 8, pairs = lb__qdot8_bf16_pairs(m);
     float *mw = scratch;
     int32_t *zp = (int32_t *)((uint8_t *)scratch + align64(LB__QDOT8_STAGE_ROWS * st * sizeof(float)));
     int32_t lane_block[LB__QDOT8_LANES];
@@ -253,10 +362,15 @@ static void rows_scalar(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t 
             for (size_t g = 0; g < a->groups; g++)
                 for (size_t l = 0; l < LB__QDOT8_LANES; l++) {
                     size_t b = lb__qdot8_group_block(m, g) + (size_t)lane_block[l];
+                    float s = d[g * LB__QDOT8_LANES + l] * mw[b];
+                    if (pairs) {
+                        p[l] = fmaf(pair_lane_sum(m, row, (const uint16_t *)(const void *)q + g * G, g, l), s, p[l]);
+                        continue;
+                    }
                     int32_t z = m->zero_points ? zp[b] : 0, sum = 0;
                     for (size_t k = g * G + l * e; k < g * G + (l + 1) * e; k++)
                         sum += q[g * G + staged_pos(nib, k % G)] * (element_unit(m, row, k) - z);
-                    p[l] = fmaf((float)sum, d[g * LB__QDOT8_LANES + l] * mw[b], p[l]);
+                    p[l] = fmaf((float)sum, s, p[l]);
                 }
             y[t * ldy + r] = lb__sum16f(p);
         }
@@ -294,13 +408,16 @@ int lb__qdot8_nibble_offset(lb_format element)
 }
 
 const lb__qdot8_set lb__qdot8_scalar_set = {"scalar", lb__qdot8_no_offset, rows_scalar, lb__qdot8k_rows_scalar,
-                                            &lb__w8a8_scalar_ops, 1};
+                                            &lb__w8a8_scalar_ops, 1, 1};
 
 const lb__qdot8_set *lb__qdot8_get(lb_isa isa)
 {
     isa = lb__isa_clamp(isa);
     if (isa == LB_ISA_NEON && lb__qdot8_neon_set.rows) return &lb__qdot8_neon_set;
     unsigned vnni = LB__CPU_AVX512_VNNI, vbmi = LB__CPU_AVX512_VNNI | LB__CPU_AVX512_VBMI;
+    if (isa == LB_ISA_AVX512 && lb__qdot8_bf16_set.rows && (lb__cpu_extras() & (vbmi | LB__CPU_AVX512_BF16)) ==
+        (vbmi | LB__CPU_AVX512_BF16) && lb__qdot8_bf16_rounds_as_defined())
+        return &lb__qdot8_bf16_set;
     if (isa == LB_ISA_AVX512 && lb__qdot8_vbmi_set.rows && (lb__cpu_extras() & vbmi) == vbmi) return &lb__qdot8_vbmi_set;
     if (isa == LB_ISA_AVX512 && lb__qdot8_vnni_set.rows && (lb__cpu_extras() & vnni)) return &lb__qdot8_vnni_set;
     if ((isa == LB_ISA_AVX512 || isa == LB_ISA_AVX2) && lb__qdot8_avx2_set.rows) return &lb__qdot8_avx2_set;

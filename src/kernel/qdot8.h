@@ -14,7 +14,11 @@
  * weight scale is halved), fp6 eight times the E2M3 value (-60 .. 60, the
  * scale times 1/8; not affine). fp6 only where the set unpacks 6-bit
  * codes (lb__qdot8_set.six: the scalar reference and AVX-512 VBMI; the
- * others refuse it, and the exact kernels run those matrices).
+ * others refuse it, and the exact kernels run those matrices). fp8 e4m3
+ * and e5m2 (not the fnuz variants, not affine) only where the set has
+ * bf16 pair products (lb__qdot8_set.fp8: the scalar reference and the
+ * AVX-512 BF16 set), with a scale block that is a multiple of 16 or the
+ * whole row; their sums are defined apart, below.
  *
  * The result, which every instruction set computes bit for bit:
  *   - Activation blocks of 32 along the row: d_j = absmax_j / 127 (fp32
@@ -31,6 +35,18 @@
  *     s(g,l) = d_j * mw_b (fp32).
  *   - 16 partial sums p[l] start at +0; for g in increasing order:
  *     p[l] = fma((float)P(g,l), s(g,l), p[l]). The dot is lb__sum16f(p).
+ * fp8 values are no small integers, but each value v and each code q is
+ * exact in bf16 and so is their product (at most 11 significant bits), so
+ * a lane sums products in fp32 the way AVX-512 BF16's vdpbf16ps does
+ * (E = 4, G = 64; the codes staged as bf16 words, lb__qdot8_bf16_pos):
+ *   - lane l of group g takes run L = l / 4 (elements gG + 16L .. + 15)
+ *     and pair i = l % 4: elements a = gG + 16L + 2i, a + 1, b = a + 8,
+ *     b + 1 (so a lane lies in one activation block and one weight block);
+ *   - P(g,l) = fma(v_b, q_b, fma(v_b+1, q_b+1, fma(v_a, q_a, fma(v_a+1,
+ *     q_a+1, +0)))) in fp32, each step rounded (v = 0 past the row);
+ *   - p[l] = fma(P(g,l), s(g,l), p[l]) as above (f = 1).
+ *   Nothing is subnormal (products are 0 or multiples of 2^-16 of at least
+ *   that size), so the instruction's flushing of subnormals never applies.
  * A token with a NaN or infinite activation cannot be quantized: callers
  * (lb__qmat_matmul_act8) run such calls on the exact kernels instead.
  *
@@ -122,11 +138,23 @@ typedef struct lb__qdot8_set {
     /* whose quant_i8 quantizes an activation block (w8a8.h's per-token
      * int8 quantizer, static scale 0: every set gives the same codes) */
     const struct lb__w8a8_ops *quant;
-    int six; /* 1 if rows takes fp6 e2m3 weights (the scalar reference and the VBMI set) */
+    int six; /* 1 if rows takes fp6 e2m3 weights (the scalar reference and the VBMI sets) */
+    int fp8; /* 1 if rows takes fp8 e4m3 / e5m2 weights (the scalar reference and the BF16 set) */
 } lb__qdot8_set;
 
 extern const lb__qdot8_set lb__qdot8_scalar_set, lb__qdot8_avx2_set, lb__qdot8_vnni_set, lb__qdot8_vbmi_set,
-    lb__qdot8_neon_set;
+    lb__qdot8_bf16_set, lb__qdot8_neon_set;
+
+/* 1 if this CPU's vdpbf16ps computes what the fp8 definition above says
+ * (two fp32 fmas per lane in round-to-nearest-even, the odd element's
+ * first; probed once on inputs where another order or a single rounding
+ * would differ): lb__qdot8_get hands out the BF16 set only then. 0 where
+ * the build or the CPU lacks the instruction. */
+int lb__qdot8_bf16_rounds_as_defined(void);
+/* 1 if m's elements are fp8 (summed in bf16 pairs, above), else 0. */
+int lb__qdot8_bf16_pairs(const lb__qmat *m);
+/* Word of element e (< 64) of a group in fp8's staged bf16 activations. */
+size_t lb__qdot8_bf16_pos(size_t e);
 
 /* lb__qdot8_supported for a given set. */
 int lb__qdot8_takes(const lb__qmat *m, const struct lb__qdot8_set *set);
@@ -224,6 +252,10 @@ int lb__qdot8_nibble_offset(lb_format element);
  * n values of codes 0 .. n-1 of any element the path takes. */
 void lb__qdot8_nibble_table(lb_format element, int off, uint8_t lut[16]);
 void lb__qdot8_code_table(lb_format element, int off, uint8_t *lut, size_t n);
+/* fp8 (e4m3 or e5m2): the bf16 bits of the values of codes 0 .. 127 (the
+ * magnitudes), low bytes at [0 .. 127], high bytes at [128 .. 255]: the
+ * process's copy once built, else local filled. */
+const uint8_t *lb__qdot8_bf16_tables(lb_format element, uint8_t local[256]);
 
 /* ---- the K-quants (Q4_K, Q5_K) ---- */
 

@@ -27,6 +27,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "format/convert.h"
 #include "kernel/qdot8.h"
 #include "kernel/row_streams.h"
 #include "kernel/qdot_scales_avx512.h"
@@ -42,11 +43,14 @@
  * fp4 through the 16-value table (lb__qdot8_nibble_table), by vpshufb
  * after masking, or with VBMI by vpermb, which reads only an index's low
  * six bits, so the table repeated four times needs no mask. */
-enum { LB__U8_INT8, LB__U8_NIBX, LB__U8_LUT, LB__U8_VBMI, LB__U8_SIX };
+enum { LB__U8_INT8, LB__U8_NIBX, LB__U8_LUT, LB__U8_VBMI, LB__U8_SIX, LB__U8_FP8 };
 /* two 4-bit codes per byte (groups of 128 elements in 64 bytes) */
 #define NIB(U) ((U) == LB__U8_NIBX || (U) == LB__U8_LUT || (U) == LB__U8_VBMI)
 /* bytes of codes per group of 16 lanes: fp6 e2m3 64 codes in 48 */
 #define GROUP_BYTES(U) ((U) == LB__U8_SIX ? 48 : 64)
+/* bytes of staged activations per group: two halves of 64 for 4-bit codes
+ * (low, high nibbles) and for fp8 (bf16 words: pair operands A and B) */
+#define ACT_BYTES(U) (NIB(U) || (U) == LB__U8_FP8 ? 128 : 64)
 
 /* (a ^ b) & c */
 #define LB__XOR_AND 0x28
@@ -72,6 +76,7 @@ INL void unpack(const int U, __m512i wb, __m512i lut, __m512i xorc, __m512i *ul,
         *ul = *uh = lut; /* never instantiated without VBMI */
 #endif
         return;
+    case LB__U8_FP8: *ul = *uh = wb; return; /* never here: fp8 runs group_step_fp8 */
     case LB__U8_SIX: {
 #if defined(__AVX512VBMI__)
         /* 64 codes in 48 bytes: vpermb puts each 8 codes' 6 bytes in a
@@ -203,8 +208,29 @@ static void stage_zero_nibbles(const lb__qmat *m, size_t r, size_t n, int32_t *z
  * common layout (a row of block scales per row) decoded here (the same
  * values); the zero points, if any, are staged after (for 4-bit codes as
  * the bytes the kernel adds). */
+/* One scale a row (per-channel): the n rows' codes lie together, decoded
+ * at once (the same values), each staged row filled by whole vectors (one
+ * row at a time through qdot8.c's staging was 12-16% of SmolLM2's
+ * per-channel decode in this mode: it has ~190k rows a token). */
+static void stage_channel_rows(const lb__qmat *m, size_t r, size_t n, float *mw)
+{
+    const size_t st = lb__qdot8_stage_stride(m);
+    const float sm = m->scale_mul, f = lb__qdot8_unit(m->element);
+    float v[LB__QDOT8_STAGE_ROWS];
+    lb__decode_kernel(LB_ISA_AVX512)(lb_format_get(m->scale_format), m->scales + lb_format_bytes(m->scale_format, r),
+                                     n, v);
+    for (size_t i = 0; i < n; i++) {
+        const __m512 w = _mm512_set1_ps(sm != 1.0f || f != 1.0f ? (v[i] * sm) * f : v[i]);
+        for (size_t b = 0; b < st; b += 16) _mm512_storeu_ps(mw + i * st + b, w);
+    }
+}
+
 static void stage(const int U, const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp, int off)
 {
+    if (m->blocks == 1 && !m->one_scale && m->block_rows <= 1 && !m->zero_points) {
+        stage_channel_rows(m, r, n, mw);
+        return;
+    }
     if (m->one_scale || m->block_rows > 1 || m->blocks <= 1) {
         lb__qdot8_stage_rows(m, LB_ISA_AVX512, scale_avx512, r, n, mw, zp);
     } else {
@@ -240,7 +266,7 @@ INL void group_step(const int U, const int aff, const size_t nx, const size_t R,
                     __m512 acc[RMAX][LB__QDOT_MAX_NX])
 {
     const int nib = NIB(U);
-    const size_t G = nib ? 128 : 64, GB = GROUP_BYTES(U);
+    const size_t G = ACT_BYTES(U), GB = GROUP_BYTES(U);
     __m512i xl[LB__QDOT_MAX_NX], xh[LB__QDOT_MAX_NX], cx[LB__QDOT_MAX_NX], xs[LB__QDOT_MAX_NX];
     __m512 dv[LB__QDOT_MAX_NX];
     _Pragma("GCC unroll 8")
@@ -272,6 +298,55 @@ INL void group_step(const int U, const int aff, const size_t nx, const size_t R,
     }
 }
 
+#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
+/* fp8 (qdot8.h): the bf16 of a code's magnitude looked up byte by byte
+ * (vpermi2b reads an index's low seven bits: 128-entry tables of the low
+ * and the high bytes, t[0..1] and t[2..3]), the sign put into the high
+ * byte, and the bytes interleaved within each 128-bit lane: operand A
+ * holds elements 16L .. 16L + 7 of run L, B 16L + 8 .. 16L + 15, in the
+ * order the activations were staged (lb__qdot8_bf16_pos). */
+INL void fp8_pairs(__m512i wb, const __m512i t[4], __m512i *A, __m512i *B)
+{
+    const __m512i lo = _mm512_permutex2var_epi8(t[0], wb, t[1]);
+    __m512i hi = _mm512_permutex2var_epi8(t[2], wb, t[3]);
+    hi = _mm512_ternarylogic_epi32(hi, wb, _mm512_set1_epi8((char)0x80), 0xF8); /* hi | (wb & 0x80) */
+    *A = _mm512_unpacklo_epi8(lo, hi);
+    *B = _mm512_unpackhi_epi8(lo, hi);
+}
+
+/* group_step for fp8: P = vdpbf16ps(vdpbf16ps(+0, A, xA), B, xB), then
+ * the fma with s = d * mw as for the integer sums. */
+INL void group_step_fp8(const size_t nx, const size_t R, const int masked, const act8_tokens *x, size_t g, size_t b0,
+                        const uint8_t *const *row, const float *const *mwp, __m512i idx, const __m512i tables[4],
+                        __mmask64 tail, __m512 acc[RMAX][LB__QDOT_MAX_NX])
+{
+    __m512i xa[LB__QDOT_MAX_NX], xb[LB__QDOT_MAX_NX];
+    __m512 dv[LB__QDOT_MAX_NX];
+    _Pragma("GCC unroll 8")
+    for (size_t t = 0; t < nx; t++) {
+        xa[t] = _mm512_load_si512(x->q[t] + g * 128);
+        xb[t] = _mm512_load_si512(x->q[t] + g * 128 + 64);
+        dv[t] = _mm512_load_ps(x->d[t] + g * LB__QDOT8_LANES);
+    }
+    _Pragma("GCC unroll 8")
+    for (size_t i = 0; i < R; i++) {
+        __m512i wb = masked ? _mm512_maskz_loadu_epi8(tail, row[i] + g * 64) : _mm512_loadu_si512(row[i] + g * 64);
+        __m512i A, B;
+        fp8_pairs(wb, tables, &A, &B);
+        __m512 mwv = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(mwp[i] + b0));
+        _Pragma("GCC unroll 8")
+        for (size_t k = 0; k < nx; k++) {
+            __m512 p = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)A, (__m512bh)xa[k]);
+            p = _mm512_dpbf16_ps(p, (__m512bh)B, (__m512bh)xb[k]);
+            acc[i][k] = _mm512_fmadd_ps(p, _mm512_mul_ps(dv[k], mwv), acc[i][k]);
+        }
+    }
+}
+#define LB__HAS_FP8_STEP 1
+#else
+#define LB__HAS_FP8_STEP 0
+#endif
+
 /* Rows in flight: row k of each of R streams of the range (row_streams.h),
  * each prefetched a line per group; the scales are staged per stream,
  * STAGE_K rows at a time. */
@@ -285,6 +360,14 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
 {
     const size_t R = nx <= 2 ? RMAX : RMAX / 2;
     const size_t st = lb__qdot8_stage_stride(m), groups = a->groups, G = NIB(U) ? 128 : 64, GB = GROUP_BYTES(U);
+#if LB__HAS_FP8_STEP
+    __m512i fp8t[4]; /* fp8: the bf16 byte tables of fp8_pairs */
+    if (U == LB__U8_FP8) {
+        uint8_t local[256];
+        const uint8_t *tb = lb__qdot8_bf16_tables(m->element, local);
+        for (int i = 0; i < 4; i++) fp8t[i] = _mm512_loadu_si512(tb + 64 * i);
+    }
+#endif
     float *mw = scratch;
     int32_t *zp = (int32_t *)((uint8_t *)scratch + (LB__QDOT8_STAGE_ROWS * st * sizeof(float) + 63) / 64 * 64);
     int32_t lb[LB__QDOT8_LANES];
@@ -338,17 +421,25 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
         /* whole groups with plain loads, then the partial one (if any) */
+#if LB__HAS_FP8_STEP
+#define STEP(MASKED)                                                                                       \
+    (U == LB__U8_FP8 ? group_step_fp8(nx, R, MASKED, &x, g, b0, row, mwp, idx, fp8t, tail, acc)            \
+                     : group_step(U, aff, nx, R, MASKED, &x, g, b0, row, mwp, zpp, idx, lut, xorc, tail, acc))
+#else
+#define STEP(MASKED) group_step(U, aff, nx, R, MASKED, &x, g, b0, row, mwp, zpp, idx, lut, xorc, tail, acc)
+#endif
         size_t g = 0, b0 = 0, in_block = 0; /* b0 = g * gmul / gdiv, counted */
         for (; g < whole; g++, in_block = in_block + 1 == gdiv ? 0 : in_block + 1, b0 += in_block ? 0 : gmul) {
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + rs.ahead + g * GB, _MM_HINT_T1);
-            group_step(U, aff, nx, R, 0, &x, g, b0, row, mwp, zpp, idx, lut, xorc, tail, acc);
+            STEP(0);
         }
         if (g < groups) {
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + rs.ahead + g * GB, _MM_HINT_T1);
-            group_step(U, aff, nx, R, 1, &x, g, b0, row, mwp, zpp, idx, lut, xorc, tail, acc);
+            STEP(1);
         }
+#undef STEP
         _Pragma("GCC unroll 8")
         for (size_t t = 0; t < nx; t++) {
             float sums[4];

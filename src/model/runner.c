@@ -90,6 +90,7 @@ void lb_runner_memory_get(const lb_runner *r, lb_runner_memory *out)
     if (!out) return;
     memset(out, 0, sizeof *out);
     if (r) *out = r->mem;
+    out->int8_kernels = lb__qdot8_get(lb_isa_active())->name;
 }
 
 void lb_runner_saturation_get(const lb_runner *r, lb_runner_saturation *out)

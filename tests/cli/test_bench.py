@@ -59,9 +59,10 @@ def test_quick_json_has_every_spec_and_consistent_figures(quick_json):
     d = quick_json
     m = d["machine"]
     assert m["isa"] in ("scalar", "avx2", "avx512") and m["threads"] >= 1 and m["cpu"]
-    assert m["int8_kernels"] in ("scalar", "avx2", "avx512-vnni", "avx512-vnni-vbmi", "neon")
-    # fp6 e2m3 in the int8 mode: the sets that unpack 6-bit codes (kernel/qdot8.h)
-    fp6 = m["int8_kernels"] in ("scalar", "avx512-vnni-vbmi")
+    assert m["int8_kernels"] in ("scalar", "avx2", "avx512-vnni", "avx512-vnni-vbmi", "avx512-vnni-vbmi-bf16", "neon")
+    # fp6 e2m3 in the int8 mode: the sets that unpack 6-bit codes; fp8: those with bf16 pair products (kernel/qdot8.h)
+    fp6 = m["int8_kernels"] in ("scalar", "avx512-vnni-vbmi", "avx512-vnni-vbmi-bf16")
+    fp8 = m["int8_kernels"] in ("scalar", "avx512-vnni-vbmi-bf16")
     read = d["read"]
     assert read["gbps"] > 0 and read["gbps_1t"] > 0 and read["bytes"] >= 64 << 20 and read["method"]
     mem, l3 = d["matvec"]["rows"], d["matvec_l3"]["rows"]
@@ -75,7 +76,8 @@ def test_quick_json_has_every_spec_and_consistent_figures(quick_json):
         if s == "fp8_e4m3:channel":
             expect.append("w8a8 fp8 (fp8_e4m3:channel)")
         if s in ("int8:channel", "int8:g32", "int4:channel", "int4:g32", "int4:g128:affine", "mxfp4", "nvfp4") or \
-                (s == "mxfp6_e2m3" and fp6):
+                (s == "mxfp6_e2m3" and fp6) or \
+                (s in ("fp8_e4m3:channel", "fp8_e5m2:channel", "fp8_e4m3:g32", "mxfp8_e4m3") and fp8):
             expect.append(s + " +act int8")
     assert [r["spec"] for r in mem] == expect and [r["spec"] for r in l3] == expect
     check_rows(mem, read)

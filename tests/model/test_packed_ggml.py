@@ -130,7 +130,8 @@ class Memory(ctypes.Structure):
     """lb_runner_memory"""
     _fields_ = [(n, ctypes.c_uint64) for n in ("weights", "weights_fp32", "other", "kv_cache", "packed_matrices",
                                                "fp32_matrices")] + [("decode_act", ctypes.c_int),
-                                                                    ("int8_act_matrices", ctypes.c_uint64)]
+                                                                    ("int8_act_matrices", ctypes.c_uint64),
+                                                                    ("int8_kernels", ctypes.c_char_p)]
 
 
 lib = ctypes.CDLL(str(BUILD / "liblowbit.so"))

@@ -61,6 +61,7 @@ static void reference_of(const lb_qtensor_view *vp, const float *x, size_t n, fl
     const lb_format ef = v.spec.element;
     const size_t rows = v.rows, cols = v.cols;
     const size_t E = lb_format_get(ef)->bits == 4 ? 8 : 4, G = 16 * E;
+    const int fp8 = ef == LB_FMT_FP8_E4M3 || ef == LB_FMT_FP8_E5M2;
     const size_t groups = (cols + G - 1) / G, padded = groups * G;
     const size_t block = v.spec.granularity == LB_GRAN_GROUP ? v.spec.group : cols;
     const size_t nb = (cols + block - 1) / block;
@@ -104,6 +105,16 @@ static void reference_of(const lb_qtensor_view *vp, const float *x, size_t n, fl
                         const uint8_t *zr = v.zero_points + (v.spec.granularity == LB_GRAN_TENSOR ? 0 : r) * v.zero_point_row_bytes;
                         zp = unit_of(ef, code_at(ef, zr, b));
                     }
+                    if (fp8) { /* the pairs of vdpbf16ps: lane l is pair l % 4 of run l / 4, odd element first */
+                        size_t a = g * G + (l / 4) * 16 + 2 * (l % 4), ks[4] = {a + 1, a, a + 9, a + 8};
+                        float sum = 0.0f;
+                        for (int j = 0; j < 4; j++) {
+                            float w8 = ks[j] < cols ? decode(ef, code_at(ef, row, ks[j])) : 0.0f;
+                            sum = fmaf(w8, (float)q[ks[j]], sum);
+                        }
+                        p[l] = fmaf(sum, d[k0 / 32] * mw, p[l]);
+                        continue;
+                    }
                     int32_t sum = 0;
                     for (size_t k = k0; k < k0 + E; k++)
                         if (k < cols) sum += q[k] * (unit_of(ef, code_at(ef, row, k)) - zp);
@@ -134,6 +145,18 @@ static void reference_view(const lb__qmat *m, const float *x, size_t n, float *y
     reference_of(&v, x, n, y);
 }
 
+/* Weights whose magnitudes span 2^-14 .. 1 (fp8 codes from the smallest
+ * to the largest exponents in one row): the lane sums of fp8 products
+ * then need more than fp32's 24 bits and round, which random weights of
+ * one magnitude almost never make them do. */
+static int wide_weights;
+
+static float rand_wide(void)
+{
+    float m = ldexpf(1.0f + (float)(next_u32() & 0xFF) / 256.0f, -(int)(next_u32() % 15));
+    return next_u32() & 1 ? -m : m;
+}
+
 static void check_spec(const char *spec_text, size_t rows, size_t cols, size_t n)
 {
     lb_qspec spec;
@@ -141,17 +164,20 @@ static void check_spec(const char *spec_text, size_t rows, size_t cols, size_t n
     float *w = malloc(rows * cols * sizeof *w), *x = malloc(n * cols * sizeof *x);
     float *want = malloc(n * rows * sizeof *want), *got = malloc(n * rows * sizeof *got);
     float *exact = malloc(n * rows * sizeof *exact);
-    for (size_t i = 0; i < rows * cols; i++) w[i] = rand_f();
+    for (size_t i = 0; i < rows * cols; i++) w[i] = wide_weights ? rand_wide() : rand_f();
     for (size_t i = 0; i < n * cols; i++) x[i] = rand_f();
     lb__qmat m;
     CHECK(lb__qmat_from_f32(w, rows, cols, &spec, 1, &m) == LB_OK, "%s", spec_text);
-    const int six = spec.element == LB_FMT_FP6_E2M3; /* taken only by the sets that unpack 6-bit codes */
-    CHECK(lb__qdot8_supported(&m) == (!six || lb__qdot8_get(lb_isa_active())->six), "%s %zux%zu is taken", spec_text,
+    /* fp6 taken only by the sets that unpack 6-bit codes, fp8 by those with bf16 pair products */
+    const int six = spec.element == LB_FMT_FP6_E2M3;
+    const int fp8 = spec.element == LB_FMT_FP8_E4M3 || spec.element == LB_FMT_FP8_E5M2;
+    const lb__qdot8_set *active = lb__qdot8_get(lb_isa_active());
+    CHECK(lb__qdot8_supported(&m) == (six ? active->six : fp8 ? active->fp8 : 1), "%s %zux%zu is taken", spec_text,
           rows, cols);
     reference(m.owned_q, x, n, want);
     for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
         if (!set_runs(sets[s])) continue;
-        if (six && !sets[s]->six) {
+        if ((six && !sets[s]->six) || (fp8 && !sets[s]->fp8)) {
             CHECK(lb__qmat_matmul_act8_set(&m, x, n, got, 1, sets[s]) == LB_ERR_UNSUPPORTED, "%s refused by set %s",
                   spec_text, sets[s]->name);
             continue;
@@ -331,14 +357,26 @@ int main(void)
                                   "int4:b4x32",   "mxfp4",        "nvfp4",            "int8:channel",
                                   "int8:g32",     "int8:g16",     "int8:g128:affine", "int8:tensor",
                                   "int4:g8",      "int8:g4",      "mxfp6_e2m3",       "fp6_e2m3:g32",
-                                  "fp6_e2m3:channel", "fp6_e2m3:g64", "fp6_e2m3:g16"};
+                                  "fp6_e2m3:channel", "fp6_e2m3:g64", "fp6_e2m3:g16", "fp8_e4m3:channel",
+                                  "fp8_e5m2:channel", "fp8_e4m3:g32",  "mxfp8_e4m3",  "mxfp8_e5m2",
+                                  "fp8_e4m3:g16",     "fp8_e4m3:g128", "fp8_e4m3:tensor", "fp8_e5m2:g64"};
     static const size_t shapes[][2] = {{16, 128}, {5, 96}, {37, 576}, {9, 1000}, {3, 2048}, {1, 64}};
     for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++)
         for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
             size_t cols = shapes[h][1];
             for (size_t n = 1; n <= 6; n += (n < 4 ? 1 : 2)) check_spec(specs[s], shapes[h][0], cols, n);
         }
-    check_refused("fp8_e4m3:channel");
+    static const char *fp8_specs[] = {"fp8_e4m3:channel", "fp8_e5m2:channel", "mxfp8_e4m3", "fp8_e4m3:g16"};
+    wide_weights = 1;
+    for (size_t s = 0; s < sizeof fp8_specs / sizeof fp8_specs[0]; s++)
+        for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
+            check_spec(fp8_specs[s], shapes[h][0], shapes[h][1], 2);
+            /* one group a row: a lane sum that rounds otherwise shows in the output */
+            check_spec(fp8_specs[s], 64 * shapes[h][0], 64, 3);
+        }
+    wide_weights = 0;
+    check_refused("fp8_e4m3:g8");      /* a lane's four elements span two blocks of 8 */
+    check_refused("fp8_e4m3fnuz:channel");
     check_refused("mxfp6_e3m2");
     check_refused("int4:g48");
     check_nonfinite();
