@@ -492,17 +492,6 @@ lb_status lb__qmat_matmul_act8_multi(const lb__qmat *const *ms, size_t k, const 
         for (size_t i = 0; i < k && st == LB_OK; i++) st = lb__qmat_matmul(ms[i], x, n, ys[i], threads);
         return st;
     }
-    /* the scale codes are a stream the rows' prefetching does not cover:
-     * asked for now, they arrive while the activations are quantized */
-    for (size_t i = 0; i < k; i++) {
-        const lb__qmat *q = ms[i];
-        if (q->one_scale || q->ggml_block) continue; /* a K-quant's scales lie in its rows */
-        size_t srows = q->block_rows > 1 ? (q->rows + q->block_rows - 1) / q->block_rows : q->rows;
-        size_t sb = lb_format_bytes(q->scale_format, srows * blocks_of(q));
-        for (size_t o = 0; o < sb && o < ((size_t)256 << 10); o += 64) __builtin_prefetch(q->scales + o);
-        size_t zb = q->zero_points ? q->rows * q->zp_row_bytes : 0; /* and the zero points, a stream of their own too */
-        for (size_t o = 0; o < zb && o < ((size_t)64 << 10); o += 64) __builtin_prefetch(q->zero_points + o);
-    }
     lb__act8 a;
     lb_status st = m->ggml_block ? lb__qdot8k_stage(m, x, n, set, &a) : act8_stage(m, x, n, set, &a);
     if (st != LB_OK) return st;
