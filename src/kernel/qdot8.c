@@ -271,8 +271,11 @@ static lb_status act8_stage(const lb__qmat *m, const float *x, size_t n, const l
             float s = 0.0f;                  /* a block wholly past it: d = 0 */
             if (k0 < cols) s = set->quant->quant_i8(xt + k0, cols - k0 < LB__ACT8_BLOCK ? cols - k0 : LB__ACT8_BLOCK, 0.0f, c);
             if (pairs) {
-                uint16_t *qg = (uint16_t *)(void *)q + k0 / G * G;
-                for (size_t i = 0; i < LB__ACT8_BLOCK; i++) qg[lb__qdot8_bf16_pos(k0 % G + i)] = bf16_of_code(c[i]);
+                /* the block's two runs of 16 (lb__qdot8_bf16_pos): elements 0-7 of run L to words 8L.., 8-15 to 32 + 8L.. */
+                uint16_t *qg = (uint16_t *)(void *)q + k0 / G * G + k0 % G / 16 * 8;
+                for (size_t r = 0; r < 2; r++)
+                    for (size_t i = 0; i < 8; i++)
+                        qg[8 * r + i] = bf16_of_code(c[16 * r + i]), qg[32 + 8 * r + i] = bf16_of_code(c[16 * r + 8 + i]);
             } else if (nib) { /* even elements to the group's first 64 codes, odd ones to the next (staged_pos) */
                 int8_t *qe = q + k0 / G * G + k0 % G / 2;
                 for (size_t i = 0; i < LB__ACT8_BLOCK / 2; i++) qe[i] = c[2 * i], qe[64 + i] = c[2 * i + 1];
