@@ -11,7 +11,8 @@ activations"):
          for SmolLM2 and, with --l8 DIR, a synthetic Llama-3-8B-shaped model of two layers (DIR/{Q8_0,...}.gguf)
 
 usage: .venv/bin/python bench/decode_bench.py LLAMACPP_BIN [--sections kld,decode,gguf] [--windows 40]
-       [--rounds 3] [--l8 DIR] [--build build]
+       [--specs S,S,...] [--rounds 3] [--l8 DIR] [--build build]
+--specs: the kld section's specs (default: int4:g32, mxfp4, nvfp4, int8:channel, int4:g128:affine).
 The GGUF files of SmolLM2 are made once from its F32 conversion (gptq_gguf_bench.reference) into the same scratch
 folder; timings are noisy on a shared 2-core machine, so every comparison is between runs alternated in one session.
 """
@@ -29,13 +30,13 @@ SPECS = ["int4:g32", "mxfp4", "nvfp4", "int8:channel", "int4:g128:affine"]
 TYPES = ["Q8_0", "Q4_0", "Q4_K_M", "IQ4_XS", "MXFP4"]
 
 
-def kld_section(lb, windows, d):
+def kld_section(lb, windows, d, specs):
     base = d / f"lowbit-base-{windows}.kldb"
     print(f"\n### int8 decode mode: its own KLD (vs the same model exact) and the spec's (vs the model as stored), "
           f"{windows} windows of 512\n")
     print("| spec | KLD int8 vs exact | top-1 agreement | PPL exact | PPL int8 | KLD exact vs stored | KLD int8 vs stored |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for s in SPECS:
+    for s in specs:
         common = [lb, "kld", SMOLLM2, "--text", WIKI, "--chunks", windows, "--spec", s, "--spec-embed", s, "--json",
                   "--quiet"]
         alone = json.loads(sh(common + ["--decode-act", "int8", "--base-exact"])[0].stdout)
@@ -126,6 +127,7 @@ def main():
     ap.add_argument("llamacpp_bin", type=pathlib.Path)
     ap.add_argument("--sections", default="kld,decode,gguf")
     ap.add_argument("--windows", type=int, default=40)
+    ap.add_argument("--specs", default=",".join(SPECS), help="the kld section's specs (comma-separated)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--l8", type=pathlib.Path)
     ap.add_argument("--build", default="build")
@@ -139,7 +141,7 @@ def main():
                                              text=True).stdout.split(":", 1)[-1]).strip()
     print(f"machine: {cpu}, 2 threads; lowbit {lb}")
     if "kld" in sections:
-        kld_section(lb, a.windows, d)
+        kld_section(lb, a.windows, d, a.specs.split(","))
     if "kld-gguf" in sections:
         kld_gguf_section(lb, gguf_files(lb, a.llamacpp_bin, d), a.windows)
     if "decode" in sections:
