@@ -359,7 +359,8 @@ int main(void)
                                   "int4:g8",      "int8:g4",      "mxfp6_e2m3",       "fp6_e2m3:g32",
                                   "fp6_e2m3:channel", "fp6_e2m3:g64", "fp6_e2m3:g16", "fp8_e4m3:channel",
                                   "fp8_e5m2:channel", "fp8_e4m3:g32",  "mxfp8_e4m3",  "mxfp8_e5m2",
-                                  "fp8_e4m3:g16",     "fp8_e4m3:g128", "fp8_e4m3:tensor", "fp8_e5m2:g64"};
+                                  "fp8_e4m3:g16",     "fp8_e4m3:g128", "fp8_e4m3:tensor", "fp8_e5m2:g64",
+                                  "fp8_e4m3:b4x32", "fp8_e4m3:b128x128"};
     static const size_t shapes[][2] = {{16, 128}, {5, 96}, {37, 576}, {9, 1000}, {3, 2048}, {1, 64}};
     for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++)
         for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
