@@ -26,10 +26,43 @@ static inline __mmask16 nonfinite(__m512 absv) { return _mm512_cmp_ps_mask(absv,
  * is the numeric order, and infinity and NaN sort above every finite value,
  * so an integer max finds the largest magnitude and flags a non-finite one
  * with a compare at the end instead of one per vector (5-12% faster). */
+/* The largest of each of 16 vectors of magnitude bits at once, lane j for
+ * vector j: sum16x16's transposing tree with max for add (max is exact in
+ * any order). A reduction per vector (block_absmax's general loop) took 8
+ * shuffles and maxes per block of 16: NVFP4's block maxima were a third of
+ * its quantization on one thread. */
+static inline __m512i max16x16(const __m512i v[16])
+{
+#define MAXV(a, b) _mm512_castsi512_ps(_mm512_max_epu32(_mm512_castps_si512(a), _mm512_castps_si512(b)))
+    __m512 m[16], a[8], c[4], d[2];
+    for (int k = 0; k < 16; k++) m[k] = _mm512_castsi512_ps(v[k]);
+    for (int k = 0; k < 8; k++)
+        a[k] = MAXV(_mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], 0x44), _mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], 0xEE));
+    for (int k = 0; k < 4; k++)
+        c[k] = MAXV(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x88), _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xDD));
+    for (int k = 0; k < 2; k++)
+        d[k] = MAXV(_mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0x44), _mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0xEE));
+    __m512 e = MAXV(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+#undef MAXV
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_epi32(order, _mm512_castps_si512(e));
+}
+
 static int block_absmax(const float *x, size_t n, size_t block, float *out)
 {
     const __m512i signless = _mm512_set1_epi32(0x7FFFFFFF);
     __m512i seen = _mm512_setzero_si512();
+    if (block == 16) { /* NVFP4's blocks: 16 at a time while 16 whole ones remain */
+        size_t b = 0;
+        for (; (b + 16) * 16 <= n; b += 16) {
+            __m512i v[16];
+            for (int k = 0; k < 16; k++) v[k] = _mm512_and_si512(_mm512_loadu_si512(x + (b + k) * 16), signless);
+            __m512i m = max16x16(v);
+            seen = _mm512_max_epu32(seen, m);
+            _mm512_storeu_si512(out + b, m);
+        }
+        x += b * 16, n -= b * 16, out += b;
+    }
     FOR_BLOCKS(n, block) {
         const float *p = x + start;
         __m512i m = _mm512_setzero_si512();
