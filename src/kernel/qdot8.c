@@ -14,6 +14,7 @@
 #include "kernel/w8a8_kernels.h"
 #include "quant/qkernels.h"
 #include "util/cpu.h"
+#include "util/bits.h"
 #include "util/error.h"
 #include "util/parallel.h"
 
@@ -90,10 +91,7 @@ int lb__qdot8_takes(const lb__qmat *m, const lb__qdot8_set *set)
 static int unit_value(lb_format f, uint32_t code)
 {
     const lb_format_info *e = lb_format_get(f);
-    uint32_t b = e->decode(e, code);
-    float v;
-    memcpy(&v, &b, sizeof v);
-    return (int)(v / lb__qdot8_unit(f));
+    return (int)(lb__f32_from_bits(e->decode(e, code)) / lb__qdot8_unit(f));
 }
 
 void lb__qdot8_code_table(lb_format element, int off, uint8_t *lut, size_t n)
@@ -153,15 +151,14 @@ void lb__qdot8_lane_blocks(const lb__qmat *m, int32_t lane_block[LB__QDOT8_LANES
         lane_block[l] = blocks_of(m) == 1 || m->one_scale ? 0 : (int32_t)(l * e / m->block);
 }
 
-/* w[from .. to) = w[from - 1], four at a time (stored one by one, the
- * tail took most of the staging of a per-channel row: 31 floats after its
- * one scale, 12% of SmolLM2's int8:channel decode) */
-static void fill_tail(float *w, size_t from, size_t to)
+/* w[nb .. nb + 16) = w[nb - 1]: what a kernel loading 16 from the last
+ * block reads (qdot8.h), not the whole stride (31 floats one by one after
+ * a per-channel row's one scale were most of its staging, 12% of SmolLM2's
+ * int8:channel decode) */
+static void fill_tail(float *w, size_t nb)
 {
-    const float last = w[from - 1];
-    size_t b = from;
-    for (; b + 4 <= to; b += 4) w[b] = last, w[b + 1] = last, w[b + 2] = last, w[b + 3] = last;
-    for (; b < to; b++) w[b] = last;
+    const float last = w[nb - 1];
+    for (size_t k = 0; k < LB__QDOT8_LANES; k++) w[nb + k] = last; /* a fixed count: vector stores */
 }
 
 void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scale, size_t r, size_t n, float *mw,
@@ -169,6 +166,22 @@ void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scal
 {
     size_t nb = blocks_of(m), st = lb__qdot8_stage_stride(m);
     const float f = lb__qdot8_unit(m->element), sm = m->scale_mul;
+    if (m->blocks == 1 && !m->one_scale && m->block_rows <= 1) {
+        /* one scale a row (per-channel): the n rows' codes lie together and
+         * are decoded at once (row by row this was 12-16% of SmolLM2's
+         * int8:channel decode: it has ~190k rows a token) */
+        float v[LB__QDOT8_STAGE_ROWS];
+        const uint8_t *codes = m->scales + lb_format_bytes(m->scale_format, r);
+        if (isa != LB_ISA_SCALAR) lb__decode_kernel(isa)(lb_format_get(m->scale_format), codes, n, v);
+        else for (size_t i = 0; i < n; i++) v[i] = lb__qdot_scale_value(m->scale_format, codes, i);
+        for (size_t i = 0; i < n; i++) {
+            float *w = mw + i * st;
+            w[0] = sm != 1.0f || f != 1.0f ? (v[i] * sm) * f : v[i]; /* products by 1 are exact: skipped */
+            fill_tail(w, 1);
+        }
+        if (m->zero_points) lb__qdot8_stage_zero_points(m, r, n, zp);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         float *w = mw + i * st;
         if (m->one_scale) {
@@ -188,7 +201,7 @@ void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scal
             if (scale) scale(w, nb, sm, f);
             else for (size_t b = 0; b < nb; b++) w[b] = (w[b] * sm) * f;
         }
-        fill_tail(w, nb, st);
+        fill_tail(w, nb);
     }
     if (m->zero_points) lb__qdot8_stage_zero_points(m, r, n, zp);
 }
@@ -226,13 +239,7 @@ static size_t staged_pos(int nib, size_t e) { return nib ? (e & 1) * 64 + e / 2 
 size_t lb__qdot8_bf16_pos(size_t e) { return (e & 8 ? 32 : 0) + (e >> 4) * 8 + (e & 7); }
 
 /* The bf16 of an int8 code: exact, its float's upper half. */
-static uint16_t bf16_of_code(int8_t c)
-{
-    float f = (float)c;
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return (uint16_t)(b >> 16);
-}
+static uint16_t bf16_of_code(int8_t c) { return (uint16_t)(lb__f32_bits((float)c) >> 16); }
 
 static void act8_free(lb__act8 *a)
 {
@@ -326,13 +333,7 @@ static int element_unit(const lb__qmat *m, const uint8_t *row, size_t k)
     return unit_value(m->element, element_code(m, row, k));
 }
 
-static float bf16_value(uint16_t h)
-{
-    uint32_t b = (uint32_t)h << 16;
-    float v;
-    memcpy(&v, &b, sizeof v);
-    return v;
-}
+static float bf16_value(uint16_t h) { return lb__f32_from_bits((uint32_t)h << 16); }
 
 /* fp8: lane l's sum in group g, as qdot8.h defines it (vdpbf16ps's order:
  * the odd element of a pair first, operand A's pair, then B's). */
@@ -344,11 +345,7 @@ static float pair_lane_sum(const lb__qmat *m, const uint8_t *row, const uint16_t
     float p = 0.0f;
     for (int j = 0; j < 4; j++) {
         size_t e = first + order[j], k = g * 64 + e;
-        float w = 0.0f; /* padding */
-        if (k < m->cols) {
-            uint32_t b = f->decode(f, element_code(m, row, k));
-            memcpy(&w, &b, sizeof w);
-        }
+        float w = k < m->cols ? lb__f32_from_bits(f->decode(f, element_code(m, row, k))) : 0.0f; /* 0: padding */
         p = fmaf(w, bf16_value(xg[lb__qdot8_bf16_pos(e)]), p);
     }
     return p;

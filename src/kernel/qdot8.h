@@ -191,8 +191,8 @@ size_t lb__qdot8_lane_elems(const lb__qmat *m);
 #define LB__QDOT8_STAGE_ROWS 32
 /* Floats (and int32s) per staged row: blocks + LB__QDOT8_LANES rounded up
  * to a multiple of 16 (rows start on cache lines), so a
- * kernel may load 16 from any group's first block; the scales' tail
- * repeats the last block's (a finite scale times a lane sum of 0 adds 0),
+ * kernel may load 16 from any group's first block; the scales' 16 past
+ * the last block repeat it (a finite scale times a lane sum of 0 adds 0),
  * the zero points' is not staged (it multiplies codes and sums of 0). */
 size_t lb__qdot8_stage_stride(const lb__qmat *m);
 size_t lb__qdot8_scratch_bytes(const lb__qmat *m);

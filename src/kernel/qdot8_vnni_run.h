@@ -27,7 +27,6 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-#include "format/convert.h"
 #include "kernel/qdot8.h"
 #include "kernel/row_streams.h"
 #include "kernel/qdot_scales_avx512.h"
@@ -208,29 +207,8 @@ static void stage_zero_nibbles(const lb__qmat *m, size_t r, size_t n, int32_t *z
  * common layout (a row of block scales per row) decoded here (the same
  * values); the zero points, if any, are staged after (for 4-bit codes as
  * the bytes the kernel adds). */
-/* One scale a row (per-channel): the n rows' codes lie together, decoded
- * at once (the same values), each staged row filled by whole vectors (one
- * row at a time through qdot8.c's staging was 12-16% of SmolLM2's
- * per-channel decode in this mode: it has ~190k rows a token). */
-static void stage_channel_rows(const lb__qmat *m, size_t r, size_t n, float *mw)
-{
-    const size_t st = lb__qdot8_stage_stride(m);
-    const float sm = m->scale_mul, f = lb__qdot8_unit(m->element);
-    float v[LB__QDOT8_STAGE_ROWS];
-    lb__decode_kernel(LB_ISA_AVX512)(lb_format_get(m->scale_format), m->scales + lb_format_bytes(m->scale_format, r),
-                                     n, v);
-    for (size_t i = 0; i < n; i++) {
-        const __m512 w = _mm512_set1_ps(sm != 1.0f || f != 1.0f ? (v[i] * sm) * f : v[i]);
-        for (size_t b = 0; b < st; b += 16) _mm512_storeu_ps(mw + i * st + b, w);
-    }
-}
-
 static void stage(const int U, const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp, int off)
 {
-    if (m->blocks == 1 && !m->one_scale && m->block_rows <= 1 && !m->zero_points) {
-        stage_channel_rows(m, r, n, mw);
-        return;
-    }
     if (m->one_scale || m->block_rows > 1 || m->blocks <= 1) {
         lb__qdot8_stage_rows(m, LB_ISA_AVX512, scale_avx512, r, n, mw, zp);
     } else {
@@ -342,10 +320,25 @@ INL void group_step_fp8(const size_t nx, const size_t R, const int masked, const
         }
     }
 }
-#define LB__HAS_FP8_STEP 1
-#else
-#define LB__HAS_FP8_STEP 0
 #endif
+
+/* Group g of the rows in flight with unpacking U: group_step, or for fp8
+ * group_step_fp8 (compiled where the file has BF16 and VBMI). */
+INL void step(const int U, const int aff, const size_t nx, const size_t R, const int masked, const act8_tokens *x,
+              size_t g, size_t b0, const uint8_t *const *row, const float *const *mwp, const int32_t *const *zpp,
+              __m512i idx, __m512i lut, __m512i xorc, const __m512i fp8t[4], __mmask64 tail,
+              __m512 acc[RMAX][LB__QDOT_MAX_NX])
+{
+#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
+    if (U == LB__U8_FP8) {
+        group_step_fp8(nx, R, masked, x, g, b0, row, mwp, idx, fp8t, tail, acc);
+        return;
+    }
+#else
+    (void)fp8t;
+#endif
+    group_step(U, aff, nx, R, masked, x, g, b0, row, mwp, zpp, idx, lut, xorc, tail, acc);
+}
 
 /* Rows in flight: row k of each of R streams of the range (row_streams.h),
  * each prefetched a line per group; the scales are staged per stream,
@@ -360,14 +353,12 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
 {
     const size_t R = nx <= 2 ? RMAX : RMAX / 2;
     const size_t st = lb__qdot8_stage_stride(m), groups = a->groups, G = NIB(U) ? 128 : 64, GB = GROUP_BYTES(U);
-#if LB__HAS_FP8_STEP
-    __m512i fp8t[4]; /* fp8: the bf16 byte tables of fp8_pairs */
+    __m512i fp8t[4] = {0}; /* fp8: the bf16 byte tables of fp8_pairs */
     if (U == LB__U8_FP8) {
         uint8_t local[256];
         const uint8_t *tb = lb__qdot8_bf16_tables(m->element, local);
         for (int i = 0; i < 4; i++) fp8t[i] = _mm512_loadu_si512(tb + 64 * i);
     }
-#endif
     float *mw = scratch;
     int32_t *zp = (int32_t *)((uint8_t *)scratch + (LB__QDOT8_STAGE_ROWS * st * sizeof(float) + 63) / 64 * 64);
     int32_t lb[LB__QDOT8_LANES];
@@ -421,25 +412,17 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
             _Pragma("GCC unroll 8")
             for (size_t t = 0; t < nx; t++) acc[i][t] = _mm512_setzero_ps();
         /* whole groups with plain loads, then the partial one (if any) */
-#if LB__HAS_FP8_STEP
-#define STEP(MASKED)                                                                                       \
-    (U == LB__U8_FP8 ? group_step_fp8(nx, R, MASKED, &x, g, b0, row, mwp, idx, fp8t, tail, acc)            \
-                     : group_step(U, aff, nx, R, MASKED, &x, g, b0, row, mwp, zpp, idx, lut, xorc, tail, acc))
-#else
-#define STEP(MASKED) group_step(U, aff, nx, R, MASKED, &x, g, b0, row, mwp, zpp, idx, lut, xorc, tail, acc)
-#endif
         size_t g = 0, b0 = 0, in_block = 0; /* b0 = g * gmul / gdiv, counted */
         for (; g < whole; g++, in_block = in_block + 1 == gdiv ? 0 : in_block + 1, b0 += in_block ? 0 : gmul) {
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + rs.ahead + g * GB, _MM_HINT_T1);
-            STEP(0);
+            step(U, aff, nx, R, 0, &x, g, b0, row, mwp, zpp, idx, lut, xorc, fp8t, tail, acc);
         }
         if (g < groups) {
             _Pragma("GCC unroll 8")
             for (size_t i = 0; i < R; i++) _mm_prefetch((const char *)row[i] + rs.ahead + g * GB, _MM_HINT_T1);
-            STEP(1);
+            step(U, aff, nx, R, 1, &x, g, b0, row, mwp, zpp, idx, lut, xorc, fp8t, tail, acc);
         }
-#undef STEP
         _Pragma("GCC unroll 8")
         for (size_t t = 0; t < nx; t++) {
             float sums[4];

@@ -13,10 +13,10 @@
  * out where the CPU also has AVX512-BF16 and its vdpbf16ps rounds as the
  * definition says (lb__qdot8_bf16_rounds_as_defined). */
 #include <math.h>
-#include <string.h>
 
 #include "kernel/qdot8.h"
 #include "kernel/w8a8_kernels.h"
+#include "util/bits.h"
 
 #if defined(__x86_64__) && defined(__AVX512VBMI__) && defined(__AVX512VNNI__)
 
@@ -58,12 +58,7 @@ static void rows_bf16(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx
 const lb__qdot8_set lb__qdot8_bf16_set = {"avx512-vnni-vbmi-bf16", lb__qdot8_vnni_offset, rows_bf16,
                                           lb__qdot8k_rows_vnni, &lb__w8a8_avx512_ops, 1, 1};
 
-static uint16_t bf16_bits(float f)
-{
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return (uint16_t)(b >> 16); /* callers pass bf16 values: exact */
-}
+static uint16_t bf16_bits(float f) { return (uint16_t)(lb__f32_bits(f) >> 16); } /* callers pass bf16 values: exact */
 
 /* The probe: 16 lanes of one vdpbf16ps against two fmaf per lane, odd
  * element first. Lane 0 tells the order (1 - 1 + 2^-30 is 2^-30 only
@@ -89,8 +84,7 @@ static int probe(void)
         acc[l] = (float)(int)(s % 2001) * 0x1p-9f - 1.0f;
         for (int k = 0; k < 2; k++) {
             s ^= s << 13, s ^= s >> 17, s ^= s << 5;
-            uint32_t w = e4->decode(e4, s & 0x7E); /* a finite e4m3 value (not 0x7F: NaN) */
-            memcpy(&a[2 * l + k], &w, sizeof w);
+            a[2 * l + k] = lb__f32_from_bits(e4->decode(e4, s & 0x7E)); /* a finite e4m3 value (not 0x7F: NaN) */
             if (s & 0x80) a[2 * l + k] = -a[2 * l + k];
             b[2 * l + k] = (float)((int)((s >> 8) % 255) - 127);
         }
@@ -102,7 +96,7 @@ static int probe(void)
                                            (__m512bh)_mm512_loadu_si512(bh)));
     for (int l = 0; l < 16; l++) {
         float want = fmaf(a[2 * l], b[2 * l], fmaf(a[2 * l + 1], b[2 * l + 1], acc[l]));
-        if (memcmp(&want, &got[l], sizeof want) != 0) return 0;
+        if (lb__f32_bits(want) != lb__f32_bits(got[l])) return 0;
     }
     return 1;
 }

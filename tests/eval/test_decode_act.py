@@ -3,6 +3,7 @@ reaches, that it changes the numbers a little and the same way for a prompt run 
 kld --base-exact measures it against the same model computed exactly, and its usage errors. The kernels' own
 bits are checked in tests/unit/test_qdot8.c."""
 import ctypes
+import functools
 import json
 import os
 import sys
@@ -32,8 +33,9 @@ def ppl(*extra):
     return json.loads(out.stdout)
 
 
+@functools.lru_cache(maxsize=None)
 def int8_kernels():
-    """The int8 mode's kernel set on this CPU (and LOWBIT_ISA), as the report names it."""
+    """The int8 mode's kernel set on this CPU (and LOWBIT_ISA), as the report names it (asked once)."""
     return ppl("--spec", "int4:g32", "--decode-act", "int8")["memory"]["int8_kernels"]
 
 
