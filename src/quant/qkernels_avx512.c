@@ -26,27 +26,36 @@ static inline __mmask16 nonfinite(__m512 absv) { return _mm512_cmp_ps_mask(absv,
  * is the numeric order, and infinity and NaN sort above every finite value,
  * so an integer max finds the largest magnitude and flags a non-finite one
  * with a compare at the end instead of one per vector (5-12% faster). */
-/* The largest of each of 16 vectors of magnitude bits at once, lane j for
- * vector j: sum16x16's transposing tree with max for add (max is exact in
- * any order). A reduction per vector (block_absmax's general loop) took 8
- * shuffles and maxes per block of 16: NVFP4's block maxima were a third of
- * its quantization on one thread. */
-static inline __m512i max16x16(const __m512i v[16])
+/* A transposing tree over 16 vectors at once, lane j of the result for
+ * vector j: its levels pair the same lanes as lb__sum16f's (i with i+8,
+ * i with i+4, i with i+2, i with i+1), then a permute into vector order.
+ * Adding (sum16x16), each sum is lb__sum16f's bits; with max of the bits as
+ * unsigned integers (magnitudes, block_absmax) the order does not matter. */
+static inline __m512 pair16(__m512 a, __m512 b, int max)
 {
-#define MAXV(a, b) _mm512_castsi512_ps(_mm512_max_epu32(_mm512_castps_si512(a), _mm512_castps_si512(b)))
-    __m512 m[16], a[8], c[4], d[2];
-    for (int k = 0; k < 16; k++) m[k] = _mm512_castsi512_ps(v[k]);
-    for (int k = 0; k < 8; k++)
-        a[k] = MAXV(_mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], 0x44), _mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], 0xEE));
-    for (int k = 0; k < 4; k++)
-        c[k] = MAXV(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x88), _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xDD));
-    for (int k = 0; k < 2; k++)
-        d[k] = MAXV(_mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0x44), _mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0xEE));
-    __m512 e = MAXV(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
-#undef MAXV
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_epi32(order, _mm512_castps_si512(e));
+    return max ? _mm512_castsi512_ps(_mm512_max_epu32(_mm512_castps_si512(a), _mm512_castps_si512(b)))
+               : _mm512_add_ps(a, b);
 }
+
+static inline __m512 tree16x16(const __m512 m[16], int max)
+{
+    __m512 a[8], c[4], d[2];
+    for (int k = 0; k < 8; k++)
+        a[k] = pair16(_mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], 0x44),
+                      _mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], 0xEE), max);
+    for (int k = 0; k < 4; k++)
+        c[k] = pair16(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x88),
+                      _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xDD), max);
+    for (int k = 0; k < 2; k++)
+        d[k] = pair16(_mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0x44), _mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0xEE),
+                      max);
+    __m512 e = pair16(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD), max);
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(order, e);
+}
+
+/* lb__sum16f of 16 vectors at once, lane j for vector j. */
+static inline __m512 sum16x16(const __m512 m[16]) { return tree16x16(m, 0); }
 
 static int block_absmax(const float *x, size_t n, size_t block, float *out)
 {
@@ -54,10 +63,11 @@ static int block_absmax(const float *x, size_t n, size_t block, float *out)
     __m512i seen = _mm512_setzero_si512();
     if (block == 16) { /* NVFP4's blocks: 16 at a time while 16 whole ones remain */
         size_t b = 0;
-        for (; (b + 16) * 16 <= n; b += 16) {
-            __m512i v[16];
-            for (int k = 0; k < 16; k++) v[k] = _mm512_and_si512(_mm512_loadu_si512(x + (b + k) * 16), signless);
-            __m512i m = max16x16(v);
+        for (; (b + 16) * 16 <= n; b += 16) { /* one tree for 16 blocks: a reduction per block took 8 steps */
+            __m512 v[16];
+            for (int k = 0; k < 16; k++)
+                v[k] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_loadu_si512(x + (b + k) * 16), signless));
+            __m512i m = _mm512_castps_si512(tree16x16(v, 1));
             seen = _mm512_max_epu32(seen, m);
             _mm512_storeu_si512(out + b, m);
         }
@@ -145,27 +155,6 @@ static void block_scaled_err(const float *x, const float *q, size_t n, size_t bl
         }
         out[b] = sum16(acc);
     }
-}
-
-/* lb__sum16f of 16 vectors at once, lane j of the result for vector j: a
- * transposing tree whose levels pair the same lanes as lb__sum16f's
- * (i with i+8, i with i+4, i with i+2, i with i+1), so each sum is the same
- * bits, then a permute into vector order. */
-static inline __m512 sum16x16(const __m512 m[16])
-{
-    __m512 a[8], c[4], d[2];
-    for (int k = 0; k < 8; k++)
-        a[k] = _mm512_add_ps(_mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], 0x44),
-                             _mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], 0xEE));
-    for (int k = 0; k < 4; k++)
-        c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x88),
-                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xDD));
-    for (int k = 0; k < 2; k++)
-        d[k] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0x44),
-                             _mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0xEE));
-    __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(order, e);
 }
 
 /* One block's partial sums (lane k: elements k, k+16, ...) of the fused
