@@ -241,7 +241,7 @@ size_t lb__qdot8_bf16_pos(size_t e) { return (e & 8 ? 32 : 0) + (e >> 4) * 8 + (
 /* The bf16 of an int8 code: exact, its float's upper half. */
 static uint16_t bf16_of_code(int8_t c) { return (uint16_t)(lb__f32_bits((float)c) >> 16); }
 
-static void act8_free(lb__act8 *a)
+void lb__qdot8_act8_free(lb__act8 *a)
 {
     free(a->buf);
     memset(a, 0, sizeof *a);
@@ -249,7 +249,7 @@ static void act8_free(lb__act8 *a)
 
 /* Quantizes and stages x's n tokens for m with the set's quantizer and
  * offset. LB_ERR_NOMEM only. */
-static lb_status act8_stage(const lb__qmat *m, const float *x, size_t n, const lb__qdot8_set *set, lb__act8 *a)
+lb_status lb__qdot8_stage(const lb__qmat *m, const float *x, size_t n, const lb__qdot8_set *set, lb__act8 *a)
 {
     const size_t e = lb__qdot8_lane_elems(m), G = LB__QDOT8_LANES * e, cols = m->cols;
     const int nib = e == 8, off = set->offset(m->element), pairs = lb__qdot8_bf16_pairs(m);
@@ -268,6 +268,12 @@ static lb_status act8_stage(const lb__qmat *m, const float *x, size_t n, const l
     a->cxs = (int32_t *)p, p += lb;
     a->d = (float *)p, p += lb;
     a->xs = affine ? (int32_t *)p : NULL;
+    if (set->stage_token && !pairs) {
+        for (size_t t = 0; t < n; t++)
+            set->stage_token(x + t * cols, cols, a->groups, e, off, a->q + t * a->stride, a->cxs + t * a->lanes,
+                             affine ? a->xs + t * a->lanes : NULL, a->d + t * a->lanes);
+        return LB_OK;
+    }
     for (size_t t = 0; t < n; t++) {
         const float *xt = x + t * cols;
         int8_t *q = a->q + t * a->stride;
@@ -416,7 +422,7 @@ int lb__qdot8_nibble_offset(lb_format element)
 }
 
 const lb__qdot8_set lb__qdot8_scalar_set = {"scalar", lb__qdot8_no_offset, rows_scalar, lb__qdot8k_rows_scalar,
-                                            &lb__w8a8_scalar_ops, 1, 1};
+                                            &lb__w8a8_scalar_ops, 1, 1, NULL};
 
 const lb__qdot8_set *lb__qdot8_get(lb_isa isa)
 {
@@ -501,11 +507,11 @@ lb_status lb__qmat_matmul_act8_multi(const lb__qmat *const *ms, size_t k, const 
         return st;
     }
     lb__act8 a;
-    lb_status st = m->ggml_block ? lb__qdot8k_stage(m, x, n, set, &a) : act8_stage(m, x, n, set, &a);
+    lb_status st = m->ggml_block ? lb__qdot8k_stage(m, x, n, set, &a) : lb__qdot8_stage(m, x, n, set, &a);
     if (st != LB_OK) return st;
     act8_job j = {.m = ms, .k = k, .a = &a, .y = ys, .set = set, .scratch = (scratch + 63) / 64 * 64};
     st = lb__parallel_for(rows, 16, lb__threads_for(threads, bytes * n), act8_rows, &j);
-    act8_free(&a);
+    lb__qdot8_act8_free(&a);
     return st;
 }
 

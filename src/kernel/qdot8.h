@@ -140,10 +140,20 @@ typedef struct lb__qdot8_set {
     const struct lb__w8a8_ops *quant;
     int six; /* 1 if rows takes fp6 e2m3 weights (the scalar reference and the VBMI sets) */
     int fp8; /* 1 if rows takes fp8 e4m3 / e5m2 weights (the scalar reference and the BF16 set) */
+    /* Stages one token for lane widths 4 and 8 in vectors, the same
+     * bytes as the reference staging (lb__qdot8_stage's block loop, which runs
+     * where this is NULL and for fp8): x's cols values into q, cxs, xs
+     * (NULL unless affine) and d at their token's start, groups of them. */
+    void (*stage_token)(const float *x, size_t cols, size_t groups, size_t lane_elems, int off, int8_t *q,
+                        int32_t *cxs, int32_t *xs, float *d);
 } lb__qdot8_set;
 
 extern const lb__qdot8_set lb__qdot8_scalar_set, lb__qdot8_avx2_set, lb__qdot8_vnni_set, lb__qdot8_vbmi_set,
     lb__qdot8_bf16_set, lb__qdot8_neon_set;
+
+/* The AVX-512 VNNI stage_token (qdot8_stage_vnni.c). */
+void lb__qdot8_stage_token_vnni(const float *x, size_t cols, size_t groups, size_t lane_elems, int off, int8_t *q,
+                                int32_t *cxs, int32_t *xs, float *d);
 
 /* 1 if this CPU's vdpbf16ps computes what the fp8 definition above says
  * (two fp32 fmas per lane in round-to-nearest-even, the odd element's
@@ -282,6 +292,11 @@ const int8_t *lb__qdot8k_values(lb_dtype t);
  * S8 the sum of the lane's 8 codes (both nibbles), c the set's offset for
  * int8 (lb__qdot8_set.offset). */
 lb_status lb__qdot8k_stage(const lb__qmat *m, const float *x, size_t n, const lb__qdot8_set *set, lb__act8 *a);
+/* x's n tokens staged for m (non-K-quant; finite x) with set's staging
+ * (stage_token where it has one), as a call stages them; freed by
+ * lb__qdot8_act8_free. LB_ERR_NOMEM only. */
+lb_status lb__qdot8_stage(const lb__qmat *m, const float *x, size_t n, const lb__qdot8_set *set, lb__act8 *a);
+void lb__qdot8_act8_free(lb__act8 *a);
 void lb__qdot8k_rows_scalar(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                             size_t ldy, void *scratch);
 /* The VNNI set's offset and rows (qdot8_vnni.c: the VBMI set runs all

@@ -327,8 +327,8 @@ INL void krun_iq4(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t 
 
 LB__QDOT8K_ROWS_FN(lb__qdot8k_rows_neon)
 
-const lb__qdot8_set lb__qdot8_neon_set = {"neon", lb__qdot8_no_offset, rows_neon, lb__qdot8k_rows_neon, &lb__w8a8_neon_ops, 0, 0};
+const lb__qdot8_set lb__qdot8_neon_set = {"neon", lb__qdot8_no_offset, rows_neon, lb__qdot8k_rows_neon, &lb__w8a8_neon_ops, 0, 0, NULL};
 
 #else
-const lb__qdot8_set lb__qdot8_neon_set = {"neon", lb__qdot8_no_offset, NULL, lb__qdot8k_rows_scalar, &lb__w8a8_neon_ops, 0, 0};
+const lb__qdot8_set lb__qdot8_neon_set = {"neon", lb__qdot8_no_offset, NULL, lb__qdot8k_rows_scalar, &lb__w8a8_neon_ops, 0, 0, NULL};
 #endif

@@ -31,8 +31,8 @@ void lb__qdot8_rows_vnni(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t
 }
 
 const lb__qdot8_set lb__qdot8_vnni_set = {"avx512-vnni", lb__qdot8_vnni_offset, lb__qdot8_rows_vnni, lb__qdot8k_rows_vnni,
-                                          &lb__w8a8_avx512_ops, 0, 0};
+                                          &lb__w8a8_avx512_ops, 0, 0, lb__qdot8_stage_token_vnni};
 
 #else
-const lb__qdot8_set lb__qdot8_vnni_set = {"avx512-vnni", lb__qdot8_no_offset, NULL, lb__qdot8k_rows_scalar, &lb__w8a8_avx512_ops, 0, 0};
+const lb__qdot8_set lb__qdot8_vnni_set = {"avx512-vnni", lb__qdot8_no_offset, NULL, lb__qdot8k_rows_scalar, &lb__w8a8_avx512_ops, 0, 0, NULL};
 #endif

@@ -36,11 +36,11 @@ static void rows_vbmi(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx
 }
 
 const lb__qdot8_set lb__qdot8_vbmi_set = {"avx512-vnni-vbmi", lb__qdot8_vnni_offset, rows_vbmi, lb__qdot8k_rows_vnni,
-                                          &lb__w8a8_avx512_ops, 1, 0};
+                                          &lb__w8a8_avx512_ops, 1, 0, lb__qdot8_stage_token_vnni};
 
 #else
 const lb__qdot8_set lb__qdot8_vbmi_set = {"avx512-vnni-vbmi", lb__qdot8_no_offset, NULL, lb__qdot8k_rows_scalar,
-                                          &lb__w8a8_avx512_ops, 0, 0};
+                                          &lb__w8a8_avx512_ops, 0, 0, NULL};
 #endif
 
 #if defined(__x86_64__) && defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__AVX512BF16__)
@@ -56,7 +56,7 @@ static void rows_bf16(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx
 }
 
 const lb__qdot8_set lb__qdot8_bf16_set = {"avx512-vnni-vbmi-bf16", lb__qdot8_vnni_offset, rows_bf16,
-                                          lb__qdot8k_rows_vnni, &lb__w8a8_avx512_ops, 1, 1};
+                                          lb__qdot8k_rows_vnni, &lb__w8a8_avx512_ops, 1, 1, lb__qdot8_stage_token_vnni};
 
 static uint16_t bf16_bits(float f) { return (uint16_t)(lb__f32_bits(f) >> 16); } /* callers pass bf16 values: exact */
 
@@ -110,7 +110,7 @@ int lb__qdot8_bf16_rounds_as_defined(void)
 
 #else
 const lb__qdot8_set lb__qdot8_bf16_set = {"avx512-vnni-vbmi-bf16", lb__qdot8_no_offset, NULL, lb__qdot8k_rows_scalar,
-                                          &lb__w8a8_avx512_ops, 0, 0};
+                                          &lb__w8a8_avx512_ops, 0, 0, NULL};
 
 int lb__qdot8_bf16_rounds_as_defined(void) { return 0; }
 #endif

@@ -300,6 +300,58 @@ static void check_multi(void)
     free(x);
 }
 
+/* An activation value for the staging check: rand_f's mix, and blocks
+ * that test the corners of quant_i8 -- all zero (scale 1, codes 0), one
+ * tiny value (a subnormal scale), and exact half steps (max 127, so
+ * x / d = k + 1/2: ties to even). */
+static float staging_value(size_t k, size_t kind)
+{
+    switch (kind % 4) {
+    case 0: return rand_f();
+    case 1: return 0.0f;
+    case 2: return k % 32 == 5 ? 1e-39f : 0.0f;
+    default: return k % 32 == 0 ? 127.0f : (float)(int)(next_u32() % 255 - 127) + (next_u32() & 1 ? 0.5f : 0.0f);
+    }
+}
+
+/* Every set's staged activations (stage_token where it has one) equal the
+ * reference staging's bytes: codes, lane sums, scales; zero blocks, tiny
+ * ones, ties, rows ending inside a block or a group. */
+static void check_staging(void)
+{
+    static const char *specs[] = {"int4:g32", "mxfp4", "int4:g32:affine", "int8:channel", "int8:g128:affine",
+                                  "fp6_e2m3:g32", "uint4:g32:affine"};
+    static const size_t widths[] = {1, 31, 32, 33, 64, 100, 128, 200, 576, 1000};
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++)
+        for (size_t h = 0; h < sizeof widths / sizeof widths[0]; h++) {
+            const size_t cols = widths[h], n = 3;
+            lb_qspec spec;
+            lb_qspec_parse(specs[s], &spec);
+            float *w = calloc(2 * cols, sizeof *w), *x = malloc(n * cols * sizeof *x);
+            for (size_t k = 0; k < n * cols; k++) x[k] = staging_value(k, k / 32 + s);
+            lb__qmat m;
+            CHECK(lb__qmat_from_f32(w, 2, cols, &spec, 1, &m) == LB_OK, "%s", specs[s]);
+            for (size_t i = 1; i < sizeof sets / sizeof sets[0]; i++) {
+                if (!set_runs(sets[i]) || !lb__qdot8_takes(&m, sets[i])) continue;
+                lb__act8 want, got;
+                /* the reference loop with this set's offset: the scalar set's loop, other c */
+                lb__qdot8_set ref = *sets[i];
+                ref.stage_token = NULL;
+                CHECK(lb__qdot8_stage(&m, x, n, &ref, &want) == LB_OK, "stage");
+                CHECK(lb__qdot8_stage(&m, x, n, sets[i], &got) == LB_OK, "stage");
+                const size_t lanes = n * want.lanes;
+                int same = memcmp(want.q, got.q, n * want.stride) == 0 &&
+                           memcmp(want.cxs, got.cxs, lanes * sizeof(int32_t)) == 0 &&
+                           memcmp(want.d, got.d, lanes * sizeof(float)) == 0 &&
+                           (!want.xs || memcmp(want.xs, got.xs, lanes * sizeof(int32_t)) == 0);
+                CHECK(same, "%s cols %zu: set %s stages what the reference loop does", specs[s], cols, sets[i]->name);
+                lb__qdot8_act8_free(&want), lb__qdot8_act8_free(&got);
+            }
+            lb__qmat_free(&m);
+            free(w), free(x);
+        }
+}
+
 /* Q8_0 and MXFP4 copied into lowbit's layout: every row's values
  * are the ggml blocks' to the bit, the int8 kernels take the copy and give
  * the definition's result on it; other types are left as they are. */
@@ -382,6 +434,7 @@ int main(void)
     check_refused("int4:g48");
     check_nonfinite();
     check_multi();
+    check_staging();
     check_repack();
     return check_summary();
 }
