@@ -111,40 +111,77 @@ INL __m512 scale_vector(const lb_format F, const int half, const uint8_t *codes,
     return half ? _mm512_mul_ps(v, hv) : v;
 }
 
+/* (s * sm) * f, or for FOLD (s * 2^-8) * (sm * f * 2^8), of the 16
+ * scales i .. i+15 of codes (mask k) */
+INL __m512 staged_scales(const lb_format F, const int FOLD, const uint8_t *codes, size_t i, __mmask16 k, __m512 smv,
+                         __m512 hv, __m512 cv, int half)
+{
+    return FOLD ? _mm512_mul_ps(lb__ue4m3_16_over256_avx512(codes, i, k), cv)
+                : scale_vector(F, half, codes, i, k, smv, hv);
+}
+
 /* Rows r .. r+n-1 of block scales of format F straight into their staged
- * rows: w = (decoded * sm) * f, 16 at a time with unmasked stores (the
- * stride leaves 16 floats past a row's last block, where its tail repeats
- * the last scale). One pass, no copy: the staging was a fifth of nvfp4's
- * decode time (18 blocks per row or more, scales decoded into a buffer and
- * copied over). FOLD (UE4M3 only): w = (decoded * 2^-8) * (sm * f * 2^8),
- * one product instead of three, the same float where fold_ue4m3() says. */
-INL void stage_rows(const lb_format F, const int FOLD, const lb__qmat *m, size_t r, size_t n, float *mw)
+ * rows, w = (decoded * sm) * f, 16 at a time; FOLD (UE4M3 only): w =
+ * (decoded * 2^-8) * (sm * f * 2^8), one product instead of three, the
+ * same float where fold_ue4m3() says. Returns the floats from one staged
+ * row to the next:
+ * - nb, the rows back to back, when every scale is finite: the n rows'
+ *   codes are contiguous, so this is one pass of whole vectors (a row of
+ *   18 scales took two vectors, a masked one and a tail: per row, staging
+ *   cost a third of what mxfp4's dot products did on 576-wide rows). A
+ *   kernel loading 16 from a row's last group reads into the next row,
+ *   and past the last row into 16 zeros: those lanes hold no element
+ *   (sums of 0), and 0 times a finite scale adds +0 to a lane that
+ *   started at +0, whatever the scale.
+ * - else st (lb__qdot8_stage_stride), each row on its own with its last
+ *   scale repeated 16 times past it, so no NaN or infinity meets another
+ *   row's zeros; also where a row is whole vectors (nb a multiple of 16):
+ *   back to back they gain nothing. */
+INL size_t stage_rows(const lb_format F, const int FOLD, const lb__qmat *m, size_t r, size_t n, float *mw)
 {
     const size_t nb = m->blocks, st = lb__qdot8_stage_stride(m);
     const float f = lb__qdot8_unit(m->element);
     const int half = f != 1.0f;
     const __m512 smv = _mm512_set1_ps(m->scale_mul), hv = _mm512_set1_ps(f);
     const __m512 cv = _mm512_set1_ps(m->scale_mul * (f * 256.0f));
-    const __m512i last = _mm512_set1_epi32((int)((nb - 1) % 16)); /* lane of the last scale in its vector */
     const size_t row_codes = lb_format_bytes(F, nb); /* whole bytes: every scale format is */
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *codes = m->scales + (r + i) * row_codes;
-        float *w = mw + i * st;
+    const uint8_t *codes = m->scales + r * row_codes;
+    const size_t total = nb % 16 ? n * nb : 0; /* rows of whole vectors gain nothing back to back */
+    __mmask16 bad = nb % 16 == 0;
+    size_t i = 0;
+    for (; i + 16 <= total; i += 16) {
+        __m512 v = staged_scales(F, FOLD, codes, i, 0xFFFF, smv, hv, cv, half);
+        bad |= _mm512_fpclass_ps_mask(v, 0x99); /* NaN or infinity */
+        _mm512_storeu_ps(mw + i, v);
+    }
+    if (i < total) {
+        __mmask16 k = (__mmask16)((1u << (total - i)) - 1);
+        __m512 v = staged_scales(F, FOLD, codes, i, k, smv, hv, cv, half);
+        bad |= _mm512_mask_fpclass_ps_mask(k, v, 0x99);
+        _mm512_mask_storeu_ps(mw + i, k, v);
+    }
+    if (!bad) {
+        _mm512_storeu_ps(mw + total, _mm512_setzero_ps());
+        return nb;
+    }
+    const __m512i last = _mm512_set1_epi32((int)((nb - 1) % 16)); /* lane of the last scale in its vector */
+    for (size_t j = 0; j < n; j++) {
+        const uint8_t *c = m->scales + (r + j) * row_codes;
+        float *w = mw + j * st;
         __m512 v = _mm512_setzero_ps();
         size_t b = 0;
         for (; b + 16 <= nb; b += 16) { /* whole vectors first: no mask to compute */
-            v = FOLD ? _mm512_mul_ps(lb__ue4m3_16_over256_avx512(codes, b, 0xFFFF), cv)
-                     : scale_vector(F, half, codes, b, 0xFFFF, smv, hv);
+            v = staged_scales(F, FOLD, c, b, 0xFFFF, smv, hv, cv, half);
             _mm512_storeu_ps(w + b, v);
         }
         if (b < nb) {
             __mmask16 k = (__mmask16)((1u << (nb - b)) - 1);
-            v = FOLD ? _mm512_mul_ps(lb__ue4m3_16_over256_avx512(codes, b, k), cv)
-                     : scale_vector(F, half, codes, b, k, smv, hv);
+            v = staged_scales(F, FOLD, c, b, k, smv, hv, cv, half);
             _mm512_storeu_ps(w + b, v);
         }
         _mm512_storeu_ps(w + nb, _mm512_permutexvar_ps(last, v));
     }
+    return st;
 }
 
 /* Whether (s * sm) * f equals (s * 2^-8) * (sm * f * 2^8) for every UE4M3
@@ -206,25 +243,29 @@ static void stage_zero_nibbles(const lb__qmat *m, size_t r, size_t n, int32_t *z
 /* The weight scales of rows r .. r+n-1: qdot8.c's staging, with the
  * common layout (a row of block scales per row) decoded here (the same
  * values); the zero points, if any, are staged after (for 4-bit codes as
- * the bytes the kernel adds). */
-static void stage(const int U, const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp, int off)
+ * the bytes the kernel adds), a row every lb__qdot8_stage_stride. Returns
+ * the scales' row stride (stage_rows). */
+static size_t stage(const int U, const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp, int off)
 {
+    const size_t st = lb__qdot8_stage_stride(m);
+    size_t mst = st;
     if (m->one_scale || m->block_rows > 1 || m->blocks <= 1) {
         lb__qdot8_stage_rows(m, LB_ISA_AVX512, scale_avx512, r, n, mw, zp);
     } else {
-#define STAGE_ROWS(F) stage_rows(F, 0, m, r, n, mw) /* lb__qdot8_supported takes scale formats only */
+#define STAGE_ROWS(F) mst = stage_rows(F, 0, m, r, n, mw) /* lb__qdot8_supported takes scale formats only */
         if (m->scale_format == LB_FMT_UE4M3 && fold_ue4m3(m->scale_mul))
-            stage_rows(LB_FMT_UE4M3, 1, m, r, n, mw);
+            mst = stage_rows(LB_FMT_UE4M3, 1, m, r, n, mw);
         else
             LB__SCALE_FORMAT_SWITCH(m->scale_format, STAGE_ROWS)
 #undef STAGE_ROWS
         if (m->zero_points && NIB(U)) {
             stage_zero_nibbles(m, r, n, zp, off);
-            return;
+            return mst;
         }
         if (m->zero_points) lb__qdot8_stage_zero_points(m, r, n, zp);
     }
-    if (m->zero_points && NIB(U)) stage_zero_bytes(n, lb__qdot8_stage_stride(m), off, zp);
+    if (m->zero_points && NIB(U)) stage_zero_bytes(n, st, off, zp);
+    return mst;
 }
 
 /* A call's staged activations, per token: codes, lane sums (offset and
@@ -386,13 +427,14 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
     lb__row_streams_init(&rs, m, R, r0, r1);
     for (size_t i = 0; i < R; i++)
         for (size_t b = 1; b <= SCALES_AHEAD; b++) lb__prefetch_scale_rows(m, m->blocks, rs.first[i] + b * STAGE_K, STAGE_K);
+    size_t mst[RMAX] = {0}; /* each stream's staged scale rows: floats apart */
     for (size_t k = 0; k < rs.per; k++) {
         if (k % STAGE_K == 0)
             for (size_t i = 0; i < R; i++) {
                 if (k >= rs.len[i]) continue;
                 size_t cnt = rs.len[i] - k < STAGE_K ? rs.len[i] - k : STAGE_K;
                 lb__prefetch_scale_rows(m, m->blocks, rs.first[i] + k + (SCALES_AHEAD + 1) * STAGE_K, STAGE_K);
-                stage(U, m, rs.first[i] + k, cnt, mw + i * STAGE_K * st, zp + i * STAGE_K * st, off);
+                mst[i] = stage(U, m, rs.first[i] + k, cnt, mw + i * STAGE_K * st, zp + i * STAGE_K * st, off);
             }
         /* row k of each stream; a stream that has ended repeats the first's
          * row (its sums are dropped) */
@@ -403,7 +445,7 @@ INL void run(const int U, const lb__qmat *m, const lb__act8 *a, size_t t0, const
         for (size_t i = 0; i < R; i++) {
             size_t j = lb__row_stream_at(&rs, i, k);
             row[i] = m->data + (rs.first[j] + k) * m->row_bytes;
-            mwp[i] = mw + (j * STAGE_K + k % STAGE_K) * st;
+            mwp[i] = mw + j * STAGE_K * st + k % STAGE_K * mst[j];
             zpp[i] = zp + (j * STAGE_K + k % STAGE_K) * st;
         }
         __m512 acc[RMAX][LB__QDOT_MAX_NX];

@@ -352,6 +352,45 @@ static void check_staging(void)
         }
 }
 
+/* A NaN block scale makes its own row NaN and no other: the kernels may
+ * stage a batch of rows back to back, where a row's last group reads
+ * into the next row's scales (qdot8_vnni_run.h's stage_rows), and must
+ * not once a NaN is among them. Rows equal the reference bit for bit or
+ * are NaN in both. */
+static void check_nan_scales(void)
+{
+    static const char *specs[] = {"mxfp4", "nvfp4", "int4:g32", "int8:g32", "mxfp6_e2m3"};
+    const size_t rows = 40, cols = 576, n = 2;
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
+        lb_qspec spec;
+        lb_qspec_parse(specs[s], &spec);
+        float *w = malloc(rows * cols * sizeof *w), *x = malloc(n * cols * sizeof *x);
+        float *want = malloc(n * rows * sizeof *want), *got = malloc(n * rows * sizeof *got);
+        for (size_t i = 0; i < rows * cols; i++) w[i] = rand_f();
+        for (size_t i = 0; i < n * cols; i++) x[i] = rand_f();
+        lb__qmat m;
+        CHECK(lb__qmat_from_f32(w, rows, cols, &spec, 1, &m) == LB_OK, "%s", specs[s]);
+        const size_t sb = lb_format_get(m.scale_format)->bits / 8, row_codes = m.blocks * sb;
+        uint8_t nan_code = m.scale_format == LB_FMT_UE4M3 ? 0x7F : 0xFF;
+        uint8_t *scales = (uint8_t *)(uintptr_t)m.scales; /* from_f32's own allocation */
+        memset(scales + 9 * row_codes, nan_code, sb);                        /* row 9, first block */
+        memset(scales + 20 * row_codes + (m.blocks - 1) * sb, nan_code, sb); /* row 20, last block */
+        reference_view(&m, x, n, want);
+        CHECK(isnan(want[9]) && isnan(want[20]) && !isnan(want[8]) && !isnan(want[21]), "%s: NaN rows 9 and 20",
+              specs[s]);
+        for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+            if (!set_runs(sets[i]) || !lb__qdot8_takes(&m, sets[i])) continue;
+            CHECK(lb__qmat_matmul_act8_set(&m, x, n, got, 1, sets[i]) == LB_OK, "%s", specs[s]);
+            int same = 1;
+            for (size_t k = 0; k < n * rows; k++)
+                same &= (isnan(want[k]) && isnan(got[k])) || memcmp(&want[k], &got[k], sizeof(float)) == 0;
+            CHECK(same, "%s set %s: a NaN scale stays in its row", specs[s], sets[i]->name);
+        }
+        lb__qmat_free(&m);
+        free(w), free(x), free(want), free(got);
+    }
+}
+
 /* Q8_0 and MXFP4 copied into lowbit's layout: every row's values
  * are the ggml blocks' to the bit, the int8 kernels take the copy and give
  * the definition's result on it; other types are left as they are. */
@@ -435,6 +474,7 @@ int main(void)
     check_nonfinite();
     check_multi();
     check_staging();
+    check_nan_scales();
     check_repack();
     return check_summary();
 }
