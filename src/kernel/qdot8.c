@@ -441,7 +441,9 @@ const lb__qdot8_set *lb__qdot8_get(lb_isa isa)
 /* ---- the product ---- */
 
 /* Several matrices on one input: their rows as one range that the threads
- * split (one parallel section, one staging of the activations). */
+ * split (one parallel section, one staging of the activations); paired
+ * (an epilogue given): two matrices of as many rows, each thread taking
+ * the same rows of both, then the epilogue on them. */
 typedef struct act8_job {
     const lb__qmat *const *m;
     size_t k;
@@ -449,6 +451,8 @@ typedef struct act8_job {
     float *const *y;
     const lb__qdot8_set *set;
     size_t scratch;
+    lb__qdot8_epilogue epilogue;
+    void *epilogue_ctx;
 } act8_job;
 
 static lb_status act8_rows(void *ctx, size_t r0, size_t r1)
@@ -458,7 +462,8 @@ static lb_status act8_rows(void *ctx, size_t r0, size_t r1)
     if (!scratch) return lb__fail(LB_ERR_NOMEM, "cannot allocate %zu bytes of kernel scratch", j->scratch);
     if (j->m[0]->zero_points) /* the unstaged zero points past a row's last block read as 0 (the matrices share that) */
         memset(scratch, 0, j->scratch);
-    for (size_t i = 0, first = 0; i < j->k; first += j->m[i]->rows, i++) {
+    const int paired = j->epilogue != NULL;
+    for (size_t i = 0, first = 0; i < j->k; first += paired ? 0 : j->m[i]->rows, i++) {
         const lb__qmat *m = j->m[i];
         size_t a = r0 > first ? r0 - first : 0, b = r1 - first < m->rows ? r1 - first : m->rows;
         if (r1 <= first || a >= b) continue;
@@ -469,6 +474,7 @@ static lb_status act8_rows(void *ctx, size_t r0, size_t r1)
         }
     }
     free(scratch);
+    if (paired) j->epilogue(j->epilogue_ctx, r0, r1);
     return LB_OK;
 }
 
@@ -483,8 +489,10 @@ int lb__qdot8_shares_input(const lb__qmat *a, const lb__qmat *b)
            (a->zero_points != NULL) == (b->zero_points != NULL);
 }
 
-lb_status lb__qmat_matmul_act8_multi(const lb__qmat *const *ms, size_t k, const float *x, size_t n, float *const *ys,
-                                     int threads, const lb__qdot8_set *set)
+/* lb__qmat_matmul_act8_multi, or paired (epilogue not NULL: k = 2, the
+ * same rows) lb__qmat_matmul_act8_pair. */
+static lb_status act8_call(const lb__qmat *const *ms, size_t k, const float *x, size_t n, float *const *ys, int threads,
+                           const lb__qdot8_set *set, lb__qdot8_epilogue epilogue, void *epilogue_ctx)
 {
     for (size_t i = 0; i < k; i++)
         if (!lb__qdot8_takes(ms[i], set) || !lb__qdot8_shares_input(ms[0], ms[i])) return LB_ERR_UNSUPPORTED;
@@ -495,24 +503,42 @@ lb_status lb__qmat_matmul_act8_multi(const lb__qmat *const *ms, size_t k, const 
         size_t sb = lb__qdot8_scratch_bytes(ms[i]);
         scratch = sb > scratch ? sb : scratch;
     }
+    if (epilogue) rows = m->rows; /* the range is one matrix's rows, taken in both */
     if (n == 0 || rows == 0) return LB_OK;
+    lb_status st = LB_OK;
     if (m->cols == 0) {
         for (size_t i = 0; i < k; i++) memset(ys[i], 0, n * ms[i]->rows * sizeof(float));
-        return LB_OK;
-    }
-    /* NaN or infinity cannot be quantized: the exact kernels carry them */
-    if (lb__qkernels_get(lb_isa_active())->first_nonfinite(x, n * m->cols) < n * m->cols) {
-        lb_status st = LB_OK;
+    } else if (lb__qkernels_get(lb_isa_active())->first_nonfinite(x, n * m->cols) < n * m->cols) {
+        /* NaN or infinity cannot be quantized: the exact kernels carry them */
         for (size_t i = 0; i < k && st == LB_OK; i++) st = lb__qmat_matmul(ms[i], x, n, ys[i], threads);
+    } else {
+        lb__act8 a;
+        st = m->ggml_block ? lb__qdot8k_stage(m, x, n, set, &a) : lb__qdot8_stage(m, x, n, set, &a);
+        if (st != LB_OK) return st;
+        act8_job j = {.m = ms, .k = k, .a = &a, .y = ys, .set = set, .scratch = (scratch + 63) / 64 * 64,
+                      .epilogue = epilogue, .epilogue_ctx = epilogue_ctx};
+        st = lb__parallel_for(rows, 16, lb__threads_for(threads, bytes * n), act8_rows, &j);
+        lb__qdot8_act8_free(&a);
         return st;
     }
-    lb__act8 a;
-    lb_status st = m->ggml_block ? lb__qdot8k_stage(m, x, n, set, &a) : lb__qdot8_stage(m, x, n, set, &a);
-    if (st != LB_OK) return st;
-    act8_job j = {.m = ms, .k = k, .a = &a, .y = ys, .set = set, .scratch = (scratch + 63) / 64 * 64};
-    st = lb__parallel_for(rows, 16, lb__threads_for(threads, bytes * n), act8_rows, &j);
-    lb__qdot8_act8_free(&a);
+    if (st == LB_OK && epilogue) epilogue(epilogue_ctx, 0, rows);
     return st;
+}
+
+lb_status lb__qmat_matmul_act8_multi(const lb__qmat *const *ms, size_t k, const float *x, size_t n, float *const *ys,
+                                     int threads, const lb__qdot8_set *set)
+{
+    return act8_call(ms, k, x, n, ys, threads, set, NULL, NULL);
+}
+
+lb_status lb__qmat_matmul_act8_pair(const lb__qmat *a, const lb__qmat *b, const float *x, size_t n, float *ya,
+                                    float *yb, int threads, const lb__qdot8_set *set, lb__qdot8_epilogue epilogue,
+                                    void *ctx)
+{
+    if (a->rows != b->rows || !epilogue) return LB_ERR_UNSUPPORTED;
+    const lb__qmat *ms[2] = {a, b};
+    float *ys[2] = {ya, yb};
+    return act8_call(ms, 2, x, n, ys, threads, set, epilogue, ctx);
 }
 
 lb_status lb__qmat_matmul_act8_set(const lb__qmat *m, const float *x, size_t n, float *y, int threads,

@@ -189,6 +189,18 @@ int lb__qdot8_shares_input(const lb__qmat *a, const lb__qmat *b);
  * own call. LB_ERR_UNSUPPORTED (no message) unless every pair shares. */
 lb_status lb__qmat_matmul_act8_multi(const lb__qmat *const *ms, size_t k, const float *x, size_t n, float *const *ys,
                                      int threads, const lb__qdot8_set *set);
+/* Run by each thread on the rows it computed in a paired call, rows
+ * r0 .. r1-1 of both matrices for every token. */
+typedef void (*lb__qdot8_epilogue)(void *ctx, size_t r0, size_t r1);
+/* ya = x . a^T and yb = x . b^T for two matrices of as many rows that
+ * share their input (gate and up), each thread taking the same rows of
+ * both and then running epilogue on them inside the parallel section
+ * (silu(gate) * up where the threads are, not on one after). The same
+ * bits as two calls; LB_ERR_UNSUPPORTED (no message) where the multi
+ * call refuses or the rows differ. */
+lb_status lb__qmat_matmul_act8_pair(const lb__qmat *a, const lb__qmat *b, const float *x, size_t n, float *ya,
+                                    float *yb, int threads, const lb__qdot8_set *set, lb__qdot8_epilogue epilogue,
+                                    void *ctx);
 /* The same with a named set (tests compare the sets with each other). */
 lb_status lb__qmat_matmul_act8_set(const lb__qmat *m, const float *x, size_t n, float *y, int threads,
                                    const lb__qdot8_set *set);

@@ -256,6 +256,31 @@ static void check_nonfinite(void)
 
 /* q/k/v in one call: each matrix's bits are those of its own call, and
  * matrices that cannot share the staged input are refused. */
+/* What a paired call's epilogue saw: each row's count, whether both
+ * outputs were there (the same matrix twice: a == b bit for bit), and a
+ * copy of the first product; then it overwrites a, as silu does. */
+typedef struct pair_check {
+    float *a, *b;
+    size_t rows, n;
+    int seen[576];
+    int mismatch;
+    float first[3 * 576];
+} pair_check;
+
+static void pair_epilogue(void *ctx, size_t r0, size_t r1)
+{
+    pair_check *pc = ctx;
+    for (size_t r = r0; r < r1; r++) {
+        pc->seen[r]++;
+        for (size_t t = 0; t < pc->n; t++) {
+            size_t i = t * pc->rows + r;
+            pc->mismatch += memcmp(&pc->a[i], &pc->b[i], sizeof(float)) != 0;
+            pc->first[i] = pc->a[i];
+            pc->a[i] = -1.0f;
+        }
+    }
+}
+
 static void check_multi(void)
 {
     static const size_t rows[3] = {576, 192, 37};
@@ -285,6 +310,31 @@ static void check_multi(void)
             }
         }
     }
+    /* paired (gate/up): each thread's rows of both, then the epilogue on
+     * them -- every row once, after both products (it reads them) */
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
+        if (!set_runs(sets[s])) continue;
+        for (int threads = 1; threads <= 2; threads++) {
+            pair_check pc = {.a = y[0], .b = y1[0], .rows = rows[0], .n = n};
+            memset(pc.seen, 0, sizeof pc.seen);
+            memset(y[0], 0xFF, n * rows[0] * sizeof(float)); /* NaN until written */
+            memset(y1[0], 0xFF, n * rows[0] * sizeof(float));
+            CHECK(lb__qmat_matmul_act8_pair(&m[0], &m[0], x, n, y[0], y1[0], threads, sets[s], pair_epilogue, &pc) ==
+                      LB_OK, "pair");
+            int once = 1;
+            for (size_t r = 0; r < rows[0]; r++) once &= pc.seen[r] == 1;
+            CHECK(once && pc.mismatch == 0, "pair %s threads %d: every row once (%d), both products before it (%d)",
+                  sets[s]->name, threads, once, pc.mismatch);
+            float *single = malloc(n * rows[0] * sizeof *single);
+            CHECK(lb__qmat_matmul_act8_set(&m[0], x, n, single, 1, sets[s]) == LB_OK, "single");
+            size_t at = 0;
+            CHECK(same_bits(pc.first, single, n * rows[0], &at), "pair %s threads %d: the products of a single call",
+                  sets[s]->name, threads);
+            free(single);
+        }
+    }
+    CHECK(lb__qmat_matmul_act8_pair(&m[0], &m[1], x, n, y[0], y[1], 1, sets[0], pair_epilogue, NULL) ==
+              LB_ERR_UNSUPPORTED, "a pair of different rows is refused");
     lb_qspec other;
     lb_qspec_parse("mxfp4", &other);
     lb__qmat mx;
