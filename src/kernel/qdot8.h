@@ -151,8 +151,10 @@ typedef struct lb__qdot8_set {
 extern const lb__qdot8_set lb__qdot8_scalar_set, lb__qdot8_avx2_set, lb__qdot8_vnni_set, lb__qdot8_vbmi_set,
     lb__qdot8_bf16_set, lb__qdot8_neon_set;
 
-/* The AVX-512 VNNI stage_token (qdot8_stage_vnni.c). */
+/* The AVX-512 VNNI and AVX2 stage_token (qdot8_stage_vnni.c, qdot8_stage_avx2.c). */
 void lb__qdot8_stage_token_vnni(const float *x, size_t cols, size_t groups, size_t lane_elems, int off, int8_t *q,
+                                int32_t *cxs, int32_t *xs, float *d);
+void lb__qdot8_stage_token_avx2(const float *x, size_t cols, size_t groups, size_t lane_elems, int off, int8_t *q,
                                 int32_t *cxs, int32_t *xs, float *d);
 
 /* 1 if this CPU's vdpbf16ps computes what the fp8 definition above says

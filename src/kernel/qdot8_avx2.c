@@ -153,7 +153,8 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
 LB__QDOT8_ROWS_FN(rows_avx2)
 
 /* int8 stays signed (vpsignb): only 4-bit values take an offset */
-const lb__qdot8_set lb__qdot8_avx2_set = {"avx2", lb__qdot8_nibble_offset, rows_avx2, lb__qdot8k_rows_avx2, &lb__w8a8_avx2_ops, 0, 0, NULL};
+const lb__qdot8_set lb__qdot8_avx2_set = {"avx2", lb__qdot8_nibble_offset, rows_avx2, lb__qdot8k_rows_avx2, &lb__w8a8_avx2_ops, 0, 0,
+                                         lb__qdot8_stage_token_avx2};
 
 #else
 const lb__qdot8_set lb__qdot8_avx2_set = {"avx2", lb__qdot8_no_offset, NULL, lb__qdot8k_rows_scalar, &lb__w8a8_avx2_ops, 0, 0, NULL};
