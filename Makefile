@@ -41,6 +41,7 @@ FLAGS_AVX2   := -mavx2 -mfma -mf16c -mbmi2
 FLAGS_AVX512 := -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c -mbmi2
 FLAGS_VNNI   := $(FLAGS_AVX512) -mavx512vnni -mavx512bf16
 FLAGS_VBMI   := $(FLAGS_AVX512) -mavx512vbmi
+FLAGS_AVXVNNI := $(FLAGS_AVX2) -mavxvnni
 endif
 
 LIB_SRC := $(wildcard src/*/*.c)
@@ -75,6 +76,7 @@ $(BUILD)/%.o: %.c include/lowbit.h $(wildcard src/*/*.h) $(wildcard src/*/*.def)
 $(BUILD)/src/quant/%.o: ALLFLAGS += -O3
 
 $(BUILD)/%_avx2.o: ALLFLAGS += $(FLAGS_AVX2)
+$(BUILD)/%_avxvnni.o: ALLFLAGS += $(FLAGS_AVXVNNI)
 $(BUILD)/%_avx512.o: ALLFLAGS += $(FLAGS_AVX512)
 $(BUILD)/%_vnni.o: ALLFLAGS += $(FLAGS_VNNI)
 $(BUILD)/%_vbmi.o: ALLFLAGS += $(FLAGS_VBMI)

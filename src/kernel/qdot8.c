@@ -434,6 +434,9 @@ const lb__qdot8_set *lb__qdot8_get(lb_isa isa)
         return &lb__qdot8_bf16_set;
     if (isa == LB_ISA_AVX512 && lb__qdot8_vbmi_set.rows && (lb__cpu_extras() & vbmi) == vbmi) return &lb__qdot8_vbmi_set;
     if (isa == LB_ISA_AVX512 && lb__qdot8_vnni_set.rows && (lb__cpu_extras() & vnni)) return &lb__qdot8_vnni_set;
+    if ((isa == LB_ISA_AVX512 || isa == LB_ISA_AVX2) && lb__qdot8_avxvnni_set.rows &&
+        (lb__cpu_extras() & LB__CPU_AVX_VNNI))
+        return &lb__qdot8_avxvnni_set;
     if ((isa == LB_ISA_AVX512 || isa == LB_ISA_AVX2) && lb__qdot8_avx2_set.rows) return &lb__qdot8_avx2_set;
     return &lb__qdot8_scalar_set;
 }

@@ -148,8 +148,8 @@ typedef struct lb__qdot8_set {
                         int32_t *cxs, int32_t *xs, float *d);
 } lb__qdot8_set;
 
-extern const lb__qdot8_set lb__qdot8_scalar_set, lb__qdot8_avx2_set, lb__qdot8_vnni_set, lb__qdot8_vbmi_set,
-    lb__qdot8_bf16_set, lb__qdot8_neon_set;
+extern const lb__qdot8_set lb__qdot8_scalar_set, lb__qdot8_avx2_set, lb__qdot8_avxvnni_set, lb__qdot8_vnni_set,
+    lb__qdot8_vbmi_set, lb__qdot8_bf16_set, lb__qdot8_neon_set;
 
 /* The AVX-512 VNNI and AVX2 stage_token (qdot8_stage_vnni.c, qdot8_stage_avx2.c). */
 void lb__qdot8_stage_token_vnni(const float *x, size_t cols, size_t groups, size_t lane_elems, int off, int8_t *q,
@@ -172,8 +172,8 @@ size_t lb__qdot8_bf16_pos(size_t e);
 int lb__qdot8_takes(const lb__qmat *m, const struct lb__qdot8_set *set);
 
 /* The best set for isa on this CPU (VNNI needs AVX512-VNNI, and its VBMI
- * variant VBMI too; AVX-512 without VNNI takes AVX2's); scalar where
- * nothing else runs. */
+ * variant VBMI too; AVX2, or AVX-512 without its VNNI, takes AVX-VNNI's
+ * where the CPU has that, else AVX2's); scalar where nothing else runs. */
 const lb__qdot8_set *lb__qdot8_get(lb_isa isa);
 
 /* Y[n][rows] = X[n][cols] . W^T with X quantized as above, on the kernels

@@ -59,7 +59,7 @@ def test_quick_json_has_every_spec_and_consistent_figures(quick_json):
     d = quick_json
     m = d["machine"]
     assert m["isa"] in ("scalar", "avx2", "avx512") and m["threads"] >= 1 and m["cpu"]
-    assert m["int8_kernels"] in ("scalar", "avx2", "avx512-vnni", "avx512-vnni-vbmi", "avx512-vnni-vbmi-bf16", "neon")
+    assert m["int8_kernels"] in ("scalar", "avx2", "avx2-vnni", "avx512-vnni", "avx512-vnni-vbmi", "avx512-vnni-vbmi-bf16", "neon")
     # fp6 e2m3 in the int8 mode: the sets that unpack 6-bit codes; fp8: those with bf16 pair products (kernel/qdot8.h)
     fp6 = m["int8_kernels"] in ("scalar", "avx512-vnni-vbmi", "avx512-vnni-vbmi-bf16")
     fp8 = m["int8_kernels"] in ("scalar", "avx512-vnni-vbmi-bf16")

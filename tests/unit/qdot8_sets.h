@@ -39,8 +39,9 @@ static int same_bits(const float *a, const float *b, size_t n, size_t *at)
     return 1;
 }
 
-static const lb__qdot8_set *sets[] = {&lb__qdot8_scalar_set, &lb__qdot8_avx2_set, &lb__qdot8_vnni_set,
-                                      &lb__qdot8_vbmi_set, &lb__qdot8_bf16_set, &lb__qdot8_neon_set};
+static const lb__qdot8_set *sets[] = {&lb__qdot8_scalar_set, &lb__qdot8_avx2_set,  &lb__qdot8_avxvnni_set,
+                                      &lb__qdot8_vnni_set,   &lb__qdot8_vbmi_set, &lb__qdot8_bf16_set,
+                                      &lb__qdot8_neon_set};
 
 static int set_runs(const lb__qdot8_set *s)
 {
@@ -62,6 +63,7 @@ static int set_runs(const lb__qdot8_set *s)
         return 1;
     }
     if (s == &lb__qdot8_avx2_set) return lb__isa_supported(LB_ISA_AVX2);
+    if (s == &lb__qdot8_avxvnni_set) return lb__isa_supported(LB_ISA_AVX2) && (lb__cpu_extras() & LB__CPU_AVX_VNNI);
     if (s == &lb__qdot8_neon_set) return lb__isa_supported(LB_ISA_NEON);
     return 1;
 }
