@@ -318,11 +318,13 @@ void lb__qdot8k_rows_scalar(const lb__qmat *m, const lb__act8 *a, size_t t0, siz
 int lb__qdot8_vnni_offset(lb_format element);
 void lb__qdot8_rows_vnni(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                          size_t ldy, void *scratch);
-/* The sets' (qdot8k_{vnni,avx2,neon}.c; defined where the build has the set). */
+/* The sets' (qdot8k_{vnni,avx2,neon}.c, qdot8_avxvnni.c; defined where the build has the set). */
 void lb__qdot8k_rows_vnni(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                           size_t ldy, void *scratch);
 void lb__qdot8k_rows_avx2(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                           size_t ldy, void *scratch);
+void lb__qdot8k_rows_avxvnni(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1,
+                             float *y, size_t ldy, void *scratch);
 void lb__qdot8k_rows_neon(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t nx, size_t r0, size_t r1, float *y,
                           size_t ldy, void *scratch);
 /* LB__QDOT8K_MINS for Q4_K and Q5_K, LB__QDOT8K_OFFSET for Q6_K,

@@ -4,7 +4,7 @@
  * each lane's four byte products summed by one vpdpbusd instead of
  * vpmaddubsw, vpmaddwd and two adds. The same staging and offsets as the
  * AVX2 set, the same int32 sums, so the same bits; the K-quant kernels
- * are the AVX2 set's. */
+ * likewise (qdot8k_avx2_run.h). */
 #include "kernel/qdot8.h"
 #include "kernel/qdot8_instances.h"
 #include "kernel/w8a8_kernels.h"
@@ -13,10 +13,12 @@
 
 #define LB__QDOT8_AVX_VNNI 1
 #include "kernel/qdot8_avx2_run.h"
+#include "kernel/qdot8k_avx2_run.h"
 
 LB__QDOT8_ROWS_FN(rows_avxvnni)
+LB__QDOT8K_ROWS_FN(lb__qdot8k_rows_avxvnni)
 
-const lb__qdot8_set lb__qdot8_avxvnni_set = {"avx2-vnni", lb__qdot8_nibble_offset, rows_avxvnni, lb__qdot8k_rows_avx2,
+const lb__qdot8_set lb__qdot8_avxvnni_set = {"avx2-vnni", lb__qdot8_nibble_offset, rows_avxvnni, lb__qdot8k_rows_avxvnni,
                                              &lb__w8a8_avx2_ops, 0, 0, lb__qdot8_stage_token_avx2};
 
 #else
