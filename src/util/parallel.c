@@ -86,15 +86,25 @@ int lb__threads_for(int threads, size_t work)
  * A second caller meanwhile (another application thread), or a call made
  * from inside a job, does not wait for the pool: it starts threads of its
  * own or runs its slices in order. */
+/* The two words that threads poll each have a cache line of their own:
+ * polled on a line the caller also writes while publishing (the table,
+ * the lock), every write made the worker's copy bounce, and publishing a
+ * job took 0.38 us of a 6 us section; now only the generation's own
+ * increment moves a line. A sleep is announced (sleepers, caller_sleeps)
+ * and the word it waits for re-read under the lock, and the other side
+ * changes that word and then reads the announcement, all sequentially
+ * consistent: whichever comes first in that order, the sleeper sees the
+ * change or the other side sees the sleeper and takes the lock to wake
+ * it, so neither side takes the lock when nobody sleeps. */
 static struct {
-    pthread_mutex_t busy;   /* held by the caller whose job runs */
-    pthread_mutex_t lock;   /* guards the sleeps below */
+    _Alignas(64) atomic_ulong generation; /* jobs published so far: the workers poll it */
+    _Alignas(64) atomic_int pending;      /* workers yet to answer the current job: the caller polls it */
+    _Alignas(64) pthread_mutex_t busy;    /* held by the caller whose job runs */
+    pthread_mutex_t lock;                 /* guards the sleeps below */
     pthread_cond_t wake, done;
-    int workers;            /* started so far */
-    int sleepers;           /* workers blocked on wake */
-    int caller_sleeps;      /* the caller blocked on done */
-    atomic_ulong generation;
-    atomic_int pending;     /* workers yet to answer the current job */
+    atomic_int sleepers;                  /* workers blocked on wake */
+    atomic_int caller_sleeps;             /* the caller blocked on done */
+    int workers;                          /* started so far */
     slice *slices;
     int nslices;
     unsigned long born_at[LB_MAX_THREADS];
@@ -117,9 +127,9 @@ static void *worker_main(void *arg)
         for (int i = 0; (g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen; i++) {
             if (keep_spinning(i, &start)) continue;
             pthread_mutex_lock(&pool.lock);
-            pool.sleepers++;
+            atomic_fetch_add(&pool.sleepers, 1);
             while (atomic_load(&pool.generation) == seen) pthread_cond_wait(&pool.wake, &pool.lock);
-            pool.sleepers--;
+            atomic_fetch_sub(&pool.sleepers, 1);
             pthread_mutex_unlock(&pool.lock);
         }
         seen = g;
@@ -127,9 +137,9 @@ static void *worker_main(void *arg)
          * slice: the next job is published only after all have, so none
          * can read one job's table believing it another's */
         if (index < pool.nslices) run_slice(&pool.slices[index]);
-        if (atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel) == 1) {
+        if (atomic_fetch_sub(&pool.pending, 1) == 1 && atomic_load(&pool.caller_sleeps)) {
             pthread_mutex_lock(&pool.lock);
-            if (pool.caller_sleeps) pthread_cond_signal(&pool.done);
+            pthread_cond_signal(&pool.done);
             pthread_mutex_unlock(&pool.lock);
         }
     }
@@ -144,7 +154,9 @@ static void reset_in_child(void)
     pthread_cond_t c = PTHREAD_COND_INITIALIZER;
     pool.busy = m, pool.lock = m;
     pool.wake = c, pool.done = c;
-    pool.workers = pool.sleepers = pool.caller_sleeps = 0;
+    pool.workers = 0;
+    atomic_store(&pool.sleepers, 0);
+    atomic_store(&pool.caller_sleeps, 0);
     atomic_store(&pool.pending, 0);
 }
 
@@ -174,10 +186,12 @@ static void run_on_pool(slice *s, int t)
     pool.slices = s;
     pool.nslices = t;
     atomic_store(&pool.pending, pool.workers);
-    pthread_mutex_lock(&pool.lock);
-    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
-    if (pool.sleepers) pthread_cond_broadcast(&pool.wake);
-    pthread_mutex_unlock(&pool.lock);
+    atomic_fetch_add(&pool.generation, 1);
+    if (atomic_load(&pool.sleepers)) {
+        pthread_mutex_lock(&pool.lock);
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.lock);
+    }
     inside_job = 1;
     run_slice(&s[0]);
     inside_job = 0;
@@ -185,9 +199,9 @@ static void run_on_pool(slice *s, int t)
     for (int i = 0; atomic_load_explicit(&pool.pending, memory_order_acquire) != 0; i++) {
         if (keep_spinning(i, &start)) continue;
         pthread_mutex_lock(&pool.lock);
-        pool.caller_sleeps = 1;
+        atomic_store(&pool.caller_sleeps, 1);
         while (atomic_load(&pool.pending) != 0) pthread_cond_wait(&pool.done, &pool.lock);
-        pool.caller_sleeps = 0;
+        atomic_store(&pool.caller_sleeps, 0);
         pthread_mutex_unlock(&pool.lock);
     }
 }
