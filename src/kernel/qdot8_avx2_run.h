@@ -33,6 +33,68 @@ static void scale_avx2(float *w, size_t n, float a, float b)
     for (; i < n; i++) w[i] = (w[i] * a) * b;
 }
 
+/* UE4M3 or E8M0 scale codes i .. i+7 as the values lb_dequantize gives:
+ * e8m0 2^(c-127), code 0 the subnormal 2^-127, 0xFF NaN; ue4m3 through
+ * fp16 (a code shifted left by 7 is the fp16 of its value * 2^-8,
+ * exactly), codes >= 0x7F NaN. Reads 8 bytes. */
+INL __m256 scale8(const lb_format F, const uint8_t *codes)
+{
+    const __m128i c8 = _mm_loadl_epi64((const __m128i *)(const void *)codes);
+    const __m256i c = _mm256_cvtepu8_epi32(c8);
+    if (F == LB_FMT_E8M0) {
+        __m256i b = _mm256_slli_epi32(c, 23);
+        b = _mm256_blendv_epi8(b, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(c, _mm256_setzero_si256()));
+        b = _mm256_blendv_epi8(b, _mm256_set1_epi32(0x7FC00000), _mm256_cmpeq_epi32(c, _mm256_set1_epi32(0xFF)));
+        return _mm256_castsi256_ps(b);
+    }
+    __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(c8), 7)), _mm256_set1_ps(256.0f));
+    return _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
+                            _mm256_castsi256_ps(_mm256_cmpgt_epi32(c, _mm256_set1_epi32(0x7E))));
+}
+
+/* The scales of rows r .. r+n-1 staged: for UE4M3 and E8M0 block scales
+ * (nvfp4, mxfp4, ...) without zero points, the rows back to back in one
+ * pass of vectors, (s * sm) * f, and 16 zeros after (the AVX-512 sets'
+ * stage_rows explains why a row's last group may read into the next
+ * row's scales); returns the floats from one row to the next, nb. Where
+ * a NaN or infinite scale is among them, or for other layouts,
+ * lb__qdot8_stage_rows: each row on its own, st apart (returned). The
+ * generic staging decoded 16 at a time, the rest one by one, then scaled
+ * and filled the tail in passes of their own: nvfp4 from memory ran at
+ * half the read bandwidth. */
+static size_t stage_avx2(const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp)
+{
+    const size_t nb = m->blocks, st = lb__qdot8_stage_stride(m);
+    const lb_format F = m->scale_format;
+    if ((F == LB_FMT_UE4M3 || F == LB_FMT_E8M0) && !m->one_scale && m->block_rows <= 1 && nb > 1 && !m->zero_points) {
+        const uint8_t *codes = m->scales + r * nb;
+        const size_t total = n * nb;
+        const float f = lb__qdot8_unit(m->element);
+        const __m256 smv = _mm256_set1_ps(m->scale_mul), fv = _mm256_set1_ps(f);
+        const __m256 big = _mm256_set1_ps(3.40282347e38f), signless = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+        __m256 bad = _mm256_setzero_ps();
+        for (size_t i = 0; i < total; i += 8) {
+            uint8_t tail[8];
+            const uint8_t *c = codes + i;
+            if (total - i < 8) { /* past the last code: 1.0 in either format (no subnormal operand) */
+                memset(tail, F == LB_FMT_E8M0 ? 127 : 0x38, sizeof tail);
+                memcpy(tail, c, total - i);
+                c = tail;
+            }
+            __m256 v = _mm256_mul_ps(_mm256_mul_ps(scale8(F, c), smv), fv);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v, signless), big, _CMP_NLE_UQ)); /* NaN or inf */
+            _mm256_storeu_ps(mw + i, v);
+        }
+        if (_mm256_testz_ps(bad, bad)) {
+            _mm256_storeu_ps(mw + total, _mm256_setzero_ps());
+            _mm256_storeu_ps(mw + total + 8, _mm256_setzero_ps());
+            return nb;
+        }
+    }
+    lb__qdot8_stage_rows(m, LB_ISA_AVX2, scale_avx2, r, n, mw, zp);
+    return st;
+}
+
 INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
              size_t ldy, void *scratch, const int nib, const int aff)
 {
@@ -62,14 +124,14 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
     lb__row_streams rs;
     lb__row_streams_init(&rs, m, R, r0, r1);
     for (size_t i = 0; i < R; i++) lb__prefetch_scale_rows(m, m->blocks, rs.first[i] + stage_k, stage_k);
+    size_t mst[RMAX] = {0}; /* each stream's staged scale rows: floats apart */
     for (size_t k = 0; k < rs.per; k++) {
         if (k % stage_k == 0)
             for (size_t i = 0; i < R; i++) {
                 if (k >= rs.len[i]) continue;
                 size_t cnt = rs.len[i] - k < stage_k ? rs.len[i] - k : stage_k;
                 lb__prefetch_scale_rows(m, m->blocks, rs.first[i] + k + 2 * stage_k, stage_k);
-                lb__qdot8_stage_rows(m, LB_ISA_AVX2, scale_avx2, rs.first[i] + k, cnt, mw + i * stage_k * st,
-                                     zp + i * stage_k * st);
+                mst[i] = stage_avx2(m, rs.first[i] + k, cnt, mw + i * stage_k * st, zp + i * stage_k * st);
             }
         const uint8_t *row[RMAX];
         const float *mwp[RMAX];
@@ -78,7 +140,7 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
         for (size_t i = 0; i < R; i++) { /* a stream that has ended repeats the first's row (its sums are dropped) */
             size_t j = lb__row_stream_at(&rs, i, k);
             row[i] = m->data + (rs.first[j] + k) * m->row_bytes;
-            mwp[i] = mw + (j * stage_k + k % stage_k) * st;
+            mwp[i] = mw + j * stage_k * st + k % stage_k * mst[j];
             zpp[i] = zp + (j * stage_k + k % stage_k) * st;
         }
         for (size_t i = 0; i < R; i++) {
