@@ -33,12 +33,25 @@ static void scale_avx2(float *w, size_t n, float a, float b)
     for (; i < n; i++) w[i] = (w[i] * a) * b;
 }
 
-/* UE4M3 or E8M0 scale codes i .. i+7 as the values lb_dequantize gives:
- * e8m0 2^(c-127), code 0 the subnormal 2^-127, 0xFF NaN; ue4m3 through
- * fp16 (a code shifted left by 7 is the fp16 of its value * 2^-8,
- * exactly), codes >= 0x7F NaN. Reads 8 bytes. */
+/* Whether the AVX2 sets stage scales of format f back to back (stage_avx2). */
+static int staged_in_vectors(lb_format f)
+{
+    return f == LB_FMT_UE4M3 || f == LB_FMT_E8M0 || f == LB_FMT_FP16 || f == LB_FMT_BF16 || f == LB_FMT_FP32;
+}
+
+/* Scale codes 0 .. 7 at codes, of a format staged_in_vectors takes, as the
+ * values lb_dequantize gives: e8m0 2^(c-127), code 0 the subnormal
+ * 2^-127, 0xFF NaN; ue4m3 through fp16 (a code shifted left by 7 is the
+ * fp16 of its value * 2^-8, exactly), codes >= 0x7F NaN; fp16 by
+ * vcvtph2ps, bf16 shifted into the upper half, fp32 as it is. Reads 8
+ * codes. */
 INL __m256 scale8(const lb_format F, const uint8_t *codes)
 {
+    if (F == LB_FMT_FP32) return _mm256_loadu_ps((const float *)(const void *)codes);
+    if (F == LB_FMT_FP16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)codes));
+    if (F == LB_FMT_BF16)
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)codes)), 16));
     const __m128i c8 = _mm_loadl_epi64((const __m128i *)(const void *)codes);
     const __m256i c = _mm256_cvtepu8_epi32(c8);
     if (F == LB_FMT_E8M0) {
@@ -52,33 +65,34 @@ INL __m256 scale8(const lb_format F, const uint8_t *codes)
                             _mm256_castsi256_ps(_mm256_cmpgt_epi32(c, _mm256_set1_epi32(0x7E))));
 }
 
-/* The scales of rows r .. r+n-1 staged: for UE4M3 and E8M0 block scales
- * (nvfp4, mxfp4, ...) without zero points, the rows back to back in one
- * pass of vectors, (s * sm) * f, and 16 zeros after (the AVX-512 sets'
- * stage_rows explains why a row's last group may read into the next
- * row's scales); returns the floats from one row to the next, nb. Where
- * a NaN or infinite scale is among them, or for other layouts,
+/* The scales of rows r .. r+n-1 staged: for block scales of the formats
+ * staged_in_vectors takes, without zero points, the rows back to back in
+ * one pass of vectors, (s * sm) * f, and 16 zeros after (the AVX-512
+ * sets' stage_rows explains why a row's last group may read into the next
+ * row's scales); returns the floats from one row to the next, nb. Where a
+ * NaN or infinite scale is among them, or for other layouts,
  * lb__qdot8_stage_rows: each row on its own, st apart (returned). The
  * generic staging decoded 16 at a time, the rest one by one, then scaled
- * and filled the tail in passes of their own: nvfp4 from memory ran at
- * half the read bandwidth. */
+ * and filled the tail in passes of their own: nvfp4 and mxfp4 decoded
+ * SmolLM2 a third slower. */
 static size_t stage_avx2(const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp)
 {
     const size_t nb = m->blocks, st = lb__qdot8_stage_stride(m);
     const lb_format F = m->scale_format;
-    if ((F == LB_FMT_UE4M3 || F == LB_FMT_E8M0) && !m->one_scale && m->block_rows <= 1 && nb > 1 && !m->zero_points) {
-        const uint8_t *codes = m->scales + r * nb;
+    if (staged_in_vectors(F) && !m->one_scale && m->block_rows <= 1 && nb > 1 && !m->zero_points) {
+        const size_t bytes = lb_format_bytes(F, 1); /* 1, 2 or 4: whole bytes */
+        const uint8_t *codes = m->scales + r * nb * bytes;
         const size_t total = n * nb;
         const float f = lb__qdot8_unit(m->element);
         const __m256 smv = _mm256_set1_ps(m->scale_mul), fv = _mm256_set1_ps(f);
         const __m256 big = _mm256_set1_ps(3.40282347e38f), signless = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
         __m256 bad = _mm256_setzero_ps();
         for (size_t i = 0; i < total; i += 8) {
-            uint8_t tail[8];
-            const uint8_t *c = codes + i;
-            if (total - i < 8) { /* past the last code: 1.0 in either format (no subnormal operand) */
-                memset(tail, F == LB_FMT_E8M0 ? 127 : 0x38, sizeof tail);
-                memcpy(tail, c, total - i);
+            _Alignas(32) uint8_t tail[32];
+            const uint8_t *c = codes + i * bytes;
+            if (total - i < 8) { /* past the last code: 1.0 (e8m0, ue4m3) or 0 (no subnormal operand either way) */
+                memset(tail, F == LB_FMT_E8M0 ? 127 : F == LB_FMT_UE4M3 ? 0x38 : 0, sizeof tail);
+                memcpy(tail, c, (total - i) * bytes);
                 c = tail;
             }
             __m256 v = _mm256_mul_ps(_mm256_mul_ps(scale8(F, c), smv), fv);
