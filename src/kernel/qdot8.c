@@ -161,11 +161,37 @@ static void fill_tail(float *w, size_t nb)
     for (size_t k = 0; k < LB__QDOT8_LANES; k++) w[nb + k] = last; /* a fixed count: vector stores */
 }
 
-void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scale, size_t r, size_t n, float *mw,
-                          int32_t *zp)
+/* Block scales of rows r .. r+n-1 without zero points back to back (the
+ * rows' codes are contiguous): decoded in one call of isa's decoder, then
+ * scaled, then 16 zeros after. 0 if a scale came out NaN or infinite (a
+ * row's last group reads into the next row's scales, in lanes whose sums
+ * are 0: harmless only for finite scales), else 1. */
+static int stage_back_to_back(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scale, lb__qdot8_decode_fn decode,
+                              size_t r, size_t n, float *mw)
+{
+    const size_t nb = m->blocks, total = n * nb, vec = total / 16 * 16;
+    const float f = lb__qdot8_unit(m->element), sm = m->scale_mul;
+    const uint8_t *codes = m->scales + lb_format_bytes(m->scale_format, r * nb);
+    int finite = decode ? decode(m->scale_format, codes, total, sm, f, mw) : -1;
+    if (finite < 0) { /* the format layer's decoder, then the products */
+        if (vec) lb__decode_kernel(isa)(lb_format_get(m->scale_format), codes, vec, mw);
+        for (size_t b = vec; b < total; b++) mw[b] = lb__qdot_scale_value(m->scale_format, codes, b);
+        if (sm != 1.0f || f != 1.0f) scale(mw, total, sm, f); /* products by 1 are exact: skipped */
+        finite = lb__qkernels_get(isa)->first_nonfinite(mw, total) == total;
+    }
+    if (!finite) return 0;
+    memset(mw + total, 0, LB__QDOT8_LANES * sizeof *mw);
+    return 1;
+}
+
+size_t lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scale, lb__qdot8_decode_fn decode,
+                            size_t r, size_t n, float *mw, int32_t *zp)
 {
     size_t nb = blocks_of(m), st = lb__qdot8_stage_stride(m);
     const float f = lb__qdot8_unit(m->element), sm = m->scale_mul;
+    if (scale && nb > 1 && !m->one_scale && m->block_rows <= 1 && !m->zero_points &&
+        stage_back_to_back(m, isa, scale, decode, r, n, mw))
+        return nb;
     if (m->blocks == 1 && !m->one_scale && m->block_rows <= 1) {
         /* one scale a row (per-channel): the n rows' codes lie together and
          * are decoded at once (row by row this was 12-16% of SmolLM2's
@@ -180,7 +206,7 @@ void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scal
             fill_tail(w, 1);
         }
         if (m->zero_points) lb__qdot8_stage_zero_points(m, r, n, zp);
-        return;
+        return st;
     }
     for (size_t i = 0; i < n; i++) {
         float *w = mw + i * st;
@@ -204,6 +230,7 @@ void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scal
         fill_tail(w, nb);
     }
     if (m->zero_points) lb__qdot8_stage_zero_points(m, r, n, zp);
+    return st;
 }
 
 void lb__qdot8_stage_zero_points(const lb__qmat *m, size_t r, size_t n, int32_t *zp)
@@ -367,7 +394,7 @@ static void rows_scalar(const lb__qmat *m, const lb__act8 *a, size_t t0, size_t 
     int32_t lane_block[LB__QDOT8_LANES];
     lb__qdot8_lane_blocks(m, lane_block);
     for (size_t r = r0; r < r1; r++) {
-        lb__qdot8_stage_rows(m, LB_ISA_SCALAR, NULL, r, 1, mw, zp);
+        lb__qdot8_stage_rows(m, LB_ISA_SCALAR, NULL, NULL, r, 1, mw, zp);
         const uint8_t *row = m->data + r * m->row_bytes;
         for (size_t t = 0; t < nx; t++) {
             const int8_t *q = a->q + (t0 + t) * a->stride;

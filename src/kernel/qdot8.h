@@ -221,12 +221,21 @@ size_t lb__qdot8_lane_elems(const lb__qmat *m);
 size_t lb__qdot8_stage_stride(const lb__qmat *m);
 size_t lb__qdot8_scratch_bytes(const lb__qmat *m);
 /* mw and zp of rows r .. r+n-1 (n <= LB__QDOT8_STAGE_ROWS) into
- * mw[i * stride + b] and zp[i * stride + b] (zp: affine only). scale:
- * w[i] = (w[i] * a) * b for i < n, in a set's vectors (NULL: scalar; the
- * loop took as long as the dot products on blocks of 32). */
+ * mw[i * ms + b] and zp[i * stride + b] (zp: affine only); returns ms,
+ * the stride, or for block scales without zero points nb: the rows back
+ * to back with 16 zeros after, where a set's scale function is given and
+ * every scale is finite (the per-row staging of 18 or 36 scales cost as
+ * much as the dot products on SmolLM2's 576-wide rows). scale:
+ * w[i] = (w[i] * a) * b for i < n, in a set's vectors (NULL: scalar, rows
+ * one by one; the loop took as long as the dot products on blocks of 32). */
 typedef void (*lb__qdot8_scale_fn)(float *w, size_t n, float a, float b);
-void lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scale, size_t r, size_t n, float *mw,
-                          int32_t *zp);
+/* A set's decoder for the rows back to back: scale codes 0 .. n-1 of format
+ * f into out as (s * a) * b, the values the format layer's decoder and
+ * scale give; 1 if all are finite, 0 if not, -1 if it does not take f
+ * (then those two run). NULL: always those two. */
+typedef int (*lb__qdot8_decode_fn)(lb_format f, const uint8_t *codes, size_t n, float a, float b, float *out);
+size_t lb__qdot8_stage_rows(const lb__qmat *m, lb_isa isa, lb__qdot8_scale_fn scale, lb__qdot8_decode_fn decode,
+                            size_t r, size_t n, float *mw, int32_t *zp);
 /* Only the zero points (affine m), as lb__qdot8_stage_rows stages them. */
 void lb__qdot8_stage_zero_points(const lb__qmat *m, size_t r, size_t n, int32_t *zp);
 /* The first block of group g, and lane l's block relative to it:
@@ -253,15 +262,16 @@ static inline lb__qdot8_geom lb__qdot8_geometry(const lb__qmat *m, size_t groups
 
 /* Row i (< R) of the row group at r with n real rows: its codes, staged
  * scales and zero points (rows past n repeat the last; their sums are
- * dropped). first: the staged batch's first row. */
+ * dropped). first: the staged batch's first row; st and ms the zero points'
+ * and the scales' strides. */
 static inline void lb__qdot8_row_ptrs(const lb__qmat *m, size_t r, size_t n, size_t R, size_t first, size_t st,
-                                      const float *mw, const int32_t *zp, const uint8_t **row, const float **mwp,
-                                      const int32_t **zpp)
+                                      size_t ms, const float *mw, const int32_t *zp, const uint8_t **row,
+                                      const float **mwp, const int32_t **zpp)
 {
     for (size_t i = 0; i < R; i++) {
         size_t k = i < n ? i : n - 1;
         row[i] = m->data + (r + k) * m->row_bytes;
-        mwp[i] = mw + (r - first + k) * st;
+        mwp[i] = mw + (r - first + k) * ms; /* ms: lb__qdot8_stage_rows's stride */
         zpp[i] = zp + (r - first + k) * st;
     }
 }

@@ -33,18 +33,10 @@ static void scale_avx2(float *w, size_t n, float a, float b)
     for (; i < n; i++) w[i] = (w[i] * a) * b;
 }
 
-/* Whether the AVX2 sets stage scales of format f back to back (stage_avx2). */
-static int staged_in_vectors(lb_format f)
-{
-    return f == LB_FMT_UE4M3 || f == LB_FMT_E8M0 || f == LB_FMT_FP16 || f == LB_FMT_BF16 || f == LB_FMT_FP32;
-}
-
-/* Scale codes 0 .. 7 at codes, of a format staged_in_vectors takes, as the
- * values lb_dequantize gives: e8m0 2^(c-127), code 0 the subnormal
- * 2^-127, 0xFF NaN; ue4m3 through fp16 (a code shifted left by 7 is the
- * fp16 of its value * 2^-8, exactly), codes >= 0x7F NaN; fp16 by
- * vcvtph2ps, bf16 shifted into the upper half, fp32 as it is. Reads 8
- * codes. */
+/* Scale codes 0 .. 7 at codes as the format layer decodes them: e8m0
+ * 2^(c-127), code 0 the subnormal 2^-127, 0xFF NaN; ue4m3 through fp16 (a
+ * code shifted left by 7 is the fp16 of its value * 2^-8, exactly), codes
+ * >= 0x7F NaN; fp16 by vcvtph2ps, bf16 into the upper half, fp32 as it is. */
 INL __m256 scale8(const lb_format F, const uint8_t *codes)
 {
     if (F == LB_FMT_FP32) return _mm256_loadu_ps((const float *)(const void *)codes);
@@ -65,48 +57,32 @@ INL __m256 scale8(const lb_format F, const uint8_t *codes)
                             _mm256_castsi256_ps(_mm256_cmpgt_epi32(c, _mm256_set1_epi32(0x7E))));
 }
 
-/* The scales of rows r .. r+n-1 staged: for block scales of the formats
- * staged_in_vectors takes, without zero points, the rows back to back in
- * one pass of vectors, (s * sm) * f, and 16 zeros after (the AVX-512
- * sets' stage_rows explains why a row's last group may read into the next
- * row's scales); returns the floats from one row to the next, nb. Where a
- * NaN or infinite scale is among them, or for other layouts,
- * lb__qdot8_stage_rows: each row on its own, st apart (returned). The
- * generic staging decoded 16 at a time, the rest one by one, then scaled
- * and filled the tail in passes of their own: nvfp4 and mxfp4 decoded
- * SmolLM2 a third slower. */
-static size_t stage_avx2(const lb__qmat *m, size_t r, size_t n, float *mw, int32_t *zp)
+/* lb__qdot8_decode_fn for the scale formats of blocks (UE4M3, E8M0, fp16,
+ * bf16, fp32): decoding, the two products and the finiteness check in one
+ * pass of 8 (the format layer's decoder, the products and the check in
+ * three passes left nvfp4 decode of SmolLM2 a third slower). */
+static int decode_scales_avx2(lb_format f, const uint8_t *codes, size_t n, float a, float b, float *out)
 {
-    const size_t nb = m->blocks, st = lb__qdot8_stage_stride(m);
-    const lb_format F = m->scale_format;
-    if (staged_in_vectors(F) && !m->one_scale && m->block_rows <= 1 && nb > 1 && !m->zero_points) {
-        const size_t bytes = lb_format_bytes(F, 1); /* 1, 2 or 4: whole bytes */
-        const uint8_t *codes = m->scales + r * nb * bytes;
-        const size_t total = n * nb;
-        const float f = lb__qdot8_unit(m->element);
-        const __m256 smv = _mm256_set1_ps(m->scale_mul), fv = _mm256_set1_ps(f);
-        const __m256 big = _mm256_set1_ps(3.40282347e38f), signless = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-        __m256 bad = _mm256_setzero_ps();
-        for (size_t i = 0; i < total; i += 8) {
-            _Alignas(32) uint8_t tail[32];
-            const uint8_t *c = codes + i * bytes;
-            if (total - i < 8) { /* past the last code: 1.0 (e8m0, ue4m3) or 0 (no subnormal operand either way) */
-                memset(tail, F == LB_FMT_E8M0 ? 127 : F == LB_FMT_UE4M3 ? 0x38 : 0, sizeof tail);
-                memcpy(tail, c, (total - i) * bytes);
-                c = tail;
-            }
-            __m256 v = _mm256_mul_ps(_mm256_mul_ps(scale8(F, c), smv), fv);
-            bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v, signless), big, _CMP_NLE_UQ)); /* NaN or inf */
-            _mm256_storeu_ps(mw + i, v);
+    if (f != LB_FMT_UE4M3 && f != LB_FMT_E8M0 && f != LB_FMT_FP16 && f != LB_FMT_BF16 && f != LB_FMT_FP32) return -1;
+    const size_t bytes = lb_format_bytes(f, 1); /* 1, 2 or 4: whole bytes */
+    const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
+    const __m256 big = _mm256_set1_ps(3.40282347e38f), signless = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 bad = _mm256_setzero_ps();
+    for (size_t i = 0; i < n; i += 8) {
+        _Alignas(32) uint8_t tail[32];
+        const uint8_t *c = codes + i * bytes;
+        if (n - i < 8) { /* past the last code: 1.0 (e8m0, ue4m3) or 0 (no subnormal operand either way) */
+            memset(tail, f == LB_FMT_E8M0 ? 127 : f == LB_FMT_UE4M3 ? 0x38 : 0, sizeof tail);
+            memcpy(tail, c, (n - i) * bytes);
+            c = tail;
         }
-        if (_mm256_testz_ps(bad, bad)) {
-            _mm256_storeu_ps(mw + total, _mm256_setzero_ps());
-            _mm256_storeu_ps(mw + total + 8, _mm256_setzero_ps());
-            return nb;
-        }
+        __m256 v = _mm256_mul_ps(_mm256_mul_ps(scale8(f, c), av), bv);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v, signless), big, _CMP_NLE_UQ)); /* NaN or inf */
+        if (n - i >= 8) _mm256_storeu_ps(out + i, v);
+        else _mm256_maskstore_ps(out + i, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)),
+                                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
     }
-    lb__qdot8_stage_rows(m, LB_ISA_AVX2, scale_avx2, r, n, mw, zp);
-    return st;
+    return _mm256_testz_ps(bad, bad);
 }
 
 INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, size_t r0, size_t r1, float *y,
@@ -145,7 +121,8 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
                 if (k >= rs.len[i]) continue;
                 size_t cnt = rs.len[i] - k < stage_k ? rs.len[i] - k : stage_k;
                 lb__prefetch_scale_rows(m, m->blocks, rs.first[i] + k + 2 * stage_k, stage_k);
-                mst[i] = stage_avx2(m, rs.first[i] + k, cnt, mw + i * stage_k * st, zp + i * stage_k * st);
+                mst[i] = lb__qdot8_stage_rows(m, LB_ISA_AVX2, scale_avx2, decode_scales_avx2, rs.first[i] + k, cnt,
+                                              mw + i * stage_k * st, zp + i * stage_k * st);
             }
         const uint8_t *row[RMAX];
         const float *mwp[RMAX];

@@ -61,18 +61,18 @@ INL void run(const lb__qmat *m, const lb__act8 *a, size_t t0, const size_t nx, s
     const lb__qdot8_geom geo = lb__qdot8_geometry(m, groups, G);
     const size_t gmul = geo.gmul, gdiv = geo.gdiv, whole = geo.whole;
     uint8_t tail[RMAX][64];
-    size_t first = SIZE_MAX;
+    size_t first = SIZE_MAX, ms = st;
     for (size_t r = r0; r < r1; r += R) {
         size_t n = r1 - r < R ? r1 - r : R;
         if (first == SIZE_MAX || r + n > first + LB__QDOT8_STAGE_ROWS) {
             first = r;
             size_t k = r1 - r < LB__QDOT8_STAGE_ROWS ? r1 - r : LB__QDOT8_STAGE_ROWS;
-            lb__qdot8_stage_rows(m, LB_ISA_NEON, scale_neon, r, k, mw, zp);
+            ms = lb__qdot8_stage_rows(m, LB_ISA_NEON, scale_neon, NULL, r, k, mw, zp);
         }
         const uint8_t *row[RMAX];
         const float *mwp[RMAX];
         const int32_t *zpp[RMAX];
-        lb__qdot8_row_ptrs(m, r, n, R, first, st, mw, zp, row, mwp, zpp);
+        lb__qdot8_row_ptrs(m, r, n, R, first, st, ms, mw, zp, row, mwp, zpp);
         for (size_t i = 0; i < R; i++) {
             if (whole < groups) {
                 memset(tail[i], 0, 64);

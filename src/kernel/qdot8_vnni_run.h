@@ -250,7 +250,7 @@ static size_t stage(const int U, const lb__qmat *m, size_t r, size_t n, float *m
     const size_t st = lb__qdot8_stage_stride(m);
     size_t mst = st;
     if (m->one_scale || m->block_rows > 1 || m->blocks <= 1) {
-        lb__qdot8_stage_rows(m, LB_ISA_AVX512, scale_avx512, r, n, mw, zp);
+        mst = lb__qdot8_stage_rows(m, LB_ISA_AVX512, scale_avx512, NULL, r, n, mw, zp);
     } else {
 #define STAGE_ROWS(F) mst = stage_rows(F, 0, m, r, n, mw) /* lb__qdot8_supported takes scale formats only */
         if (m->scale_format == LB_FMT_UE4M3 && fold_ue4m3(m->scale_mul))
