@@ -81,6 +81,39 @@ void lb__rope_apply(const lb__rope *r, float *v, size_t n_heads, size_t pos)
 /* Queries per step: bounds the score block at QCHUNK x positions floats. */
 #define QCHUNK 128
 
+/* A quantized cache's K and V of one KV head, positions 0 .. total-1,
+ * decoded into the fp32 cache's panel layout (lb__kv_panel_index). V's
+ * layout keeps a position's NR values side by side, so its rows are decoded
+ * where they go, NR values at a time; K's puts a value's NR positions side
+ * by side, so NR rows are decoded into rows[NR][head_dim] first (rows has
+ * one more row, for V) and then
+ * written panel row by panel row, in order (one value at a time, scattered
+ * NR floats apart, took longer than the attention itself). The last K
+ * panel's positions past total are zeros: the products compute those
+ * lanes, and no output reads them. */
+static void decode_group(const lb__attn_job *j, size_t kvh, size_t total, float *kbuf, float *vbuf, float *rows)
+{
+    size_t hd = j->head_dim, nr = LB__MM_NR;
+    for (size_t p0 = 0; p0 < total; p0 += nr) {
+        size_t np = total - p0 < nr ? total - p0 : nr;
+        for (size_t i = 0; i < np; i++) {
+            /* quantized formats decode into the buffer given (fp32 is read in place) */
+            lb__kv_decode(j->kv, LB__KV_K, j->layer, p0 + i, kvh, rows + i * hd);
+            const float *v = lb__kv_decode(j->kv, LB__KV_V, j->layer, p0 + i, kvh, rows + nr * hd);
+            /* plain loops: a memcpy of a run's 128 bytes went through rep movs */
+            for (size_t d0 = 0; d0 < hd; d0 += nr) {
+                float *dst = vbuf + lb__kv_panel_index(LB__KV_V, hd, total, p0 + i, d0);
+                for (size_t d = 0; d < nr && d0 + d < hd; d++) dst[d] = v[d0 + d];
+            }
+        }
+        float *panel = kbuf + lb__kv_panel_index(LB__KV_K, hd, total, p0, 0);
+        for (size_t d = 0; d < hd; d++) {
+            for (size_t i = 0; i < np; i++) panel[d * nr + i] = rows[i * hd + d];
+            for (size_t i = np; i < nr; i++) panel[d * nr + i] = 0.0f;
+        }
+    }
+}
+
 /* One head's attention as two matrix products through the matmul kernels
  * (matmul.h): scores S = Q . K^T with K as a "weight" of positions x
  * head_dim in panels, then O = P . V with V^T as a weight of head_dim x
@@ -100,10 +133,10 @@ static lb_status heads(void *ctx, size_t h0, size_t h1)
     int in_place = j->kv->format == LB_FMT_FP32;
     float scale = 1.0f / sqrtf((float)hd);
     size_t kfloats = in_place ? 0 : kpanels * nr * hd, vfloats = in_place ? 0 : vpanels * nr * total;
-    float *buf = malloc((kfloats + vfloats + chunk * hd + chunk * nr + chunk * total + 2 * hd) * sizeof(float));
+    float *buf = malloc((kfloats + vfloats + chunk * hd + chunk * nr + chunk * total + (nr + 1) * hd) * sizeof(float));
     if (!buf) return lb__fail(LB_ERR_NOMEM, "attention: cannot allocate buffers for %zu positions", total);
     float *kbuf = buf, *vbuf = kbuf + kfloats, *qh = vbuf + vfloats, *oh = qh + chunk * hd, *sc = oh + chunk * nr;
-    float *krow = sc + chunk * total, *vrow = krow + hd; /* one position's K and V decoded (quantized caches) */
+    float *krows = sc + chunk * total; /* NR positions' K rows and a V row decoded (quantized caches) */
     const float *kp = kbuf, *vp = vbuf;
     size_t vstride = total * nr; /* floats from one V panel to the next */
     lb_status st = LB_OK;
@@ -115,14 +148,7 @@ static lb_status heads(void *ctx, size_t h0, size_t h1)
             vp = lb__kv_panels(j->kv, LB__KV_V, j->layer, kvh);
             vstride = j->kv->ctx * nr;
         } else if (kvh != last_kvh) { /* heads of one group share the decoded K and V */
-            memset(kbuf, 0, kfloats * sizeof *kbuf);
-            memset(vbuf, 0, vfloats * sizeof *vbuf);
-            for (size_t p = 0; p < total; p++) {
-                const float *k = lb__kv_decode(j->kv, LB__KV_K, j->layer, p, kvh, krow);
-                const float *v = lb__kv_decode(j->kv, LB__KV_V, j->layer, p, kvh, vrow);
-                for (size_t d = 0; d < hd; d++) kbuf[lb__kv_panel_index(LB__KV_K, hd, total, p, d)] = k[d];
-                for (size_t d = 0; d < hd; d++) vbuf[lb__kv_panel_index(LB__KV_V, hd, total, p, d)] = v[d];
-            }
+            decode_group(j, kvh, total, kbuf, vbuf, krows);
             last_kvh = kvh;
         }
         for (size_t t0 = 0; t0 < j->n && st == LB_OK; t0 += chunk) {
