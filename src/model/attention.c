@@ -83,22 +83,21 @@ void lb__rope_apply(const lb__rope *r, float *v, size_t n_heads, size_t pos)
 
 /* A quantized cache's K and V of one KV head, positions 0 .. total-1,
  * decoded into the fp32 cache's panel layout (lb__kv_panel_index). V's
- * layout keeps a position's NR values side by side, so its rows are decoded
- * where they go, NR values at a time; K's puts a value's NR positions side
- * by side, so NR rows are decoded into rows[NR][head_dim] first (rows has
- * one more row, for V) and then
- * written panel row by panel row, in order (one value at a time, scattered
- * NR floats apart, took longer than the attention itself). The last K
- * panel's positions past total are zeros: the products compute those
- * lanes, and no output reads them. */
+ * layout keeps a position's values side by side, NR at a time, so each V
+ * row is copied where it goes; K's puts a value's NR positions side by
+ * side, so NR positions' K rows are decoded first (rows: NR + 1 rows of
+ * head_dim floats, the last for V) and then written panel row by panel row,
+ * in order (one value at a time, scattered NR floats apart, took longer
+ * than the attention itself). The last K panel's positions past total are
+ * zeros: the products compute those lanes, and no output reads them. */
 static void decode_group(const lb__attn_job *j, size_t kvh, size_t total, float *kbuf, float *vbuf, float *rows)
 {
     size_t hd = j->head_dim, nr = LB__MM_NR;
+    const float *k[LB__MM_NR];
     for (size_t p0 = 0; p0 < total; p0 += nr) {
         size_t np = total - p0 < nr ? total - p0 : nr;
         for (size_t i = 0; i < np; i++) {
-            /* quantized formats decode into the buffer given (fp32 is read in place) */
-            lb__kv_decode(j->kv, LB__KV_K, j->layer, p0 + i, kvh, rows + i * hd);
+            k[i] = lb__kv_decode(j->kv, LB__KV_K, j->layer, p0 + i, kvh, rows + i * hd);
             const float *v = lb__kv_decode(j->kv, LB__KV_V, j->layer, p0 + i, kvh, rows + nr * hd);
             /* plain loops: a memcpy of a run's 128 bytes went through rep movs */
             for (size_t d0 = 0; d0 < hd; d0 += nr) {
@@ -106,10 +105,10 @@ static void decode_group(const lb__attn_job *j, size_t kvh, size_t total, float 
                 for (size_t d = 0; d < nr && d0 + d < hd; d++) dst[d] = v[d0 + d];
             }
         }
-        float *panel = kbuf + lb__kv_panel_index(LB__KV_K, hd, total, p0, 0);
         for (size_t d = 0; d < hd; d++) {
-            for (size_t i = 0; i < np; i++) panel[d * nr + i] = rows[i * hd + d];
-            for (size_t i = np; i < nr; i++) panel[d * nr + i] = 0.0f;
+            float *dst = kbuf + lb__kv_panel_index(LB__KV_K, hd, total, p0, d); /* positions p0 .. p0+NR-1 */
+            for (size_t i = 0; i < np; i++) dst[i] = k[i][d];
+            for (size_t i = np; i < nr; i++) dst[i] = 0.0f;
         }
     }
 }
