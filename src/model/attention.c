@@ -82,35 +82,67 @@ void lb__rope_apply(const lb__rope *r, float *v, size_t n_heads, size_t pos)
 #define QCHUNK 128
 
 /* A quantized cache's K and V of one KV head, positions 0 .. total-1,
- * decoded into the fp32 cache's panel layout (lb__kv_panel_index). V's
- * layout keeps a position's values side by side, NR at a time, so each V
- * row is copied where it goes; K's puts a value's NR positions side by
- * side, so NR positions' K rows are decoded first (rows: NR + 1 rows of
- * head_dim floats, the last for V) and then written panel row by panel row,
- * in order (one value at a time, scattered NR floats apart, took longer
- * than the attention itself). The last K panel's positions past total are
- * zeros: the products compute those lanes, and no output reads them. */
+ * decoded into the fp32 cache's panel layout (lb__kv_panel_index) for a
+ * prefill's products: K panel by panel (the cache keeps K's codes in that
+ * layout), V row by row (rows: head_dim floats), each row's runs of NR
+ * values where they go. The last K panel's lanes past total are computed
+ * by the products and read by no output. */
 static void decode_group(const lb__attn_job *j, size_t kvh, size_t total, float *kbuf, float *vbuf, float *rows)
 {
     size_t hd = j->head_dim, nr = LB__MM_NR;
-    const float *k[LB__MM_NR];
-    for (size_t p0 = 0; p0 < total; p0 += nr) {
-        size_t np = total - p0 < nr ? total - p0 : nr;
-        for (size_t i = 0; i < np; i++) {
-            k[i] = lb__kv_decode(j->kv, LB__KV_K, j->layer, p0 + i, kvh, rows + i * hd);
-            const float *v = lb__kv_decode(j->kv, LB__KV_V, j->layer, p0 + i, kvh, rows + nr * hd);
-            /* plain loops: a memcpy of a run's 128 bytes went through rep movs */
-            for (size_t d0 = 0; d0 < hd; d0 += nr) {
-                float *dst = vbuf + lb__kv_panel_index(LB__KV_V, hd, total, p0 + i, d0);
-                for (size_t d = 0; d < nr && d0 + d < hd; d++) dst[d] = v[d0 + d];
-            }
-        }
-        for (size_t d = 0; d < hd; d++) {
-            float *dst = kbuf + lb__kv_panel_index(LB__KV_K, hd, total, p0, d); /* positions p0 .. p0+NR-1 */
-            for (size_t i = 0; i < np; i++) dst[i] = k[i][d];
-            for (size_t i = np; i < nr; i++) dst[i] = 0.0f;
+    for (size_t p = 0; p * nr < total; p++) lb__kv_decode_k_panel(j->kv, j->layer, kvh, p, kbuf + p * hd * nr);
+    for (size_t t = 0; t < total; t++) {
+        const float *v = lb__kv_decode(j->kv, LB__KV_V, j->layer, t, kvh, rows);
+        /* plain loops: a memcpy of a run's 128 bytes went through rep movs */
+        for (size_t d0 = 0; d0 < hd; d0 += nr) {
+            float *dst = vbuf + lb__kv_panel_index(LB__KV_V, hd, total, t, d0);
+            for (size_t d = 0; d < nr && d0 + d < hd; d++) dst[d] = v[d0 + d];
         }
     }
+}
+
+/* Scores of one query (len of them, valid of which it sees) into its
+ * attention weights: times scale, the softmax with the max subtracted, in
+ * order; the masked ones exact zeros. */
+static void softmax_row(float *row, size_t valid, size_t len, float scale)
+{
+    float max = -INFINITY, sum = 0.0f;
+    for (size_t p = 0; p < valid; p++) {
+        row[p] *= scale;
+        if (row[p] > max) max = row[p];
+    }
+    for (size_t p = 0; p < valid; p++) {
+        row[p] = expf(row[p] - max);
+        sum += row[p];
+    }
+    float inv = 1.0f / sum;
+    for (size_t p = 0; p < valid; p++) row[p] *= inv;
+    for (size_t p = valid; p < len; p++) row[p] = 0.0f;
+}
+
+/* A decode step (one query) on a quantized cache: each run of query
+ * heads in [h0, h1) that share a KV head as the rows of two products on
+ * that head's codes in place (kernel/kvattn.h), which compute what the
+ * products below compute on the decoded values, bit for bit. */
+static lb_status decode_heads(const lb__attn_job *j, size_t h0, size_t h1)
+{
+    size_t hd = j->head_dim, group = j->n_heads / j->n_kv_heads, total = j->pos0 + 1;
+    float scale = 1.0f / sqrtf((float)hd);
+    size_t most = group < h1 - h0 ? group : h1 - h0;
+    float *sc = malloc(most * total * sizeof *sc);
+    if (!sc) return lb__fail(LB_ERR_NOMEM, "attention: cannot allocate scores for %zu positions", total);
+    lb_isa isa = lb_isa_active();
+    for (size_t h = h0; h < h1;) {
+        size_t kvh = h / group, end = (kvh + 1) * group < h1 ? (kvh + 1) * group : h1, rows = end - h;
+        lb__kv_view k = lb__kv_head_view(j->kv, LB__KV_K, j->layer, kvh);
+        lb__kv_view v = lb__kv_head_view(j->kv, LB__KV_V, j->layer, kvh);
+        lb__kv_scores(&k, j->q + h * hd, hd, rows, total, sc, total, isa);
+        for (size_t r = 0; r < rows; r++) softmax_row(sc + r * total, total, total, scale);
+        lb__kv_mix(&v, sc, total, rows, total, j->out + h * hd, hd, isa);
+        h = end;
+    }
+    free(sc);
+    return LB_OK;
 }
 
 /* One head's attention as two matrix products through the matmul kernels
@@ -126,16 +158,17 @@ static void decode_group(const lb__attn_job *j, size_t kvh, size_t total, float 
 static lb_status heads(void *ctx, size_t h0, size_t h1)
 {
     const lb__attn_job *j = ctx;
+    if (j->n == 1 && j->kv->format != LB_FMT_FP32) return decode_heads(j, h0, h1);
     size_t hd = j->head_dim, q_stride = j->n_heads * hd;
     size_t group = j->n_heads / j->n_kv_heads, total = j->pos0 + j->n, nr = LB__MM_NR;
     size_t kpanels = (total + nr - 1) / nr, vpanels = (hd + nr - 1) / nr, chunk = j->n < QCHUNK ? j->n : QCHUNK;
     int in_place = j->kv->format == LB_FMT_FP32;
     float scale = 1.0f / sqrtf((float)hd);
     size_t kfloats = in_place ? 0 : kpanels * nr * hd, vfloats = in_place ? 0 : vpanels * nr * total;
-    float *buf = malloc((kfloats + vfloats + chunk * hd + chunk * nr + chunk * total + (nr + 1) * hd) * sizeof(float));
+    float *buf = malloc((kfloats + vfloats + chunk * hd + chunk * nr + chunk * total + hd) * sizeof(float));
     if (!buf) return lb__fail(LB_ERR_NOMEM, "attention: cannot allocate buffers for %zu positions", total);
     float *kbuf = buf, *vbuf = kbuf + kfloats, *qh = vbuf + vfloats, *oh = qh + chunk * hd, *sc = oh + chunk * nr;
-    float *krows = sc + chunk * total; /* NR positions' K rows and a V row decoded (quantized caches) */
+    float *vrow = sc + chunk * total; /* a V row decoded (quantized caches) */
     const float *kp = kbuf, *vp = vbuf;
     size_t vstride = total * nr; /* floats from one V panel to the next */
     lb_status st = LB_OK;
@@ -147,7 +180,7 @@ static lb_status heads(void *ctx, size_t h0, size_t h1)
             vp = lb__kv_panels(j->kv, LB__KV_V, j->layer, kvh);
             vstride = j->kv->ctx * nr;
         } else if (kvh != last_kvh) { /* heads of one group share the decoded K and V */
-            decode_group(j, kvh, total, kbuf, vbuf, krows);
+            decode_group(j, kvh, total, kbuf, vbuf, vrow);
             last_kvh = kvh;
         }
         for (size_t t0 = 0; t0 < j->n && st == LB_OK; t0 += chunk) {
@@ -157,22 +190,7 @@ static lb_status heads(void *ctx, size_t h0, size_t h1)
             lb__packed kview = {.out = len, .in = hd, .panels = (len + nr - 1) / nr, .data = (float *)kp};
             st = lb__matmul(qh, rows, &kview, sc, 1);
             if (st != LB_OK) break;
-            for (size_t t = 0; t < rows; t++) {
-                float *row = sc + t * len;
-                size_t valid = j->pos0 + t0 + t + 1;
-                float max = -INFINITY, sum = 0.0f;
-                for (size_t p = 0; p < valid; p++) {
-                    row[p] *= scale;
-                    if (row[p] > max) max = row[p];
-                }
-                for (size_t p = 0; p < valid; p++) {
-                    row[p] = expf(row[p] - max);
-                    sum += row[p];
-                }
-                float inv = 1.0f / sum;
-                for (size_t p = 0; p < valid; p++) row[p] *= inv;
-                for (size_t p = valid; p < len; p++) row[p] = 0.0f;
-            }
+            for (size_t t = 0; t < rows; t++) softmax_row(sc + t * len, j->pos0 + t0 + t + 1, len, scale);
             /* V^T panel by panel: each a weight of up to NR outputs over
              * the first len positions, read where it lies */
             for (size_t pn = 0; pn < vpanels && st == LB_OK; pn++) {

@@ -38,8 +38,11 @@ typedef struct lb__attn_job {
  * 0 .. pos0 + t. Scores q.k / sqrt(head_dim) and the softmax (max
  * subtracted) in fp32; query head h reads kv head h / (n_heads /
  * n_kv_heads). A quantized cache is read as its fp32 values (code times
- * scale, lb__kv_row), then the same arithmetic: the result is bit-identical
- * to an fp32 cache holding those values. Split over heads; each head's
+ * scale, lb__kv_decode), then the same arithmetic: the result is
+ * bit-identical to an fp32 cache holding those values. A decode step (n =
+ * 1) on a quantized cache reads its codes in place (kernel/kvattn.h), the
+ * query heads of a KV head as the rows of one product; a prefill decodes
+ * them into fp32 panels once per KV head. Split over heads; each head's
  * arithmetic is the same for any thread count and for a prefill or a
  * token-by-token decode. */
 lb_status lb__attention(const lb__attn_job *j, int threads);

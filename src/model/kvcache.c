@@ -76,11 +76,26 @@ lb_status lb__kv_init(lb__kvcache *c, lb_format f, size_t layers, size_t ctx, si
         }
         return LB_OK; /* calloc: the padding reads as 0; pages no sequence reaches stay untouched */
     }
+    /* per (layer, kv head): K in panels of NR positions, V row by row, each
+     * scale array over ctx rounded up to whole panels (the products load a
+     * panel's NR scales at once); zero-filled, so positions never stored
+     * read as zeros */
+    size_t nr = LB__MM_NR, heads = layers * kv_heads;
+    uint64_t ctxp = ((uint64_t)ctx + nr - 1) / nr * nr, kbytes, all;
+    int ok = lb__mul_u64_checked(ctxp / nr * lb_format_bytes(f, nr), head_dim, &kbytes) &&
+             lb__mul_u64_checked(kbytes + bytes / (heads ? heads : 1), heads, &all) && all < SIZE_MAX / 2 &&
+             lb__mul_u64_checked(ctxp, (uint64_t)heads * sizeof(float), &all) && all < SIZE_MAX / 2;
+    if (!ok)
+        return lb__fail(LB_ERR_ARG, "KV cache of %zu layers x %zu positions x %zu x %zu values overflows", layers, ctx,
+                        kv_heads, head_dim);
+    c->head_bytes[LB__KV_K] = (size_t)kbytes;
+    c->head_bytes[LB__KV_V] = ctx * c->row_bytes;
+    c->scale_stride = (size_t)ctxp;
     for (int w = 0; w < 2; w++) {
-        c->codes[w] = malloc(bytes ? bytes : 1); /* never a zero-byte malloc */
-        if (!c->codes[w]) goto nomem;
-        if (scaled(f) && !(c->scales[w] = malloc((rows ? rows : 1) * sizeof(float)))) goto nomem;
+        if (!(c->codes[w] = calloc(heads * c->head_bytes[w] + 1, 1))) goto nomem; /* + 1: never a zero-byte calloc */
+        if (scaled(f) && !(c->scales[w] = calloc(heads * c->scale_stride + 1, sizeof(float)))) goto nomem;
     }
+    if (!(c->row = malloc(c->row_bytes + 1))) goto nomem;
     if (scaled(f)) {
         const lb_format_info *fi = lb_format_get(f);
         c->max = (float)fi->max_finite;
@@ -111,7 +126,9 @@ lb_status lb__kv_set_static(lb__kvcache *c, size_t layer, float k_scale, float v
 void lb__kv_free(lb__kvcache *c)
 {
     free(c->fixed);
+    free(c->row);
     c->fixed = NULL;
+    c->row = NULL;
     for (int w = 0; w < 2; w++) {
         free(c->codes[w]);
         free(c->scales[w]);
@@ -124,14 +141,41 @@ size_t lb__kv_bytes(const lb__kvcache *c)
 {
     if (c->format == LB_FMT_FP32)
         return c->layers * c->kv_heads * (c->panel_floats[LB__KV_K] + c->panel_floats[LB__KV_V]) * sizeof(float);
-    size_t rows = c->layers * c->ctx * c->kv_heads;
-    return 2 * rows * (c->row_bytes + (c->scales[0] ? sizeof(float) : 0));
+    size_t heads = c->layers * c->kv_heads, scales = c->scales[0] ? 2 * c->scale_stride * sizeof(float) : 0;
+    return heads * (c->head_bytes[LB__KV_K] + c->head_bytes[LB__KV_V] + scales);
 }
 
-/* The row index of (layer, pos, head) in codes and scales. */
-static size_t row_index(const lb__kvcache *c, size_t layer, size_t pos, size_t head)
+/* Where (layer, head)'s scales start in scales[w], and its codes in codes[w]. */
+static size_t scale_base(const lb__kvcache *c, size_t layer, size_t head)
 {
-    return (layer * c->ctx + pos) * c->kv_heads + head;
+    return (layer * c->kv_heads + head) * c->scale_stride;
+}
+static uint8_t *head_codes(const lb__kvcache *c, int which, size_t layer, size_t head)
+{
+    return c->codes[which] + (layer * c->kv_heads + head) * c->head_bytes[which];
+}
+
+/* K: a position's row of codes (as encoded, row_bytes) into its lane of
+ * the panels: code d to row d of its panel, lane pos % NR. */
+static void scatter_k(const lb__kvcache *c, const uint8_t *row, uint8_t *panels, size_t pos)
+{
+    size_t nr = LB__MM_NR, hd = c->head_dim, pr = lb_format_bytes(c->format, nr), lane = pos % nr;
+    uint8_t *dst = panels + pos / nr * hd * pr;
+    switch (lb_format_get(c->format)->bits) {
+    case 4:
+        for (size_t d = 0; d < hd; d++) {
+            uint8_t *b = dst + d * pr + lane / 2;
+            unsigned shift = lane % 2 * 4;
+            *b = (uint8_t)((*b & ~(0x0Fu << shift)) | ((row[d / 2] >> (d % 2 * 4)) & 0x0Fu) << shift);
+        }
+        break;
+    case 8:
+        for (size_t d = 0; d < hd; d++) dst[d * pr + lane] = row[d];
+        break;
+    default: /* 16 */
+        for (size_t d = 0; d < hd; d++) memcpy(dst + d * pr + 2 * lane, row + 2 * d, 2);
+        break;
+    }
 }
 
 /* bf16 / fp16: round each value saturating, then put infinities back (the
@@ -200,82 +244,20 @@ void lb__kv_store(lb__kvcache *c, size_t layer, size_t pos, size_t n, const floa
     lb__fenv_begin(&g);
     for (size_t t = 0; t < n; t++)
         for (size_t h = 0; h < c->kv_heads; h++) {
-            size_t r = row_index(c, layer, pos + t, h);
+            size_t r = scale_base(c, layer, h) + pos + t;
             for (int w = 0; w < 2; w++) {
                 const float *x = src[w] + t * kv_dim + h * hd;
-                uint8_t *dst = c->codes[w] + r * c->row_bytes;
+                uint8_t *codes = head_codes(c, w, layer, h);
+                /* V: straight into its row; K: a row first, then into the panels */
+                uint8_t *dst = w == LB__KV_V ? codes + (pos + t) * c->row_bytes : c->row;
                 float fixed = c->fixed ? c->fixed[2 * layer + w] : 0.0f;
                 if (c->scales[w]) store_scaled(c, enc, x, dst, &c->scales[w][r], fixed);
                 else store_plain(c, enc, x, dst);
+                if (w == LB__KV_K) scatter_k(c, dst, codes, pos + t);
             }
         }
     lb__fenv_end(&g);
 }
-
-/* Code d of a 16-bit row (little-endian, as lb__store_code writes it). */
-static inline uint32_t load16(const uint8_t *src, size_t d)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    uint16_t h;
-    memcpy(&h, src + 2 * d, 2); /* one load: lets the row loops vectorize */
-    return h;
-#else
-    return (uint32_t)src[2 * d] | (uint32_t)src[2 * d + 1] << 8;
-#endif
-}
-
-/* Each code's exact value, element by element: the reference the row
- * loops below apply. None rounds, so neither the rounding mode nor
- * FTZ/DAZ can change a value (a subnormal is an exact integer times a
- * power of two whose product is a normal fp32 number, or +0). Each is
- * branch-free so that gcc and clang vectorize the loops. */
-
-/* bf16: the code is the high half of an fp32. */
-static inline float bf16_value(uint32_t h) { return lb__f32_from_bits(h << 16); }
-
-/* cond ? a : b by masks: a and b both computed, so gcc keeps a floating-
- * point operation for a in the loop body rather than sinking it under the
- * condition, where it would not if-convert (speculate) it, and the loop
- * would stay scalar. */
-static inline uint32_t pick(int cond, uint32_t a, uint32_t b)
-{
-    uint32_t m = 0u - (uint32_t)cond;
-    return (a & m) | (b & ~m);
-}
-
-/* binary16 to binary32: the exponent rebiased by 112; infinity and NaN
- * (exponent 31) rebiased by 112 more, keeping the mantissa; subnormals
- * (exponent 0) are m x 2^-24. */
-static inline float half_value(uint32_t h)
-{
-    uint32_t sign = (h & 0x8000u) << 16, o = (h & 0x7FFFu) << 13, e = o & 0x0F800000u;
-    o += (e == 0x0F800000u ? 224u : 112u) << 23;
-    uint32_t sub = lb__f32_bits((float)(int32_t)(h & 0x3FFu) * 0x1p-24f);
-    return lb__f32_from_bits(pick(e == 0, sub, o) | sign);
-}
-
-/* fp8_e5m2 is the top byte of a binary16 (same exponent, 2 of its 10
- * mantissa bits). */
-static inline float e5m2_value(uint32_t c) { return half_value(c << 8); }
-
-/* fp8_e4m3 (bias 7, no infinities, S.1111.111 NaN): the exponent rebiased
- * by 120; subnormals m x 2^-9; NaN as nan_bits (the codec's positive NaN,
- * from lut) with the code's sign. (The cache itself never stores a NaN
- * code -- a vector with NaN gets zero codes and a NaN scale -- but the
- * decode stays exact for every code.) */
-static inline float e4m3_value(uint32_t c, uint32_t nan_bits)
-{
-    uint32_t mag = c & 0x7Fu, sign = (c & 0x80u) << 24;
-    uint32_t u = (mag << 20) + (120u << 23), sub = lb__f32_bits((float)(int32_t)mag * 0x1p-9f);
-    return lb__f32_from_bits(pick(mag == 0x7F, nan_bits, pick(mag < 8, sub, u)) | sign);
-}
-
-/* Two's complement integers of 8 and 4 bits. */
-static inline float int8_value(uint32_t c) { return (float)((int32_t)(c ^ 0x80u) - 0x80); }
-static inline float int4_value(uint32_t c) { return (float)((int32_t)(c ^ 0x8u) - 0x8); }
-
-/* Code d of a row. */
-static inline uint32_t nibble(const uint8_t *src, size_t d) { return (src[d / 2] >> (d % 2 * 4)) & 0x0Fu; }
 
 /* Values per block of the row loops. gcc -O2 vectorizes only loops of a
  * constant trip count that no aliasing check guards ("very cheap" cost
@@ -283,46 +265,85 @@ static inline uint32_t nibble(const uint8_t *src, size_t d) { return (src[d / 2]
  * the rest of a row element by element with the same function. */
 #define BLOCK 16
 
-/* ROW(value of code j): buf[0..hd), BLOCK values at a time, then the rest. */
-#define ROW(VALUE)                                                   \
-    do {                                                             \
-        size_t d = 0;                                                \
-        for (; d + BLOCK <= hd; d += BLOCK)                          \
-            for (size_t j = d; j < d + BLOCK; j++) buf[j] = (VALUE); \
-        for (size_t j = d; j < hd; j++) buf[j] = (VALUE);            \
+/* ROW(value of code j, times S(j)): buf[0..n), BLOCK values at a time,
+ * then the rest. */
+#define ROW(VALUE)                                                  \
+    do {                                                            \
+        size_t d = 0;                                               \
+        for (; d + BLOCK <= n; d += BLOCK)                          \
+            for (size_t j = d; j < d + BLOCK; j++) buf[j] = VALUE;  \
+        for (size_t j = d; j < n; j++) buf[j] = VALUE;              \
     } while (0)
 
-static void row_bf16(const uint8_t *restrict src, size_t hd, float *restrict buf) { ROW(bf16_value(load16(src, j))); }
-static void row_fp16(const uint8_t *restrict src, size_t hd, float *restrict buf) { ROW(half_value(load16(src, j))); }
-
-/* The scaled formats: value x s, one fp32 rounding (a NaN scale makes
- * every value NaN). */
-static void row_e4m3(const uint8_t *restrict src, size_t hd, float s, uint32_t nan_bits, float *restrict buf)
-{
-    ROW(e4m3_value(src[j], nan_bits) * s);
-}
-static void row_e5m2(const uint8_t *restrict src, size_t hd, float s, float *restrict buf)
-{
-    ROW(e5m2_value(src[j]) * s);
-}
-static void row_int8(const uint8_t *restrict src, size_t hd, float s, float *restrict buf)
-{
-    ROW(int8_value(src[j]) * s);
-}
-static void row_int4(const uint8_t *restrict src, size_t hd, float s, float *restrict buf)
-{
-    size_t d = 0;
-    for (; d + 2 * BLOCK <= hd; d += 2 * BLOCK) {
-        /* the nibbles spread to bytes first: two plain loops that vectorize,
-         * where one that converts nibble by nibble does not */
-        uint8_t t[2 * BLOCK];
-        for (size_t b = 0; b < BLOCK; b++) {
-            t[2 * b] = src[d / 2 + b] & 0x0Fu;
-            t[2 * b + 1] = src[d / 2 + b] >> 4;
-        }
-        for (size_t j = 0; j < 2 * BLOCK; j++) buf[d + j] = int4_value(t[j]) * s;
+/* Per format, a V row (n values, one scale s) and a K panel row (NR
+ * positions' values of one d, scale sc[j] for lane j): value x scale, one
+ * fp32 rounding (a NaN scale makes the values NaN); bf16 and fp16 have no
+ * scale. int4 spreads its nibbles to bytes first: plain loops that
+ * vectorize, where converting nibble by nibble does not. */
+#define DECODERS(name, VALUE, TIMES_ROW, TIMES_LANE)                                                 \
+    static void row_##name(const uint8_t *restrict src, size_t n, float s, uint32_t nan_bits,             \
+                           float *restrict buf)                                                           \
+    {                                                                                                     \
+        (void)s, (void)nan_bits;                                                                          \
+        ROW(VALUE(src, j) TIMES_ROW);                                                                     \
+    }                                                                                                     \
+    static void lanes_##name(const uint8_t *restrict src, const float *restrict sc, uint32_t nan_bits,    \
+                             float *restrict buf)                                                         \
+    {                                                                                                     \
+        (void)sc, (void)nan_bits;                                                                         \
+        for (size_t j = 0; j < LB__MM_NR; j++) buf[j] = VALUE(src, j) TIMES_LANE;                         \
     }
-    for (size_t j = d; j < hd; j++) buf[j] = int4_value(nibble(src, j)) * s;
+#define BF16(src, j) lb__kv_bf16_value(lb__kv_code16(src, j))
+#define FP16(src, j) lb__kv_half_value(lb__kv_code16(src, j))
+#define E4M3(src, j) lb__kv_e4m3_value(src[j], nan_bits)
+#define E5M2(src, j) lb__kv_e5m2_value(src[j])
+#define INT8(src, j) lb__kv_int8_value(src[j])
+#define INT4(src, j) lb__kv_int4_value(src[j]) /* src: one code per byte */
+DECODERS(bf16, BF16, , )
+DECODERS(fp16, FP16, , )
+DECODERS(e4m3, E4M3, *s, *sc[j])
+DECODERS(e5m2, E5M2, *s, *sc[j])
+DECODERS(int8, INT8, *s, *sc[j])
+DECODERS(int4_bytes, INT4, *s, *sc[j])
+
+/* 4-bit codes spread to one per byte, n of them (at most PIECE). */
+static void spread_nibbles(const uint8_t *restrict src, size_t n, uint8_t *restrict dst)
+{
+    for (size_t b = 0; b < n / 2; b++) {
+        dst[2 * b] = src[b] & 0x0Fu;
+        dst[2 * b + 1] = src[b] >> 4;
+    }
+    if (n % 2) dst[n - 1] = src[n / 2] & 0x0Fu;
+}
+
+/* n values of a run of codes, times s (a row) or sc[j] (a panel row, n =
+ * NR; sc NULL: a row). */
+static void decode_run(const lb__kvcache *c, const uint8_t *src, size_t n, float s, const float *sc, float *buf)
+{
+    uint32_t nan_bits = lb__f32_bits(c->lut[0x7F]);
+    switch (c->format) {
+    case LB_FMT_BF16: sc ? lanes_bf16(src, sc, 0, buf) : row_bf16(src, n, 1.0f, 0, buf); break;
+    case LB_FMT_FP16: sc ? lanes_fp16(src, sc, 0, buf) : row_fp16(src, n, 1.0f, 0, buf); break;
+    case LB_FMT_FP8_E4M3: sc ? lanes_e4m3(src, sc, nan_bits, buf) : row_e4m3(src, n, s, nan_bits, buf); break;
+    case LB_FMT_FP8_E5M2: sc ? lanes_e5m2(src, sc, 0, buf) : row_e5m2(src, n, s, 0, buf); break;
+    case LB_FMT_INT8: sc ? lanes_int8(src, sc, 0, buf) : row_int8(src, n, s, 0, buf); break;
+    case LB_FMT_INT4:
+        for (size_t d0 = 0; d0 < n; d0 += PIECE) { /* PIECE even: each piece starts on a byte */
+            uint8_t t[PIECE];
+            size_t len = n - d0 < PIECE ? n - d0 : PIECE;
+            spread_nibbles(src + d0 / 2, len, t);
+            if (sc) lanes_int4_bytes(t, sc, 0, buf);
+            else row_int4_bytes(t, len, s, 0, buf + d0);
+        }
+        break;
+    case LB_FMT_FP32: /* its own layout: read by the callers */
+    /* lb__kv_format_check refuses the rest before a cache exists; NaN, never another format's values */
+    case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3: case LB_FMT_FP6_E3M2:
+    case LB_FMT_FP4_E2M1: case LB_FMT_E8M0: case LB_FMT_UE4M3: case LB_FMT_UINT8: case LB_FMT_UINT4:
+    case LB_FMT_COUNT:
+        for (size_t j = 0; j < n; j++) buf[j] = NAN;
+        break;
+    }
 }
 
 const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t pos, size_t head, float *buf)
@@ -333,23 +354,33 @@ const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t
         for (size_t d = 0; d < hd; d++) buf[d] = panels[lb__kv_panel_index(which, hd, c->ctx, pos, d)];
         return buf;
     }
-    size_t r = row_index(c, layer, pos, head);
-    const uint8_t *src = c->codes[which] + r * c->row_bytes;
-    float s = c->scales[which] ? c->scales[which][r] : 1.0f; /* read by the scaled formats only */
-    switch (c->format) {
-    case LB_FMT_BF16: row_bf16(src, hd, buf); break;
-    case LB_FMT_FP16: row_fp16(src, hd, buf); break;
-    case LB_FMT_FP8_E4M3: row_e4m3(src, hd, s, lb__f32_bits(c->lut[0x7F]), buf); break;
-    case LB_FMT_FP8_E5M2: row_e5m2(src, hd, s, buf); break;
-    case LB_FMT_INT8: row_int8(src, hd, s, buf); break;
-    case LB_FMT_INT4: row_int4(src, hd, s, buf); break;
-    case LB_FMT_FP32: break; /* gathered above */
-    /* lb__kv_format_check refuses the rest before a cache exists; NaN, never another format's values */
-    case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3: case LB_FMT_FP6_E3M2:
-    case LB_FMT_FP4_E2M1: case LB_FMT_E8M0: case LB_FMT_UE4M3: case LB_FMT_UINT8: case LB_FMT_UINT4:
-    case LB_FMT_COUNT:
-        for (size_t j = 0; j < hd; j++) buf[j] = NAN;
-        break;
+    float s = c->scales[which] ? c->scales[which][scale_base(c, layer, head) + pos] : 1.0f;
+    const uint8_t *codes = head_codes(c, which, layer, head);
+    if (which == LB__KV_V) {
+        decode_run(c, codes + pos * c->row_bytes, hd, s, NULL, buf);
+        return buf;
     }
+    /* K: the position's lane of each panel row */
+    size_t nr = LB__MM_NR, pr = lb_format_bytes(c->format, nr);
+    const uint8_t *panel = codes + pos / nr * hd * pr;
+    uint32_t nan_bits = lb__f32_bits(c->lut[0x7F]);
+    for (size_t d = 0; d < hd; d++) buf[d] = lb__kv_value(c->format, panel + d * pr, pos % nr, s, nan_bits);
     return buf;
+}
+
+void lb__kv_decode_k_panel(const lb__kvcache *c, size_t layer, size_t head, size_t panel, float *dst)
+{
+    size_t nr = LB__MM_NR, hd = c->head_dim, pr = lb_format_bytes(c->format, nr);
+    const uint8_t *src = head_codes(c, LB__KV_K, layer, head) + panel * hd * pr;
+    static const float ones[LB__MM_NR]; /* bf16, fp16: no scale (the decoders ignore it) */
+    const float *sc = c->scales[LB__KV_K] ? c->scales[LB__KV_K] + scale_base(c, layer, head) + panel * nr : ones;
+    for (size_t d = 0; d < hd; d++) decode_run(c, src + d * pr, nr, 1.0f, sc, dst + d * nr);
+}
+
+lb__kv_view lb__kv_head_view(const lb__kvcache *c, int which, size_t layer, size_t head)
+{
+    lb__kv_view v = {.format = c->format, .codes = head_codes(c, which, layer, head), .head_dim = c->head_dim,
+                     .stride = c->row_bytes, .nan_bits = lb__f32_bits(c->lut[0x7F])};
+    if (c->scales[which]) v.scales = c->scales[which] + scale_base(c, layer, head);
+    return v;
 }

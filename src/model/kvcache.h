@@ -31,9 +31,18 @@
  *                   vector holding NaN or infinity gets a NaN scale and
  *                   zero codes, so every value of it reads back as NaN:
  *                   the cache never turns them into numbers. int4 packs two
- *                   codes per byte, element 2i in the low nibble; each
- *                   head's codes start on a byte (odd head_dim: the last
- *                   high nibble is 0).
+ *                   codes per byte, element 2i in the low nibble.
+ *
+ *                   Layout, per (layer, kv head), for decode attention to
+ *                   read the codes in place (kernel/kvattn.h): V one row
+ *                   of head_dim codes per position (row_bytes each; odd
+ *                   head_dim: the last high nibble is 0); K in panels of
+ *                   NR positions, like the fp32 cache's, panel i holding
+ *                   for each d the codes of positions i*NR .. i*NR+NR-1
+ *                   side by side (lb_format_bytes(format, NR) bytes; int4:
+ *                   position 2j in the low nibble); the K and V scales
+ *                   one per position, ctx rounded up to whole panels.
+ *                   Positions never stored hold zero codes and scales.
  *
  * Saturations are counted (saturated, of values stored, both 0 for fp32):
  * a finite value (after the scale) at or beyond the midpoint between the
@@ -53,6 +62,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernel/kvattn.h"
 #include "kernel/matmul.h"
 #include "lowbit.h"
 
@@ -62,9 +72,12 @@ typedef struct lb__kvcache {
     lb_format format;
     size_t layers, ctx, kv_heads, head_dim;
     size_t row_bytes;     /* bytes of one head's codes */
-    uint8_t *codes[2];    /* K, V: [layer][ctx][kv_heads][row_bytes]; fp32: the panels above */
+    uint8_t *codes[2];    /* K, V: [layer][kv_heads][head_bytes] laid out as above; fp32: the panels above */
     size_t panel_floats[2]; /* fp32: floats of one (layer, kv head)'s K and V panels */
-    float *scales[2];     /* [layer][ctx][kv_heads]; NULL for fp32, bf16, fp16 */
+    size_t head_bytes[2]; /* the other formats: bytes of one (layer, kv head)'s K and V codes */
+    float *scales[2];     /* [layer][kv_heads][scale_stride]; NULL for fp32, bf16, fp16 */
+    size_t scale_stride;  /* ctx rounded up to whole panels of NR */
+    uint8_t *row;         /* room for one K row's codes before they go to their panel lane */
     float max;            /* M above, 0 without a scale */
     float lut[256];       /* 8- and 4-bit formats: the exact value of each code */
     float sat_limit;      /* magnitudes from here on saturate (see above); +inf for fp32 */
@@ -97,6 +110,16 @@ void lb__kv_store(lb__kvcache *c, size_t layer, size_t pos, size_t n, const floa
 /* One head's K (which = LB__KV_K) or V row at a position decoded to fp32
  * into buf (head_dim floats); returns buf. Any format, fp32 included. */
 const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t pos, size_t head, float *buf);
+
+/* Quantized formats: K panel `panel` of (layer, kv head) decoded into dst
+ * in the fp32 panel layout (head_dim x NR floats: value d of position
+ * panel*NR + j at d*NR + j), each value as lb__kv_decode gives it (lanes
+ * never stored: 0). */
+void lb__kv_decode_k_panel(const lb__kvcache *c, size_t layer, size_t head, size_t panel, float *dst);
+
+/* Quantized formats: (layer, kv head)'s K (which = LB__KV_K) or V codes
+ * as the decode attention kernels read them in place. */
+lb__kv_view lb__kv_head_view(const lb__kvcache *c, int which, size_t layer, size_t head);
 
 /* Where value d of position p lies in one (layer, kv head)'s K panels
  * (which = LB__KV_K) or V panels (LB__KV_V) holding `positions` positions
