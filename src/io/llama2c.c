@@ -61,7 +61,11 @@ static lb_status check_header(const int32_t h[7], const char *what, lb_arch *a, 
     a->vocab_size = v[5], a->max_seq_len = v[6];
     a->head_dim = v[0] / v[3];
     a->rope_theta = 10000.0; /* run.c's fixed base */
-    a->norm_eps = 1e-5;      /* run.c's rmsnorm */
+    /* run.c's rmsnorm adds the float 1e-5f; as a double it is also what a
+     * GGUF written from this model carries (the key is an f32), so the
+     * two evaluate the same model (1e-5 itself flipped the rounding of a
+     * row's norm scale about once in a few thousand rows) */
+    a->norm_eps = 1e-5f;
     a->rope_layout = LB_ROPE_ADJACENT;
     *shared = h[5] > 0;
     a->tied_embeddings = *shared;
