@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernel/matmul.h"
+#include "kernel/softmax.h"
 #include "util/error.h"
 #include "util/parallel.h"
 
@@ -101,25 +102,6 @@ static void decode_group(const lb__attn_job *j, size_t kvh, size_t total, float 
     }
 }
 
-/* Scores of one query (len of them, valid of which it sees) into its
- * attention weights: times scale, the softmax with the max subtracted, in
- * order; the masked ones exact zeros. */
-static void softmax_row(float *row, size_t valid, size_t len, float scale)
-{
-    float max = -INFINITY, sum = 0.0f;
-    for (size_t p = 0; p < valid; p++) {
-        row[p] *= scale;
-        if (row[p] > max) max = row[p];
-    }
-    for (size_t p = 0; p < valid; p++) {
-        row[p] = expf(row[p] - max);
-        sum += row[p];
-    }
-    float inv = 1.0f / sum;
-    for (size_t p = 0; p < valid; p++) row[p] *= inv;
-    for (size_t p = valid; p < len; p++) row[p] = 0.0f;
-}
-
 /* A decode step (one query) on a quantized cache: each run of query
  * heads in [h0, h1) that share a KV head as the rows of two products on
  * that head's codes in place (kernel/kvattn.h), which compute what the
@@ -137,7 +119,7 @@ static lb_status decode_heads(const lb__attn_job *j, size_t h0, size_t h1)
         lb__kv_view k = lb__kv_head_view(j->kv, LB__KV_K, j->layer, kvh);
         lb__kv_view v = lb__kv_head_view(j->kv, LB__KV_V, j->layer, kvh);
         lb__kv_scores(&k, j->q + h * hd, hd, rows, total, sc, total, isa);
-        for (size_t r = 0; r < rows; r++) softmax_row(sc + r * total, total, total, scale);
+        for (size_t r = 0; r < rows; r++) lb__softmax(sc + r * total, total, total, scale, isa);
         lb__kv_mix(&v, sc, total, rows, total, j->out + h * hd, hd, isa);
         h = end;
     }
@@ -190,7 +172,7 @@ static lb_status heads(void *ctx, size_t h0, size_t h1)
             lb__packed kview = {.out = len, .in = hd, .panels = (len + nr - 1) / nr, .data = (float *)kp};
             st = lb__matmul(qh, rows, &kview, sc, 1);
             if (st != LB_OK) break;
-            for (size_t t = 0; t < rows; t++) softmax_row(sc + t * len, j->pos0 + t0 + t + 1, len, scale);
+            for (size_t t = 0; t < rows; t++) lb__softmax(sc + t * len, j->pos0 + t0 + t + 1, len, scale, lb_isa_active());
             /* V^T panel by panel: each a weight of up to NR outputs over
              * the first len positions, read where it lies */
             for (size_t pn = 0; pn < vpanels && st == LB_OK; pn++) {

@@ -98,11 +98,16 @@ def test_ct_nvfp4_divisors_agree_to_rounding(work):
     """compressed-tensors stores NVFP4 tensor scales as divisors (1 / lowbit's
     multiplier in fp32), which cannot always carry the multiplier back bit for
     bit: the reader takes the nearest multiplier whose reciprocal is the
-    divisor. Close, and the activations are still simulated."""
+    divisor. Close, and the activations are still simulated. On 16 windows:
+    W4A4 on this 64-wide model over the 2 windows of the other tests moves
+    by up to 10% from a last-bit change anywhere upstream (the scalar build,
+    a new softmax), more than the divisors do."""
     ck = checkpoint(work, "compressed-tensors", "--scheme", "NVFP4")
-    scheme = ppl(work, work / "src", "--scheme", "NVFP4", "--kv", "fp8", "--calib", work / "calib.txt", *CALIB_TOKENS)
-    engine = ppl(work, ck)["ppl"]
-    weights = ppl(work, ck, "--weights-only")["ppl"]
+    more = ["--chunks", 16]
+    scheme = ppl(work, work / "src", "--scheme", "NVFP4", "--kv", "fp8", "--calib", work / "calib.txt", *CALIB_TOKENS,
+                 *more)
+    engine = ppl(work, ck, *more)["ppl"]
+    weights = ppl(work, ck, "--weights-only", *more)["ppl"]
     assert abs(engine / scheme["ppl"] - 1) < 0.05, (engine, scheme["ppl"])
     assert abs(engine - scheme["ppl"]) < abs(weights - scheme["ppl"])
 

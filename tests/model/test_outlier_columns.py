@@ -235,6 +235,20 @@ def test_selected_columns_are_the_features_above_the_threshold():
 
 
 def test_w8a8_quantizes_only_the_rest_of_each_input():
+    # On the scalar set: the per-token int8 codes are then those of the
+    # float64 probe (logits within 1e-5), so the check sees the
+    # decomposition. With the vector sets' fused fp32 products a last-bit
+    # difference flips a code near a rounding boundary now and then, and on
+    # this 64-wide model one flip moved the logits by 0.03 to 0.18 (the
+    # decompositions are 0.35-0.41 apart), depending on rounding elsewhere.
+    lb.set_isa(0)
+    try:
+        w8a8_rest_only()
+    finally:
+        lb.set_isa(lb.lib.lb_isa_detected())
+
+
+def w8a8_rest_only():
     rec = record_absmax(TOKENS)
     threshold = float(np.quantile(np.concatenate([rec[n] for n in all_proj()]), 0.95))
     w = source_weights()
@@ -265,7 +279,7 @@ def test_w8a8_quantizes_only_the_rest_of_each_input():
     # the same decomposition, but the per-token scales from the whole input (outliers included)
     unzeroed = SplitProbe(w, split, "int8:token:range=restricted", zero_rest=False).forward(TOKENS)
     err = np.abs(got - want).max()
-    assert err < 0.2 * np.abs(unzeroed - want).max(), err
+    assert err < 1e-3 and err < 0.2 * np.abs(unzeroed - want).max(), err
     assert np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.9999
 
 

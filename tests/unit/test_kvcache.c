@@ -23,6 +23,7 @@
 #include "lowbit.h"
 #include "model/attention.h"
 #include "kernel/matmul.h"
+#include "kernel/softmax.h"
 #include "model/kvcache.h"
 
 static const lb_format formats[] = {LB_FMT_FP32,     LB_FMT_BF16, LB_FMT_FP16, LB_FMT_FP8_E4M3,
@@ -434,7 +435,7 @@ static void ref_attention(int fused, const float *q, const float *k, const float
         for (size_t h = 0; h < heads; h++) {
             const float *qh = q + (t * heads + h) * hd;
             size_t kvh = h / group, valid = pos0 + t + 1;
-            float max = -INFINITY, sum = 0.0f;
+            float max = -INFINITY, lane[16] = {0};
             for (size_t j = 0; j < valid; j++) {
                 const float *kr = k + (j * kv_heads + kvh) * hd;
                 float s = 0.0f;
@@ -442,11 +443,15 @@ static void ref_attention(int fused, const float *q, const float *k, const float
                 p[j] = s * scale;
                 if (p[j] > max) max = p[j];
             }
+            /* softmax.h: lb__exp (test_softmax checks it against exp), the
+             * sum in 16 lanes, then lane i + i+8, i + i+4, i + i+2, i + i+1 */
             for (size_t j = 0; j < valid; j++) {
-                p[j] = expf(p[j] - max);
-                sum += p[j];
+                p[j] = lb__exp(p[j] - max);
+                lane[j % 16] += p[j];
             }
-            float inv = 1.0f / sum;
+            for (size_t w = 8; w > 0; w /= 2)
+                for (size_t i = 0; i < w; i++) lane[i] = lane[i] + lane[i + w];
+            float inv = 1.0f / lane[0];
             for (size_t j = 0; j < valid; j++) p[j] *= inv;
             for (size_t d = 0; d < hd; d++) {
                 float o = 0.0f;
