@@ -50,6 +50,14 @@ void lb__kv_scores(const lb__kv_view *k, const float *q, size_t ldq, size_t mr, 
 void lb__kv_mix(const lb__kv_view *v, const float *p, size_t ldp, size_t mr, size_t len, float *o, size_t ldo,
                 lb_isa isa);
 
+/* Bits of a cache format's code and whether it has a scale, as constants
+ * the vector kernels fold (lb_format_get(f)->bits is a table read). */
+static inline unsigned lb__kv_code_bits(lb_format f)
+{
+    return f == LB_FMT_INT4 ? 4 : f == LB_FMT_BF16 || f == LB_FMT_FP16 ? 16 : 8;
+}
+static inline int lb__kv_has_scale(lb_format f) { return f != LB_FMT_BF16 && f != LB_FMT_FP16; }
+
 /* The vector sets (kvattn_avx512.c, kvattn_avx2.c); .scores NULL where
  * not compiled. lb__kv_scores and lb__kv_mix call them with at most
  * LB__KV_ROWS rows at a time (the sums they keep in registers). */

@@ -11,8 +11,6 @@
 
 #define AI static inline __attribute__((always_inline))
 
-AI unsigned code_bits(lb_format f) { return f == LB_FMT_INT4 ? 4 : f == LB_FMT_BF16 || f == LB_FMT_FP16 ? 16 : 8; }
-AI int has_scale(lb_format f) { return f != LB_FMT_BF16 && f != LB_FMT_FP16; }
 
 /* The values of 8 codes starting at src (8, 4 or 16 bytes read). */
 AI __m256 values8(lb_format f, const uint8_t *src, uint32_t nan_bits)
@@ -37,7 +35,8 @@ AI __m256 values8(lb_format f, const uint8_t *src, uint32_t nan_bits)
         __m128i mag = _mm_and_si128(c, _mm_set1_epi16(0x7F)), sign = _mm_and_si128(c, _mm_set1_epi16(0x80));
         __m128i h = _mm_or_si128(_mm_slli_epi16(mag, 7), _mm_slli_epi16(sign, 8));
         __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f)); /* exact: a power of two */
-        __m256i nan = _mm256_or_si256(_mm256_set1_epi32((int)nan_bits), _mm256_slli_epi32(_mm256_cvtepu16_epi32(sign), 24));
+        __m256i nan = _mm256_or_si256(_mm256_set1_epi32((int)nan_bits),
+                                      _mm256_slli_epi32(_mm256_cvtepu16_epi32(sign), 24));
         __m256i is_nan = _mm256_cvtepi16_epi32(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7F)));
         return _mm256_blendv_ps(v, _mm256_castsi256_ps(nan), _mm256_castsi256_ps(is_nan));
     }
@@ -54,7 +53,7 @@ AI __m256 values8(lb_format f, const uint8_t *src, uint32_t nan_bits)
 AI __m256 values_tail(lb_format f, const uint8_t *src, size_t n, uint32_t nan_bits)
 {
     uint8_t buf[16] = {0};
-    memcpy(buf, src, (n * code_bits(f) + 7) / 8);
+    memcpy(buf, src, (n * lb__kv_code_bits(f) + 7) / 8);
     return values8(f, buf, nan_bits);
 }
 
@@ -76,17 +75,18 @@ AI void store_lanes(float *y, __m256 a, size_t n)
 AI void scores_f(lb_format f, const lb__kv_view *k, const float *q, size_t ldq, size_t mr, size_t len, float *s,
                  size_t lds)
 {
-    const size_t nr = LB__MM_NR, hd = k->head_dim, pr = nr * code_bits(f) / 8, eight = 8 * code_bits(f) / 8;
+    const size_t nr = LB__MM_NR, hd = k->head_dim, bits = lb__kv_code_bits(f), pr = nr * bits / 8;
+    const size_t eight = bits; /* bytes of 8 codes */
     for (size_t p0 = 0; p0 < len; p0 += 16) {
-        const uint8_t *panel = k->codes + p0 / nr * hd * pr + (p0 % nr) * code_bits(f) / 8;
+        const uint8_t *panel = k->codes + p0 / nr * hd * pr + (p0 % nr) * bits / 8;
         __m256 s0 = _mm256_set1_ps(1.0f), s1 = s0;
-        if (has_scale(f)) s0 = _mm256_loadu_ps(k->scales + p0), s1 = _mm256_loadu_ps(k->scales + p0 + 8);
+        if (lb__kv_has_scale(f)) s0 = _mm256_loadu_ps(k->scales + p0), s1 = _mm256_loadu_ps(k->scales + p0 + 8);
 #define DECL(r) __m256 a##r##0 = _mm256_setzero_ps(), a##r##1 = _mm256_setzero_ps();
         ROWS(DECL)
         for (size_t d = 0; d < hd; d++) {
             const uint8_t *row = panel + d * pr;
             __m256 w0 = values8(f, row, k->nan_bits), w1 = values8(f, row + eight, k->nan_bits);
-            if (has_scale(f)) w0 = _mm256_mul_ps(w0, s0), w1 = _mm256_mul_ps(w1, s1);
+            if (lb__kv_has_scale(f)) w0 = _mm256_mul_ps(w0, s0), w1 = _mm256_mul_ps(w1, s1);
 #define STEP(r)                                                 \
     if (mr > r) {                                               \
         __m256 x = _mm256_set1_ps(q[r * ldq + d]);              \
@@ -113,12 +113,12 @@ AI void scores_f(lb_format f, const lb__kv_view *k, const float *q, size_t ldq, 
 AI void mix_f(lb_format f, const lb__kv_view *v, const float *p, size_t ldp, size_t mr, size_t len, float *o,
               size_t ldo)
 {
-    const size_t hd = v->head_dim, eight = 8 * code_bits(f) / 8;
+    const size_t hd = v->head_dim, eight = 8 * lb__kv_code_bits(f) / 8;
     for (size_t d0 = 0; d0 < hd; d0 += 16) {
         size_t n0 = hd - d0 < 8 ? hd - d0 : 8, n1 = hd - d0 <= 8 ? 0 : hd - d0 - 8 < 8 ? hd - d0 - 8 : 8;
 #define DECL(r) __m256 a##r##0 = _mm256_setzero_ps(), a##r##1 = _mm256_setzero_ps();
         ROWS(DECL)
-        const uint8_t *row = v->codes + d0 * code_bits(f) / 8;
+        const uint8_t *row = v->codes + d0 * lb__kv_code_bits(f) / 8;
         for (size_t t = 0; t < len; t++, row += v->stride) {
             __m256 w0, w1 = _mm256_setzero_ps();
             if (n1 == 8) { /* the common case: 16 whole values */
@@ -128,7 +128,7 @@ AI void mix_f(lb_format f, const lb__kv_view *v, const float *p, size_t ldp, siz
                 w0 = n0 == 8 ? values8(f, row, v->nan_bits) : values_tail(f, row, n0, v->nan_bits);
                 if (n1) w1 = values_tail(f, row + eight, n1, v->nan_bits);
             }
-            if (has_scale(f)) {
+            if (lb__kv_has_scale(f)) {
                 __m256 sc = _mm256_set1_ps(v->scales[t]);
                 w0 = _mm256_mul_ps(w0, sc), w1 = _mm256_mul_ps(w1, sc);
             }
@@ -152,34 +152,8 @@ AI void mix_f(lb_format f, const lb__kv_view *v, const float *p, size_t ldp, siz
     }
 }
 
-#define FORMATS(X) X(LB_FMT_BF16, bf16) X(LB_FMT_FP16, fp16) X(LB_FMT_FP8_E4M3, e4m3) X(LB_FMT_FP8_E5M2, e5m2) \
-    X(LB_FMT_INT8, int8) X(LB_FMT_INT4, int4)
-#define INSTANCE(F, name)                                                                                         \
-    static void scores_##name(const lb__kv_view *k, const float *q, size_t ldq, size_t mr, size_t len, float *s,   \
-                              size_t lds)                                                                         \
-    {                                                                                                             \
-        scores_f(F, k, q, ldq, mr, len, s, lds);                                                                  \
-    }                                                                                                             \
-    static void mix_##name(const lb__kv_view *v, const float *p, size_t ldp, size_t mr, size_t len, float *o,      \
-                           size_t ldo)                                                                            \
-    {                                                                                                             \
-        mix_f(F, v, p, ldp, mr, len, o, ldo);                                                                     \
-    }
-FORMATS(INSTANCE)
-
-static void scores(const lb__kv_view *k, const float *q, size_t ldq, size_t mr, size_t len, float *s, size_t lds)
-{
-#define CALL_SCORES(F, name) if (k->format == F) scores_##name(k, q, ldq, mr, len, s, lds);
-    FORMATS(CALL_SCORES)
-}
-
-static void mix(const lb__kv_view *v, const float *p, size_t ldp, size_t mr, size_t len, float *o, size_t ldo)
-{
-#define CALL_MIX(F, name) if (v->format == F) mix_##name(v, p, ldp, mr, len, o, ldo);
-    FORMATS(CALL_MIX)
-}
-
-const lb__kv_kernels lb__kv_avx2 = {scores, mix};
+#define LB__KV_SET lb__kv_avx2
+#include "kernel/kvattn_instances.h"
 #else
 const lb__kv_kernels lb__kv_avx2 = {0, 0};
 #endif

@@ -29,13 +29,15 @@ AI __m512 values16(lb_format f, const uint8_t *src, unsigned n, uint32_t nan_bit
     case LB_FMT_BF16:
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src)), 16));
     case LB_FMT_FP16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src));
-    case LB_FMT_FP8_E5M2: return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, src)), 8));
+    case LB_FMT_FP8_E5M2:
+        return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, src)), 8));
     case LB_FMT_FP8_E4M3: {
         __m256i c = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, src));
         __m256i mag = _mm256_and_si256(c, _mm256_set1_epi16(0x7F)), sign = _mm256_and_si256(c, _mm256_set1_epi16(0x80));
         __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7), _mm256_slli_epi16(sign, 8));
         __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f)); /* exact: a power of two */
-        __m512i nan = _mm512_or_si512(_mm512_set1_epi32((int)nan_bits), _mm512_slli_epi32(_mm512_cvtepu16_epi32(sign), 24));
+        __m512i nan = _mm512_or_si512(_mm512_set1_epi32((int)nan_bits),
+                                      _mm512_slli_epi32(_mm512_cvtepu16_epi32(sign), 24));
         return _mm512_mask_blend_ps(_mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F)), v, _mm512_castsi512_ps(nan));
     }
     /* no cache holds these (lb__kv_format_check) */
@@ -46,9 +48,6 @@ AI __m512 values16(lb_format f, const uint8_t *src, unsigned n, uint32_t nan_bit
     return _mm512_set1_ps(__builtin_nanf(""));
 }
 
-/* Bits of a code (4, 8 or 16) and whether the format has a scale. */
-AI unsigned code_bits(lb_format f) { return f == LB_FMT_INT4 ? 4 : f == LB_FMT_BF16 || f == LB_FMT_FP16 ? 16 : 8; }
-AI int has_scale(lb_format f) { return f != LB_FMT_BF16 && f != LB_FMT_FP16; }
 
 #define ROWS(X) X(0) X(1) X(2) X(3)
 
@@ -57,17 +56,17 @@ AI int has_scale(lb_format f) { return f != LB_FMT_BF16 && f != LB_FMT_FP16; }
 AI void scores_f(lb_format f, const lb__kv_view *k, const float *q, size_t ldq, size_t mr, size_t len, float *s,
                  size_t lds)
 {
-    const size_t nr = LB__MM_NR, hd = k->head_dim, pr = nr * code_bits(f) / 8, half = pr / 2;
+    const size_t nr = LB__MM_NR, hd = k->head_dim, pr = nr * lb__kv_code_bits(f) / 8, half = pr / 2;
     for (size_t p0 = 0; p0 < len; p0 += nr) {
         const uint8_t *panel = k->codes + p0 / nr * hd * pr;
         __m512 s0 = _mm512_set1_ps(1.0f), s1 = s0;
-        if (has_scale(f)) s0 = _mm512_loadu_ps(k->scales + p0), s1 = _mm512_loadu_ps(k->scales + p0 + 16);
+        if (lb__kv_has_scale(f)) s0 = _mm512_loadu_ps(k->scales + p0), s1 = _mm512_loadu_ps(k->scales + p0 + 16);
 #define DECL(r) __m512 a##r##0 = _mm512_setzero_ps(), a##r##1 = _mm512_setzero_ps();
         ROWS(DECL)
         for (size_t d = 0; d < hd; d++) {
             const uint8_t *row = panel + d * pr;
             __m512 w0 = values16(f, row, 16, k->nan_bits), w1 = values16(f, row + half, 16, k->nan_bits);
-            if (has_scale(f)) w0 = _mm512_mul_ps(w0, s0), w1 = _mm512_mul_ps(w1, s1);
+            if (lb__kv_has_scale(f)) w0 = _mm512_mul_ps(w0, s0), w1 = _mm512_mul_ps(w1, s1);
 #define STEP(r)                                                 \
     if (mr > r) {                                               \
         __m512 x = _mm512_set1_ps(q[r * ldq + d]);              \
@@ -96,7 +95,7 @@ AI void scores_f(lb_format f, const lb__kv_view *k, const float *q, size_t ldq, 
 AI void mix_f(lb_format f, const lb__kv_view *v, const float *p, size_t ldp, size_t mr, size_t len, float *o,
               size_t ldo)
 {
-    const size_t hd = v->head_dim, vb = 16 * code_bits(f) / 8; /* bytes of 16 codes */
+    const size_t hd = v->head_dim, vb = 16 * lb__kv_code_bits(f) / 8; /* bytes of 16 codes */
     for (size_t d0 = 0; d0 < hd; d0 += 64) {
         unsigned n[4];
         for (int j = 0; j < 4; j++) {
@@ -105,13 +104,13 @@ AI void mix_f(lb_format f, const lb__kv_view *v, const float *p, size_t ldp, siz
         }
 #define DECL(r) __m512 a##r##0 = _mm512_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0, a##r##3 = a##r##0;
         ROWS(DECL)
-        const uint8_t *row = v->codes + d0 * code_bits(f) / 8;
+        const uint8_t *row = v->codes + d0 * lb__kv_code_bits(f) / 8;
         for (size_t t = 0; t < len; t++, row += v->stride) {
             __m512 w0 = values16(f, row, n[0], v->nan_bits), w1 = _mm512_setzero_ps(), w2 = w1, w3 = w1;
             if (n[1]) w1 = values16(f, row + vb, n[1], v->nan_bits);
             if (n[2]) w2 = values16(f, row + 2 * vb, n[2], v->nan_bits);
             if (n[3]) w3 = values16(f, row + 3 * vb, n[3], v->nan_bits);
-            if (has_scale(f)) {
+            if (lb__kv_has_scale(f)) {
                 __m512 sc = _mm512_set1_ps(v->scales[t]);
                 w0 = _mm512_mul_ps(w0, sc), w1 = _mm512_mul_ps(w1, sc);
                 w2 = _mm512_mul_ps(w2, sc), w3 = _mm512_mul_ps(w3, sc);
@@ -139,35 +138,8 @@ AI void mix_f(lb_format f, const lb__kv_view *v, const float *p, size_t ldp, siz
     }
 }
 
-/* One instance per cache format (its conversion inlined). */
-#define FORMATS(X) X(LB_FMT_BF16, bf16) X(LB_FMT_FP16, fp16) X(LB_FMT_FP8_E4M3, e4m3) X(LB_FMT_FP8_E5M2, e5m2) \
-    X(LB_FMT_INT8, int8) X(LB_FMT_INT4, int4)
-#define INSTANCE(F, name)                                                                                         \
-    static void scores_##name(const lb__kv_view *k, const float *q, size_t ldq, size_t mr, size_t len, float *s,   \
-                              size_t lds)                                                                         \
-    {                                                                                                             \
-        scores_f(F, k, q, ldq, mr, len, s, lds);                                                                  \
-    }                                                                                                             \
-    static void mix_##name(const lb__kv_view *v, const float *p, size_t ldp, size_t mr, size_t len, float *o,      \
-                           size_t ldo)                                                                            \
-    {                                                                                                             \
-        mix_f(F, v, p, ldp, mr, len, o, ldo);                                                                     \
-    }
-FORMATS(INSTANCE)
-
-static void scores(const lb__kv_view *k, const float *q, size_t ldq, size_t mr, size_t len, float *s, size_t lds)
-{
-#define CALL_SCORES(F, name) if (k->format == F) scores_##name(k, q, ldq, mr, len, s, lds);
-    FORMATS(CALL_SCORES)
-}
-
-static void mix(const lb__kv_view *v, const float *p, size_t ldp, size_t mr, size_t len, float *o, size_t ldo)
-{
-#define CALL_MIX(F, name) if (v->format == F) mix_##name(v, p, ldp, mr, len, o, ldo);
-    FORMATS(CALL_MIX)
-}
-
-const lb__kv_kernels lb__kv_avx512 = {scores, mix};
+#define LB__KV_SET lb__kv_avx512
+#include "kernel/kvattn_instances.h"
 #else
 const lb__kv_kernels lb__kv_avx512 = {0, 0};
 #endif

@@ -48,7 +48,8 @@ static void softmax(float *row, size_t valid, float scale)
         __m256 y = _mm256_mul_ps(_mm256_maskload_ps(row + p, m), sc);
         _mm256_maskstore_ps(row + p, m, y);
         /* a NaN y, or a lane past valid, keeps mv */
-        __m256 keep = _mm256_or_ps(_mm256_cmp_ps(y, y, _CMP_UNORD_Q), _mm256_castsi256_ps(_mm256_xor_si256(m, _mm256_set1_epi32(-1))));
+        __m256 past = _mm256_castsi256_ps(_mm256_xor_si256(m, _mm256_set1_epi32(-1)));
+        __m256 keep = _mm256_or_ps(_mm256_cmp_ps(y, y, _CMP_UNORD_Q), past);
         mv = _mm256_blendv_ps(_mm256_max_ps(y, mv), mv, keep);
     }
     float lane_max[8], mxs = -INFINITY;

@@ -172,7 +172,8 @@ static lb_status heads(void *ctx, size_t h0, size_t h1)
             lb__packed kview = {.out = len, .in = hd, .panels = (len + nr - 1) / nr, .data = (float *)kp};
             st = lb__matmul(qh, rows, &kview, sc, 1);
             if (st != LB_OK) break;
-            for (size_t t = 0; t < rows; t++) lb__softmax(sc + t * len, j->pos0 + t0 + t + 1, len, scale, lb_isa_active());
+            for (size_t t = 0; t < rows; t++)
+                lb__softmax(sc + t * len, j->pos0 + t0 + t + 1, len, scale, lb_isa_active());
             /* V^T panel by panel: each a weight of up to NR outputs over
              * the first len positions, read where it lies */
             for (size_t pn = 0; pn < vpanels && st == LB_OK; pn++) {
