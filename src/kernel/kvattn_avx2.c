@@ -35,10 +35,13 @@ AI __m256 values8(lb_format f, const uint8_t *src, uint32_t nan_bits)
         __m128i mag = _mm_and_si128(c, _mm_set1_epi16(0x7F)), sign = _mm_and_si128(c, _mm_set1_epi16(0x80));
         __m128i h = _mm_or_si128(_mm_slli_epi16(mag, 7), _mm_slli_epi16(sign, 8));
         __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f)); /* exact: a power of two */
-        __m256i nan = _mm256_or_si256(_mm256_set1_epi32((int)nan_bits),
-                                      _mm256_slli_epi32(_mm256_cvtepu16_epi32(sign), 24));
-        __m256i is_nan = _mm256_cvtepi16_epi32(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7F)));
-        return _mm256_blendv_ps(v, _mm256_castsi256_ps(nan), _mm256_castsi256_ps(is_nan));
+        __m128i eq = _mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7F));
+        if (_mm_movemask_epi8(eq)) { /* never taken on a cache's codes (they are never NaN): the decode stays exact */
+            __m256i nan = _mm256_or_si256(_mm256_set1_epi32((int)nan_bits),
+                                          _mm256_slli_epi32(_mm256_cvtepu16_epi32(sign), 24));
+            v = _mm256_blendv_ps(v, _mm256_castsi256_ps(nan), _mm256_castsi256_ps(_mm256_cvtepi16_epi32(eq)));
+        }
+        return v;
     }
     /* no cache holds these (lb__kv_format_check) */
     case LB_FMT_FP32: case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3:

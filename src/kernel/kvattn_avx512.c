@@ -36,9 +36,13 @@ AI __m512 values16(lb_format f, const uint8_t *src, unsigned n, uint32_t nan_bit
         __m256i mag = _mm256_and_si256(c, _mm256_set1_epi16(0x7F)), sign = _mm256_and_si256(c, _mm256_set1_epi16(0x80));
         __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7), _mm256_slli_epi16(sign, 8));
         __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f)); /* exact: a power of two */
-        __m512i nan = _mm512_or_si512(_mm512_set1_epi32((int)nan_bits),
-                                      _mm512_slli_epi32(_mm512_cvtepu16_epi32(sign), 24));
-        return _mm512_mask_blend_ps(_mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F)), v, _mm512_castsi512_ps(nan));
+        __mmask16 is_nan = _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F));
+        if (is_nan) { /* never taken on a cache's codes (they are never NaN): the decode stays exact for all */
+            __m512i nan = _mm512_or_si512(_mm512_set1_epi32((int)nan_bits),
+                                          _mm512_slli_epi32(_mm512_cvtepu16_epi32(sign), 24));
+            v = _mm512_mask_blend_ps(is_nan, v, _mm512_castsi512_ps(nan));
+        }
+        return v;
     }
     /* no cache holds these (lb__kv_format_check) */
     case LB_FMT_FP32: case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3:

@@ -22,6 +22,7 @@
 #include "check.h"
 #include "lowbit.h"
 #include "model/attention.h"
+#include "kernel/kvattn.h"
 #include "kernel/matmul.h"
 #include "kernel/softmax.h"
 #include "model/kvcache.h"
@@ -419,6 +420,45 @@ static void check_formats_refused(void)
     lb__kv_free(&c);
 }
 
+/* ---- the decode kernels' conversions (kernel/kvattn.h), every code ---- */
+
+/* Every code of a format through the products of each instruction set, as
+ * the only term of its sum: V as one row holding every code (P = [1]), K
+ * as panels whose lanes hold every code (head_dim 1, Q = [1]). The sum
+ * starts from +0, so each result is +0 + the code's value times the scale,
+ * fused or not: that of lb__kv_value, NaN codes included (which a cache
+ * never stores, so only this reaches e4m3's NaN branch). */
+static void check_kernel_codes(lb_format f, float s)
+{
+    const char *name = lb_format_get(f)->name;
+    unsigned b = lb_format_get(f)->bits;
+    size_t n = (size_t)1 << b, nr = LB__MM_NR, panels = (n + nr - 1) / nr;
+    uint8_t *row = calloc(n * b / 8 + 1, 1), *kp = calloc(panels * nr * b / 8 + 1, 1);
+    float *out = malloc((n + nr) * sizeof *out), *sc = malloc(panels * nr * sizeof *sc), one = 1.0f;
+    for (size_t c = 0; c < n; c++) { /* code c at value c of the row and at position c of the panels */
+        for (unsigned k = 0; k < b; k++)
+            if (c >> k & 1) {
+                row[(c * b + k) / 8] |= (uint8_t)(1u << ((c * b + k) % 8));
+                kp[(c * b + k) / 8] |= (uint8_t)(1u << ((c * b + k) % 8)); /* head_dim 1: one panel row each */
+            }
+    }
+    for (size_t p = 0; p < panels * nr; p++) sc[p] = s;
+    uint32_t nan_bits = 0x7FC00000u;
+    lb__kv_view v = {.format = f, .codes = row, .scales = b == 16 ? NULL : sc, .head_dim = n,
+                     .stride = n * b / 8, .nan_bits = nan_bits};
+    lb__kv_view k = {.format = f, .codes = kp, .scales = b == 16 ? NULL : sc, .head_dim = 1, .nan_bits = nan_bits};
+    for (int isa = 0; isa <= (int)lb_isa_detected(); isa++) {
+        size_t bad_v = 0, bad_k = 0;
+        lb__kv_mix(&v, &one, 1, 1, 1, out, n, (lb_isa)isa);
+        for (size_t c = 0; c < n; c++) bad_v += bits(out[c]) != bits(0.0f + lb__kv_value(f, row, c, s, nan_bits));
+        lb__kv_scores(&k, &one, 1, 1, n, out, n, (lb_isa)isa);
+        for (size_t c = 0; c < n; c++) bad_k += bits(out[c]) != bits(0.0f + lb__kv_value(f, row, c, s, nan_bits));
+        CHECK(bad_v == 0 && bad_k == 0, "%s scale %g isa %s: %zu V and %zu K codes read otherwise than lb__kv_value",
+              name, (double)s, lb_isa_name((lb_isa)isa), bad_v, bad_k);
+    }
+    free(row), free(kp), free(out), free(sc);
+}
+
 /* ---- attention ---- */
 
 /* Causal GQA attention in the order lb__attention's kernels use: each score
@@ -673,6 +713,10 @@ int main(void)
         }
     }
     lb_isa_set(lb_isa_detected());
+    for (size_t i = 1; i < NFORMATS; i++) {
+        check_kernel_codes(formats[i], 1.0f);
+        check_kernel_codes(formats[i], 0.3f); /* a scale that rounds the products */
+    }
     check_runner();
     return check_summary();
 }
