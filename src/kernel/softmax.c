@@ -23,7 +23,7 @@ float lb__exp(float x)
     p = p * r + LB__EXP_P2;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t ni = (int32_t)n, e1 = ni >> 1, e2 = ni - e1; /* both in [-75, 64]: normal powers of two */
+    int32_t ni = (int32_t)n, e1 = ni >> 1, e2 = ni - e1; /* both in [-76, 65]: normal powers of two */
     float s1 = lb__f32_from_bits((uint32_t)(e1 + 127) << 23), s2 = lb__f32_from_bits((uint32_t)(e2 + 127) << 23);
     return p * s1 * s2;
 }

@@ -78,11 +78,11 @@ lb_status lb__kv_init(lb__kvcache *c, lb_format f, size_t layers, size_t ctx, si
     }
     /* per (layer, kv head): K in panels of NR positions, V row by row, each
      * scale array over ctx rounded up to whole panels (the products load a
-     * panel's NR scales at once); zero-filled, so positions never stored
-     * read as zeros */
+     * panel's NR scales at once); zero-filled, so positions no sequence has
+     * stored read as zeros (ctx near SIZE_MAX would wrap the rounding up) */
     size_t nr = LB__MM_NR, heads = layers * kv_heads;
     uint64_t ctxp = ((uint64_t)ctx + nr - 1) / nr * nr, kbytes, all;
-    int ok = lb__mul_u64_checked(ctxp / nr * lb_format_bytes(f, nr), head_dim, &kbytes) &&
+    int ok = ctx <= SIZE_MAX - nr && lb__mul_u64_checked(ctxp / nr * lb_format_bytes(f, nr), head_dim, &kbytes) &&
              lb__mul_u64_checked(kbytes + bytes / (heads ? heads : 1), heads, &all) && all < SIZE_MAX / 2 &&
              lb__mul_u64_checked(ctxp, (uint64_t)heads * sizeof(float), &all) && all < SIZE_MAX / 2;
     if (!ok)
@@ -372,8 +372,8 @@ void lb__kv_decode_k_panel(const lb__kvcache *c, size_t layer, size_t head, size
 {
     size_t nr = LB__MM_NR, hd = c->head_dim, pr = lb_format_bytes(c->format, nr);
     const uint8_t *src = head_codes(c, LB__KV_K, layer, head) + panel * hd * pr;
-    static const float ones[LB__MM_NR]; /* bf16, fp16: no scale (the decoders ignore it) */
-    const float *sc = c->scales[LB__KV_K] ? c->scales[LB__KV_K] + scale_base(c, layer, head) + panel * nr : ones;
+    static const float unused[LB__MM_NR]; /* bf16, fp16: no scale (their decoders do not read it) */
+    const float *sc = c->scales[LB__KV_K] ? c->scales[LB__KV_K] + scale_base(c, layer, head) + panel * nr : unused;
     for (size_t d = 0; d < hd; d++) decode_run(c, src + d * pr, nr, 1.0f, sc, dst + d * nr);
 }
 

@@ -42,7 +42,10 @@
  *                   side by side (lb_format_bytes(format, NR) bytes; int4:
  *                   position 2j in the low nibble); the K and V scales
  *                   one per position, ctx rounded up to whole panels.
- *                   Positions never stored hold zero codes and scales.
+ *                   Positions no sequence has stored hold zero codes and
+ *                   scales (after a reset, past the new sequence's end,
+ *                   the earlier one's: lanes the products compute and no
+ *                   output reads).
  *
  * Saturations are counted (saturated, of values stored, both 0 for fp32):
  * a finite value (after the scale) at or beyond the midpoint between the
@@ -114,7 +117,7 @@ const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t
 /* Quantized formats: K panel `panel` of (layer, kv head) decoded into dst
  * in the fp32 panel layout (head_dim x NR floats: value d of position
  * panel*NR + j at d*NR + j), each value as lb__kv_decode gives it (lanes
- * never stored: 0). */
+ * never stored: 0, or an earlier sequence's values). */
 void lb__kv_decode_k_panel(const lb__kvcache *c, size_t layer, size_t head, size_t panel, float *dst);
 
 /* Quantized formats: (layer, kv head)'s K (which = LB__KV_K) or V codes

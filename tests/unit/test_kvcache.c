@@ -418,6 +418,9 @@ static void check_formats_refused(void)
     lb__kv_free(&c);
     CHECK(lb__kv_init(&c, LB_FMT_INT8, SIZE_MAX / 2, 4, 1, 4) == LB_ERR_ARG, "overflow: %s", lb_last_error());
     lb__kv_free(&c);
+    /* ctx rounded up to whole panels would wrap to 0 (head_dim 0 skips the row check) */
+    CHECK(lb__kv_init(&c, LB_FMT_INT8, 1, SIZE_MAX - 5, 1, 0) == LB_ERR_ARG, "ctx wraps: %s", lb_last_error());
+    lb__kv_free(&c);
 }
 
 /* ---- the decode kernels' conversions (kernel/kvattn.h), every code ---- */
