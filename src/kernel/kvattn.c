@@ -24,14 +24,93 @@ float lb__kv_value(lb_format f, const uint8_t *codes, size_t j, float s, uint32_
     return NAN;
 }
 
-/* n (<= NR) values of a run of codes, value j times scales[j] (the K
- * panels' per-position scales) or times scales[0] (a V row's). */
-static void run_values(const lb__kv_view *v, const uint8_t *codes, size_t n, const float *scales, int per_lane,
-                       float *out)
+/* Values per block of the row loops. gcc -O2 vectorizes only loops of a
+ * constant trip count that no aliasing check guards ("very cheap" cost
+ * model): hence inner loops of BLOCK values over restrict pointers, and
+ * the rest of a row element by element with the same function. */
+#define BLOCK 16
+
+/* 4-bit codes spread to bytes this many at a time (even: each piece starts
+ * on a byte). */
+#define PIECE 256
+
+/* ROW(value of code j, times S(j)): buf[0..n), BLOCK values at a time,
+ * then the rest. */
+#define ROW(VALUE)                                                  \
+    do {                                                            \
+        size_t d = 0;                                               \
+        for (; d + BLOCK <= n; d += BLOCK)                          \
+            for (size_t j = d; j < d + BLOCK; j++) buf[j] = VALUE;  \
+        for (size_t j = d; j < n; j++) buf[j] = VALUE;              \
+    } while (0)
+
+/* Per format, a V row (n values, one scale s) and a K panel row (NR
+ * positions' values of one d, scale sc[j] for lane j): value x scale, one
+ * fp32 rounding (a NaN scale makes the values NaN); bf16 and fp16 have no
+ * scale. int4 spreads its nibbles to bytes first: plain loops that
+ * vectorize, where converting nibble by nibble does not. */
+#define DECODERS(name, VALUE, TIMES_ROW, TIMES_LANE)                                                 \
+    static void row_##name(const uint8_t *restrict src, size_t n, float s, uint32_t nan_bits,             \
+                           float *restrict buf)                                                           \
+    {                                                                                                     \
+        (void)s, (void)nan_bits;                                                                          \
+        ROW(VALUE(src, j) TIMES_ROW);                                                                     \
+    }                                                                                                     \
+    static void lanes_##name(const uint8_t *restrict src, const float *restrict sc, uint32_t nan_bits,    \
+                             float *restrict buf)                                                         \
+    {                                                                                                     \
+        (void)sc, (void)nan_bits;                                                                         \
+        for (size_t j = 0; j < LB__MM_NR; j++) buf[j] = VALUE(src, j) TIMES_LANE;                         \
+    }
+#define BF16(src, j) lb__kv_bf16_value(lb__kv_code16(src, j))
+#define FP16(src, j) lb__kv_half_value(lb__kv_code16(src, j))
+#define E4M3(src, j) lb__kv_e4m3_value(src[j], nan_bits)
+#define E5M2(src, j) lb__kv_e5m2_value(src[j])
+#define INT8(src, j) lb__kv_int8_value(src[j])
+#define INT4(src, j) lb__kv_int4_value(src[j]) /* src: one code per byte */
+DECODERS(bf16, BF16, , )
+DECODERS(fp16, FP16, , )
+DECODERS(e4m3, E4M3, *s, *sc[j])
+DECODERS(e5m2, E5M2, *s, *sc[j])
+DECODERS(int8, INT8, *s, *sc[j])
+DECODERS(int4_bytes, INT4, *s, *sc[j])
+
+/* 4-bit codes spread to one per byte, n of them (at most PIECE). */
+static void spread_nibbles(const uint8_t *restrict src, size_t n, uint8_t *restrict dst)
 {
-    int scaled = v->scales != NULL;
-    for (size_t j = 0; j < n; j++)
-        out[j] = lb__kv_value(v->format, codes, j, scaled ? scales[per_lane ? j : 0] : 1.0f, v->nan_bits);
+    for (size_t b = 0; b < n / 2; b++) {
+        dst[2 * b] = src[b] & 0x0Fu;
+        dst[2 * b + 1] = src[b] >> 4;
+    }
+    if (n % 2) dst[n - 1] = src[n / 2] & 0x0Fu;
+}
+
+void lb__kv_decode_run(lb_format f, const uint8_t *src, size_t n, float s, const float *sc, uint32_t nan_bits,
+                       float *buf)
+{
+    switch (f) {
+    case LB_FMT_BF16: sc ? lanes_bf16(src, sc, 0, buf) : row_bf16(src, n, 1.0f, 0, buf); break;
+    case LB_FMT_FP16: sc ? lanes_fp16(src, sc, 0, buf) : row_fp16(src, n, 1.0f, 0, buf); break;
+    case LB_FMT_FP8_E4M3: sc ? lanes_e4m3(src, sc, nan_bits, buf) : row_e4m3(src, n, s, nan_bits, buf); break;
+    case LB_FMT_FP8_E5M2: sc ? lanes_e5m2(src, sc, 0, buf) : row_e5m2(src, n, s, 0, buf); break;
+    case LB_FMT_INT8: sc ? lanes_int8(src, sc, 0, buf) : row_int8(src, n, s, 0, buf); break;
+    case LB_FMT_INT4:
+        for (size_t d0 = 0; d0 < n; d0 += PIECE) {
+            uint8_t t[PIECE];
+            size_t len = n - d0 < PIECE ? n - d0 : PIECE;
+            spread_nibbles(src + d0 / 2, len, t);
+            if (sc) lanes_int4_bytes(t, sc, 0, buf);
+            else row_int4_bytes(t, len, s, 0, buf + d0);
+        }
+        break;
+    /* no cache holds these (fp32 has its own layout): NaN, never another format's values */
+    case LB_FMT_FP32:
+    case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3: case LB_FMT_FP6_E3M2:
+    case LB_FMT_FP4_E2M1: case LB_FMT_E8M0: case LB_FMT_UE4M3: case LB_FMT_UINT8: case LB_FMT_UINT4:
+    case LB_FMT_COUNT:
+        for (size_t j = 0; j < n; j++) buf[j] = NAN;
+        break;
+    }
 }
 
 static void scores_scalar(const lb__kv_view *k, const float *q, size_t ldq, size_t mr, size_t len, float *s,
@@ -45,7 +124,7 @@ static void scores_scalar(const lb__kv_view *k, const float *q, size_t ldq, size
         for (size_t r = 0; r < mr; r++)
             for (size_t i = 0; i < nr; i++) acc[r][i] = 0.0f;
         for (size_t d = 0; d < hd; d++) {
-            run_values(k, panel + d * pr, nr, k->scales ? k->scales + p0 : NULL, 1, w);
+            lb__kv_decode_run(k->format, panel + d * pr, nr, 1.0f, k->scales ? k->scales + p0 : NULL, k->nan_bits, w);
             for (size_t r = 0; r < mr; r++)
                 for (size_t i = 0; i < nr; i++) acc[r][i] += q[r * ldq + d] * w[i];
         }
@@ -64,7 +143,7 @@ static void mix_scalar(const lb__kv_view *v, const float *p, size_t ldp, size_t 
             for (size_t i = 0; i < width; i++) acc[r][i] = 0.0f;
         for (size_t t = 0; t < len; t++) {
             const uint8_t *row = v->codes + t * v->stride + d0 * bits / 8;
-            run_values(v, row, width, v->scales ? v->scales + t : NULL, 0, w);
+            lb__kv_decode_run(v->format, row, width, v->scales ? v->scales[t] : 1.0f, NULL, v->nan_bits, w);
             for (size_t r = 0; r < mr; r++)
                 for (size_t i = 0; i < width; i++) acc[r][i] += p[r * ldp + t] * w[i];
         }

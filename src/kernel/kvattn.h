@@ -137,4 +137,11 @@ static inline uint32_t lb__kv_nibble(const uint8_t *src, size_t j) { return (src
  * has a scale (ignored by bf16 and fp16); NaN for a format no cache holds. */
 float lb__kv_value(lb_format f, const uint8_t *codes, size_t j, float s, uint32_t nan_bits);
 
+/* The same for n values at once, in loops the compiler vectorizes (the
+ * cache's decode and the scalar products): value j times s, or times sc[j]
+ * when sc is not NULL (a K panel row: n = LB__MM_NR, its positions'
+ * scales); 4-bit runs start on a byte. */
+void lb__kv_decode_run(lb_format f, const uint8_t *codes, size_t n, float s, const float *sc, uint32_t nan_bits,
+                       float *out);
+
 #endif

@@ -259,93 +259,6 @@ void lb__kv_store(lb__kvcache *c, size_t layer, size_t pos, size_t n, const floa
     lb__fenv_end(&g);
 }
 
-/* Values per block of the row loops. gcc -O2 vectorizes only loops of a
- * constant trip count that no aliasing check guards ("very cheap" cost
- * model): hence inner loops of BLOCK values over restrict pointers, and
- * the rest of a row element by element with the same function. */
-#define BLOCK 16
-
-/* ROW(value of code j, times S(j)): buf[0..n), BLOCK values at a time,
- * then the rest. */
-#define ROW(VALUE)                                                  \
-    do {                                                            \
-        size_t d = 0;                                               \
-        for (; d + BLOCK <= n; d += BLOCK)                          \
-            for (size_t j = d; j < d + BLOCK; j++) buf[j] = VALUE;  \
-        for (size_t j = d; j < n; j++) buf[j] = VALUE;              \
-    } while (0)
-
-/* Per format, a V row (n values, one scale s) and a K panel row (NR
- * positions' values of one d, scale sc[j] for lane j): value x scale, one
- * fp32 rounding (a NaN scale makes the values NaN); bf16 and fp16 have no
- * scale. int4 spreads its nibbles to bytes first: plain loops that
- * vectorize, where converting nibble by nibble does not. */
-#define DECODERS(name, VALUE, TIMES_ROW, TIMES_LANE)                                                 \
-    static void row_##name(const uint8_t *restrict src, size_t n, float s, uint32_t nan_bits,             \
-                           float *restrict buf)                                                           \
-    {                                                                                                     \
-        (void)s, (void)nan_bits;                                                                          \
-        ROW(VALUE(src, j) TIMES_ROW);                                                                     \
-    }                                                                                                     \
-    static void lanes_##name(const uint8_t *restrict src, const float *restrict sc, uint32_t nan_bits,    \
-                             float *restrict buf)                                                         \
-    {                                                                                                     \
-        (void)sc, (void)nan_bits;                                                                         \
-        for (size_t j = 0; j < LB__MM_NR; j++) buf[j] = VALUE(src, j) TIMES_LANE;                         \
-    }
-#define BF16(src, j) lb__kv_bf16_value(lb__kv_code16(src, j))
-#define FP16(src, j) lb__kv_half_value(lb__kv_code16(src, j))
-#define E4M3(src, j) lb__kv_e4m3_value(src[j], nan_bits)
-#define E5M2(src, j) lb__kv_e5m2_value(src[j])
-#define INT8(src, j) lb__kv_int8_value(src[j])
-#define INT4(src, j) lb__kv_int4_value(src[j]) /* src: one code per byte */
-DECODERS(bf16, BF16, , )
-DECODERS(fp16, FP16, , )
-DECODERS(e4m3, E4M3, *s, *sc[j])
-DECODERS(e5m2, E5M2, *s, *sc[j])
-DECODERS(int8, INT8, *s, *sc[j])
-DECODERS(int4_bytes, INT4, *s, *sc[j])
-
-/* 4-bit codes spread to one per byte, n of them (at most PIECE). */
-static void spread_nibbles(const uint8_t *restrict src, size_t n, uint8_t *restrict dst)
-{
-    for (size_t b = 0; b < n / 2; b++) {
-        dst[2 * b] = src[b] & 0x0Fu;
-        dst[2 * b + 1] = src[b] >> 4;
-    }
-    if (n % 2) dst[n - 1] = src[n / 2] & 0x0Fu;
-}
-
-/* n values of a run of codes, times s (a row) or sc[j] (a panel row, n =
- * NR; sc NULL: a row). */
-static void decode_run(const lb__kvcache *c, const uint8_t *src, size_t n, float s, const float *sc, float *buf)
-{
-    uint32_t nan_bits = lb__f32_bits(c->lut[0x7F]);
-    switch (c->format) {
-    case LB_FMT_BF16: sc ? lanes_bf16(src, sc, 0, buf) : row_bf16(src, n, 1.0f, 0, buf); break;
-    case LB_FMT_FP16: sc ? lanes_fp16(src, sc, 0, buf) : row_fp16(src, n, 1.0f, 0, buf); break;
-    case LB_FMT_FP8_E4M3: sc ? lanes_e4m3(src, sc, nan_bits, buf) : row_e4m3(src, n, s, nan_bits, buf); break;
-    case LB_FMT_FP8_E5M2: sc ? lanes_e5m2(src, sc, 0, buf) : row_e5m2(src, n, s, 0, buf); break;
-    case LB_FMT_INT8: sc ? lanes_int8(src, sc, 0, buf) : row_int8(src, n, s, 0, buf); break;
-    case LB_FMT_INT4:
-        for (size_t d0 = 0; d0 < n; d0 += PIECE) { /* PIECE even: each piece starts on a byte */
-            uint8_t t[PIECE];
-            size_t len = n - d0 < PIECE ? n - d0 : PIECE;
-            spread_nibbles(src + d0 / 2, len, t);
-            if (sc) lanes_int4_bytes(t, sc, 0, buf);
-            else row_int4_bytes(t, len, s, 0, buf + d0);
-        }
-        break;
-    case LB_FMT_FP32: /* its own layout: read by the callers */
-    /* lb__kv_format_check refuses the rest before a cache exists; NaN, never another format's values */
-    case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3: case LB_FMT_FP6_E3M2:
-    case LB_FMT_FP4_E2M1: case LB_FMT_E8M0: case LB_FMT_UE4M3: case LB_FMT_UINT8: case LB_FMT_UINT4:
-    case LB_FMT_COUNT:
-        for (size_t j = 0; j < n; j++) buf[j] = NAN;
-        break;
-    }
-}
-
 const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t pos, size_t head, float *buf)
 {
     size_t hd = c->head_dim;
@@ -357,7 +270,7 @@ const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t
     float s = c->scales[which] ? c->scales[which][scale_base(c, layer, head) + pos] : 1.0f;
     const uint8_t *codes = head_codes(c, which, layer, head);
     if (which == LB__KV_V) {
-        decode_run(c, codes + pos * c->row_bytes, hd, s, NULL, buf);
+        lb__kv_decode_run(c->format, codes + pos * c->row_bytes, hd, s, NULL, lb__f32_bits(c->lut[0x7F]), buf);
         return buf;
     }
     /* K: the position's lane of each panel row */
@@ -372,9 +285,10 @@ void lb__kv_decode_k_panel(const lb__kvcache *c, size_t layer, size_t head, size
 {
     size_t nr = LB__MM_NR, hd = c->head_dim, pr = lb_format_bytes(c->format, nr);
     const uint8_t *src = head_codes(c, LB__KV_K, layer, head) + panel * hd * pr;
-    static const float unused[LB__MM_NR]; /* bf16, fp16: no scale (their decoders do not read it) */
-    const float *sc = c->scales[LB__KV_K] ? c->scales[LB__KV_K] + scale_base(c, layer, head) + panel * nr : unused;
-    for (size_t d = 0; d < hd; d++) decode_run(c, src + d * pr, nr, 1.0f, sc, dst + d * nr);
+    /* bf16, fp16: no scale, so a row's decoder */
+    const float *sc = c->scales[LB__KV_K] ? c->scales[LB__KV_K] + scale_base(c, layer, head) + panel * nr : NULL;
+    uint32_t nan_bits = lb__f32_bits(c->lut[0x7F]);
+    for (size_t d = 0; d < hd; d++) lb__kv_decode_run(c->format, src + d * pr, nr, 1.0f, sc, nan_bits, dst + d * nr);
 }
 
 lb__kv_view lb__kv_head_view(const lb__kvcache *c, int which, size_t layer, size_t head)
