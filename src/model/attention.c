@@ -127,6 +127,29 @@ static lb_status decode_heads(const lb__attn_job *j, size_t h0, size_t h1)
     return LB_OK;
 }
 
+/* A chunk's P . V runs over the positions its last query sees; an earlier
+ * query's weights past its own position are exact zeros, which add nothing
+ * unless the V value there is not finite (0 x inf and 0 x NaN are NaN).
+ * So a row that came out with a NaN is done again over its own positions
+ * only: what a decode step of that query computes (the products are the
+ * same bits for any number of rows), NaN again only where a position it
+ * sees holds a non-finite value. */
+static lb_status redo_nan_rows(const float *sc, size_t rows, size_t len, size_t first_valid, const lb__packed *vview,
+                               float *oh)
+{
+    size_t width = vview->out;
+    for (size_t t = 0; t < rows; t++) {
+        size_t valid = first_valid + t, d = 0;
+        while (d < width && !isnan(oh[t * width + d])) d++;
+        if (d == width || valid == len) continue;
+        lb__packed own = *vview;
+        own.in = valid;
+        lb_status st = lb__matmul(sc + t * len, 1, &own, oh + t * width, 1);
+        if (st != LB_OK) return st;
+    }
+    return LB_OK;
+}
+
 /* One head's attention as two matrix products through the matmul kernels
  * (matmul.h): scores S = Q . K^T with K as a "weight" of positions x
  * head_dim in panels, then O = P . V with V^T as a weight of head_dim x
@@ -180,6 +203,7 @@ static lb_status heads(void *ctx, size_t h0, size_t h1)
                 size_t d0 = pn * nr, width = hd - d0 < nr ? hd - d0 : nr;
                 lb__packed vview = {.out = width, .in = len, .panels = 1, .data = (float *)vp + pn * vstride};
                 st = lb__matmul(sc, rows, &vview, oh, 1);
+                if (st == LB_OK) st = redo_nan_rows(sc, rows, len, j->pos0 + t0 + 1, &vview, oh);
                 for (size_t t = 0; t < rows && st == LB_OK; t++)
                     memcpy(j->out + (t0 + t) * q_stride + h * hd + d0, oh + t * width, width * sizeof *oh);
             }

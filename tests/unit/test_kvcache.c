@@ -578,6 +578,58 @@ static void check_attention(lb_format f, size_t P, size_t heads, size_t kv_heads
     free(q), free(k), free(v), free(kd), free(vd), free(ref), free(got), free(dec);
 }
 
+/* A non-finite K or V value at a position a query does not see yet must
+ * not reach that query: a prefill computes a chunk's products over the
+ * positions its last query sees, the others' weights there exact zeros,
+ * and 0 x inf is NaN. The queries before the bad position must get the
+ * bits the reference gives (it reads only the positions each query sees);
+ * the queries from it on are not finite (every format carries a
+ * non-finite value into its vector: kept, or NaN through the scale). */
+static void check_masked_nonfinite(lb_format f, size_t P, size_t bad, size_t pos0, size_t heads, size_t kv_heads,
+                                   size_t hd)
+{
+    const char *name = lb_format_get(f)->name;
+    size_t kv_dim = kv_heads * hd, q_dim = heads * hd;
+    float *q = malloc(P * q_dim * sizeof *q), *k = malloc(P * kv_dim * sizeof *k), *v = malloc(P * kv_dim * sizeof *v);
+    float *kd = malloc(P * kv_dim * sizeof *kd), *vd = malloc(P * kv_dim * sizeof *vd);
+    float *ref = malloc(P * q_dim * sizeof *ref), *got = malloc(P * q_dim * sizeof *got);
+    for (size_t i = 0; i < P * q_dim; i++) q[i] = gauss();
+    for (size_t i = 0; i < P * kv_dim; i++) k[i] = gauss(), v[i] = gauss();
+    v[bad * kv_dim + 1] = INFINITY; /* kv head 0 */
+    v[bad * kv_dim + kv_dim - 1] = -INFINITY; /* the last kv head */
+    k[bad * kv_dim + 2] = NAN;
+    uint32_t *codes = malloc(hd * sizeof *codes);
+    for (size_t r = 0; r < P * kv_heads; r++) {
+        float s;
+        reference_row(f, k + r * hd, hd, codes, kd + r * hd, &s);
+        reference_row(f, v + r * hd, hd, codes, vd + r * hd, &s);
+    }
+    free(codes);
+#if defined(__x86_64__)
+    int fused = lb_isa_active() >= LB_ISA_AVX2;
+#else
+    int fused = 0;
+#endif
+    ref_attention(fused, q, kd, vd, 0, P, heads, kv_heads, hd, ref);
+    lb__kvcache c;
+    if (lb__kv_init(&c, f, 2, P, kv_heads, hd) != LB_OK) {
+        CHECK(0, "init");
+        return;
+    }
+    /* positions < pos0 earlier (one store), then a prefill of the rest */
+    lb__kv_store(&c, 1, 0, P, k, v);
+    if (pos0) CHECK(run_attention(&c, q, 0, pos0, heads, got, 2) == LB_OK, "attention");
+    CHECK(run_attention(&c, q + pos0 * q_dim, pos0, P - pos0, heads, got + pos0 * q_dim, 2) == LB_OK, "attention");
+    CHECK(memcmp(got, ref, bad * q_dim * sizeof *got) == 0,
+          "%s isa %s, pos0 %zu: a non-finite K/V value at position %zu reaches the queries before it",
+          name, lb_isa_name(lb_isa_active()), pos0, bad);
+    size_t finite = 0;
+    for (size_t t = bad; t < P; t++) finite += isfinite(got[t * q_dim + 1]) && isfinite(got[t * q_dim + q_dim - 1]);
+    CHECK(finite == 0, "%s: %zu queries from position %zu on read its non-finite values as finite", name, finite, bad);
+    lb__kv_free(&c);
+    free(q), free(k), free(v), free(kd), free(vd), free(ref), free(got);
+}
+
 /* ---- the runner on stories260K ---- */
 
 /* max over positions of max |a - b| / (max - min of b) at that position */
@@ -713,6 +765,8 @@ int main(void)
             check_attention(formats[i], 70, 9, 3, 64);
             check_attention(formats[i], 45, 10, 2, 7);
             check_attention(formats[i], 33, 2, 1, 71);
+            check_masked_nonfinite(formats[i], 40, 37, 0, 4, 2, 16);
+            check_masked_nonfinite(formats[i], 300, 250, 140, 3, 1, 64); /* bad in the second chunk */
         }
     }
     lb_isa_set(lb_isa_detected());
