@@ -1,5 +1,6 @@
 #include "util/parallel.h"
 
+#include <fenv.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -61,6 +62,50 @@ static int keep_spinning(int i, double *start)
     return 1;
 }
 
+/* ---- the caller's floating-point controls, carried to the workers ----
+ *
+ * A thread inherits its creator's floating-point environment when it is
+ * made, and the pool's workers live for the process: a caller that later
+ * changed its rounding mode, or set flush-to-zero (a library built with
+ * -ffast-math does at load), would have its slice computed one way and the
+ * workers' another, so a result would depend on the thread count. Each job
+ * carries the caller's controls; a worker takes them before its slice. On
+ * x86 those are MXCSR's control bits (rounding, flush-to-zero,
+ * denormals-are-zero, exception masks), which the SSE/AVX arithmetic
+ * obeys, and the x87 control word (which fegetround reads), each read and
+ * compared in a few cycles. Elsewhere the whole environment (on AArch64
+ * FPCR and FPSR). */
+#if defined(__x86_64__) || defined(__i386__)
+typedef struct fp_controls {
+    unsigned csr;    /* MXCSR without its exception flags */
+    unsigned short cw; /* the x87 control word, which fegetround reads */
+} fp_controls;
+#define MXCSR_FLAGS 0x3Fu /* the exception flags: state, not controls */
+static fp_controls fp_controls_get(void)
+{
+    fp_controls c = {__builtin_ia32_stmxcsr() & ~MXCSR_FLAGS, 0};
+    __asm__ volatile("fnstcw %0" : "=m"(c.cw));
+    return c;
+}
+static void fp_controls_take(const fp_controls *c)
+{
+    unsigned now = __builtin_ia32_stmxcsr();
+    unsigned short cw;
+    if ((now & ~MXCSR_FLAGS) != c->csr) __builtin_ia32_ldmxcsr((now & MXCSR_FLAGS) | c->csr);
+    __asm__ volatile("fnstcw %0" : "=m"(cw));
+    if (cw != c->cw) __asm__ volatile("fldcw %0" : : "m"(c->cw));
+}
+#else
+typedef fenv_t fp_controls;
+static fp_controls fp_controls_get(void)
+{
+    fenv_t e;
+    fegetenv(&e);
+    return e;
+}
+static void fp_controls_take(const fp_controls *c) { fesetenv(c); }
+#endif
+
 int lb__thread_count(int threads)
 {
     if (threads > 0) return threads > LB_MAX_THREADS ? LB_MAX_THREADS : threads;
@@ -107,6 +152,7 @@ static struct {
     int workers;                          /* started so far */
     slice *slices;
     int nslices;
+    fp_controls controls;                 /* the caller's, for the current job */
     unsigned long born_at[LB_MAX_THREADS];
 } pool = {.busy = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
           .wake = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
@@ -136,7 +182,10 @@ static void *worker_main(void *arg)
         /* every worker answers every job, even one too small to give it a
          * slice: the next job is published only after all have, so none
          * can read one job's table believing it another's */
-        if (index < pool.nslices) run_slice(&pool.slices[index]);
+        if (index < pool.nslices) {
+            fp_controls_take(&pool.controls);
+            run_slice(&pool.slices[index]);
+        }
         if (atomic_fetch_sub(&pool.pending, 1) == 1 && atomic_load(&pool.caller_sleeps)) {
             pthread_mutex_lock(&pool.lock);
             pthread_cond_signal(&pool.done);
@@ -185,6 +234,7 @@ static void run_on_pool(slice *s, int t)
 {
     pool.slices = s;
     pool.nslices = t;
+    pool.controls = fp_controls_get(); /* published by the generation's increment, as the table is */
     atomic_store(&pool.pending, pool.workers);
     atomic_fetch_add(&pool.generation, 1);
     if (atomic_load(&pool.sleepers)) {

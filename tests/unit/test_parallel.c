@@ -3,6 +3,7 @@
  * nested calls and two application threads calling at once both finish.
  * Thousands of short jobs in a row exercise the pool's hand-offs (a lost
  * wake-up would hang this test). */
+#include <fenv.h>
 #include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,6 +59,59 @@ static int run_many(int rounds, unsigned seed)
     return ok;
 }
 
+/* Each index records the rounding mode (and on x86 MXCSR's controls) of
+ * the thread that visits it. */
+typedef struct env_seen {
+    int round[8];
+    unsigned csr[8];
+} env_seen;
+
+static unsigned csr_controls(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_ia32_stmxcsr() & ~0x3Fu;
+#else
+    return 0;
+#endif
+}
+
+static lb_status record_env(void *ctx, size_t b, size_t e)
+{
+    env_seen *s = ctx;
+    for (size_t i = b; i < e; i++) s->round[i] = fegetround(), s->csr[i] = csr_controls();
+    return LB_OK;
+}
+
+/* The pool's workers, made while the caller ran in the default
+ * environment, compute each job in the caller's current one: the rounding
+ * mode and (x86) flush-to-zero / denormals-are-zero; and back to the
+ * default once the caller is. */
+static void check_env_carried(void)
+{
+    env_seen s;
+    CHECK(lb__parallel_for(8, 1, 4, record_env, &s) == LB_OK, "pool made in the default environment");
+    static const int modes[] = {FE_UPWARD, FE_TOWARDZERO, FE_DOWNWARD, FE_TONEAREST};
+    for (int m = 0; m < 4; m++) {
+        fesetround(modes[m]);
+#if defined(__x86_64__) || defined(__i386__)
+        unsigned saved = __builtin_ia32_stmxcsr();
+        if (m == 1) __builtin_ia32_ldmxcsr(saved | 0x8040u); /* flush-to-zero and denormals-are-zero */
+#endif
+        memset(&s, 0, sizeof s);
+        int want = fegetround();
+        unsigned want_csr = csr_controls();
+        CHECK(lb__parallel_for(8, 1, 4, record_env, &s) == LB_OK, "job");
+        int same = 1;
+        for (int i = 0; i < 8; i++) same &= s.round[i] == want && s.csr[i] == want_csr;
+        CHECK(same, "mode %d: every slice runs in the caller's rounding mode %d (and controls %#x): %d %d %d %d / %#x %#x",
+              m, want, want_csr, s.round[0], s.round[2], s.round[4], s.round[6], s.csr[0], s.csr[6]);
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_ldmxcsr(saved);
+#endif
+    }
+    fesetround(FE_TONEAREST);
+}
+
 static void *caller(void *arg)
 {
     int *ok = arg;
@@ -67,6 +121,7 @@ static void *caller(void *arg)
 
 int main(void)
 {
+    check_env_carried();
     CHECK(run_many(5000, 1), "5000 jobs of random sizes and thread counts: every index once");
 
     atomic_int hits[64];
