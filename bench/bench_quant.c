@@ -1,7 +1,7 @@
 /* Tensor quantization throughput: quantize and dequantize a large fp32
  * tensor with each spec, against memcpy of the same bytes in the same run.
  *
- * usage: bench_quant [GIB] [REPS]   (default 1 GiB, best of 3)
+ * usage: bench_quant [GIB] [REPS] [SPEC,SPEC,...]   (default 1 GiB, best of 3, the specs below)
  * Prints a markdown table; GB/s counts the fp32 side (read when
  * quantizing, written when dequantizing). */
 #include <stdio.h>
@@ -45,7 +45,14 @@ int main(int argc, char **argv)
     const char *specs[] = {"int8:channel", "int8:g32", "int4:g32", "int4:g128:affine", "fp8_e4m3:channel",
                            "mxfp8_e4m3", "mxfp4", "nvfp4", "int8:channel:clip=mse", "int4:g32:clip=mse",
                            "int4:g128:affine:clip=mse"};
-    for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
+    size_t nspecs = sizeof specs / sizeof specs[0];
+    char *list = argc > 3 ? argv[3] : NULL; /* specs named on the command line instead */
+    if (list) {
+        nspecs = 0;
+        for (char *tok = strtok(list, ","); tok && nspecs < sizeof specs / sizeof specs[0]; tok = strtok(NULL, ","))
+            specs[nspecs++] = tok;
+    }
+    for (size_t si = 0; si < nspecs; si++) {
         lb_qspec spec;
         if (lb_qspec_parse(specs[si], &spec) != LB_OK) return fprintf(stderr, "%s\n", lb_last_error()), 1;
         for (int t = 1; t <= 2; t++) {
