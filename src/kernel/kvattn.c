@@ -10,6 +10,7 @@
 float lb__kv_value(lb_format f, const uint8_t *codes, size_t j, float s, uint32_t nan_bits)
 {
     switch (f) {
+    case LB_FMT_FP32: return lb__kv_f32_value(codes, j);
     case LB_FMT_BF16: return lb__kv_bf16_value(lb__kv_code16(codes, j));
     case LB_FMT_FP16: return lb__kv_half_value(lb__kv_code16(codes, j));
     case LB_FMT_FP8_E4M3: return lb__kv_e4m3_value(codes[j], nan_bits) * s;
@@ -17,7 +18,7 @@ float lb__kv_value(lb_format f, const uint8_t *codes, size_t j, float s, uint32_
     case LB_FMT_INT8: return lb__kv_int8_value(codes[j]) * s;
     case LB_FMT_INT4: return lb__kv_int4_value(lb__kv_nibble(codes, j)) * s;
     /* no cache holds these (lb__kv_format_check): NaN, never another format's values */
-    case LB_FMT_FP32: case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3:
+    case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3:
     case LB_FMT_FP6_E3M2: case LB_FMT_FP4_E2M1: case LB_FMT_E8M0: case LB_FMT_UE4M3: case LB_FMT_UINT8:
     case LB_FMT_UINT4: case LB_FMT_COUNT: break;
     }
@@ -62,12 +63,14 @@ float lb__kv_value(lb_format f, const uint8_t *codes, size_t j, float s, uint32_
         (void)sc, (void)nan_bits;                                                                         \
         for (size_t j = 0; j < LB__MM_NR; j++) buf[j] = VALUE(src, j) TIMES_LANE;                         \
     }
+#define F32(src, j) lb__kv_f32_value(src, j)
 #define BF16(src, j) lb__kv_bf16_value(lb__kv_code16(src, j))
 #define FP16(src, j) lb__kv_half_value(lb__kv_code16(src, j))
 #define E4M3(src, j) lb__kv_e4m3_value(src[j], nan_bits)
 #define E5M2(src, j) lb__kv_e5m2_value(src[j])
 #define INT8(src, j) lb__kv_int8_value(src[j])
 #define INT4(src, j) lb__kv_int4_value(src[j]) /* src: one code per byte */
+DECODERS(f32, F32, , )
 DECODERS(bf16, BF16, , )
 DECODERS(fp16, FP16, , )
 DECODERS(e4m3, E4M3, *s, *sc[j])
@@ -89,6 +92,7 @@ void lb__kv_decode_run(lb_format f, const uint8_t *src, size_t n, float s, const
                        float *buf)
 {
     switch (f) {
+    case LB_FMT_FP32: sc ? lanes_f32(src, sc, 0, buf) : row_f32(src, n, 1.0f, 0, buf); break;
     case LB_FMT_BF16: sc ? lanes_bf16(src, sc, 0, buf) : row_bf16(src, n, 1.0f, 0, buf); break;
     case LB_FMT_FP16: sc ? lanes_fp16(src, sc, 0, buf) : row_fp16(src, n, 1.0f, 0, buf); break;
     case LB_FMT_FP8_E4M3: sc ? lanes_e4m3(src, sc, nan_bits, buf) : row_e4m3(src, n, s, nan_bits, buf); break;
@@ -103,8 +107,7 @@ void lb__kv_decode_run(lb_format f, const uint8_t *src, size_t n, float s, const
             else row_int4_bytes(t, len, s, 0, buf + d0);
         }
         break;
-    /* no cache holds these (fp32 has its own layout): NaN, never another format's values */
-    case LB_FMT_FP32:
+    /* no cache holds these: NaN, never another format's values */
     case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3: case LB_FMT_FP6_E3M2:
     case LB_FMT_FP4_E2M1: case LB_FMT_E8M0: case LB_FMT_UE4M3: case LB_FMT_UINT8: case LB_FMT_UINT4:
     case LB_FMT_COUNT:
@@ -157,7 +160,7 @@ static const lb__kv_kernels scalar = {scores_scalar, mix_scalar};
 static const lb__kv_kernels *kernels_for(lb_format f, lb_isa isa)
 {
     /* a format no cache holds: the scalar products, which read it as NaN */
-    if (isnan(lb__kv_value(f, (const uint8_t[2]){0, 0}, 0, 1.0f, 0))) return &scalar;
+    if (isnan(lb__kv_value(f, (const uint8_t[4]){0, 0, 0, 0}, 0, 1.0f, 0))) return &scalar; /* code 0: up to 4 bytes */
     isa = lb__isa_x86(lb__isa_clamp(isa)); /* x86 only: NEON runs the scalar products, as the fp32 ones */
     if (isa >= LB_ISA_AVX512 && lb__kv_avx512.scores) return &lb__kv_avx512;
     if (isa >= LB_ISA_AVX2 && lb__kv_avx2.scores) return &lb__kv_avx2;
@@ -176,6 +179,14 @@ void lb__kv_mix(const lb__kv_view *v, const float *p, size_t ldp, size_t mr, siz
                 lb_isa isa)
 {
     const lb__kv_kernels *kk = kernels_for(v->format, isa);
-    for (size_t r = 0; r < mr; r += LB__KV_ROWS)
-        kk->mix(v, p + r * ldp, ldp, mr - r < LB__KV_ROWS ? mr - r : LB__KV_ROWS, len, o + r * ldo, ldo);
+    /* rows in panels (an fp32 cache's V): each panel's NR values a view
+     * of their own, whose outputs are those values' */
+    size_t run = v->panel_stride ? LB__MM_NR : v->head_dim;
+    for (size_t d0 = 0; d0 < v->head_dim; d0 += run) {
+        lb__kv_view part = *v;
+        part.codes += d0 / run * v->panel_stride;
+        part.head_dim = v->head_dim - d0 < run ? v->head_dim - d0 : run;
+        for (size_t r = 0; r < mr; r += LB__KV_ROWS)
+            kk->mix(&part, p + r * ldp, ldp, mr - r < LB__KV_ROWS ? mr - r : LB__KV_ROWS, len, o + r * ldo + d0, ldo);
+    }
 }

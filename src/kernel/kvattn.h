@@ -1,5 +1,5 @@
-/* Decode attention's two products read straight from a quantized KV
- * cache's codes (model/kvcache.h lays them out; this file only reads):
+/* Decode attention's two products read straight from a KV cache's codes
+ * (model/kvcache.h lays them out; this file only reads):
  *
  *   scores  S[r][p] = sum over d in order of Q[r][d] * K[p][d]
  *   mix     O[r][d] = sum over p in order of P[r][p] * V[p][d]
@@ -11,7 +11,9 @@
  * the fp32 matrix products (matmul.h) do on the decoded values, so either
  * way of reading the cache gives the same bits. The gain: the cache's bytes
  * are read once, as codes, instead of being decoded into an fp32 copy that
- * the products then read again. */
+ * the products then read again. An fp32 cache's values are their own
+ * codes: the same products read its panels, and the query heads that
+ * share a KV head read them once, as the rows of one product. */
 #ifndef LB_KERNEL_KVATTN_H
 #define LB_KERNEL_KVATTN_H
 
@@ -23,7 +25,7 @@
 #include "lowbit.h"
 #include "util/bits.h"
 
-/* One KV head's codes as the products read them.
+/* One KV head's codes as the products read them (fp32: its values).
  *   K (lb__kv_scores): panels of LB__MM_NR positions; panel i holds, for
  *     d = 0 .. head_dim-1, the codes of positions i*NR .. i*NR+NR-1 side by
  *     side (lb_format_bytes(format, NR) bytes a row; 4-bit: position 2j in
@@ -31,11 +33,16 @@
  *   V (lb__kv_mix): one row of head_dim codes per position, `stride` bytes
  *     apart (4-bit: value 2j in the low nibble), scales[p] likewise. */
 typedef struct lb__kv_view {
-    lb_format format;     /* bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int4 */
+    lb_format format;     /* fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int4 */
     const uint8_t *codes;
-    const float *scales;  /* per position; NULL for bf16 and fp16 */
+    const float *scales;  /* per position; NULL for fp32, bf16 and fp16 */
     size_t head_dim;
     size_t stride;        /* V: bytes from one position's row to the next */
+    /* V of an fp32 cache: values NR at a time in panels over all
+     * positions (kvcache.h), so a row is the runs of NR values of each
+     * panel, this many bytes apart (`stride` is then NR floats); 0 where
+     * a row is contiguous. */
+    size_t panel_stride;
     uint32_t nan_bits;    /* fp8_e4m3: the positive NaN its NaN codes read as */
 } lb__kv_view;
 
@@ -54,9 +61,9 @@ void lb__kv_mix(const lb__kv_view *v, const float *p, size_t ldp, size_t mr, siz
  * the vector kernels fold (lb_format_get(f)->bits is a table read). */
 static inline unsigned lb__kv_code_bits(lb_format f)
 {
-    return f == LB_FMT_INT4 ? 4 : f == LB_FMT_BF16 || f == LB_FMT_FP16 ? 16 : 8;
+    return f == LB_FMT_INT4 ? 4 : f == LB_FMT_FP32 ? 32 : f == LB_FMT_BF16 || f == LB_FMT_FP16 ? 16 : 8;
 }
-static inline int lb__kv_has_scale(lb_format f) { return f != LB_FMT_BF16 && f != LB_FMT_FP16; }
+static inline int lb__kv_has_scale(lb_format f) { return f != LB_FMT_FP32 && f != LB_FMT_BF16 && f != LB_FMT_FP16; }
 
 /* The vector sets (kvattn_avx512.c, kvattn_avx2.c); .scores NULL where
  * not compiled. lb__kv_scores and lb__kv_mix call them with at most
@@ -74,6 +81,14 @@ extern const lb__kv_kernels lb__kv_avx2;
  * can change a value (a subnormal is an exact integer times a power of
  * two whose product is a normal fp32 number, or +0). Each is branch-free
  * so that gcc and clang vectorize the loops that call them. ---- */
+
+/* fp32: the code is the value (one load: lets the row loops vectorize). */
+static inline float lb__kv_f32_value(const uint8_t *src, size_t j)
+{
+    float x;
+    memcpy(&x, src + 4 * j, 4);
+    return x;
+}
 
 /* bf16: the code is the high half of an fp32. */
 static inline float lb__kv_bf16_value(uint32_t h) { return lb__f32_from_bits(h << 16); }
@@ -134,7 +149,8 @@ static inline uint32_t lb__kv_code16(const uint8_t *src, size_t j)
 static inline uint32_t lb__kv_nibble(const uint8_t *src, size_t j) { return (src[j / 2] >> (j % 2 * 4)) & 0x0Fu; }
 
 /* Value j of a run of codes of a cache format, times s where the format
- * has a scale (ignored by bf16 and fp16); NaN for a format no cache holds. */
+ * has a scale (ignored by fp32, bf16 and fp16); NaN for a format no cache
+ * holds. */
 float lb__kv_value(lb_format f, const uint8_t *codes, size_t j, float s, uint32_t nan_bits);
 
 /* The same for n values at once, in loops the compiler vectorizes (the

@@ -1,4 +1,4 @@
-/* AVX2 decode attention on a quantized KV cache's codes (kvattn.h): the
+/* AVX2 decode attention on a KV cache's codes (kvattn.h): the
  * AVX-512 kernels' method (kvattn_avx512.c) 8 codes at a time, in half
  * panels of 16 positions (scores) and runs of 16 values (mix) so that four
  * rows' sums fit in the 16 ymm registers. A row's last values past a whole
@@ -16,6 +16,7 @@
 AI __m256 values8(lb_format f, const uint8_t *src, uint32_t nan_bits)
 {
     switch (f) {
+    case LB_FMT_FP32: return _mm256_loadu_ps((const float *)(const void *)src);
     case LB_FMT_INT8: return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)src)));
     case LB_FMT_INT4: {
         uint32_t u;
@@ -44,7 +45,7 @@ AI __m256 values8(lb_format f, const uint8_t *src, uint32_t nan_bits)
         return v;
     }
     /* no cache holds these (lb__kv_format_check) */
-    case LB_FMT_FP32: case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3:
+    case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3:
     case LB_FMT_FP6_E3M2: case LB_FMT_FP4_E2M1: case LB_FMT_E8M0: case LB_FMT_UE4M3: case LB_FMT_UINT8:
     case LB_FMT_UINT4: case LB_FMT_COUNT: break;
     }
@@ -55,7 +56,7 @@ AI __m256 values8(lb_format f, const uint8_t *src, uint32_t nan_bits)
  * copied into a zeroed buffer first, so nothing past the row is read. */
 AI __m256 values_tail(lb_format f, const uint8_t *src, size_t n, uint32_t nan_bits)
 {
-    uint8_t buf[16] = {0};
+    _Alignas(32) uint8_t buf[32] = {0}; /* 8 codes of up to 32 bits */
     memcpy(buf, src, (n * lb__kv_code_bits(f) + 7) / 8);
     return values8(f, buf, nan_bits);
 }

@@ -1,6 +1,6 @@
-/* AVX-512 decode attention on a quantized KV cache's codes (kvattn.h):
- * 16 codes at a time converted to their exact fp32 values in registers
- * (integers by conversion; bf16 by a shift; fp16 by vcvtph2ps; the fp8
+/* AVX-512 decode attention on a KV cache's codes (kvattn.h): 16 codes at
+ * a time converted to their exact fp32 values in registers (fp32 loaded
+ * as it is; integers by conversion; bf16 by a shift; fp16 by vcvtph2ps; the fp8
  * formats as binary16 bit patterns: e5m2 is a binary16's top byte, e4m3
  * placed in one is its value / 2^8, and NaN put back), times the scale,
  * then fused multiply-adds into up to LB__KV_ROWS rows' sums. Each lane is
@@ -18,6 +18,7 @@ AI __m512 values16(lb_format f, const uint8_t *src, unsigned n, uint32_t nan_bit
 {
     __mmask16 m = (__mmask16)((1u << n) - 1);
     switch (f) {
+    case LB_FMT_FP32: return _mm512_maskz_loadu_ps(m, src);
     case LB_FMT_INT8: return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, src)));
     case LB_FMT_INT4: {
         __m128i b = _mm_maskz_loadu_epi8((__mmask16)((1u << ((n + 1) / 2)) - 1), src), low = _mm_set1_epi8(0x0F);
@@ -45,7 +46,7 @@ AI __m512 values16(lb_format f, const uint8_t *src, unsigned n, uint32_t nan_bit
         return v;
     }
     /* no cache holds these (lb__kv_format_check) */
-    case LB_FMT_FP32: case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3:
+    case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3:
     case LB_FMT_FP6_E3M2: case LB_FMT_FP4_E2M1: case LB_FMT_E8M0: case LB_FMT_UE4M3: case LB_FMT_UINT8:
     case LB_FMT_UINT4: case LB_FMT_COUNT: break;
     }

@@ -6,11 +6,11 @@
  *                 float *o, size_t ldo);
  * and LB__KV_SET, the table's name: one instance of each per cache format
  * (its conversion inlined, f a constant), and the table calling the one of
- * a view's format (lb__kv_scores and lb__kv_mix send only those six). */
+ * a view's format (lb__kv_scores and lb__kv_mix send only those seven). */
 #ifndef LB_KERNEL_KVATTN_INSTANCES_H
 #define LB_KERNEL_KVATTN_INSTANCES_H
 
-#define LB__KV_FORMATS(X) X(LB_FMT_BF16, bf16) X(LB_FMT_FP16, fp16) X(LB_FMT_FP8_E4M3, e4m3) \
+#define LB__KV_FORMATS(X) X(LB_FMT_FP32, f32) X(LB_FMT_BF16, bf16) X(LB_FMT_FP16, fp16) X(LB_FMT_FP8_E4M3, e4m3) \
     X(LB_FMT_FP8_E5M2, e5m2) X(LB_FMT_INT8, int8) X(LB_FMT_INT4, int4)
 #define LB__KV_INSTANCE(F, name)                                                                                  \
     static void scores_##name(const lb__kv_view *k, const float *q, size_t ldq, size_t mr, size_t len, float *s,   \

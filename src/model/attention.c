@@ -102,10 +102,11 @@ static void decode_group(const lb__attn_job *j, size_t kvh, size_t total, float 
     }
 }
 
-/* A decode step (one query) on a quantized cache: each run of query
- * heads in [h0, h1) that share a KV head as the rows of two products on
- * that head's codes in place (kernel/kvattn.h), which compute what the
- * products below compute on the decoded values, bit for bit. */
+/* A decode step (one query): each run of query heads in [h0, h1) that
+ * share a KV head as the rows of two products on that head's codes in
+ * place (kernel/kvattn.h; an fp32 cache's panels), which compute what the
+ * products below compute on the decoded values, bit for bit, and read the
+ * cache once for the run instead of once per query head. */
 static lb_status decode_heads(const lb__attn_job *j, size_t h0, size_t h1)
 {
     size_t hd = j->head_dim, group = j->n_heads / j->n_kv_heads, total = j->pos0 + 1;
@@ -163,7 +164,7 @@ static lb_status redo_nan_rows(const float *sc, size_t rows, size_t len, size_t 
 static lb_status heads(void *ctx, size_t h0, size_t h1)
 {
     const lb__attn_job *j = ctx;
-    if (j->n == 1 && j->kv->format != LB_FMT_FP32) return decode_heads(j, h0, h1);
+    if (j->n == 1) return decode_heads(j, h0, h1);
     size_t hd = j->head_dim, q_stride = j->n_heads * hd;
     size_t group = j->n_heads / j->n_kv_heads, total = j->pos0 + j->n, nr = LB__MM_NR;
     size_t kpanels = (total + nr - 1) / nr, vpanels = (hd + nr - 1) / nr, chunk = j->n < QCHUNK ? j->n : QCHUNK;

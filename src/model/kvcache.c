@@ -293,6 +293,13 @@ void lb__kv_decode_k_panel(const lb__kvcache *c, size_t layer, size_t head, size
 
 lb__kv_view lb__kv_head_view(const lb__kvcache *c, int which, size_t layer, size_t head)
 {
+    if (c->format == LB_FMT_FP32) { /* the panels: K's as the quantized formats' codes, V's in runs of NR */
+        const size_t nr = LB__MM_NR;
+        lb__kv_view v = {.format = LB_FMT_FP32, .codes = (const uint8_t *)lb__kv_panels(c, which, layer, head),
+                         .head_dim = c->head_dim};
+        if (which == LB__KV_V) v.stride = nr * sizeof(float), v.panel_stride = c->ctx * nr * sizeof(float);
+        return v;
+    }
     lb__kv_view v = {.format = c->format, .codes = head_codes(c, which, layer, head), .head_dim = c->head_dim,
                      .stride = c->row_bytes, .nan_bits = lb__f32_bits(c->lut[0x7F])};
     if (c->scales[which]) v.scales = c->scales[which] + scale_base(c, layer, head);

@@ -120,8 +120,8 @@ const float *lb__kv_decode(const lb__kvcache *c, int which, size_t layer, size_t
  * never stored: 0, or an earlier sequence's values). */
 void lb__kv_decode_k_panel(const lb__kvcache *c, size_t layer, size_t head, size_t panel, float *dst);
 
-/* Quantized formats: (layer, kv head)'s K (which = LB__KV_K) or V codes
- * as the decode attention kernels read them in place. */
+/* (layer, kv head)'s K (which = LB__KV_K) or V codes as the decode
+ * attention kernels read them in place (fp32: its panels). */
 lb__kv_view lb__kv_head_view(const lb__kvcache *c, int which, size_t layer, size_t head);
 
 /* Where value d of position p lies in one (layer, kv head)'s K panels
