@@ -316,14 +316,19 @@ void lb__quantize_nvfp4(const float *restrict src, size_t nb, void *restrict dst
     void lb__quantize_##type##_avx2(const float *restrict src, size_t nb, void *restrict dst);
 LB__CLASSIC_QUANTIZERS(LB__DECLARE_TWINS)
 int lb__ggml_blocks_avx2_built(void);
-/* The same two builds of the IQ4 quantizers (ggml_blocks_iq4_quant.h). */
+/* The same two builds of the IQ4 quantizers (ggml_blocks_iq4_quant.h), and
+ * a third, AVX-512 (ggml_blocks_iq4_avx512.c; where it is not built, its
+ * names run the AVX2 build): all give the same bytes. */
 #define LB__IQ4_QUANTIZERS(X) X(iq4_nl) X(iq4_xs)
 #define LB__DECLARE_IQ4_TWINS(type)                                                                    \
     void lb__quantize_##type##_scalar(const float *restrict src, size_t nb, const float *restrict imatrix, \
                                       void *restrict dst);                                              \
     void lb__quantize_##type##_avx2(const float *restrict src, size_t nb, const float *restrict imatrix,   \
-                                    void *restrict dst);
+                                    void *restrict dst);                                                \
+    void lb__quantize_##type##_avx512(const float *restrict src, size_t nb, const float *restrict imatrix, \
+                                      void *restrict dst);
 LB__IQ4_QUANTIZERS(LB__DECLARE_IQ4_TWINS)
+int lb__ggml_blocks_iq4_avx512_built(void);
 
 /* ggml's quantize_iq4_nl / quantize_iq4_xs: nb blocks (32 / 256 values)
  * of finite src; imatrix, when not NULL, holds one importance weight per

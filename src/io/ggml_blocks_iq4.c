@@ -54,16 +54,22 @@ void lb__dequantize_iq4_xs(const void *restrict src, size_t nb, float *restrict 
 #include "io/ggml_blocks_iq4_quant.h"
 
 static int use_avx2(void) { return lb__isa_x86(lb_isa_active()) >= LB_ISA_AVX2 && lb__ggml_blocks_avx2_built(); }
+static int use_avx512(void)
+{
+    return lb__isa_x86(lb_isa_active()) >= LB_ISA_AVX512 && lb__ggml_blocks_iq4_avx512_built();
+}
 
 void lb__quantize_iq4_nl(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst)
 {
-    if (use_avx2()) lb__quantize_iq4_nl_avx2(src, nb, imatrix, dst);
+    if (use_avx512()) lb__quantize_iq4_nl_avx512(src, nb, imatrix, dst);
+    else if (use_avx2()) lb__quantize_iq4_nl_avx2(src, nb, imatrix, dst);
     else lb__quantize_iq4_nl_scalar(src, nb, imatrix, dst);
 }
 
 void lb__quantize_iq4_xs(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst)
 {
-    if (use_avx2()) lb__quantize_iq4_xs_avx2(src, nb, imatrix, dst);
+    if (use_avx512()) lb__quantize_iq4_xs_avx512(src, nb, imatrix, dst);
+    else if (use_avx2()) lb__quantize_iq4_xs_avx2(src, nb, imatrix, dst);
     else lb__quantize_iq4_xs_scalar(src, nb, imatrix, dst);
 }
 

@@ -280,21 +280,26 @@ static void test_avx2_twins(void)
             CHECK(d != NULL, "%s: no dtype of that name", q[t].name);
             CHECK(bytes && memcmp(a, b, bytes) == 0, "%s kind %d: AVX2 bytes differ from scalar", q[t].name, kind);
         }
-        /* the IQ4 search, with and without an importance matrix */
+        /* the IQ4 search, with and without an importance matrix; its
+         * AVX-512 build too where this CPU runs it */
         typedef void (*ifn)(const float *restrict, size_t, const float *restrict, void *restrict);
         static const struct { const char *name; ifn scalar, avx2; size_t block, bytes; } iq[] = {
             {"iq4_nl", lb__quantize_iq4_nl_scalar, lb__quantize_iq4_nl_avx2, 32, 18},
             {"iq4_xs", lb__quantize_iq4_xs_scalar, lb__quantize_iq4_xs_avx2, 256, 136},
+            {"iq4_nl avx512", lb__quantize_iq4_nl_scalar, lb__quantize_iq4_nl_avx512, 32, 18},
+            {"iq4_xs avx512", lb__quantize_iq4_xs_scalar, lb__quantize_iq4_xs_avx512, 256, 136},
         };
+        const int avx512 = lb__ggml_blocks_iq4_avx512_built() && lb__isa_x86(lb_isa_detected()) >= LB_ISA_AVX512;
+        if (kind == 0 && !avx512) printf("no AVX-512 build or CPU here: its IQ4 twin check is skipped\n");
         static float wts[N];
         for (size_t i = 0; i < N; i++) wts[i] = i % 7 == 0 ? 0.0f : (float)(next_u32() % 1000) / 250.0f;
-        for (size_t t = 0; t < sizeof iq / sizeof iq[0]; t++)
+        for (size_t t = 0; t < (avx512 ? 4 : 2); t++)
             for (int with = 0; with <= 1; with++) {
                 size_t nb = N / iq[t].block;
                 memset(a, 0x5A, sizeof a), memset(b, 0xA5, sizeof b);
                 iq[t].scalar(v, nb, with ? wts : NULL, a);
                 iq[t].avx2(v, nb, with ? wts : NULL, b);
-                CHECK(memcmp(a, b, nb * iq[t].bytes) == 0, "%s kind %d imatrix %d: AVX2 bytes differ from scalar",
+                CHECK(memcmp(a, b, nb * iq[t].bytes) == 0, "%s kind %d imatrix %d: vector bytes differ from scalar",
                       iq[t].name, kind, with);
             }
     }
