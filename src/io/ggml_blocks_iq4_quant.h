@@ -41,6 +41,45 @@ static inline int magic_round(float v)
  * at a time instead leaves the adder waiting on each sum's previous add. */
 #define FITS 16 /* the first guess and the 2 * IQ4_TRIES + 1 tries */
 
+#if defined(__x86_64__) && defined(__AVX512F__)
+#include <immintrin.h>
+/* The AVX-512 build: the 16 fits are the 16 lanes of one vector, each
+ * lane the plain C's operations below in the same order but for how the
+ * grid points either side of v are found (the same comparisons'
+ * outcome, by a binary search), so the same bits (test_ggml_quants
+ * compares the builds; the tie at a grid point picks that point either
+ * way). GCC's own vectorization of the plain C spilled the lanes' counts
+ * to the stack: intrinsics with the 14 comparisons made SmolLM2's IQ4_XS
+ * 1.6x faster, the binary search (4 comparisons) 1.9x more. */
+static inline void fit_all(const float *x, const float *w, const float *id, float *sumqx, float *sumq2)
+{
+    const __m512 grid = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)lb__kvalues_iq4nl)));
+    const __m512 vid = _mm512_loadu_ps(id);
+    __m512 sx = _mm512_setzero_ps(), s2 = _mm512_setzero_ps();
+    for (int j = 0; j < 32; j++) {
+        const __m512 xj = _mm512_set1_ps(x[j]), v = _mm512_mul_ps(vid, xj);
+        /* n = how many of g[1..14] v is not below: the comparisons hold
+         * for k up to some K and fail after (the grid ascends), so a
+         * binary search over k finds n, then lo = g[n], hi = g[n + 1] */
+        __m512i n = _mm512_setzero_si512();
+        for (int step = 8; step >= 1; step /= 2) {
+            const __m512i k = _mm512_add_epi32(n, _mm512_set1_epi32(step));
+            const __mmask16 not_below = _mm512_cmp_ps_mask(v, _mm512_permutexvar_ps(k, grid), _CMP_NLT_UQ);
+            n = _mm512_mask_mov_epi32(n, not_below, k);
+        }
+        n = _mm512_min_epi32(n, _mm512_set1_epi32(14)); /* k = 15 is past the comparisons */
+        const __m512 flo = _mm512_permutexvar_ps(n, grid);
+        const __m512 fhi = _mm512_permutexvar_ps(_mm512_add_epi32(n, _mm512_set1_epi32(1)), grid);
+        const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(v, flo), _mm512_sub_ps(fhi, v), _CMP_NLT_UQ);
+        const __m512 q = _mm512_mask_blend_ps(up, flo, fhi);
+        const __m512 wq = _mm512_mul_ps(_mm512_set1_ps(w[j]), q);
+        sx = _mm512_add_ps(sx, _mm512_mul_ps(wq, xj));
+        s2 = _mm512_add_ps(s2, _mm512_mul_ps(wq, q));
+    }
+    _mm512_storeu_ps(sumqx, sx);
+    _mm512_storeu_ps(sumq2, s2);
+}
+#else
 static inline void fit_all(const float *x, const float *w, const float *id, float *sumqx, float *sumq2)
 {
     const int8_t *g = lb__kvalues_iq4nl;
@@ -72,6 +111,7 @@ static inline void fit_all(const float *x, const float *w, const float *id, floa
     }
     for (int t = 0; t < FITS; t++) sumqx[t] = sx[t], sumq2[t] = s2[t];
 }
+#endif
 
 /* The scale of one 32-element sub-block x with weights w; 0 when its
  * largest magnitude is below IQ4_MIN_AMAX. */

@@ -252,7 +252,7 @@ static void test_avx2_twins(void)
         LB__CLASSIC_QUANTIZERS(TWIN)
 #undef TWIN
     };
-    for (int kind = 0; kind < 8; kind++) {
+    for (int kind = 0; kind < 9; kind++) {
         for (size_t i = 0; i < N; i++) {
             float g = (float)((int32_t)next_u32()) / 2147483648.0f + (float)((int32_t)next_u32()) / 4294967296.0f;
             switch (kind) {
@@ -263,7 +263,17 @@ static void test_avx2_twins(void)
             case 4: v[i] = i % 37 == 0 ? 300.0f * g : g; break;                           /* outliers */
             case 5: v[i] = (float)((int)(g * 16)) * 0.5f; break;                          /* exact halves */
             case 6: v[i] = (i % 32 == 0 ? 0.99999994f : 0.5f) * (g < 0 ? -1.0f : 1.0f); break; /* near 2^k */
-            default: v[i] = g * 1e6f; break;                                              /* big scales */
+            case 7: v[i] = g * 1e6f; break;                                               /* big scales */
+            default: { /* IQ4 fits on the grid: the first try's inverse scale is -1 (a block's first value
+                        * -127), so its products land on every grid point, every midpoint (a tie), and
+                        * either side of them by an ulp */
+                const int8_t *grid = lb__kvalues_iq4nl;
+                size_t j = i % 32, k = (j + i / 32) % 15;
+                float mid = 0.5f * (float)(grid[k] + grid[k + 1]);
+                float pick[4] = {(float)grid[k], mid, nextafterf(mid, -200.0f), nextafterf(mid, 200.0f)};
+                v[i] = j == 0 ? -127.0f : -pick[(i / 32 + j) % 4];
+                break;
+            }
             }
         }
         for (size_t t = 0; t < sizeof q / sizeof q[0]; t++) {
