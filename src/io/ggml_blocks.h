@@ -329,6 +329,13 @@ int lb__ggml_blocks_avx2_built(void);
                                       void *restrict dst);
 LB__IQ4_QUANTIZERS(LB__DECLARE_IQ4_TWINS)
 int lb__ggml_blocks_iq4_avx512_built(void);
+/* The three builds of lb__iq4_code_scales (below). */
+void lb__quantize_iq4_code_scales_scalar(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
+                                float *restrict scale);
+void lb__quantize_iq4_code_scales_avx2(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
+                              float *restrict scale);
+void lb__quantize_iq4_code_scales_avx512(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
+                                float *restrict scale);
 
 /* ggml's quantize_iq4_nl / quantize_iq4_xs: nb blocks (32 / 256 values)
  * of finite src; imatrix, when not NULL, holds one importance weight per

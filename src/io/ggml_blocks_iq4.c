@@ -76,15 +76,7 @@ void lb__quantize_iq4_xs(const float *restrict src, size_t nb, const float *rest
 void lb__iq4_code_scales(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
                          float *restrict scale)
 {
-    const size_t block = xs ? LB__QK_K : LB__QK;
-    for (size_t i = 0; i < nb; i++, src += block) {
-        const float *qw = imatrix ? imatrix + block * i : NULL;
-        if (!xs) {
-            scale[i] = nl_scale(src, qw);
-            continue;
-        }
-        int l[8];
-        const float d = xs_scales(src, qw, l);
-        for (int ib = 0; ib < 8; ib++) scale[8 * i + ib] = d * (float)l[ib];
-    }
+    if (use_avx512()) lb__quantize_iq4_code_scales_avx512(xs, src, nb, imatrix, scale);
+    else if (use_avx2()) lb__quantize_iq4_code_scales_avx2(xs, src, nb, imatrix, scale);
+    else lb__quantize_iq4_code_scales_scalar(xs, src, nb, imatrix, scale);
 }

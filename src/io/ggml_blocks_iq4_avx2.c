@@ -21,4 +21,10 @@ void lb__quantize_iq4_xs_avx2(const float *restrict src, size_t nb, const float 
     lb__quantize_iq4_xs_scalar(src, nb, imatrix, dst);
 }
 
+void lb__quantize_iq4_code_scales_avx2(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
+                              float *restrict scale)
+{
+    lb__quantize_iq4_code_scales_scalar(xs, src, nb, imatrix, scale);
+}
+
 #endif

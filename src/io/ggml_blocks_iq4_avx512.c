@@ -24,6 +24,12 @@ void lb__quantize_iq4_xs_avx512(const float *restrict src, size_t nb, const floa
     lb__quantize_iq4_xs_avx2(src, nb, imatrix, dst);
 }
 
+void lb__quantize_iq4_code_scales_avx512(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
+                                float *restrict scale)
+{
+    lb__quantize_iq4_code_scales_avx2(xs, src, nb, imatrix, scale);
+}
+
 int lb__ggml_blocks_iq4_avx512_built(void) { return 0; }
 
 #endif

@@ -194,6 +194,22 @@ static inline float xs_scales(const float *src, const float *qw, int l[8])
     return d;
 }
 
+void LB__QNAME(iq4_code_scales)(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
+                                float *restrict scale)
+{
+    const size_t block = xs ? LB__QK_K : LB__QK;
+    for (size_t i = 0; i < nb; i++, src += block) {
+        const float *qw = imatrix ? imatrix + block * i : NULL;
+        if (!xs) {
+            scale[i] = nl_scale(src, qw);
+            continue;
+        }
+        int l[8];
+        const float d = xs_scales(src, qw, l);
+        for (int ib = 0; ib < 8; ib++) scale[8 * i + ib] = d * (float)l[ib];
+    }
+}
+
 void LB__QNAME(iq4_nl)(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst)
 {
     lb__block_iq4_nl *y = dst;

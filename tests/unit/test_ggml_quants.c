@@ -312,6 +312,22 @@ static void test_avx2_twins(void)
                 CHECK(memcmp(a, b, nb * iq[t].bytes) == 0, "%s kind %d imatrix %d: vector bytes differ from scalar",
                       iq[t].name, kind, with);
             }
+        /* the scales the codes were taken at (GPTQ's IQ4 grid), every build */
+        typedef void (*sfn)(int, const float *restrict, size_t, const float *restrict, float *restrict);
+        const sfn builds[3] = {lb__quantize_iq4_code_scales_scalar, lb__quantize_iq4_code_scales_avx2,
+                               lb__quantize_iq4_code_scales_avx512};
+        static float sa[N / 32], sb[N / 32];
+        for (int xs = 0; xs <= 1; xs++)
+            for (int with = 0; with <= 1; with++) {
+                size_t nb = N / (xs ? 256 : 32);
+                builds[0](xs, v, nb, with ? wts : NULL, sa);
+                for (int b2 = 1; b2 < (avx512 ? 3 : 2); b2++) {
+                    memset(sb, 0x5A, sizeof sb);
+                    builds[b2](xs, v, nb, with ? wts : NULL, sb);
+                    CHECK(memcmp(sa, sb, N / 32 * sizeof *sa) == 0, "iq4 code scales (xs %d) kind %d imatrix %d: build %d "
+                          "differs from scalar", xs, kind, with, b2);
+                }
+            }
     }
 }
 
