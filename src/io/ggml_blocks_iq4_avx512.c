@@ -1,8 +1,8 @@
 /* The AVX-512 build of the IQ4 quantizers (ggml_blocks_iq4_quant.h): the
  * same C as the scalar build in ggml_blocks_iq4.c, compiled with the
  * Makefile's flags for *_avx512.c (-ffp-contract=off keeps every multiply
- * and add separate). The search's 16 fits fill one 16-wide lane set, half
- * the instructions of the AVX2 build's two. */
+ * and add separate), but for the search's 16 fits, which the header writes
+ * in intrinsics for this build: one 16-wide vector. */
 #include "io/ggml_blocks.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__)

@@ -79,6 +79,49 @@ static inline void fit_all(const float *x, const float *w, const float *id, floa
     _mm512_storeu_ps(sumqx, sx);
     _mm512_storeu_ps(sumq2, s2);
 }
+#elif defined(__x86_64__) && defined(__AVX2__)
+#include <immintrin.h>
+/* The AVX2 build: the same method in two 8-lane halves; the grid's 16
+ * values as two 8-value tables, a lookup taking the upper one for
+ * indices from 8 (vpermps reads only an index's low 3 bits). */
+static inline __m256 grid_at(__m256i n, __m256 grid_lo, __m256 grid_hi)
+{
+    const __m256 upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, _mm256_set1_epi32(7)));
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(grid_lo, n), _mm256_permutevar8x32_ps(grid_hi, n), upper);
+}
+
+static inline void fit_all(const float *x, const float *w, const float *id, float *sumqx, float *sumq2)
+{
+    const __m256i g8 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)lb__kvalues_iq4nl));
+    const __m256i g8hi = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(lb__kvalues_iq4nl + 8)));
+    const __m256 grid_lo = _mm256_cvtepi32_ps(g8), grid_hi = _mm256_cvtepi32_ps(g8hi);
+    const __m256 vid[2] = {_mm256_loadu_ps(id), _mm256_loadu_ps(id + 8)};
+    __m256 sx[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, s2[2] = {sx[0], sx[0]};
+    for (int j = 0; j < 32; j++) {
+        const __m256 xj = _mm256_set1_ps(x[j]), wj = _mm256_set1_ps(w[j]);
+        for (int half = 0; half < 2; half++) { /* two independent chains side by side */
+            const __m256 v = _mm256_mul_ps(vid[half], xj);
+            __m256i n = _mm256_setzero_si256();
+            for (int step = 8; step >= 1; step /= 2) {
+                const __m256i k = _mm256_add_epi32(n, _mm256_set1_epi32(step));
+                const __m256 not_below = _mm256_cmp_ps(v, grid_at(k, grid_lo, grid_hi), _CMP_NLT_UQ);
+                n = _mm256_blendv_epi8(n, k, _mm256_castps_si256(not_below));
+            }
+            n = _mm256_min_epi32(n, _mm256_set1_epi32(14)); /* k = 15 is past the comparisons */
+            const __m256 flo = grid_at(n, grid_lo, grid_hi);
+            const __m256 fhi = grid_at(_mm256_add_epi32(n, _mm256_set1_epi32(1)), grid_lo, grid_hi);
+            const __m256 up = _mm256_cmp_ps(_mm256_sub_ps(v, flo), _mm256_sub_ps(fhi, v), _CMP_NLT_UQ);
+            const __m256 q = _mm256_blendv_ps(flo, fhi, up);
+            const __m256 wq = _mm256_mul_ps(wj, q);
+            sx[half] = _mm256_add_ps(sx[half], _mm256_mul_ps(wq, xj));
+            s2[half] = _mm256_add_ps(s2[half], _mm256_mul_ps(wq, q));
+        }
+    }
+    for (int half = 0; half < 2; half++) {
+        _mm256_storeu_ps(sumqx + 8 * half, sx[half]);
+        _mm256_storeu_ps(sumq2 + 8 * half, s2[half]);
+    }
+}
 #else
 static inline void fit_all(const float *x, const float *w, const float *id, float *sumqx, float *sumq2)
 {
