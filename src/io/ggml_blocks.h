@@ -329,6 +329,24 @@ int lb__ggml_blocks_avx2_built(void);
                                       void *restrict dst);
 LB__IQ4_QUANTIZERS(LB__DECLARE_IQ4_TWINS)
 int lb__ggml_blocks_iq4_avx512_built(void);
+/* A build that is not compiled here (no such instruction set): its three
+ * IQ4 functions run build `to`'s (suffixes: scalar, avx2, avx512). */
+#define LB__IQ4_FORWARD(from, to)                                                                             \
+    void lb__quantize_iq4_nl_##from(const float *restrict src, size_t nb, const float *restrict imatrix,      \
+                                    void *restrict dst)                                                       \
+    {                                                                                                         \
+        lb__quantize_iq4_nl_##to(src, nb, imatrix, dst);                                                      \
+    }                                                                                                         \
+    void lb__quantize_iq4_xs_##from(const float *restrict src, size_t nb, const float *restrict imatrix,      \
+                                    void *restrict dst)                                                       \
+    {                                                                                                         \
+        lb__quantize_iq4_xs_##to(src, nb, imatrix, dst);                                                      \
+    }                                                                                                         \
+    void lb__quantize_iq4_code_scales_##from(int xs, const float *restrict src, size_t nb,                   \
+                                             const float *restrict imatrix, float *restrict scale)            \
+    {                                                                                                         \
+        lb__quantize_iq4_code_scales_##to(xs, src, nb, imatrix, scale);                                       \
+    }
 /* The three builds of lb__iq4_code_scales (below). */
 void lb__quantize_iq4_code_scales_scalar(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
                                 float *restrict scale);

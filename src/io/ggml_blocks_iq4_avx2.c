@@ -12,20 +12,6 @@
 
 #else /* no AVX2 build here (lb__ggml_blocks_avx2_built() is 0): the names exist, the scalar build runs */
 
-void lb__quantize_iq4_nl_avx2(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst)
-{
-    lb__quantize_iq4_nl_scalar(src, nb, imatrix, dst);
-}
-
-void lb__quantize_iq4_xs_avx2(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst)
-{
-    lb__quantize_iq4_xs_scalar(src, nb, imatrix, dst);
-}
-
-void lb__quantize_iq4_code_scales_avx2(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
-                              float *restrict scale)
-{
-    lb__quantize_iq4_code_scales_scalar(xs, src, nb, imatrix, scale);
-}
+LB__IQ4_FORWARD(avx2, scalar)
 
 #endif

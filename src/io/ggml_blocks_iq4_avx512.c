@@ -14,21 +14,7 @@ int lb__ggml_blocks_iq4_avx512_built(void) { return 1; }
 
 #else /* no AVX-512 build here: the names exist, the AVX2 build runs */
 
-void lb__quantize_iq4_nl_avx512(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst)
-{
-    lb__quantize_iq4_nl_avx2(src, nb, imatrix, dst);
-}
-
-void lb__quantize_iq4_xs_avx512(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst)
-{
-    lb__quantize_iq4_xs_avx2(src, nb, imatrix, dst);
-}
-
-void lb__quantize_iq4_code_scales_avx512(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
-                                float *restrict scale)
-{
-    lb__quantize_iq4_code_scales_avx2(xs, src, nb, imatrix, scale);
-}
+LB__IQ4_FORWARD(avx512, avx2)
 
 int lb__ggml_blocks_iq4_avx512_built(void) { return 0; }
 

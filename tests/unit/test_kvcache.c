@@ -508,6 +508,28 @@ static void ref_attention(int fused, const float *q, const float *k, const float
     free(p);
 }
 
+/* K and V rows (rows of hd values) as the cache's rule dequantizes them. */
+static void dequantize_rows(lb_format f, const float *k, const float *v, size_t rows, size_t hd, float *kd, float *vd)
+{
+    uint32_t *codes = malloc(hd * sizeof *codes);
+    for (size_t r = 0; r < rows; r++) {
+        float s;
+        reference_row(f, k + r * hd, hd, codes, kd + r * hd, &s);
+        reference_row(f, v + r * hd, hd, codes, vd + r * hd, &s);
+    }
+    free(codes);
+}
+
+/* Whether the active set's products fuse (the x86 vector matmul kernels do). */
+static int fused_products(void)
+{
+#if defined(__x86_64__)
+    return lb_isa_active() >= LB_ISA_AVX2;
+#else
+    return 0;
+#endif
+}
+
 static lb_status run_attention(const lb__kvcache *c, const float *q, size_t pos0, size_t n, size_t heads, float *out,
                                int threads)
 {
@@ -527,13 +549,7 @@ static void check_attention(lb_format f, size_t P, size_t heads, size_t kv_heads
     for (size_t i = 0; i < P * q_dim; i++) q[i] = gauss();
     for (size_t i = 0; i < P * kv_dim; i++) k[i] = gauss() * (i % 17 == 3 ? 8.0f : 1.0f), v[i] = gauss();
     /* the dequantized values by the rule (the round trips check the cache gives them) */
-    uint32_t *codes = malloc(hd * sizeof *codes);
-    for (size_t r = 0; r < P * kv_heads; r++) {
-        float s;
-        reference_row(f, k + r * hd, hd, codes, kd + r * hd, &s);
-        reference_row(f, v + r * hd, hd, codes, vd + r * hd, &s);
-    }
-    free(codes);
+    dequantize_rows(f, k, v, P * kv_heads, hd, kd, vd);
     lb__kvcache c, c32;
     /* layer 1 of 2, so that the layer offset is exercised */
     if (lb__kv_init(&c, f, 2, P, kv_heads, hd) != LB_OK || lb__kv_init(&c32, LB_FMT_FP32, 2, P, kv_heads, hd) != LB_OK) {
@@ -542,11 +558,7 @@ static void check_attention(lb_format f, size_t P, size_t heads, size_t kv_heads
     }
     lb__kv_store(&c, 1, 0, P, k, v);
     lb__kv_store(&c32, 1, 0, P, kd, vd);
-#if defined(__x86_64__)
-    int fused = lb_isa_active() >= LB_ISA_AVX2; /* the vector matmul kernels fuse */
-#else
-    int fused = 0;
-#endif
+    int fused = fused_products();
     ref_attention(fused, q, kd, vd, 0, P, heads, kv_heads, hd, ref);
     const char *isa = lb_isa_name(lb_isa_active());
     for (int threads = 1; threads <= 3; threads++) {
@@ -598,18 +610,8 @@ static void check_masked_nonfinite(lb_format f, size_t P, size_t bad, size_t pos
     v[bad * kv_dim + 1] = INFINITY; /* kv head 0 */
     v[bad * kv_dim + kv_dim - 1] = -INFINITY; /* the last kv head */
     k[bad * kv_dim + 2] = NAN;
-    uint32_t *codes = malloc(hd * sizeof *codes);
-    for (size_t r = 0; r < P * kv_heads; r++) {
-        float s;
-        reference_row(f, k + r * hd, hd, codes, kd + r * hd, &s);
-        reference_row(f, v + r * hd, hd, codes, vd + r * hd, &s);
-    }
-    free(codes);
-#if defined(__x86_64__)
-    int fused = lb_isa_active() >= LB_ISA_AVX2;
-#else
-    int fused = 0;
-#endif
+    dequantize_rows(f, k, v, P * kv_heads, hd, kd, vd);
+    int fused = fused_products();
     ref_attention(fused, q, kd, vd, 0, P, heads, kv_heads, hd, ref);
     lb__kvcache c;
     if (lb__kv_init(&c, f, 2, P, kv_heads, hd) != LB_OK) {
