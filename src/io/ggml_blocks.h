@@ -346,7 +346,17 @@ int lb__ggml_blocks_iq4_avx512_built(void);
                                              const float *restrict imatrix, float *restrict scale)            \
     {                                                                                                         \
         lb__quantize_iq4_code_scales_##to(xs, src, nb, imatrix, scale);                                       \
+    }                                                                                                         \
+    void lb__quantize_iq4_fit16_##from(const float *x, const float *w, const float *id, float *sumqx,        \
+                                       float *sumq2)                                                          \
+    {                                                                                                         \
+        lb__quantize_iq4_fit16_##to(x, w, id, sumqx, sumq2);                                                  \
     }
+/* The search's 16 weighted fits of one sub-block in each build (a test
+ * hook: sums of w q x and w q^2 for each inverse scale id[t]). */
+void lb__quantize_iq4_fit16_scalar(const float *x, const float *w, const float *id, float *sumqx, float *sumq2);
+void lb__quantize_iq4_fit16_avx2(const float *x, const float *w, const float *id, float *sumqx, float *sumq2);
+void lb__quantize_iq4_fit16_avx512(const float *x, const float *w, const float *id, float *sumqx, float *sumq2);
 /* The three builds of lb__iq4_code_scales (below). */
 void lb__quantize_iq4_code_scales_scalar(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
                                 float *restrict scale);

@@ -8,6 +8,7 @@
 #if defined(__x86_64__) && defined(__AVX2__)
 
 #define LB__QNAME(type) lb__quantize_##type##_avx2
+#define LB__IQ4_AVX2 1
 #include "io/ggml_blocks_iq4_quant.h"
 
 #else /* no AVX2 build here (lb__ggml_blocks_avx2_built() is 0): the names exist, the scalar build runs */

@@ -8,6 +8,7 @@
 #if defined(__x86_64__) && defined(__AVX512F__)
 
 #define LB__QNAME(type) lb__quantize_##type##_avx512
+#define LB__IQ4_AVX512 1
 #include "io/ggml_blocks_iq4_quant.h"
 
 int lb__ggml_blocks_iq4_avx512_built(void) { return 1; }

@@ -1,11 +1,14 @@
 /* ggml's IQ4_NL / IQ4_XS quantizer (quantize_iq4_nl / quantize_iq4_xs and
- * the scale search they share), included twice: by ggml_blocks_iq4.c,
- * compiled for baseline x86-64 (the scalar twin), and by
- * ggml_blocks_iq4_avx2.c, compiled with -mavx2. Plain C that the compiler
- * vectorizes; with -ffp-contract=off and no fast-math both builds do each
- * lane's IEEE operations in the same order, so they give the same bytes
- * (tested in tests/unit/test_ggml_quants.c). The includer defines
- * LB__QNAME(type) to the name of each function. */
+ * the scale search they share), included three times: by ggml_blocks_iq4.c
+ * (the scalar twin, plain C), by ggml_blocks_iq4_avx2.c and by
+ * ggml_blocks_iq4_avx512.c, compiled for those sets. Plain C but for the
+ * search's 16 fits (fit_all), which the vector builds write in intrinsics;
+ * with -ffp-contract=off and no fast-math every build does each lane's
+ * IEEE operations in the same order, so they give the same bytes (tested in
+ * tests/unit/test_ggml_quants.c). The includer defines LB__QNAME(type) to
+ * the name of each function, and LB__IQ4_AVX2 or LB__IQ4_AVX512 for the
+ * vector builds (so a build with wider -march flags still compiles the
+ * scalar twin as plain C). */
 #ifndef LB_IO_GGML_BLOCKS_IQ4_QUANT_H
 #define LB_IO_GGML_BLOCKS_IQ4_QUANT_H
 
@@ -41,7 +44,7 @@ static inline int magic_round(float v)
  * at a time instead leaves the adder waiting on each sum's previous add. */
 #define FITS 16 /* the first guess and the 2 * IQ4_TRIES + 1 tries */
 
-#if defined(__x86_64__) && defined(__AVX512F__)
+#if defined(LB__IQ4_AVX512)
 #include <immintrin.h>
 /* The AVX-512 build: the 16 fits are the 16 lanes of one vector, each
  * lane the plain C's operations below in the same order but for how the
@@ -79,7 +82,7 @@ static inline void fit_all(const float *x, const float *w, const float *id, floa
     _mm512_storeu_ps(sumqx, sx);
     _mm512_storeu_ps(sumq2, s2);
 }
-#elif defined(__x86_64__) && defined(__AVX2__)
+#elif defined(LB__IQ4_AVX2)
 #include <immintrin.h>
 /* The AVX2 build: the same method in two 8-lane halves; the grid's 16
  * values as two 8-value tables, a lookup taking the upper one for
@@ -235,6 +238,13 @@ static inline float xs_scales(const float *src, const float *qw, int l[8])
         l[ib] = v < -32 ? -32 : v > 31 ? 31 : v;
     }
     return d;
+}
+
+/* fit_all itself, for tests/unit/test_ggml_quants.c: 16 fits of one
+ * sub-block (x, w: 32 values; id: 16 inverse scales). */
+void LB__QNAME(iq4_fit16)(const float *x, const float *w, const float *id, float *sumqx, float *sumq2)
+{
+    fit_all(x, w, id, sumqx, sumq2);
 }
 
 void LB__QNAME(iq4_code_scales)(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,

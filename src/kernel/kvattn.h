@@ -12,8 +12,8 @@
  * way of reading the cache gives the same bits. The gain: the cache's bytes
  * are read once, as codes, instead of being decoded into an fp32 copy that
  * the products then read again. An fp32 cache's values are their own
- * codes: the same products read its panels, and the query heads that
- * share a KV head read them once, as the rows of one product. */
+ * codes: the same products read its panels. Up to LB__KV_ROWS query heads
+ * that share a KV head read it once, as the rows of one product. */
 #ifndef LB_KERNEL_KVATTN_H
 #define LB_KERNEL_KVATTN_H
 

@@ -106,7 +106,8 @@ static void decode_group(const lb__attn_job *j, size_t kvh, size_t total, float 
  * share a KV head as the rows of two products on that head's codes in
  * place (kernel/kvattn.h; an fp32 cache's panels), which compute what the
  * products below compute on the decoded values, bit for bit, and read the
- * cache once for the run instead of once per query head. */
+ * cache once per LB__KV_ROWS (4) query heads of the run instead of once
+ * per head. */
 static lb_status decode_heads(const lb__attn_job *j, size_t h0, size_t h1)
 {
     size_t hd = j->head_dim, group = j->n_heads / j->n_kv_heads, total = j->pos0 + 1;
@@ -160,7 +161,10 @@ static lb_status redo_nan_rows(const float *sc, size_t rows, size_t len, size_t 
  * score is a sum over head_dim in order, every output a sum over positions
  * in order in which the causally masked ones are exact zeros, so a query's
  * result is the same bits in any chunk, prefill or decode, from either
- * layout. */
+ * layout -- with two exceptions: a non-finite V value behind the mask
+ * (0 x inf is NaN: redo_nan_rows), and rounding toward -inf, where an
+ * output whose sum is exactly +0 becomes -0 when a masked position's V is
+ * negative (+0 + -0 is -0 in that mode only). */
 static lb_status heads(void *ctx, size_t h0, size_t h1)
 {
     const lb__attn_job *j = ctx;

@@ -40,11 +40,13 @@ typedef struct lb__attn_job {
  * n_kv_heads). A quantized cache is read as its fp32 values (code times
  * scale, lb__kv_decode), then the same arithmetic: the result is
  * bit-identical to an fp32 cache holding those values. A decode step (n =
- * 1) on a quantized cache reads its codes in place (kernel/kvattn.h), the
- * query heads of a KV head as the rows of one product; a prefill decodes
- * them into fp32 panels once per KV head. Split over heads; each head's
- * arithmetic is the same for any thread count and for a prefill or a
- * token-by-token decode. */
+ * 1) reads the cache's codes in place (kernel/kvattn.h; fp32: its panels),
+ * up to 4 query heads of a KV head as the rows of one product; a prefill
+ * reads an fp32 cache in place and decodes the others into fp32 panels
+ * once per KV head. Split over heads; each head's arithmetic is the same
+ * for any thread count and for a prefill or a token-by-token decode (but
+ * for attention.c's two exceptions: a non-finite V value, and the sign of
+ * an exact zero in round-toward-minus-infinity). */
 lb_status lb__attention(const lb__attn_job *j, int threads);
 
 #endif

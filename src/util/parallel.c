@@ -75,7 +75,7 @@ static int keep_spinning(int i, double *start)
  * obeys, and the x87 control word (which fegetround reads), each read and
  * compared in a few cycles. Elsewhere the whole environment (on AArch64
  * FPCR and FPSR). */
-#if defined(__x86_64__) || defined(__i386__)
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__SSE__) /* MXCSR exists */
 typedef struct fp_controls {
     unsigned csr;    /* MXCSR without its exception flags */
     unsigned short cw; /* the x87 control word, which fegetround reads */

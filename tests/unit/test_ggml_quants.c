@@ -331,8 +331,69 @@ static void test_avx2_twins(void)
     }
 }
 
+/* The search's fits lane by lane: with x = w = (1, 0, 0, ...) a fit's sums
+ * are q and q^2 for q the grid point its inverse scale picks for 1, so
+ * each lane shows one choice. Every build against the scalar one, bit for
+ * bit, for inverse scales on every grid point, midpoint (a tie), an ulp or
+ * a few either side, signed zeros, subnormals, huge values, infinities and
+ * NaN; then random fits of whole sub-blocks. */
+static void test_iq4_fit_lanes(void)
+{
+    typedef void (*ffn)(const float *, const float *, const float *, float *, float *);
+    const int avx512 = lb__ggml_blocks_iq4_avx512_built() && lb__isa_x86(lb_isa_detected()) >= LB_ISA_AVX512;
+    const int avx2 = lb__ggml_blocks_avx2_built() && lb__isa_x86(lb_isa_detected()) >= LB_ISA_AVX2;
+    const ffn builds[2] = {lb__quantize_iq4_fit16_avx2, lb__quantize_iq4_fit16_avx512};
+    const int have[2] = {avx2, avx512};
+    enum { N = 1024 };
+    static float ids[N];
+    size_t n = 0;
+    const int8_t *g = lb__kvalues_iq4nl;
+    for (int k = 0; k < 16; k++) {
+        float pts[2] = {(float)g[k], k < 15 ? 0.5f * (float)(g[k] + g[k + 1]) : 200.0f};
+        for (int p = 0; p < 2; p++) {
+            float a = pts[p], b = pts[p];
+            ids[n++] = a;
+            for (int u = 0; u < 3; u++) a = nextafterf(a, -INFINITY), b = nextafterf(b, INFINITY), ids[n++] = a, ids[n++] = b;
+        }
+    }
+    static const float special[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-38f, 1e30f, -1e30f, INFINITY, -INFINITY,
+                                    NAN, -NAN, 127.0f, -127.0f, 113.0f, -128.0f, 114.0f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) ids[n++] = special[i];
+    while (n % 16) ids[n++] = 0.5f;
+    float e0[32] = {1.0f}, w[32] = {1.0f};
+    int bad[2] = {0, 0};
+    for (size_t i = 0; i < n; i += 16) {
+        float ra[16], rb[16], sa[16], sb[16];
+        lb__quantize_iq4_fit16_scalar(e0, w, ids + i, ra, rb);
+        for (int b2 = 0; b2 < 2; b2++) {
+            if (!have[b2]) continue;
+            builds[b2](e0, w, ids + i, sa, sb);
+            bad[b2] += memcmp(ra, sa, sizeof ra) != 0 || memcmp(rb, sb, sizeof rb) != 0;
+        }
+    }
+    /* random whole sub-blocks: x gaussian, w positive, inverse scales around the search's */
+    for (int r = 0; r < 2000; r++) {
+        float xx[32], ww[32], id[16], ra[16], rb[16], sa[16], sb[16];
+        for (int j = 0; j < 32; j++) {
+            xx[j] = (float)((int32_t)next_u32()) / 2147483648.0f;
+            ww[j] = (float)(next_u32() % 1000) / 100.0f;
+        }
+        for (int t = 0; t < 16; t++) id[t] = (float)((int32_t)next_u32()) / 16777216.0f;
+        lb__quantize_iq4_fit16_scalar(xx, ww, id, ra, rb);
+        for (int b2 = 0; b2 < 2; b2++) {
+            if (!have[b2]) continue;
+            builds[b2](xx, ww, id, sa, sb);
+            bad[b2] += memcmp(ra, sa, sizeof ra) != 0 || memcmp(rb, sb, sizeof rb) != 0;
+        }
+    }
+    CHECK(bad[0] == 0, "iq4 fits: %d groups of 16 lanes differ between the AVX2 build and the scalar one", bad[0]);
+    CHECK(bad[1] == 0, "iq4 fits: %d groups of 16 lanes differ between the AVX-512 build and the scalar one", bad[1]);
+    if (!avx2 || !avx512) printf("iq4 fits: a vector build this CPU lacks is skipped\n");
+}
+
 int main(void)
 {
+    test_iq4_fit_lanes();
     test_avx2_twins();
     test_iq4_nearest();
     test_mxfp4_scale();

@@ -768,7 +768,8 @@ int main(void)
             check_attention(formats[i], 45, 10, 2, 7);
             check_attention(formats[i], 33, 2, 1, 71);
             check_masked_nonfinite(formats[i], 40, 37, 0, 4, 2, 16);
-            check_masked_nonfinite(formats[i], 300, 250, 140, 3, 1, 64); /* bad in the second chunk */
+            check_masked_nonfinite(formats[i], 300, 250, 140, 3, 1, 64); /* bad in a second call's prefill */
+            check_masked_nonfinite(formats[i], 40, 20, 0, 2, 1, 71);     /* a partial last V panel */
         }
     }
     lb_isa_set(lb_isa_detected());

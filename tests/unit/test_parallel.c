@@ -68,7 +68,7 @@ typedef struct env_seen {
 
 static unsigned csr_controls(void)
 {
-#if defined(__x86_64__) || defined(__i386__)
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__SSE__)
     return __builtin_ia32_stmxcsr() & ~0x3Fu;
 #else
     return 0;
@@ -93,7 +93,7 @@ static void check_env_carried(void)
     static const int modes[] = {FE_UPWARD, FE_TOWARDZERO, FE_DOWNWARD, FE_TONEAREST};
     for (int m = 0; m < 4; m++) {
         fesetround(modes[m]);
-#if defined(__x86_64__) || defined(__i386__)
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__SSE__)
         unsigned saved = __builtin_ia32_stmxcsr();
         if (m == 1) __builtin_ia32_ldmxcsr(saved | 0x8040u); /* flush-to-zero and denormals-are-zero */
 #endif
@@ -105,7 +105,7 @@ static void check_env_carried(void)
         for (int i = 0; i < 8; i++) same &= s.round[i] == want && s.csr[i] == want_csr;
         CHECK(same, "mode %d: every slice runs in the caller's rounding mode %d (and controls %#x): %d %d %d %d / %#x %#x",
               m, want, want_csr, s.round[0], s.round[2], s.round[4], s.round[6], s.csr[0], s.csr[6]);
-#if defined(__x86_64__) || defined(__i386__)
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__SSE__)
         __builtin_ia32_ldmxcsr(saved);
 #endif
     }
