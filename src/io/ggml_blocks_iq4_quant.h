@@ -64,8 +64,10 @@ static inline void fit_all(const float *x, const float *w, const float *id, floa
         /* n = how many of g[1..14] v is not below: the comparisons hold
          * for k up to some K and fail after (the grid ascends), so a
          * binary search over k finds n, then lo = g[n], hi = g[n + 1] */
-        __m512i n = _mm512_setzero_si512();
-        for (int step = 8; step >= 1; step /= 2) {
+        /* the first step against g[8] itself: no lookup */
+        __m512i n = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(v, _mm512_set1_ps((float)lb__kvalues_iq4nl[8]),
+                                                              _CMP_NLT_UQ), _mm512_set1_epi32(8));
+        for (int step = 4; step >= 1; step /= 2) {
             const __m512i k = _mm512_add_epi32(n, _mm512_set1_epi32(step));
             const __mmask16 not_below = _mm512_cmp_ps_mask(v, _mm512_permutexvar_ps(k, grid), _CMP_NLT_UQ);
             n = _mm512_mask_mov_epi32(n, not_below, k);
@@ -104,8 +106,11 @@ static inline void fit_all(const float *x, const float *w, const float *id, floa
         const __m256 xj = _mm256_set1_ps(x[j]), wj = _mm256_set1_ps(w[j]);
         for (int half = 0; half < 2; half++) { /* two independent chains side by side */
             const __m256 v = _mm256_mul_ps(vid[half], xj);
-            __m256i n = _mm256_setzero_si256();
-            for (int step = 8; step >= 1; step /= 2) {
+            /* the first step against g[8] itself: no lookup */
+            __m256i n = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(
+                                             v, _mm256_set1_ps((float)lb__kvalues_iq4nl[8]), _CMP_NLT_UQ)),
+                                         _mm256_set1_epi32(8));
+            for (int step = 4; step >= 1; step /= 2) {
                 const __m256i k = _mm256_add_epi32(n, _mm256_set1_epi32(step));
                 const __m256 not_below = _mm256_cmp_ps(v, grid_at(k, grid_lo, grid_hi), _CMP_NLT_UQ);
                 n = _mm256_blendv_epi8(n, k, _mm256_castps_si256(not_below));
