@@ -352,18 +352,16 @@ int lb__ggml_blocks_iq4_avx512_built(void);
     {                                                                                                         \
         lb__quantize_iq4_fit16_##to(x, w, id, sumqx, sumq2);                                                  \
     }
-/* The search's 16 weighted fits of one sub-block in each build (a test
+/* In each build (suffix scalar, avx2, avx512): lb__iq4_code_scales
+ * (below), and the search's 16 weighted fits of one sub-block (a test
  * hook: sums of w q x and w q^2 for each inverse scale id[t]). */
-void lb__quantize_iq4_fit16_scalar(const float *x, const float *w, const float *id, float *sumqx, float *sumq2);
-void lb__quantize_iq4_fit16_avx2(const float *x, const float *w, const float *id, float *sumqx, float *sumq2);
-void lb__quantize_iq4_fit16_avx512(const float *x, const float *w, const float *id, float *sumqx, float *sumq2);
-/* The three builds of lb__iq4_code_scales (below). */
-void lb__quantize_iq4_code_scales_scalar(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
-                                float *restrict scale);
-void lb__quantize_iq4_code_scales_avx2(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
-                              float *restrict scale);
-void lb__quantize_iq4_code_scales_avx512(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
-                                float *restrict scale);
+#define LB__DECLARE_IQ4_EXTRAS(build)                                                                          \
+    void lb__quantize_iq4_code_scales_##build(int xs, const float *restrict src, size_t nb,                   \
+                                              const float *restrict imatrix, float *restrict scale);          \
+    void lb__quantize_iq4_fit16_##build(const float *x, const float *w, const float *id, float *sumqx, float *sumq2);
+LB__DECLARE_IQ4_EXTRAS(scalar)
+LB__DECLARE_IQ4_EXTRAS(avx2)
+LB__DECLARE_IQ4_EXTRAS(avx512)
 
 /* ggml's quantize_iq4_nl / quantize_iq4_xs: nb blocks (32 / 256 values)
  * of finite src; imatrix, when not NULL, holds one importance weight per

@@ -59,24 +59,23 @@ static int use_avx512(void)
     return lb__isa_x86(lb_isa_active()) >= LB_ISA_AVX512 && lb__ggml_blocks_iq4_avx512_built();
 }
 
+/* fn's widest build this CPU runs (and lb_isa_active allows) */
+#define IQ4_BUILD(fn, ...)                                                            \
+    (use_avx512() ? lb__quantize_##fn##_avx512(__VA_ARGS__)                           \
+                  : use_avx2() ? lb__quantize_##fn##_avx2(__VA_ARGS__) : lb__quantize_##fn##_scalar(__VA_ARGS__))
+
 void lb__quantize_iq4_nl(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst)
 {
-    if (use_avx512()) lb__quantize_iq4_nl_avx512(src, nb, imatrix, dst);
-    else if (use_avx2()) lb__quantize_iq4_nl_avx2(src, nb, imatrix, dst);
-    else lb__quantize_iq4_nl_scalar(src, nb, imatrix, dst);
+    IQ4_BUILD(iq4_nl, src, nb, imatrix, dst);
 }
 
 void lb__quantize_iq4_xs(const float *restrict src, size_t nb, const float *restrict imatrix, void *restrict dst)
 {
-    if (use_avx512()) lb__quantize_iq4_xs_avx512(src, nb, imatrix, dst);
-    else if (use_avx2()) lb__quantize_iq4_xs_avx2(src, nb, imatrix, dst);
-    else lb__quantize_iq4_xs_scalar(src, nb, imatrix, dst);
+    IQ4_BUILD(iq4_xs, src, nb, imatrix, dst);
 }
 
 void lb__iq4_code_scales(int xs, const float *restrict src, size_t nb, const float *restrict imatrix,
                          float *restrict scale)
 {
-    if (use_avx512()) lb__quantize_iq4_code_scales_avx512(xs, src, nb, imatrix, scale);
-    else if (use_avx2()) lb__quantize_iq4_code_scales_avx2(xs, src, nb, imatrix, scale);
-    else lb__quantize_iq4_code_scales_scalar(xs, src, nb, imatrix, scale);
+    IQ4_BUILD(iq4_code_scales, xs, src, nb, imatrix, scale);
 }

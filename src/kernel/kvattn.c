@@ -157,10 +157,25 @@ static void mix_scalar(const lb__kv_view *v, const float *p, size_t ldp, size_t 
 
 static const lb__kv_kernels scalar = {scores_scalar, mix_scalar};
 
+/* Whether a cache holds format f (the vector sets convert only those). */
+static int cache_format(lb_format f)
+{
+    switch (f) {
+    case LB_FMT_FP32: case LB_FMT_BF16: case LB_FMT_FP16: case LB_FMT_FP8_E4M3: case LB_FMT_FP8_E5M2:
+    case LB_FMT_INT8: case LB_FMT_INT4:
+        return 1;
+    case LB_FMT_FP8_E4M3FNUZ: case LB_FMT_FP8_E5M2FNUZ: case LB_FMT_FP6_E2M3: case LB_FMT_FP6_E3M2:
+    case LB_FMT_FP4_E2M1: case LB_FMT_E8M0: case LB_FMT_UE4M3: case LB_FMT_UINT8: case LB_FMT_UINT4:
+    case LB_FMT_COUNT:
+        break;
+    }
+    return 0;
+}
+
 static const lb__kv_kernels *kernels_for(lb_format f, lb_isa isa)
 {
     /* a format no cache holds: the scalar products, which read it as NaN */
-    if (isnan(lb__kv_value(f, (const uint8_t[4]){0, 0, 0, 0}, 0, 1.0f, 0))) return &scalar; /* code 0: up to 4 bytes */
+    if (!cache_format(f)) return &scalar;
     isa = lb__isa_x86(lb__isa_clamp(isa)); /* x86 only: NEON runs the scalar products, as the fp32 ones */
     if (isa >= LB_ISA_AVX512 && lb__kv_avx512.scores) return &lb__kv_avx512;
     if (isa >= LB_ISA_AVX2 && lb__kv_avx2.scores) return &lb__kv_avx2;
