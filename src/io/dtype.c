@@ -3,6 +3,7 @@
  * conversions to and from fp32 live in dtype_convert.c. */
 #include <strings.h>
 
+#include "io/dtype.h"
 #include "util/error.h"
 
 /* ggml's block types read back every one; lowbit writes those whose
@@ -43,6 +44,12 @@ const lb_dtype_info *lb_dtype_get(lb_dtype t)
 {
     if ((unsigned)t >= LB_DT_COUNT) return NULL;
     return &table[t];
+}
+
+const char *lb__dtype_name(lb_dtype t)
+{
+    const lb_dtype_info *d = lb_dtype_get(t);
+    return d ? d->name : "?";
 }
 
 lb_status lb_dtype_by_name(const char *name, lb_dtype *out)

@@ -2,7 +2,9 @@
  * modules are quantized, under which config group and format, which file
  * tensors make each one, and whether all of them agree (dtypes, shapes,
  * group sizes) before a byte is read. The arithmetic is in
- * hf_quantized_decode.c; the rules are in hf_quantized.h.
+ * hf_quantized_decode.c, the checks of a planned tensor's components in
+ * hf_quantized_check.c, the config groups' args and target matching in
+ * hf_quantized_args.c; the rules are in hf_quantized.h.
  *
  * compressed-tensors: config.json "quantization_config" with quant_method
  * "compressed-tensors" (config_groups of targets + weights args, a format
@@ -17,12 +19,12 @@
  * float scale: FP8; fp8 codes with U8 scales: MXFP8; U8 codes with fp8
  * scales and weight_scale_2: NVFP4); the config gives the group size. */
 #define _DEFAULT_SOURCE /* strdup */
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/dtype.h"
 #include "io/hf_quantized.h"
 #include "io/hf_quantized_args.h"
 #include "io/model_internal.h"
@@ -67,59 +69,6 @@ typedef struct group {
     lb__hfq_act act;         /* its input_activations (scale tensors are per module) */
 } group;
 
-/* ===== Matching module names (compressed-tensors' match_name) ===== */
-
-static int re_match_start(const char *pattern, const char *name, const char *what, lb_status *st)
-{
-    size_t n = strlen(pattern);
-    char *anchored = malloc(n + 4);
-    if (!anchored) {
-        *st = lb__fail(LB_ERR_NOMEM, "out of memory");
-        return 0;
-    }
-    snprintf(anchored, n + 4, "^(%s)", pattern); /* re.match: anchored at the start only */
-    regex_t re;
-    int rc = regcomp(&re, anchored, REG_EXTENDED | REG_NOSUB);
-    free(anchored);
-    if (rc != 0) {
-        *st = lb__fail(LB_ERR_UNSUPPORTED, "%s: the regex \"re:%s\" does not compile as a POSIX extended regex", what,
-                       pattern);
-        return 0;
-    }
-    int hit = regexec(&re, name, 0, NULL, 0) == 0;
-    regfree(&re);
-    return hit;
-}
-
-/* A target that is a class name: Linear matches every quantized module (all
- * of lowbit's weights with scales are linear layers); other classes
- * (Embedding, LlamaAttention ...) match none of them. */
-static int target_matches(const char *t, const char *module, const char *what, lb_status *st)
-{
-    if (strncmp(t, "re:", 3) == 0) return re_match_start(t + 3, module, what, st);
-    if (strcmp(t, module) == 0) return 1;
-    return strcmp(t, "Linear") == 0;
-}
-
-static int list_matches(const lb__json *list, const char *module, const char *what, lb_status *st)
-{
-    for (size_t i = 0; list && i < list->len && *st == LB_OK; i++)
-        if (target_matches(list->items[i].str, module, what, st)) return 1;
-    return 0;
-}
-
-static lb_status check_string_list(const lb__json *l, const char *what)
-{
-    if (!l || l->type == LB_JSON_NULL) return LB_OK;
-    if (l->type != LB_JSON_ARRAY) return lb__fail(LB_ERR_PARSE, "%s: must be an array of strings", what);
-    if (l->len > LB__HFQ_MAX_TARGETS)
-        return lb__fail(LB_ERR_PARSE, "%s: %zu entries (at most %d)", what, l->len, LB__HFQ_MAX_TARGETS);
-    for (size_t i = 0; i < l->len; i++)
-        if (l->items[i].type != LB_JSON_STRING || l->items[i].len == 0 || strlen(l->items[i].str) != l->items[i].len)
-            return lb__fail(LB_ERR_PARSE, "%s[%zu]: must be a non-empty string", what, i);
-    return LB_OK;
-}
-
 /* ===== Finding tensors by name while the model has no index yet ===== */
 
 typedef struct finder {
@@ -154,99 +103,6 @@ static int ends_with(const char *s, const char *tail)
 {
     size_t n = strlen(s), k = strlen(tail);
     return n >= k && strcmp(s + n - k, tail) == 0;
-}
-
-/* ===== Checking a planned tensor ===== */
-
-static const char *dt(lb_dtype d) { return lb_dtype_get(d) ? lb_dtype_get(d)->name : "?"; }
-
-static lb_status want_dtype(const lb_tensor *t, lb_dtype d, const char *why)
-{
-    if (t->dtype == d) return LB_OK;
-    return lb__fail(LB_ERR_PARSE, "tensor '%s': expected dtype %s (%s), found %s", t->name, dt(d), why, dt(t->dtype));
-}
-
-static lb_status want_shape2(const lb_tensor *t, uint64_t a, uint64_t b, const char *why)
-{
-    if (t->n_dims == 2 && t->shape[0] == a && t->shape[1] == b) return LB_OK;
-    char found[96] = "";
-    for (int d = 0, k = 0; d < t->n_dims && k < 80; d++)
-        k += snprintf(found + k, sizeof found - (size_t)k, "%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
-    return lb__fail(LB_ERR_PARSE, "tensor '%s': expected shape [%llu, %llu] (%s), found [%s]", t->name,
-                    (unsigned long long)a, (unsigned long long)b, why, found);
-}
-
-static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
-
-lb_status lb__hfq_check(const lb__hfq_tensor *q, const char *module)
-{
-    if (q->rows == 0 || q->cols == 0 || q->rows > (1ull << 32) || q->cols > (1ull << 32))
-        return lb__fail(LB_ERR_PARSE, "module '%s': weight shape [%llu, %llu] is empty or too large", module,
-                        (unsigned long long)q->rows, (unsigned long long)q->cols);
-    if (q->brows == 0 || q->bcols == 0) return lb__fail(LB_ERR_PARSE, "module '%s': scale block of size 0", module);
-    lb_status st = LB_OK;
-    switch (q->elem) {
-    case LB__HFQ_E_FP8:
-        if ((st = want_dtype(&q->codes, LB_DT_F8_E4M3, "fp8 codes")) == LB_OK)
-            st = want_shape2(&q->codes, q->rows, q->cols, "the weight");
-        break;
-    case LB__HFQ_E_INT8:
-        if ((st = want_dtype(&q->codes, LB_DT_I8, "int8 codes")) == LB_OK)
-            st = want_shape2(&q->codes, q->rows, q->cols, "the weight");
-        break;
-    case LB__HFQ_E_PACKED:
-        if (q->bits < 1 || q->bits > 8) return lb__fail(LB_ERR_PARSE, "module '%s': %d-bit codes", module, q->bits);
-        if ((st = want_dtype(&q->codes, LB_DT_I32, "int32 words of packed codes")) == LB_OK)
-            st = want_shape2(&q->codes, q->rows, cdiv(q->cols * (uint64_t)q->bits, 32), "ceil(in * bits / 32) words per row");
-        break;
-    case LB__HFQ_E_FP4:
-        if (q->cols % 2) return lb__fail(LB_ERR_PARSE, "module '%s': fp4 rows of odd length %llu", module,
-                                         (unsigned long long)q->cols);
-        if ((st = want_dtype(&q->codes, LB_DT_U8, "two fp4 codes per byte")) == LB_OK)
-            st = want_shape2(&q->codes, q->rows, q->cols / 2, "in / 2 bytes per row");
-        break;
-    }
-    if (st != LB_OK) return st;
-    uint64_t sr = cdiv(q->rows, q->brows), sc = cdiv(q->cols, q->bcols);
-    const lb_tensor *s = &q->scale;
-    if (q->e8m0) st = want_dtype(s, LB_DT_U8, "E8M0 exponents");
-    else if (s->dtype != LB_DT_F32 && s->dtype != LB_DT_F16 && s->dtype != LB_DT_BF16 && s->dtype != LB_DT_F8_E4M3)
-        return lb__fail(LB_ERR_PARSE, "tensor '%s': scales must be f32, f16, bf16 or f8_e4m3, found %s", s->name,
-                        dt(s->dtype));
-    if (st != LB_OK) return st;
-    if (s->n_elements != sr * sc)
-        return lb__fail(LB_ERR_PARSE, "tensor '%s': %llu scales, expected %llu x %llu (one per %llu x %llu weights)",
-                        s->name, (unsigned long long)s->n_elements, (unsigned long long)sr, (unsigned long long)sc,
-                        (unsigned long long)q->brows, (unsigned long long)q->bcols);
-    /* 2-D blocks (strategy "block", ModelOpt's 128x128 FP8): only [ceil(rows / R), ceil(cols / C)] says which
-     * block a scale is, so a 1-D or 3-D list of the right count is refused too */
-    int blocks2d = q->brows > 1 && sr * sc > 1;
-    if ((s->n_dims == 2 || blocks2d) && (st = want_shape2(s, sr, sc, blocks2d ? "one scale per block of rows x cols"
-                                                                                : "one scale per block of weights")) != LB_OK)
-        return st;
-    if (q->math == LB__HFQ_M_CT && q->scale_dtype != LB_DT_F32 && q->scale_dtype != LB_DT_F16 &&
-        q->scale_dtype != LB_DT_BF16)
-        return lb__fail(LB_ERR_PARSE, "tensor '%s': compressed-tensors computes in the scale's dtype, which must be "
-                                      "f32, f16 or bf16 here (found %s)", s->name, dt(q->scale_dtype));
-    if (q->has_global) {
-        const lb_tensor *g = &q->global;
-        if (g->n_elements != 1 || (g->dtype != LB_DT_F32 && g->dtype != LB_DT_BF16 && g->dtype != LB_DT_F16))
-            return lb__fail(LB_ERR_PARSE, "tensor '%s': a global scale is one f32 value (found %llu %s)", g->name,
-                            (unsigned long long)g->n_elements, dt(g->dtype));
-    }
-    if (q->has_zp) {
-        const lb_tensor *z = &q->zero_point;
-        if (q->zp_packed) {
-            if ((st = want_dtype(z, LB_DT_I32, "zero points packed into int32 words")) == LB_OK)
-                st = want_shape2(z, cdiv(sr * (uint64_t)q->bits, 32), sc, "zero points packed along the output rows");
-            return st;
-        }
-        if (z->dtype == LB_DT_BOOL || z->dtype == LB_DT_QUANTIZED || lb_dtype_get(z->dtype)->block > 1 ||
-            z->n_elements != sr * sc)
-            return lb__fail(LB_ERR_PARSE, "tensor '%s': expected %llu zero points (one per scale), found %llu %s",
-                            z->name, (unsigned long long)(sr * sc), (unsigned long long)z->n_elements, dt(z->dtype));
-    }
-    return LB_OK;
 }
 
 /* ===== Planning one module ===== */
@@ -313,7 +169,7 @@ static lb_status plan_ct(planner *p, const char *module, const group *g, lb__hfq
         if ((st = take(p, module, "weight_shape", 1, &shape, &shape_at)) != LB_OK) return st;
         if (shape.n_elements != 2 || (shape.dtype != LB_DT_I64 && shape.dtype != LB_DT_I32))
             return lb__fail(LB_ERR_PARSE, "tensor '%s': expected 2 integers [out, in], found %llu %s", shape.name,
-                            (unsigned long long)shape.n_elements, dt(shape.dtype));
+                            (unsigned long long)shape.n_elements, lb__dtype_name(shape.dtype));
         float v[2];
         if ((st = lb_dtype_to_f32(shape.dtype, shape.data, 2, v)) != LB_OK) return st;
         if (!(v[0] >= 1 && v[1] >= 1 && v[0] <= 4294967296.0f && v[1] <= 4294967296.0f))
@@ -429,8 +285,8 @@ static lb_status plan_modelopt(planner *p, const char *module, lb__hfq_tensor *t
                             p->what, module, (unsigned long long)t->cols, (unsigned long long)gsize);
     } else {
         return lb__fail(LB_ERR_UNSUPPORTED, "%s: module '%s': a ModelOpt weight of %s with %s scales%s is not a format "
-                        "lowbit reads (FP8, NVFP4, MXFP8; INT4 AWQ targets TensorRT-LLM)", p->what, module, dt(c->dtype),
-                        dt(s->dtype), t->has_global ? " and weight_scale_2" : "");
+                        "lowbit reads (FP8, NVFP4, MXFP8; INT4 AWQ targets TensorRT-LLM)", p->what, module, lb__dtype_name(c->dtype),
+                        lb__dtype_name(s->dtype), t->has_global ? " and weight_scale_2" : "");
     }
     t->scale_dtype = LB_DT_F32;
     char why[160];
@@ -473,7 +329,7 @@ static lb_status read_groups(lb__hfq *q, const lb__json *qc, const char *what, g
         g[i].targets = lb__json_get(v, "targets");
         char tw[300];
         snprintf(tw, sizeof tw, "%s.targets", w);
-        if (st == LB_OK) st = check_string_list(g[i].targets, tw);
+        if (st == LB_OK) st = lb__hfq_check_string_list(g[i].targets, tw);
         const lb__json *wa = lb__json_get(v, "weights");
         if (st == LB_OK && wa && wa->type != LB_JSON_NULL) {
             snprintf(tw, sizeof tw, "%s.weights", w);
@@ -616,7 +472,7 @@ static lb_status want_scalar(const lb_tensor *t, const char *why)
                  (unsigned long long)t->shape[d]);
     strncat(shape, "]", sizeof shape - strlen(shape) - 1);
     return lb__fail(LB_ERR_PARSE, "tensor '%s': expected one f32, bf16 or f16 value (%s), found %s %s", t->name, why,
-                    dt(t->dtype), shape);
+                    lb__dtype_name(t->dtype), shape);
 }
 
 /* The input scale tensor of a module whose activations are static or
@@ -677,7 +533,7 @@ static lb_status plan_all(planner *p, const lb__json *qc, const group *g, size_t
     const lb__json *ignore = qc ? lb__json_get(qc, "ignore") : NULL;
     char iw[300];
     snprintf(iw, sizeof iw, "%s: quantization_config.ignore", p->what);
-    lb_status st = p->modelopt ? LB_OK : check_string_list(ignore, iw);
+    lb_status st = p->modelopt ? LB_OK : lb__hfq_check_string_list(ignore, iw);
     size_t *per_group = calloc(ng ? ng : 1, sizeof *per_group);
     if (!per_group) return lb__fail(LB_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < m->n_tensors && st == LB_OK; i++) {
@@ -695,7 +551,7 @@ static lb_status plan_all(planner *p, const lb__json *qc, const group *g, size_t
         if (p->modelopt) {
             st = plan_modelopt(p, module, t, &codes_at);
         } else {
-            int ignored = list_matches(ignore, module, iw, &st);
+            int ignored = lb__hfq_list_matches(ignore, module, iw, &st);
             if (st != LB_OK) break;
             if (ignored) {
                 st = lb__fail(LB_ERR_PARSE, "%s: module '%s' is in \"ignore\" but has quantized tensors", p->what,
@@ -704,7 +560,7 @@ static lb_status plan_all(planner *p, const lb__json *qc, const group *g, size_t
             }
             size_t k = 0;
             for (; k < ng && st == LB_OK; k++)
-                if (g[k].has_w && list_matches(g[k].targets, module, p->what, &st)) break;
+                if (g[k].has_w && lb__hfq_list_matches(g[k].targets, module, p->what, &st)) break;
             if (st != LB_OK) break;
             if (k == ng) {
                 st = lb__fail(LB_ERR_PARSE, "%s: module '%s' has quantized tensors but no config group with weights "

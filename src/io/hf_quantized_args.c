@@ -1,7 +1,9 @@
 /* The config side of a quantized checkpoint: compressed-tensors'
- * quantization args and the input quantization an engine applies
- * (hf_quantized_args.h). */
+ * quantization args, the input quantization an engine applies, and which
+ * config group's targets name a module (hf_quantized_args.h). */
+#include <regex.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "io/hf_quantized_args.h"
@@ -166,4 +168,57 @@ void lb__hfq_modelopt_act(const char *algo, uint64_t gsize, lb__hfq_act *act, ch
     if (act->mode == LB__HFQ_A_LOCAL && gsize != 16)
         snprintf(why, n, "ModelOpt NVFP4 with group_size %llu: activations are simulated in groups of 16",
                  (unsigned long long)gsize);
+}
+
+/* ----- Matching module names (compressed-tensors' match_name) ----- */
+
+static int re_match_start(const char *pattern, const char *name, const char *what, lb_status *st)
+{
+    size_t n = strlen(pattern);
+    char *anchored = malloc(n + 4);
+    if (!anchored) {
+        *st = lb__fail(LB_ERR_NOMEM, "out of memory");
+        return 0;
+    }
+    snprintf(anchored, n + 4, "^(%s)", pattern); /* re.match: anchored at the start only */
+    regex_t re;
+    int rc = regcomp(&re, anchored, REG_EXTENDED | REG_NOSUB);
+    free(anchored);
+    if (rc != 0) {
+        *st = lb__fail(LB_ERR_UNSUPPORTED, "%s: the regex \"re:%s\" does not compile as a POSIX extended regex", what,
+                       pattern);
+        return 0;
+    }
+    int hit = regexec(&re, name, 0, NULL, 0) == 0;
+    regfree(&re);
+    return hit;
+}
+
+/* A target that is a class name: Linear matches every quantized module (all
+ * of lowbit's weights with scales are linear layers); other classes
+ * (Embedding, LlamaAttention ...) match none of them. */
+static int target_matches(const char *t, const char *module, const char *what, lb_status *st)
+{
+    if (strncmp(t, "re:", 3) == 0) return re_match_start(t + 3, module, what, st);
+    if (strcmp(t, module) == 0) return 1;
+    return strcmp(t, "Linear") == 0;
+}
+
+int lb__hfq_list_matches(const lb__json *list, const char *module, const char *what, lb_status *st)
+{
+    for (size_t i = 0; list && i < list->len && *st == LB_OK; i++)
+        if (target_matches(list->items[i].str, module, what, st)) return 1;
+    return 0;
+}
+
+lb_status lb__hfq_check_string_list(const lb__json *l, const char *what)
+{
+    if (!l || l->type == LB_JSON_NULL) return LB_OK;
+    if (l->type != LB_JSON_ARRAY) return lb__fail(LB_ERR_PARSE, "%s: must be an array of strings", what);
+    if (l->len > LB__HFQ_MAX_TARGETS)
+        return lb__fail(LB_ERR_PARSE, "%s: %zu entries (at most %d)", what, l->len, LB__HFQ_MAX_TARGETS);
+    for (size_t i = 0; i < l->len; i++)
+        if (l->items[i].type != LB_JSON_STRING || l->items[i].len == 0 || strlen(l->items[i].str) != l->items[i].len)
+            return lb__fail(LB_ERR_PARSE, "%s[%zu]: must be a non-empty string", what, i);
+    return LB_OK;
 }

@@ -31,4 +31,13 @@ void lb__hfq_describe(const lb__hfq_qargs *a, int has, char *buf, size_t n);
 void lb__hfq_ct_act(const lb__json *ia, const lb__json *oa, const char *what, lb__hfq_act *act, char *why, size_t n);
 void lb__hfq_modelopt_act(const char *algo, uint64_t gsize, lb__hfq_act *act, char *why, size_t n);
 
+/* 1 when a target of `list` (an array of strings, or NULL) matches module
+ * as compressed-tensors' match_name does: "re:X" is Python's re.match of X,
+ * a class name ("Linear") matches every quantized module, anything else
+ * the exact name. A pattern that does not compile sets *st (naming `what`). */
+int lb__hfq_list_matches(const lb__json *list, const char *module, const char *what, lb_status *st);
+/* LB_OK when l is absent, null or an array of at most LB__HFQ_MAX_TARGETS
+ * non-empty strings; else LB_ERR_PARSE naming `what`. */
+lb_status lb__hfq_check_string_list(const lb__json *l, const char *what);
+
 #endif
