@@ -86,7 +86,7 @@ void lb_qmodel_free(lb_qmodel *q)
 const lb_model *lb_qmodel_model(const lb_qmodel *q) { return q ? q->m : NULL; }
 size_t lb_qmodel_count(const lb_qmodel *q) { return q ? q->n : 0; }
 
-static lb_status check_index(const lb_qmodel *q, size_t i, const char *fn)
+lb_status lb__qmodel_check_index(const lb_qmodel *q, size_t i, const char *fn)
 {
     if (!q) return lb__fail(LB_ERR_ARG, "%s: qmodel is NULL", fn);
     if (i >= q->n) return lb__fail(LB_ERR_ARG, "%s: tensor index %zu, the model has %zu", fn, i, q->n);
@@ -104,7 +104,7 @@ lb_status lb_qmodel_find(const lb_qmodel *q, const char *name, size_t *index)
 }
 
 /* Drops every member's cached group range: a member changed. */
-static void group_changed(lb_qmodel *q, size_t i)
+void lb__qmodel_group_changed(lb_qmodel *q, size_t i)
 {
     int g = q->s[i].e.fused_group;
     q->s[i].group_known = 0;
@@ -137,7 +137,7 @@ static lb_status source_f32(const lb_qmodel *q, size_t i, float *dst)
     return st;
 }
 
-static void drop_outliers(qslot *s)
+void lb__qslot_drop_outliers(qslot *s)
 {
     free(s->outliers);
     s->outliers = NULL;
@@ -231,7 +231,7 @@ static lb_status compute_group(lb_qmodel *q, size_t i)
 
 lb_status lb__qmodel_group_amax(const lb_qmodel *cq, size_t i, float *amax)
 {
-    lb_status st = check_index(cq, i, "lb__qmodel_group_amax");
+    lb_status st = lb__qmodel_check_index(cq, i, "lb__qmodel_group_amax");
     if (st != LB_OK) return st;
     *amax = 0;
     /* alone (no group, or fusing off): 0, lb_quantize's own range, no pass over the values */
@@ -246,7 +246,7 @@ lb_status lb__qmodel_group_amax(const lb_qmodel *cq, size_t i, float *amax)
 
 lb_status lb_qmodel_entry(const lb_qmodel *q, size_t i, lb_qentry *out)
 {
-    lb_status st = check_index(q, i, "lb_qmodel_entry");
+    lb_status st = lb__qmodel_check_index(q, i, "lb_qmodel_entry");
     if (st != LB_OK) return st;
     if (!out) return lb__fail(LB_ERR_ARG, "lb_qmodel_entry: out is NULL");
     float amax = 0;
@@ -266,7 +266,7 @@ static lb_status need_matrix(const lb_qmodel *q, size_t i, const char *fn)
 }
 
 /* Drops what an algorithm set: a quantized tensor, ggml bytes. */
-static void drop_qtensor(qslot *s)
+void lb__qslot_drop_qtensor(qslot *s)
 {
     lb_qtensor_free(s->qt);
     s->qt = NULL;
@@ -277,7 +277,7 @@ static void drop_qtensor(qslot *s)
 
 lb_status lb_qmodel_set_spec(lb_qmodel *q, size_t i, const lb_qspec *spec)
 {
-    lb_status st = check_index(q, i, "lb_qmodel_set_spec");
+    lb_status st = lb__qmodel_check_index(q, i, "lb_qmodel_set_spec");
     if (st != LB_OK) return st;
     if (!spec) return lb__fail(LB_ERR_ARG, "lb_qmodel_set_spec: spec is NULL");
     if ((st = need_matrix(q, i, "lb_qmodel_set_spec")) != LB_OK) return st;
@@ -286,47 +286,47 @@ lb_status lb_qmodel_set_spec(lb_qmodel *q, size_t i, const lb_qspec *spec)
         return lb__fail(LB_ERR_ARG, "%s: %s has nothing to scale; keep the weight in 16-bit instead", s->e.tensor->name,
                         lb_format_get(spec->element) ? lb_format_get(spec->element)->name : "that element");
     if ((st = lb_qspec_validate(spec)) != LB_OK) return lb__fail(st, "%s: %s", s->e.tensor->name, lb_last_error());
-    drop_qtensor(s);
+    lb__qslot_drop_qtensor(s);
     s->has_plain = 0;
     s->e.ggml = LB_DT_COUNT;
     s->e.state = LB_QSTATE_QUANTIZED;
     s->e.spec = *spec;
-    group_changed(q, i);
+    lb__qmodel_group_changed(q, i);
     return LB_OK;
 }
 
 lb_status lb_qmodel_keep(lb_qmodel *q, size_t i)
 {
-    lb_status st = check_index(q, i, "lb_qmodel_keep");
+    lb_status st = lb__qmodel_check_index(q, i, "lb_qmodel_keep");
     if (st != LB_OK) return st;
     qslot *s = &q->s[i];
     if (!lb_tensor_is_weight(s->e.tensor))
         return lb__fail(LB_ERR_ARG, "lb_qmodel_keep: %s is not a weight matrix (norms and biases stay as stored)",
                         s->e.tensor->name);
-    drop_qtensor(s);
-    drop_outliers(s);
+    lb__qslot_drop_qtensor(s);
+    lb__qslot_drop_outliers(s);
     s->has_plain = 0;
     s->e.ggml = LB_DT_COUNT;
     memset(&s->e.spec, 0, sizeof s->e.spec);
     s->e.state = s->replacement ? LB_QSTATE_REPLACED : LB_QSTATE_KEPT;
-    group_changed(q, i);
+    lb__qmodel_group_changed(q, i);
     return LB_OK;
 }
 
 lb_status lb__qmodel_keep_plain(lb_qmodel *q, size_t i, const lb_qspec *plain)
 {
-    lb_status st = check_index(q, i, "lb__qmodel_keep_plain");
+    lb_status st = lb__qmodel_check_index(q, i, "lb__qmodel_keep_plain");
     if (st != LB_OK) return st;
     if (!plain || !lb__qspec_is_plain(plain)) return lb__fail(LB_ERR_ARG, "lb__qmodel_keep_plain: not a plain spec");
     if ((st = need_matrix(q, i, "lb__qmodel_keep_plain")) != LB_OK) return st;
     qslot *s = &q->s[i];
-    drop_qtensor(s);
-    drop_outliers(s);
+    lb__qslot_drop_qtensor(s);
+    lb__qslot_drop_outliers(s);
     memset(&s->e.spec, 0, sizeof s->e.spec);
     s->e.state = s->replacement ? LB_QSTATE_REPLACED : LB_QSTATE_KEPT;
     s->has_plain = 1;
     s->plain = *plain;
-    group_changed(q, i);
+    lb__qmodel_group_changed(q, i);
     return LB_OK;
 }
 
@@ -337,7 +337,7 @@ const lb_qspec *lb__qmodel_plain(const lb_qmodel *q, size_t i)
 
 lb_status lb_qmodel_replace(lb_qmodel *q, size_t i, const float *values)
 {
-    lb_status st = check_index(q, i, "lb_qmodel_replace");
+    lb_status st = lb__qmodel_check_index(q, i, "lb_qmodel_replace");
     if (st != LB_OK) return st;
     if (!values) return lb__fail(LB_ERR_ARG, "lb_qmodel_replace: values is NULL");
     qslot *s = &q->s[i];
@@ -352,15 +352,15 @@ lb_status lb_qmodel_replace(lb_qmodel *q, size_t i, const float *values)
     memcpy(copy, values, n * sizeof *copy);
     s->replacement = copy;
     s->e.replaced = 1;
-    drop_qtensor(s); /* quantized from the old values: stale */
+    lb__qslot_drop_qtensor(s); /* quantized from the old values: stale */
     if (s->e.state != LB_QSTATE_QUANTIZED) s->e.state = LB_QSTATE_REPLACED;
-    group_changed(q, i);
+    lb__qmodel_group_changed(q, i);
     return LB_OK;
 }
 
 lb_status lb_qmodel_set_qtensor(lb_qmodel *q, size_t i, lb_qtensor *qt)
 {
-    lb_status st = check_index(q, i, "lb_qmodel_set_qtensor");
+    lb_status st = lb__qmodel_check_index(q, i, "lb_qmodel_set_qtensor");
     if (st == LB_OK && !qt) st = lb__fail(LB_ERR_ARG, "lb_qmodel_set_qtensor: qtensor is NULL");
     if (st != LB_OK) return lb_qtensor_free(qt), st;
     qslot *s = &q->s[i];
@@ -379,7 +379,7 @@ lb_status lb_qmodel_set_qtensor(lb_qmodel *q, size_t i, lb_qtensor *qt)
         lb_qtensor_free(qt);
         return st;
     }
-    drop_qtensor(s);
+    lb__qslot_drop_qtensor(s);
     s->qt = qt;
     s->e.has_qtensor = 1;
     return LB_OK;
@@ -387,7 +387,7 @@ lb_status lb_qmodel_set_qtensor(lb_qmodel *q, size_t i, lb_qtensor *qt)
 
 lb_status lb_qmodel_set_act(lb_qmodel *q, size_t i, const lb_qact *act)
 {
-    lb_status st = check_index(q, i, "lb_qmodel_set_act");
+    lb_status st = lb__qmodel_check_index(q, i, "lb_qmodel_set_act");
     if (st != LB_OK) return st;
     if (!act) return lb__fail(LB_ERR_ARG, "lb_qmodel_set_act: act is NULL");
     qslot *s = &q->s[i];
@@ -421,7 +421,7 @@ lb_status lb_qmodel_set_act(lb_qmodel *q, size_t i, const lb_qact *act)
 
 lb_status lb_qmodel_set_input_amax(lb_qmodel *q, size_t i, float amax)
 {
-    lb_status st = check_index(q, i, "lb_qmodel_set_input_amax");
+    lb_status st = lb__qmodel_check_index(q, i, "lb_qmodel_set_input_amax");
     if (st != LB_OK) return st;
     if (!(amax >= 0) || isinf(amax))
         return lb__fail(LB_ERR_ARG, "lb_qmodel_set_input_amax: %s: %g is not a finite magnitude",
@@ -432,7 +432,7 @@ lb_status lb_qmodel_set_input_amax(lb_qmodel *q, size_t i, float amax)
 
 lb_status lb_qmodel_source_f32(const lb_qmodel *q, size_t i, float *dst)
 {
-    lb_status st = check_index(q, i, "lb_qmodel_source_f32");
+    lb_status st = lb__qmodel_check_index(q, i, "lb_qmodel_source_f32");
     if (st != LB_OK) return st;
     if (!dst) return lb__fail(LB_ERR_ARG, "lb_qmodel_source_f32: dst is NULL");
     return source_f32(q, i, dst);
@@ -446,7 +446,7 @@ lb_status lb_qmodel_quantized(const lb_qmodel *q, size_t i, int threads, lb_qten
 lb_status lb__qmodel_quantized_scratch(const lb_qmodel *q, size_t i, int threads, float *scratch, lb_qtensor **out,
                                        int *owned)
 {
-    lb_status st = check_index(q, i, "lb_qmodel_quantized");
+    lb_status st = lb__qmodel_check_index(q, i, "lb_qmodel_quantized");
     if (st != LB_OK) return st;
     if (!out || !owned) return lb__fail(LB_ERR_ARG, "lb_qmodel_quantized: NULL argument");
     *out = NULL;
@@ -473,7 +473,7 @@ lb_status lb__qmodel_quantized_scratch(const lb_qmodel *q, size_t i, int threads
 
 /* Rounds n values to the output's 16-bit dtype and back, as a writer
  * stores them (lb_dtype_from_f32). */
-static lb_status round_to_dtype(lb_dtype dt, float *x, uint64_t n, const char *name)
+lb_status lb__qmodel_round_to_dtype(lb_dtype dt, float *x, uint64_t n, const char *name)
 {
     if (dt == LB_DT_F32) return LB_OK;
     uint16_t *codes = malloc((n ? n : 1) * sizeof *codes);
@@ -484,210 +484,19 @@ static lb_status round_to_dtype(lb_dtype dt, float *x, uint64_t n, const char *n
     return st;
 }
 
-lb_status lb_qmodel_set_ggml(lb_qmodel *q, size_t i, lb_dtype t)
-{
-    lb_status st = check_index(q, i, "lb_qmodel_set_ggml");
-    if (st != LB_OK) return st;
-    qslot *s = &q->s[i];
-    const lb_tensor *tn = s->e.tensor;
-    if (t != LB_DT_COUNT) {
-        const lb_dtype_info *d = lb_dtype_get(t);
-        if (!d || d->ggml_type < 0)
-            return lb__fail(LB_ERR_ARG, "lb_qmodel_set_ggml: %s: dtype %s has no ggml type", tn->name,
-                            d ? d->name : "?");
-        uint64_t cols = tn->n_dims >= 1 ? tn->shape[tn->n_dims - 1] : 1;
-        if (d->block > 1 && cols % d->block)
-            return lb__fail(LB_ERR_ARG, "lb_qmodel_set_ggml: %s: rows of %llu are not whole %s blocks of %u", tn->name,
-                            (unsigned long long)cols, d->name, d->block);
-    }
-    drop_qtensor(s);
-    drop_outliers(s);
-    s->has_plain = 0;
-    memset(&s->e.spec, 0, sizeof s->e.spec);
-    s->e.ggml = t;
-    s->e.state = s->replacement ? LB_QSTATE_REPLACED : lb_tensor_is_weight(tn) ? LB_QSTATE_KEPT : LB_QSTATE_STORED;
-    group_changed(q, i);
-    return LB_OK;
-}
-
-lb_status lb_qmodel_set_imatrix(lb_qmodel *q, size_t i, const float *w, size_t n)
-{
-    lb_status st = check_index(q, i, "lb_qmodel_set_imatrix");
-    if (st != LB_OK) return st;
-    qslot *s = &q->s[i];
-    float *copy = NULL;
-    if (w) {
-        for (size_t k = 0; k < n; k++)
-            if (!isfinite(w[k]) || w[k] < 0)
-                return lb__fail(LB_ERR_ARG, "lb_qmodel_set_imatrix: %s: element %zu is %g (finite, >= 0 expected)",
-                                s->e.tensor->name, k, (double)w[k]);
-        if (!n || !(copy = malloc(n * sizeof *copy)))
-            return lb__fail(n ? LB_ERR_NOMEM : LB_ERR_ARG, "lb_qmodel_set_imatrix: %s: %s", s->e.tensor->name,
-                            n ? "out of memory" : "empty importance vector");
-        memcpy(copy, w, n * sizeof *copy);
-    }
-    free(s->imatrix);
-    drop_qtensor(s); /* ggml bytes made with the old importance: stale */
-    s->imatrix = copy, s->n_imatrix = copy ? n : 0;
-    s->e.has_imatrix = copy != NULL;
-    return LB_OK;
-}
-
-const float *lb__qmodel_imatrix(const lb_qmodel *q, size_t i, size_t *n)
-{
-    if (!q || i >= q->n || !q->s[i].imatrix) return NULL;
-    if (n) *n = q->s[i].n_imatrix;
-    return q->s[i].imatrix;
-}
-
-/* What a GGUF holds for an entry stored as a ggml type: the source through
- * that type and back (with the importance vector: one row's, or one per
- * expert, as the writer uses it). */
-static lb_status ggml_round_trip(const lb_qmodel *q, size_t i, float *dst, int threads)
-{
-    const qslot *s = &q->s[i];
-    const lb_tensor *t = s->e.tensor;
-    if (s->ggml_bytes) { /* an algorithm's bytes (GPTQ): what the file holds */
-        lb_status st = lb_dtype_to_f32(s->e.ggml, s->ggml_bytes, (size_t)t->n_elements, dst);
-        for (uint64_t k = 0; st == LB_OK && s->ggml_scale != 1.0f && k < t->n_elements; k++) dst[k] *= s->ggml_scale;
-        return st;
-    }
-    lb_status st = source_f32(q, i, dst);
-    /* stored in its own type: the file copies the bytes, so the values are the stored ones */
-    int as_stored = s->e.ggml == t->dtype && !s->replacement;
-    if (st != LB_OK || as_stored || s->e.ggml == LB_DT_F32 || t->n_elements == 0) return st;
-    uint64_t cols = t->n_dims >= 1 ? t->shape[t->n_dims - 1] : 1, rows = t->n_elements / cols;
-    st = lb__ggml_round_trip(s->e.ggml, dst, (size_t)rows, (size_t)cols, s->imatrix, s->n_imatrix, threads);
-    if (st != LB_OK) st = lb__fail(st, "%s as %s: %s", t->name, lb_dtype_get(s->e.ggml)->name, lb_last_error());
-    return st;
-}
-
-lb_status lb__qmodel_set_ggml_bytes(lb_qmodel *q, size_t i, const void *bytes, size_t n, float tensor_scale)
-{
-    lb_status st = check_index(q, i, "lb__qmodel_set_ggml_bytes");
-    if (st != LB_OK) return st;
-    qslot *s = &q->s[i];
-    const lb_tensor *t = s->e.tensor;
-    const lb_dtype_info *d = s->e.ggml != LB_DT_COUNT ? lb_dtype_get(s->e.ggml) : NULL;
-    if (!d || d->block < 2)
-        return lb__fail(LB_ERR_ARG, "lb__qmodel_set_ggml_bytes: %s has no ggml block type (lb_qmodel_set_ggml first)",
-                        t->name);
-    uint64_t want = 0;
-    if ((st = lb_dtype_bytes(s->e.ggml, t->n_elements, &want)) != LB_OK) return st;
-    if (!bytes || n != want)
-        return lb__fail(LB_ERR_ARG, "lb__qmodel_set_ggml_bytes: %s as %s takes %llu bytes, not %zu%s", t->name,
-                        d->name, (unsigned long long)want, n, bytes ? "" : " (NULL)");
-    if (!(tensor_scale > 0.0f) || !isfinite(tensor_scale) || (s->e.ggml != LB_DT_NVFP4 && tensor_scale != 1.0f))
-        return lb__fail(LB_ERR_ARG, "lb__qmodel_set_ggml_bytes: %s: tensor scale %g (NVFP4: > 0, else 1)", t->name,
-                        (double)tensor_scale);
-    unsigned char *copy = malloc(n ? n : 1);
-    if (!copy) return lb__fail(LB_ERR_NOMEM, "lb__qmodel_set_ggml_bytes: %s: out of memory", t->name);
-    memcpy(copy, bytes, n);
-    drop_qtensor(s);
-    s->ggml_bytes = copy, s->n_ggml_bytes = n, s->ggml_scale = tensor_scale;
-    return LB_OK;
-}
-
-const void *lb__qmodel_ggml_bytes(const lb_qmodel *q, size_t i, size_t *n, float *tensor_scale)
-{
-    if (!q || i >= q->n || !q->s[i].ggml_bytes) return NULL;
-    if (n) *n = q->s[i].n_ggml_bytes;
-    if (tensor_scale) *tensor_scale = q->s[i].ggml_scale;
-    return q->s[i].ggml_bytes;
-}
-
-/* ---- 16-bit outlier columns (LLM.int8()) ---- */
-
-lb_status lb_qmodel_set_outliers(lb_qmodel *q, size_t i, const uint32_t *cols, size_t n)
-{
-    lb_status st = check_index(q, i, "lb_qmodel_set_outliers");
-    if (st != LB_OK) return st;
-    qslot *s = &q->s[i];
-    const lb_tensor *t = s->e.tensor;
-    if (n == 0) {
-        if (s->n_outliers) drop_qtensor(s), drop_outliers(s), group_changed(q, i);
-        return LB_OK;
-    }
-    if (!cols) return lb__fail(LB_ERR_ARG, "lb_qmodel_set_outliers: %s: cols is NULL", t->name);
-    if (s->e.state != LB_QSTATE_QUANTIZED)
-        return lb__fail(LB_ERR_ARG, "lb_qmodel_set_outliers: %s is not quantized (outlier columns are the part of a "
-                        "quantized weight kept in 16-bit; set a spec first)", t->name);
-    size_t len = strlen(t->name), k = strlen("embed_tokens.weight");
-    if (len >= k && strcmp(t->name + len - k, "embed_tokens.weight") == 0)
-        return lb__fail(LB_ERR_ARG, "lb_qmodel_set_outliers: %s is an embedding: a lookup has no input features "
-                        "whose columns could stay 16-bit", t->name);
-    uint64_t width = t->shape[1];
-    if (n >= width)
-        return lb__fail(LB_ERR_ARG, "lb_qmodel_set_outliers: %s: %zu outlier columns of %llu leave nothing to "
-                        "quantize (keep the weight in 16-bit instead)", t->name, n, (unsigned long long)width);
-    for (size_t j = 0; j < n; j++)
-        if (cols[j] >= width || (j && cols[j] <= cols[j - 1]))
-            return lb__fail(LB_ERR_ARG, "lb_qmodel_set_outliers: %s: column %zu is %u; columns must ascend, each "
-                            "once, below the row length %llu", t->name, j, cols[j], (unsigned long long)width);
-    uint32_t *copy = malloc(n * sizeof *copy);
-    if (!copy) return lb__fail(LB_ERR_NOMEM, "lb_qmodel_set_outliers: %s: out of memory", t->name);
-    memcpy(copy, cols, n * sizeof *copy);
-    drop_qtensor(s); /* made from the whole weight: the rest is quantized anew */
-    drop_outliers(s);
-    s->outliers = copy, s->n_outliers = n;
-    group_changed(q, i);
-    return LB_OK;
-}
-
-const uint32_t *lb_qmodel_outliers(const lb_qmodel *q, size_t i, size_t *n)
-{
-    if (n) *n = 0;
-    if (!q || i >= q->n || !q->s[i].n_outliers) return NULL;
-    if (n) *n = q->s[i].n_outliers;
-    return q->s[i].outliers;
-}
-
-lb_status lb__qmodel_outlier_values(const lb_qmodel *q, size_t i, float *dst)
-{
-    lb_status st = check_index(q, i, "lb__qmodel_outlier_values");
-    if (st != LB_OK) return st;
-    const qslot *s = &q->s[i];
-    const lb_tensor *t = s->e.tensor;
-    if (!s->n_outliers) return LB_OK;
-    uint64_t rows = t->shape[0], cols = t->shape[1], n = s->n_outliers;
-    float *all = malloc(t->n_elements * sizeof *all);
-    if (!all) return lb__fail(LB_ERR_NOMEM, "cannot allocate an fp32 copy of %s", t->name);
-    st = source_f32(q, i, all);
-    for (uint64_t r = 0; st == LB_OK && r < rows; r++)
-        for (uint64_t k = 0; k < n; k++) dst[r * n + k] = all[r * cols + s->outliers[k]];
-    free(all);
-    if (st == LB_OK) st = round_to_dtype(q->dtype, dst, rows * n, t->name);
-    return st;
-}
-
-/* The outlier columns' 16-bit values written over dst (the dequantized
- * rest, rows x cols): the weight the quantized model computes with. */
-static lb_status put_outliers(const lb_qmodel *q, size_t i, float *dst)
-{
-    const qslot *s = &q->s[i];
-    uint64_t rows = s->e.tensor->shape[0], cols = s->e.tensor->shape[1], n = s->n_outliers;
-    float *v = malloc(rows * n * sizeof *v);
-    if (!v) return lb__fail(LB_ERR_NOMEM, "cannot allocate the outlier columns of %s", s->e.tensor->name);
-    lb_status st = lb__qmodel_outlier_values(q, i, v);
-    for (uint64_t r = 0; st == LB_OK && r < rows; r++)
-        for (uint64_t k = 0; k < n; k++) dst[r * cols + s->outliers[k]] = v[r * n + k];
-    free(v);
-    return st;
-}
-
 lb_status lb_qmodel_values_f32(const lb_qmodel *q, size_t i, float *dst, int threads)
 {
-    lb_status st = check_index(q, i, "lb_qmodel_values_f32");
+    lb_status st = lb__qmodel_check_index(q, i, "lb_qmodel_values_f32");
     if (st != LB_OK) return st;
     if (!dst) return lb__fail(LB_ERR_ARG, "lb_qmodel_values_f32: dst is NULL");
     const qslot *s = &q->s[i];
-    if (s->e.ggml != LB_DT_COUNT) return ggml_round_trip(q, i, dst, threads);
+    if (s->e.ggml != LB_DT_COUNT) return lb__qmodel_ggml_values(q, i, dst, threads);
     switch (s->e.state) {
     case LB_QSTATE_STORED: return source_f32(q, i, dst);
     case LB_QSTATE_KEPT:
     case LB_QSTATE_REPLACED:
         st = source_f32(q, i, dst);
-        if (st == LB_OK) st = round_to_dtype(q->dtype, dst, s->e.tensor->n_elements, s->e.tensor->name);
+        if (st == LB_OK) st = lb__qmodel_round_to_dtype(q->dtype, dst, s->e.tensor->n_elements, s->e.tensor->name);
         return st;
     case LB_QSTATE_QUANTIZED: {
         lb_qtensor *qt = NULL;
@@ -695,7 +504,7 @@ lb_status lb_qmodel_values_f32(const lb_qmodel *q, size_t i, float *dst, int thr
         st = lb_qmodel_quantized(q, i, threads, &qt, &owned);
         if (st == LB_OK) st = lb_dequantize(qt, dst, threads);
         if (owned) lb_qtensor_free(qt);
-        if (st == LB_OK && s->n_outliers) st = put_outliers(q, i, dst);
+        if (st == LB_OK && s->n_outliers) st = lb__qmodel_put_outliers(q, i, dst);
         return st;
     }
     }
