@@ -40,9 +40,13 @@ typedef struct lb__prescale {
     const float *div, *add;
     size_t block;
     float lo, hi;
-    /* floats from each value read to one to prefetch meanwhile (the next
-     * row's, so that memory streams in under this row's arithmetic); 0:
-     * none (the value itself, already loaded) */
+    /* The row stride, when the four rows after this one are to be
+     * prefetched meanwhile, so that memory streams in under this row's
+     * arithmetic: a quarter of each, a line per 16 values read (row r+k
+     * its quarter 4-k), so every row arrives whole after four rows, read
+     * as four streams from far-apart memory, which keep more reads in
+     * flight than one (one thread, nvfp4 of a 1 GiB tensor on an Intel
+     * Xeon: the pass 116 instead of 127 ms); 0: no prefetch. */
     size_t ahead;
 } lb__prescale;
 

@@ -220,7 +220,12 @@ static inline __m512 prescaled_y(const float *src, size_t i, prescale_state *st)
         st->vd = _mm512_set1_ps(st->div[st->b]);
         if (st->add) st->va = _mm512_set1_ps(st->add[st->b]);
     }
-    _mm_prefetch((const char *)(src + i + st->ahead), _MM_HINT_T1);
+    if (st->ahead) { /* one line of the next four rows (lb__prescale.ahead): stream k = 1..4 in turn, in row r+k
+                      * from its quarter 4-k on, a line per four vectors. Written out here, not in a helper: GCC 12
+                      * deems a void function that only prefetches free of effects and drops its calls. */
+        size_t t = i / 16, k = t % 4 + 1, line = t / 4;
+        _mm_prefetch((const char *)(src + k * st->ahead + (4 - k) * (st->ahead / 4) + line * 16), _MM_HINT_T1);
+    }
     __m512 y = _mm512_div_ps(_mm512_loadu_ps(src + i), st->vd);
     return st->add ? _mm512_add_ps(y, st->va) : y;
 }

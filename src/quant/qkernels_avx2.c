@@ -196,7 +196,12 @@ static void signed_scales(const float *lo, const float *hi, size_t n, float rati
     }
 }
 
-const lb__qkernels lb__qkernels_avx2 = {block_absmax, block_minmax, block_div_clamp, block_sub_mul,
+static int rows4_absmax(const float *const rows[4], size_t n, float out[4])
+{
+    return lb__rows4_one_by_one(block_absmax, rows, n, out);
+}
+
+const lb__qkernels lb__qkernels_avx2 = {block_absmax, rows4_absmax, block_minmax, block_div_clamp, block_sub_mul,
                                         block_scaled_err, block_trial_err_int, first_nonfinite, full_range_scales,
                                         signed_scales};
 #else

@@ -86,6 +86,28 @@ static int block_absmax(const float *x, size_t n, size_t block, float *out)
     return _mm512_cmpgt_epu32_mask(seen, _mm512_set1_epi32(0x7F7FFFFF)) != 0;
 }
 
+/* The four rows side by side, a vector of each in turn (qkernels.h). */
+static int rows4_absmax(const float *const rows[4], size_t n, float out[4])
+{
+    const __m512i signless = _mm512_set1_epi32(0x7FFFFFFF);
+    __m512i m[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 4; k++)
+            m[k] = _mm512_max_epu32(m[k], _mm512_and_si512(_mm512_loadu_si512(rows[k] + i), signless));
+    if (i < n)
+        for (int k = 0; k < 4; k++) {
+            __m512i v = _mm512_maskz_loadu_epi32(tail_mask(n - i), rows[k] + i);
+            m[k] = _mm512_max_epu32(m[k], _mm512_and_si512(v, signless));
+        }
+    __m512i seen = _mm512_max_epu32(_mm512_max_epu32(m[0], m[1]), _mm512_max_epu32(m[2], m[3]));
+    for (int k = 0; k < 4; k++) {
+        uint32_t bits = _mm512_reduce_max_epu32(m[k]);
+        memcpy(&out[k], &bits, sizeof bits);
+    }
+    return _mm512_cmpgt_epu32_mask(seen, _mm512_set1_epi32(0x7F7FFFFF)) != 0;
+}
+
 static int block_minmax(const float *x, size_t n, size_t block, float *lo, float *hi)
 {
     const __m512 signless = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
@@ -239,7 +261,7 @@ static void signed_scales(const float *lo, const float *hi, size_t n, float rati
     }
 }
 
-const lb__qkernels lb__qkernels_avx512 = {block_absmax, block_minmax, block_div_clamp, block_sub_mul,
+const lb__qkernels lb__qkernels_avx512 = {block_absmax, rows4_absmax, block_minmax, block_div_clamp, block_sub_mul,
                                           block_scaled_err, block_trial_err_int, first_nonfinite, full_range_scales,
                                           signed_scales};
 #else

@@ -99,7 +99,12 @@ static void signed_scales(const float *lo, const float *hi, size_t n, float rati
     for (size_t b = 0; b < n; b++) out[b] = lb__signed_scale(lo[b], hi[b], ratio, qmin);
 }
 
-const lb__qkernels lb__qkernels_scalar = {block_absmax, block_minmax, block_div_clamp, block_sub_mul,
+static int rows4_absmax(const float *const rows[4], size_t n, float out[4])
+{
+    return lb__rows4_one_by_one(block_absmax, rows, n, out);
+}
+
+const lb__qkernels lb__qkernels_scalar = {block_absmax, rows4_absmax, block_minmax, block_div_clamp, block_sub_mul,
                                           block_scaled_err, block_trial_err_int, first_nonfinite, full_range_scales,
                                           signed_scales};
 

@@ -146,6 +146,67 @@ static void test_encode_prescaled(void)
     free(x), free(scaled), free(c1), free(c2);
 }
 
+/* rows4_absmax against four calls of the scalar block_absmax, bit for bit,
+ * and its flag for a NaN or infinity in any row, tails included. */
+static void test_rows4_absmax(const float *x)
+{
+    static const size_t lengths[] = {1, 5, 16, 31, 64, 97, 250};
+    const lb__qkernels *ref = lb__qkernels_get(LB_ISA_SCALAR);
+    float row[4][250];
+    for (int isa = 0; isa < LB__ISA_COUNT; isa++) {
+        if (!lb__isa_supported((lb_isa)isa)) continue;
+        const lb__qkernels *k = lb__qkernels_get((lb_isa)isa);
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+            size_t n = lengths[li];
+            const float *rows[4] = {row[0], row[1], row[2], row[3]};
+            for (int r = 0; r < 4; r++) memcpy(row[r], x + 250 * r, n * sizeof(float));
+            float want[4], got[4];
+            for (int r = 0; r < 4; r++) CHECK(ref->block_absmax(row[r], n, n, &want[r]) == 0, "finite row");
+            CHECK(k->rows4_absmax(rows, n, got) == 0 && memcmp(want, got, sizeof want) == 0,
+                  "rows4_absmax isa=%d n=%zu", isa, n);
+            for (int r = 0; r < 4; r++) { /* each row, first and last value */
+                for (size_t at = 0; at < n; at += n - 1 ? n - 1 : 1) {
+                    float keep = row[r][at];
+                    row[r][at] = (r + at) % 2 ? NAN : -INFINITY;
+                    CHECK(k->rows4_absmax(rows, n, got) == 1, "non-finite seen isa=%d n=%zu row %d at %zu", isa, n, r,
+                          at);
+                    row[r][at] = -3.0e38f;
+                    CHECK(k->rows4_absmax(rows, n, got) == 0 && got[r] == 3.0e38f, "huge finite isa=%d n=%zu", isa, n);
+                    row[r][at] = keep;
+                }
+            }
+        }
+    }
+}
+
+/* A tensor-wide pass reads four rows at a time from the four quarters of
+ * its slice, but an error still names the first bad row in row order. */
+static void test_first_bad_row_named(void)
+{
+    enum { ROWS = 10, COLS = 64 };
+    float *x = calloc(ROWS * COLS, sizeof *x);
+    lb_qspec spec;
+    CHECK(lb_qspec_parse("nvfp4", &spec) == LB_OK, "nvfp4 parses");
+    for (int i = 0; i < ROWS * COLS; i++) x[i] = (float)(i % 13) - 6.0f;
+    static const struct { int bad[2]; int first; } cases[] = {
+        {{6, 1}, 1}, /* row 6 is read with rows 0, 2, 4, before row 1 */
+        {{9, 9}, 9}, /* a row left over after the quarters */
+        {{5, 7}, 5},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        x[cases[c].bad[0] * COLS + 3] = NAN;
+        x[cases[c].bad[1] * COLS + 60] = INFINITY;
+        lb_qtensor *q = NULL;
+        CHECK(lb_quantize(&spec, x, ROWS, COLS, 1, &q) == LB_ERR_NAN && !q, "case %zu refused", c);
+        char want[32];
+        snprintf(want, sizeof want, "(row %d,", cases[c].first);
+        CHECK(strstr(lb_last_error(), want) != NULL, "case %zu names the first bad row: %s", c, lb_last_error());
+        x[cases[c].bad[0] * COLS + 3] = 1.0f;
+        x[cases[c].bad[1] * COLS + 60] = 1.0f;
+    }
+    free(x);
+}
+
 int main(void)
 {
     enum { N = 1000 };
@@ -205,6 +266,8 @@ int main(void)
         x[700] = 0.25f;
     }
     free(x), free(o1), free(o2), free(dq), free(codes);
+    test_rows4_absmax(x);
+    test_first_bad_row_named();
     test_scales_from_extremes();
     test_encode_prescaled();
 #if defined(__x86_64__)
