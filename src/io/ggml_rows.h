@@ -1,5 +1,5 @@
 /* Rows of fp32 into a ggml type, the one place lowbit's GGUF writer and
- * the quantized model's round trip (weights/qmodel.c) quantize through, so
+ * the quantized model's round trip (weights/qmodel_ggml.c) quantize through, so
  * that what `ppl` evaluates is what the file holds: the ggml quantizers
  * (io/ggml_quants.h: lb__ggml_quantize_rows, byte-identical to
  * ggml_quantize_chunk, imatrix included), split over threads by rows. */

@@ -44,7 +44,7 @@ void lb__hfq_free(lb__hfq *q);
 lb_status lb__hfq_to_f32(const lb_tensor *t, float *dst);
 void lb__hfq_release(const lb_tensor *t);
 
-/* ----- shared by hf_quantized.c (planning) and hf_quantized_decode.c ----- */
+/* ----- shared by hf_quantized.c (planning), hf_quantized_check.c and hf_quantized_decode.c ----- */
 
 typedef enum lb__hfq_elem {
     LB__HFQ_E_FP8,     /* F8_E4M3 codes [rows, cols] */

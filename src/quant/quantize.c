@@ -166,8 +166,9 @@ static void scale_errors(const lb_qtensor *q, scratch *w)
 }
 
 /* Scales and encodes row x with the divisors (and offsets) in w->div and
- * w->add into dst (bulk layout); the fused kernel prefetches the floats
- * `ahead` of each value it reads, or none when 0 (see qjob.ahead). */
+ * w->add into dst (bulk layout); the fused kernel prefetches the next four
+ * rows meanwhile when `ahead` (the row stride) is not 0 (lb__prescale.ahead,
+ * qjob.ahead). */
 static void encode_loaded(const qjob *j, const lb__qkernels *k, const float *x, size_t ahead, scratch *w, uint8_t *dst)
 {
     const lb_qtensor *q = j->q;

@@ -130,9 +130,9 @@ static void test_encode_prescaled(void)
                 for (int b = 0; b < N / 16; b++)
                     div[b] = unit ? 1.0f : fabsf(rndf()) + 1e-3f, add[b] = integer && !unit ? (float)(b % 3) - 1 : -0.0f;
                 int offsets = integer && !unit; /* else add[] is all -0: NULL must give the same bytes */
-                for (size_t ahead = 0; ahead <= 64; ahead += 64) {
+                for (size_t ahead = 0; ahead <= 504; ahead += 504) { /* 0: no prefetch; else a row stride */
                     lb__prescale ps = {div, offsets || ahead == 0 ? add : NULL, 16, lo, hi, ahead};
-                    size_t n = N - 64; /* room for the prefetch distance */
+                    size_t n = N - 64; /* the prefetch reaches 4.25 strides on, still inside x: it changes no byte */
                     lb__qkernels_get(LB_ISA_SCALAR)->block_div_clamp(x, n, 16, div, add, lo, hi, scaled);
                     memset(c1, 0, N), memset(c2, 0, N);
                     lb__encode_scalar(f, LB_SATURATE, scaled, n, c1);
@@ -207,6 +207,34 @@ static void test_first_bad_row_named(void)
     free(x);
 }
 
+/* The tensor-wide amax sees every row: the four-row pass's rows and the
+ * rows left over after the quarters, with one or two threads. The
+ * largest value in each row in turn gives the same tensor scale. */
+static void test_tensor_amax_every_row(void)
+{
+    enum { COLS = 48 };
+    lb_qspec spec;
+    CHECK(lb_qspec_parse("nvfp4", &spec) == LB_OK, "nvfp4 parses");
+    for (size_t rows = 1; rows <= 11; rows++)
+        for (int threads = 1; threads <= 2; threads++) {
+            float *x = malloc(rows * COLS * sizeof *x), first = 0;
+            for (size_t i = 0; i < rows * COLS; i++) x[i] = 0.01f * (float)(i % 7) - 0.03f;
+            for (size_t r = 0; r < rows; r++) {
+                x[r * COLS + 7] = -100.0f;
+                lb_qtensor *q = NULL;
+                lb_qtensor_view v;
+                CHECK(lb_quantize(&spec, x, rows, COLS, threads, &q) == LB_OK && lb_qtensor_view_get(q, &v) == LB_OK,
+                      "%s", lb_last_error());
+                if (r == 0) first = v.tensor_scale;
+                CHECK(v.tensor_scale == first && first > 0.0297f, "rows=%zu threads=%d: the largest value in row %zu "
+                      "gives tensor scale %g, in row 0 %g", rows, threads, r, (double)v.tensor_scale, (double)first);
+                lb_qtensor_free(q);
+                x[r * COLS + 7] = 0.0f;
+            }
+            free(x);
+        }
+}
+
 int main(void)
 {
     enum { N = 1000 };
@@ -265,9 +293,10 @@ int main(void)
         CHECK(k->block_absmax(x, N, 16, a1) == 0 && a1[700 / 16] == 3.0e38f, "huge finite isa=%d", isa);
         x[700] = 0.25f;
     }
-    free(x), free(o1), free(o2), free(dq), free(codes);
     test_rows4_absmax(x);
+    free(x), free(o1), free(o2), free(dq), free(codes);
     test_first_bad_row_named();
+    test_tensor_amax_every_row();
     test_scales_from_extremes();
     test_encode_prescaled();
 #if defined(__x86_64__)
