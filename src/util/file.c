@@ -208,10 +208,24 @@ lb_status lb__out_write(lb__outfile *o, const void *p, size_t n)
         o->failed = 1;
         return lb__fail(LB_ERR_IO, "writing '%s' failed: %s", o->path, strerror(errno));
     }
+    if ((o->unsynced += n) >= LB_OUT_WRITEBACK_BYTES) lb__out_writeback(o);
     return LB_OK;
 }
 
 uint64_t lb__out_tell(const lb__outfile *o) { return (uint64_t)ftello(o->f); }
+
+void lb__out_writeback(lb__outfile *o)
+{
+#ifdef SYNC_FILE_RANGE_WRITE
+    if (o->failed || fflush(o->f) != 0) return; /* a failed flush fails again, and is reported, at commit */
+    uint64_t end = lb__out_tell(o);
+    if (end > o->written_back)
+        sync_file_range(fileno(o->f), (off_t)o->written_back, (off_t)(end - o->written_back), SYNC_FILE_RANGE_WRITE);
+    o->written_back = end, o->unsynced = 0;
+#else
+    o->unsynced = 0;
+#endif
+}
 
 lb_status lb__out_seek(lb__outfile *o, uint64_t offset)
 {

@@ -42,6 +42,8 @@ typedef struct lb__outfile {
     int failed;     /* a write failed: commit refuses */
     int replace;    /* a file is at path and may be replaced (else commit never replaces one) */
     int slot;       /* tmp_path's entry in the signal-cleanup table */
+    uint64_t written_back; /* lb__out_writeback has started the disk writes up to here */
+    uint64_t unsynced;     /* bytes appended since */
 } lb__outfile;
 
 /* An output made of several files: a fresh directory beside path that
@@ -68,11 +70,20 @@ void lb__outdir_abort(lb__outdir *d);
 /* Checks path under the destination rule and creates a temporary file
  * in its directory (with the mode of the file it will replace). */
 lb_status lb__out_open(const char *path, lb__outfile *o);
-/* Appends n bytes (LB_ERR_IO, e.g. disk full, is sticky). */
+/* Appends n bytes (LB_ERR_IO, e.g. disk full, is sticky); every
+ * LB_OUT_WRITEBACK_BYTES starts the disk writes (lb__out_writeback). */
 lb_status lb__out_write(lb__outfile *o, const void *p, size_t n);
 /* Appends zero bytes up to the next multiple of align from the start. */
 lb_status lb__out_pad(lb__outfile *o, uint64_t align);
 uint64_t lb__out_tell(const lb__outfile *o);
+/* Starts writing what was appended so far to the disk, without waiting
+ * (Linux: sync_file_range), so that commit's fsync finds little left to
+ * do; advice only, a no-op elsewhere. lb__out_write calls it every
+ * LB_OUT_WRITEBACK_BYTES: the disk then writes while the caller computes
+ * the next part (SmolLM2 from F32 to a GGUF, commit's fsync was 54 ms of a
+ * 330 ms Q4_K_M run on two threads; Q8_0 0.36-0.41 -> 0.31-0.34 s on one). */
+#define LB_OUT_WRITEBACK_BYTES (8u << 20)
+void lb__out_writeback(lb__outfile *o);
 /* Moves the write position to offset from the start (a later write past the
  * end leaves a hole that must be written before commit). Sticky on failure. */
 lb_status lb__out_seek(lb__outfile *o, uint64_t offset);
