@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/dtype.h"
 #include "io/gguf.h"
 #include "util/error.h"
 
@@ -275,7 +276,7 @@ lb_status lb__gguf_add_tensor(lb__gguf_writer *w, const char *name, lb_dtype dty
                         len, LB_GGUF_MAX_NAME - 1);
     const lb_dtype_info *d = lb_dtype_get(dtype);
     if (!d || d->ggml_type < 0)
-        return lb__fail(LB_ERR_ARG, "GGUF writer: tensor '%s': dtype %s has no GGUF type", name, d ? d->name : "?");
+        return lb__fail(LB_ERR_ARG, "GGUF writer: tensor '%s': dtype %s has no GGUF type", name, lb__dtype_name(dtype));
     if (n_dims < 1 || n_dims > 4)
         return lb__fail(LB_ERR_ARG, "GGUF writer: tensor '%s': n_dims %d is not in 1..4", name, n_dims);
     uint64_t count = 1;

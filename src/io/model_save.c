@@ -12,6 +12,7 @@
 
 #include "export/hf_tokenizer.h"
 #include "export/hf_tokenizer_internal.h"
+#include "io/dtype.h"
 #include "io/model_internal.h"
 #include "util/error.h"
 
@@ -474,7 +475,7 @@ static lb_status save(const lb_model *m, const char *path, const lb_save_options
         const lb_dtype_info *d = lb_dtype_get(dtype);
         int ok = d && (is_float_dtype(dtype) || (to == TO_GGUF && d->block > 1 && d->can_write));
         if (!ok)
-            return lb__fail(LB_ERR_ARG, "cannot store a model as %s%s (f32, f16, bf16%s)", d ? d->name : "?",
+            return lb__fail(LB_ERR_ARG, "cannot store a model as %s%s (f32, f16, bf16%s)", lb__dtype_name(dtype),
                             to == TO_GGUF ? " in GGUF" : "", to == TO_GGUF ? ", or a block type lowbit writes: q4_0, q4_1, q5_0, q5_1, q8_0, mxfp4, nvfp4, iq4_nl, iq4_xs"
                                            : "; block types need a .gguf output");
     }
