@@ -7,6 +7,7 @@
 #ifndef LB_QUANT_QKERNELS_H
 #define LB_QUANT_QKERNELS_H
 
+#include <math.h>
 #include <stddef.h>
 
 #include "lowbit.h"
@@ -92,6 +93,15 @@ static inline float lb__signed_scale(float lo, float hi, float ratio, float qmin
 
 /* for each block b of `block` values along [0, n): start, b and len (the
  * last block may be shorter) */
+/* The reciprocal the vector trials divide by exactly (Markstein's
+ * correction, qkernels_avx512.c `quotient`), or NaN where |d| lies outside
+ * [2^-40, 2^40], which sends every quotient by d to the division. */
+static inline float lb__exact_recip(float d)
+{
+    float a = d < 0 ? -d : d;
+    return a >= 0x1p-40f && a <= 0x1p40f ? 1.0f / d : NAN;
+}
+
 #define FOR_BLOCKS(n, block)                                                                    \
     for (size_t start = 0, b = 0, len; start < (n); start += (block), b++)                      \
         if ((len = (n) - start < (block) ? (n) - start : (block)), 1)

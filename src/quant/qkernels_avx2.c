@@ -137,18 +137,32 @@ static void block_scaled_err(const float *x, const float *q, size_t n, size_t bl
     }
 }
 
+/* x / d exactly without the division, where the operands allow:
+ * Markstein's correction (qkernels_avx512.c, `quotient`, says why it is
+ * exact and when). */
+static inline __m256 quotient(__m256 x, __m256 vd, __m256 vr)
+{
+    const __m256i lo_bits = _mm256_set1_epi32(0x2B800000), hi_bits = _mm256_set1_epi32(0x53800000);
+    __m256 p = _mm256_mul_ps(x, vr);
+    __m256i a = _mm256_and_si256(_mm256_castps_si256(p), _mm256_set1_epi32(0x7FFFFFFF));
+    /* |p| in [2^-40, 2^40) as integers (the magnitudes' bits, NaN above): signed compares suffice */
+    __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(lo_bits, a), _mm256_cmpgt_epi32(a, _mm256_sub_epi32(hi_bits, _mm256_set1_epi32(1))));
+    if (!_mm256_testz_si256(out, out)) return _mm256_div_ps(x, vd);
+    return _mm256_fmadd_ps(_mm256_fnmadd_ps(p, vd, x), vr, p);
+}
+
 static void block_trial_err_int(const float *x, size_t n, size_t block, const float *div, const float *add, float lo,
                                 float hi, float *out)
 {
     const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
     FOR_BLOCKS(n, block) {
-        const __m256 vd = _mm256_set1_ps(div[b]), va = _mm256_set1_ps(add[b]);
+        const __m256 vd = _mm256_set1_ps(div[b]), vr = _mm256_set1_ps(lb__exact_recip(div[b])), va = _mm256_set1_ps(add[b]);
         __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         for (size_t i = 0; i < len; i += 16) {
             for (int h = 0; h < 2; h++) {
                 size_t at = i + 8 * (size_t)h, left = at < len ? len - at : 0;
                 __m256i k = tail_mask(left < 8 ? left : 8);
-                __m256 y = _mm256_add_ps(_mm256_div_ps(_mm256_maskload_ps(x + start + at, k), vd), va);
+                __m256 y = _mm256_add_ps(quotient(_mm256_maskload_ps(x + start + at, k), vd, vr), va);
                 __m256 c = _mm256_round_ps(_mm256_min_ps(_mm256_max_ps(y, vlo), vhi),
                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
                 __m256 e = _mm256_and_ps(_mm256_sub_ps(y, c), _mm256_castsi256_ps(k));

@@ -179,14 +179,37 @@ static void block_scaled_err(const float *x, const float *q, size_t n, size_t bl
     }
 }
 
+/* x / d, the same bits as the division, which bounds the trials here
+ * (vdivps zmm issues one vector in about ten cycles): Markstein's
+ * correction. With r = RN(1/d) and p = RN(x * r), within an ulp of x / d,
+ * the residual x - p * d is exact in one fma and RN(p + residual * r) is
+ * RN(x / d) (Markstein 1990, IBM J. Res. Dev. 34(1); Cornea, Harrison and
+ * Tang 2002), provided nothing under- or overflows. So it is used where
+ * |d| lies in [2^-40, 2^40] (lb__exact_recip gives NaN for any other d,
+ * which fails the lanes' check) and every lane's |p| in [2^-40, 2^40),
+ * else the vector is divided (zeros too: a zero p fails the check). The
+ * bounds keep the reciprocal and the residual normal, as the proof needs;
+ * just outside them the results measured equal too, so no test tells the
+ * bounds from looser ones (tests/unit/test_quant_kernels.c checks the
+ * quotients at and across them, and near every rounding midpoint). */
+static inline __m512 quotient(__m512 x, __m512 vd, __m512 vr)
+{
+    const __m512i lo_bits = _mm512_set1_epi32(0x2B800000), span = _mm512_set1_epi32(0x53800000 - 0x2B800000);
+    __m512 p = _mm512_mul_ps(x, vr);
+    __m512i a = _mm512_and_si512(_mm512_castps_si512(p), _mm512_set1_epi32(0x7FFFFFFF));
+    if (_mm512_cmp_epu32_mask(_mm512_sub_epi32(a, lo_bits), span, _MM_CMPINT_NLT)) return _mm512_div_ps(x, vd);
+    return _mm512_fmadd_ps(_mm512_fnmadd_ps(p, vd, x), vr, p);
+}
+
 /* One block's partial sums (lane k: elements k, k+16, ...) of the fused
- * integer trial. */
-static inline __m512 trial_int_lanes(const float *x, size_t len, __m512 vd, __m512 va, __m512 vlo, __m512 vhi)
+ * integer trial; vr is lb__exact_recip of the block's divisor. */
+static inline __m512 trial_int_lanes(const float *x, size_t len, __m512 vd, __m512 vr, __m512 va, __m512 vlo,
+                                     __m512 vhi)
 {
     __m512 acc = _mm512_setzero_ps();
     size_t i = 0;
     for (; i + 16 <= len; i += 16) {
-        __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), vd), va);
+        __m512 y = _mm512_add_ps(quotient(_mm512_loadu_ps(x + i), vd, vr), va);
         __m512 c = _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(y, vlo), vhi),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m512 e = _mm512_sub_ps(y, c);
@@ -194,7 +217,7 @@ static inline __m512 trial_int_lanes(const float *x, size_t len, __m512 vd, __m5
     }
     if (i < len) {
         __mmask16 k = tail_mask(len - i);
-        __m512 y = _mm512_add_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), vd), va);
+        __m512 y = _mm512_add_ps(quotient(_mm512_maskz_loadu_ps(k, x + i), vd, vr), va);
         __m512 c = _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(y, vlo), vhi),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m512 e = _mm512_maskz_sub_ps(k, y, c);
@@ -211,16 +234,23 @@ static void block_trial_err_int(const float *x, size_t n, size_t block, const fl
     /* 16 whole blocks at a time: their sums reduce together, not one by one */
     for (size_t full = n / block; b0 + 16 <= full; b0 += 16) {
         __m512 acc[16];
+        float r[16]; /* lb__exact_recip of the 16 divisors, in one division */
+        __m512 vd16 = _mm512_loadu_ps(div + b0), a16 = _mm512_abs_ps(vd16);
+        __mmask16 in = _mm512_cmp_ps_mask(a16, _mm512_set1_ps(0x1p-40f), _CMP_GE_OQ) &
+                       _mm512_cmp_ps_mask(a16, _mm512_set1_ps(0x1p40f), _CMP_LE_OQ);
+        _mm512_storeu_ps(r, _mm512_mask_div_ps(_mm512_set1_ps(NAN), in, _mm512_set1_ps(1.0f), vd16));
         for (int j = 0; j < 16; j++) {
             size_t b = b0 + (size_t)j;
-            acc[j] = trial_int_lanes(x + b * block, block, _mm512_set1_ps(div[b]), _mm512_set1_ps(add[b]), vlo, vhi);
+            acc[j] = trial_int_lanes(x + b * block, block, _mm512_set1_ps(div[b]), _mm512_set1_ps(r[j]),
+                                     _mm512_set1_ps(add[b]), vlo, vhi);
         }
         _mm512_storeu_ps(out + b0, sum16x16(acc));
     }
     size_t rest = b0 * block;
     FOR_BLOCKS(n - rest, block) {
         size_t bb = b0 + b;
-        out[bb] = sum16(trial_int_lanes(x + rest + start, len, _mm512_set1_ps(div[bb]), _mm512_set1_ps(add[bb]), vlo, vhi));
+        out[bb] = sum16(trial_int_lanes(x + rest + start, len, _mm512_set1_ps(div[bb]),
+                                        _mm512_set1_ps(lb__exact_recip(div[bb])), _mm512_set1_ps(add[bb]), vlo, vhi));
     }
 }
 

@@ -235,6 +235,57 @@ static void test_tensor_amax_every_row(void)
         }
 }
 
+/* The vector trials divide by a reciprocal and Markstein's correction
+ * where the operands allow it, by the division elsewhere: the same bits as
+ * the scalar twin's x / d either way. Divisors inside, at and outside
+ * [2^-40, 2^40] (negative, subnormal, huge too); values that are zero,
+ * tiny, subnormal or huge; and quotients an ulp or two either side of the
+ * rounding midpoints k + 1/2, where x * (1/d) alone is often off. */
+static void test_trial_quotients_exact(void)
+{
+    enum { N = 4096 };
+    static const float divisors[] = {1.0f, 1.5f, 0.1f, 3.3e-3f, -0.37f, 0x1p-40f, 0x1.fffffep-41f, 0x1p40f,
+                                     0x1.000002p40f, 3e-39f, 1e-30f, 1e30f, 7.0f / 3.0f, 2e38f, -1.3e38f};
+    static const size_t blocks[] = {16, 32, 7, 33};
+    float *x = malloc(N * 4), *div = malloc(N * 4), *add = malloc(N * 4), e1[N], e2[N];
+    int near_misses = 0; /* quotients where x * RN(1/d) is not RN(x / d): the correction matters */
+    for (size_t di = 0; di < sizeof divisors / sizeof divisors[0]; di++) {
+        float d = divisors[di];
+        for (int i = 0; i < N; i++) {
+            div[i] = d, add[i] = i % 3 ? -0.0f : (float)(i % 5) - 2.0f;
+            float v;
+            switch (i % 8) {
+            case 0: v = 0.0f; break;
+            case 1: v = rndf() * 1e-30f; break;
+            case 2: v = rndf() * 1e-38f; break; /* subnormal or nearly */
+            case 3: v = rndf() * 1e30f; break;
+            default: { /* d * (k + 1/2), nudged by up to two ulps (|k + 1/2| <= 1.5 for the largest d:
+                        * 1/d is subnormal there, which the divisor's range check keeps from the fast path) */
+                float m = (float)((int)(i % 17) - 8) + 0.5f;
+                if (fabsf(d) > 1e37f) m = (float)((int)(i % 4) - 2) + 0.5f;
+                v = nextafterf(m * d, (i & 8) ? INFINITY : -INFINITY);
+                if (i & 16) v = nextafterf(v, (i & 8) ? INFINITY : -INFINITY);
+            }
+            }
+            x[i] = v;
+            near_misses += isfinite(x[i] / d) && x[i] * (1.0f / d) != x[i] / d;
+        }
+        const lb__qkernels *ref = lb__qkernels_get(LB_ISA_SCALAR);
+        for (int isa = 0; isa < LB__ISA_COUNT; isa++) {
+            if (!lb__isa_supported((lb_isa)isa)) continue;
+            const lb__qkernels *k = lb__qkernels_get((lb_isa)isa);
+            for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+                size_t bl = blocks[bi], nb = (N + bl - 1) / bl;
+                ref->block_trial_err_int(x, N, bl, div, add, -8, 7, e1);
+                k->block_trial_err_int(x, N, bl, div, add, -8, 7, e2);
+                CHECK(memcmp(e1, e2, nb * 4) == 0, "trial quotients isa=%d d=%a block=%zu", isa, (double)d, bl);
+            }
+        }
+    }
+    CHECK(near_misses > 1000, "the data has quotients a product alone gets wrong (%d)", near_misses);
+    free(x), free(div), free(add);
+}
+
 int main(void)
 {
     enum { N = 1000 };
@@ -297,6 +348,7 @@ int main(void)
     free(x), free(o1), free(o2), free(dq), free(codes);
     test_first_bad_row_named();
     test_tensor_amax_every_row();
+    test_trial_quotients_exact();
     test_scales_from_extremes();
     test_encode_prescaled();
 #if defined(__x86_64__)
