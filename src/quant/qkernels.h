@@ -96,10 +96,12 @@ static inline float lb__signed_scale(float lo, float hi, float ratio, float qmin
 /* The reciprocal the vector trials divide by exactly (Markstein's
  * correction, qkernels_avx512.c `quotient`), or NaN where |d| lies outside
  * [2^-40, 2^40], which sends every quotient by d to the division. */
+#define LB__EXACT_MIN 0x1p-40f /* the bounds, also of every lane's |x * r| (as bits: 0x2B800000, 0x53800000) */
+#define LB__EXACT_MAX 0x1p40f
 static inline float lb__exact_recip(float d)
 {
     float a = d < 0 ? -d : d;
-    return a >= 0x1p-40f && a <= 0x1p40f ? 1.0f / d : NAN;
+    return a >= LB__EXACT_MIN && a <= LB__EXACT_MAX ? 1.0f / d : NAN;
 }
 
 #define FOR_BLOCKS(n, block)                                                                    \

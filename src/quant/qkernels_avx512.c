@@ -236,8 +236,8 @@ static void block_trial_err_int(const float *x, size_t n, size_t block, const fl
         __m512 acc[16];
         float r[16]; /* lb__exact_recip of the 16 divisors, in one division */
         __m512 vd16 = _mm512_loadu_ps(div + b0), a16 = _mm512_abs_ps(vd16);
-        __mmask16 in = _mm512_cmp_ps_mask(a16, _mm512_set1_ps(0x1p-40f), _CMP_GE_OQ) &
-                       _mm512_cmp_ps_mask(a16, _mm512_set1_ps(0x1p40f), _CMP_LE_OQ);
+        __mmask16 in = _mm512_cmp_ps_mask(a16, _mm512_set1_ps(LB__EXACT_MIN), _CMP_GE_OQ) &
+                       _mm512_cmp_ps_mask(a16, _mm512_set1_ps(LB__EXACT_MAX), _CMP_LE_OQ);
         _mm512_storeu_ps(r, _mm512_mask_div_ps(_mm512_set1_ps(NAN), in, _mm512_set1_ps(1.0f), vd16));
         for (int j = 0; j < 16; j++) {
             size_t b = b0 + (size_t)j;
