@@ -335,8 +335,13 @@ const lb__ggml_search8 lb__ggml_search8_scalar = {qkx8_scalar, qx8_scalar, lb__g
 
 const lb__ggml_search8 *lb__ggml_search8_get(lb_isa isa)
 {
-    /* AVX-512 machines run the AVX2 set; an empty set (not compiled for
-     * this target) leaves the scalar one */
+    /* AVX-512 machines run the AVX2 set (and lb__ggml_search16's); an
+     * empty set (not compiled for this target) leaves the scalar one */
     if (lb__isa_x86(isa) >= LB_ISA_AVX2 && lb__ggml_search8_avx2.qkx) return &lb__ggml_search8_avx2;
     return &lb__ggml_search8_scalar;
+}
+
+const lb__ggml_search16 *lb__ggml_search16_get(lb_isa isa)
+{
+    return lb__isa_x86(isa) >= LB_ISA_AVX512 && lb__ggml_search16_avx512.qkx ? &lb__ggml_search16_avx512 : NULL;
 }

@@ -112,4 +112,21 @@ const lb__ggml_search8 *lb__ggml_search8_get(lb_isa isa);
 
 extern const lb__ggml_search8 lb__ggml_search8_scalar, lb__ggml_search8_avx2;
 
+/* ===== Sixteen groups at once =====
+ * qkx and qx of the set above over 16 groups, interleaved x[16 i + g]:
+ * one group a lane of an AVX-512 vector, each group's result exactly the
+ * one-group function's. Only where the instruction set has it: callers
+ * with 16 groups at hand (a super-block's sixteen sub-blocks of 16, two
+ * super-blocks' eight of 32) run two eight-group calls otherwise. */
+typedef struct {
+    void (*qkx)(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *scale, float *the_min,
+                float rmin, float rdelta, int nstep, int use_mad, int flat_le);
+    void (*qx)(int n, int nmax, const float *x, const float *qw, int8_t *L, float *scale);
+} lb__ggml_search16;
+
+/* The sixteen-group set for isa (AVX-512 when compiled in), or NULL. */
+const lb__ggml_search16 *lb__ggml_search16_get(lb_isa isa);
+
+extern const lb__ggml_search16 lb__ggml_search16_avx512;
+
 #endif

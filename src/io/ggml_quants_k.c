@@ -10,16 +10,26 @@
  * The arithmetic is ggml's, op for op, in fp32 (ggml_quant_search.h says
  * why): keep each expression's order. */
 #include <math.h>
+#include <stddef.h>
 
 #include "io/ggml_blocks.h"
 #include "io/ggml_quant_search.h"
 #include "io/ggml_quants_k.h"
 
-/* The scale searches run eight groups (sub-blocks, or blocks of the
- * classic types) at a time, interleaved (ggml_quant_search.h): the AVX2
- * set does them a lane each, the scalar set one after another, with the
- * same bits. */
-#define SEARCH(isa) lb__ggml_search8_get(isa)
+/* The scale searches run eight or sixteen groups (sub-blocks, or blocks
+ * of the classic types) at a time, interleaved (ggml_quant_search.h): the
+ * AVX2 set does eight a lane each, the AVX-512 one sixteen, the scalar set
+ * one after another, with the same bits. */
+typedef struct {
+    const lb__ggml_search8 *s8;
+    const lb__ggml_search16 *s16; /* NULL: sixteen groups run as two eights */
+} searches;
+
+static searches searches_get(void)
+{
+    const lb_isa isa = lb_isa_active();
+    return (searches){lb__ggml_search8_get(isa), lb__ggml_search16_get(isa)};
+}
 
 static inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
@@ -48,21 +58,62 @@ static inline float sum_floats(const float *w, int n)
     return s;
 }
 
-/* Interleave groups g < groups (group g at src + g * stride, n values) into
- * t[8 i + g]; lanes from `groups` on repeat group 0 (their results are
+/* Interleave groups g < groups (group g at src + g * n, n values) into
+ * t[lanes i + g]; lanes from `groups` on repeat group 0 (their results are
  * dropped). */
-static void interleave8(const float *src, size_t stride, int n, int groups, float *t)
+static void interleave(const float *src, int n, int groups, int lanes, float *t)
 {
-    for (int g = 0; g < 8; ++g) {
-        const float *p = src + (g < groups ? (size_t)g : 0) * stride;
-        for (int i = 0; i < n; ++i) t[8 * i + g] = p[i];
+    for (int g = 0; g < lanes; ++g) {
+        const float *p = src + (g < groups ? (size_t)g : 0) * (size_t)n;
+        for (int i = 0; i < n; ++i) t[lanes * i + g] = p[i];
     }
 }
 
-static void deinterleave8(const uint8_t *t, int n, int groups, size_t stride, uint8_t *dst)
+static void deinterleave(const uint8_t *t, int n, int groups, int lanes, uint8_t *dst)
 {
     for (int g = 0; g < groups; ++g)
-        for (int i = 0; i < n; ++i) dst[(size_t)g * stride + i] = t[8 * i + g];
+        for (int i = 0; i < n; ++i) dst[(size_t)g * (size_t)n + i] = t[lanes * i + g];
+}
+
+/* The asymmetric search (qkx) over groups <= 16 consecutive groups of n
+ * <= 32 values at x (weights w alike): codes to L, scale[g], the_min[g].
+ * One sixteen-lane call for more than eight groups where the ISA has it,
+ * else eight groups a call. */
+static void groups_qkx(const searches *S, int groups, int n, int nmax, const float *x, const float *w, uint8_t *L,
+                       float *scale, float *the_min, float rmin, float rdelta, int nstep, int use_mad, int flat_le)
+{
+    float xt[16 * 32], wt[16 * 32], sc[16], mn[16];
+    uint8_t Lt[16 * 32];
+    for (int g0 = 0; g0 < groups;) {
+        const int lanes = S->s16 && groups - g0 > 8 ? 16 : 8, k = groups - g0 < lanes ? groups - g0 : lanes;
+        const size_t at = (size_t)g0 * (size_t)n;
+        interleave(x + at, n, k, lanes, xt);
+        interleave(w + at, n, k, lanes, wt);
+        if (lanes == 16) S->s16->qkx(n, nmax, xt, wt, Lt, sc, mn, rmin, rdelta, nstep, use_mad, flat_le);
+        else S->s8->qkx(n, nmax, xt, wt, Lt, sc, mn, rmin, rdelta, nstep, use_mad, flat_le);
+        deinterleave(Lt, n, k, lanes, L + at);
+        for (int g = 0; g < k; ++g) scale[g0 + g] = sc[g], the_min[g0 + g] = mn[g];
+        g0 += k;
+    }
+}
+
+/* The symmetric search (qx) the same way: weights qw, or x^2 when NULL. */
+static void groups_qx(const searches *S, int groups, int n, int nmax, const float *x, const float *qw, int8_t *L,
+                      float *scale)
+{
+    float xt[16 * 32], wt[16 * 32], sc[16];
+    uint8_t Lt[16 * 32];
+    for (int g0 = 0; g0 < groups;) {
+        const int lanes = S->s16 && groups - g0 > 8 ? 16 : 8, k = groups - g0 < lanes ? groups - g0 : lanes;
+        const size_t at = (size_t)g0 * (size_t)n;
+        interleave(x + at, n, k, lanes, xt);
+        if (qw) interleave(qw + at, n, k, lanes, wt);
+        if (lanes == 16) S->s16->qx(n, nmax, xt, qw ? wt : NULL, (int8_t *)Lt, sc);
+        else S->s8->qx(n, nmax, xt, qw ? wt : NULL, (int8_t *)Lt, sc);
+        deinterleave(Lt, n, k, lanes, (uint8_t *)L + at);
+        for (int g = 0; g < k; ++g) scale[g0 + g] = sc[g];
+        g0 += k;
+    }
 }
 
 /* Eight bytes as one word (memcpy: any alignment, either byte order: the
@@ -104,17 +155,13 @@ static void q2_k_finish(const lb__ggml_search8 *search, const float *x, lb__bloc
     pack_2bit(L, y->qs);
 }
 
-static void q2_k_ref_block(const lb__ggml_search8 *search, const float *x, lb__block_q2_k *y)
+static void q2_k_ref_block(const searches *S, const float *x, lb__block_q2_k *y)
 {
-    uint8_t L[LB__QK_K], Lt[128];
-    float xt[128], wt[128], mins[LB__QK_K / 16], scales[LB__QK_K / 16];
+    uint8_t L[LB__QK_K];
+    float w[LB__QK_K], mins[LB__QK_K / 16], scales[LB__QK_K / 16];
     const float q4scale = 15.f;
-    for (int h = 0; h < 2; ++h) { /* sub-blocks 8 h .. 8 h + 7, weights |x| */
-        interleave8(x + 128 * h, 16, 16, 8, xt);
-        for (int k = 0; k < 128; ++k) wt[k] = fabsf(xt[k]);
-        search->qkx(16, 3, xt, wt, Lt, scales + 8 * h, mins + 8 * h, -0.5f, 0.1f, 15, 1, 0);
-        deinterleave8(Lt, 16, 8, 16, L + 128 * h);
-    }
+    for (int k = 0; k < LB__QK_K; ++k) w[k] = fabsf(x[k]); /* weights |x| */
+    groups_qkx(S, 16, 16, 3, x, w, L, scales, mins, -0.5f, 0.1f, 15, 1, 0);
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < LB__QK_K / 16; ++j) {
         if (scales[j] > max_scale) max_scale = scales[j];
@@ -137,37 +184,32 @@ static void q2_k_ref_block(const lb__ggml_search8 *search, const float *x, lb__b
     } else {
         mm = store_fp16(y->dmin, 0.f);
     }
-    q2_k_finish(search, x, y, dm, mm, L);
+    q2_k_finish(S->s8, x, y, dm, mm, L);
 }
 
-static void q2_k_imatrix_block(const lb__ggml_search8 *search, const float *x, const float *qw, lb__block_q2_k *y)
+static void q2_k_imatrix_block(const searches *S, const float *x, const float *qw, lb__block_q2_k *y)
 {
-    uint8_t L[LB__QK_K], Lt[128], Ls[LB__QK_K / 16], Lm[LB__QK_K / 16];
-    float weight[LB__QK_K], xt[128], wt[128], mins[LB__QK_K / 16], scales[LB__QK_K / 16], sw[LB__QK_K / 16];
+    uint8_t L[LB__QK_K], Ls[LB__QK_K / 16], Lm[LB__QK_K / 16];
+    float weight[LB__QK_K], mins[LB__QK_K / 16], scales[LB__QK_K / 16], sw[LB__QK_K / 16];
     const float sigma2 = sum_squares(x, LB__QK_K) / LB__QK_K;
-    search->imatrix_weights(qw, x, sigma2, LB__QK_K, weight);
+    S->s8->imatrix_weights(qw, x, sigma2, LB__QK_K, weight);
     for (int j = 0; j < LB__QK_K / 16; ++j) sw[j] = sum_floats(weight + 16 * j, 16);
-    for (int h = 0; h < 2; ++h) {
-        interleave8(x + 128 * h, 16, 16, 8, xt);
-        interleave8(weight + 128 * h, 16, 16, 8, wt);
-        search->qkx(16, 3, xt, wt, Lt, scales + 8 * h, mins + 8 * h, -0.9f, 0.05f, 36, 0, 1);
-        deinterleave8(Lt, 16, 8, 16, L + 128 * h);
-    }
+    groups_qkx(S, 16, 16, 3, x, weight, L, scales, mins, -0.9f, 0.05f, 36, 0, 1);
     float dm = lb__ggml_make_qp_quants(LB__QK_K / 16, 15, scales, Ls, sw);
     float mm = lb__ggml_make_qp_quants(LB__QK_K / 16, 15, mins, Lm, sw);
     dm = store_fp16(y->d, dm);
     mm = store_fp16(y->dmin, mm);
     for (int j = 0; j < LB__QK_K / 16; ++j) y->scales[j] = (uint8_t)(Ls[j] | Lm[j] << 4);
-    q2_k_finish(search, x, y, dm, mm, L);
+    q2_k_finish(S->s8, x, y, dm, mm, L);
 }
 
 void lb__ggml_quantize_row_q2_k(const float *x, void *dst, size_t cols, const float *imatrix)
 {
     lb__block_q2_k *y = dst;
-    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
+    const searches S = searches_get();
     for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K)
-        if (imatrix) q2_k_imatrix_block(search, x, imatrix + LB__QK_K * i, &y[i]);
-        else q2_k_ref_block(search, x, &y[i]);
+        if (imatrix) q2_k_imatrix_block(&S, x, imatrix + LB__QK_K * i, &y[i]);
+        else q2_k_ref_block(&S, x, &y[i]);
 }
 
 /* ===== Q3_K ===== */
@@ -222,10 +264,10 @@ static void q3_k_ref_block(const lb__ggml_search8 *search, const float *x, lb__b
     int8_t L[LB__QK_K];
     uint8_t Lt[128];
     float scales[16], xt[128];
-    for (int h = 0; h < 2; ++h) {
-        interleave8(x + 128 * h, 16, 16, 8, xt);
+    for (int h = 0; h < 2; ++h) { /* (no sixteen-group q3: Q3_K is not a type worth its code) */
+        interleave(x + 128 * h, 16, 8, 8, xt);
         search->q3(16, 4, xt, (int8_t *)Lt, scales + 8 * h);
-        deinterleave8(Lt, 16, 8, 16, (uint8_t *)L + 128 * h);
+        deinterleave(Lt, 16, 8, 8, (uint8_t *)L + 128 * h);
     }
     float amax;
     const float max_scale = lb__ggml_signed_max(scales, 16, &amax);
@@ -246,20 +288,15 @@ static void q3_k_ref_block(const lb__ggml_search8 *search, const float *x, lb__b
     q3_k_finish(search, x, y, L);
 }
 
-static void q3_k_imatrix_block(const lb__ggml_search8 *search, const float *x, const float *qw, lb__block_q3_k *y)
+static void q3_k_imatrix_block(const searches *S, const float *x, const float *qw, lb__block_q3_k *y)
 {
+    const lb__ggml_search8 *search = S->s8;
     int8_t L[LB__QK_K], Ls[16];
-    uint8_t Lt[128];
-    float scales[16], weight[LB__QK_K], sw[16], xt[128], wt[128];
+    float scales[16], weight[LB__QK_K], sw[16];
     const float sigma2 = 2 * sum_squares(x, LB__QK_K) / LB__QK_K;
     search->imatrix_weights(qw, x, sigma2, LB__QK_K, weight);
     for (int j = 0; j < 16; ++j) sw[j] = sum_floats(weight + 16 * j, 16);
-    for (int h = 0; h < 2; ++h) {
-        interleave8(x + 128 * h, 16, 16, 8, xt);
-        interleave8(weight + 128 * h, 16, 16, 8, wt);
-        search->qx(16, 4, xt, wt, (int8_t *)Lt, scales + 8 * h);
-        deinterleave8(Lt, 16, 8, 16, (uint8_t *)L + 128 * h);
-    }
+    groups_qx(S, 16, 16, 4, x, weight, L, scales);
     float d_block = search->qx1(16, 32, scales, Ls, sw);
     int ls[16];
     for (int j = 0; j < 16; ++j) ls[j] = Ls[j];
@@ -271,10 +308,10 @@ static void q3_k_imatrix_block(const lb__ggml_search8 *search, const float *x, c
 void lb__ggml_quantize_row_q3_k(const float *x, void *dst, size_t cols, const float *imatrix)
 {
     lb__block_q3_k *y = dst;
-    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
+    const searches S = searches_get();
     for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K)
-        if (imatrix) q3_k_imatrix_block(search, x, imatrix + LB__QK_K * i, &y[i]);
-        else q3_k_ref_block(search, x, &y[i]);
+        if (imatrix) q3_k_imatrix_block(&S, x, imatrix + LB__QK_K * i, &y[i]);
+        else q3_k_ref_block(S.s8, x, &y[i]);
 }
 
 /* ===== Q4_K and Q5_K ===== */
@@ -320,100 +357,149 @@ static void k4_requantize(const lb__ggml_search8 *search, const float *x, const 
     }
 }
 
+/* A K-quant super-block's head, where k4_*_scales leave their results. */
+typedef struct {
+    uint8_t *scales12, *d16, *dmin16;
+} k4_head;
+
 /* The reference path's per-sub-block search and 6-bit rounding of the
- * scales, shared by Q4_K (nmax 15) and Q5_K (31): weights av_x + |x| with
- * av_x the sub-block's rms. Fills scales, d, dmin and the final codes. */
-static void k4_ref_scales(const lb__ggml_search8 *search, const float *x, int nmax, float rmin, float rdelta,
-                          int nstep, uint8_t scales12[12], uint8_t d16[2], uint8_t dmin16[2], uint8_t *L)
+ * scales, shared by Q4_K (nmax 15) and Q5_K (31), for nsb (1 or 2)
+ * consecutive super-blocks at x (two: their sixteen sub-blocks searched in
+ * one sixteen-lane call where the ISA has it): weights av_x + |x| with
+ * av_x the sub-block's rms. Fills each head and the final codes L. */
+static void k4_ref_scales(const searches *S, const float *x, int nsb, int nmax, float rmin, float rdelta, int nstep,
+                          const k4_head *head, uint8_t *L)
 {
-    uint8_t ls[8], lm[8], Lt[LB__QK_K];
-    float xt[LB__QK_K], wt[LB__QK_K], mins[8], scales[8];
-    interleave8(x, 32, 32, 8, xt);
-    float sum_x2[8] = {0}, av_x[8];
-    for (int l = 0; l < 32; ++l)
-        for (int j = 0; j < 8; ++j) sum_x2[j] += xt[8 * l + j] * xt[8 * l + j];
-    for (int j = 0; j < 8; ++j) av_x[j] = sqrtf(sum_x2[j] / 32);
-    for (int k = 0; k < LB__QK_K; ++k) wt[k] = av_x[k % 8] + fabsf(xt[k]);
-    search->qkx(32, nmax, xt, wt, Lt, scales, mins, rmin, rdelta, nstep, 0, 0);
-    deinterleave8(Lt, 32, 8, 32, L);
-    float max_scale = 0, max_min = 0;
-    for (int j = 0; j < 8; ++j) {
-        if (scales[j] > max_scale) max_scale = scales[j];
-        if (mins[j] > max_min) max_min = mins[j];
+    float w[2 * LB__QK_K], mins[16], scales[16];
+    for (int g = 0; g < 8 * nsb; ++g) {
+        const float *xg = x + 32 * g;
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; ++l) sum_x2 += xg[l] * xg[l];
+        const float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; ++l) w[32 * g + l] = av_x + fabsf(xg[l]);
     }
-    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-    float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-    for (int j = 0; j < 8; ++j) {
-        /* ggml rounds into a byte first, then caps at 63 */
-        uint8_t a = (uint8_t)lb__nearest_int(inv_scale * scales[j]);
-        uint8_t b = (uint8_t)lb__nearest_int(inv_min * mins[j]);
-        ls[j] = a < 63 ? a : 63;
-        lm[j] = b < 63 ? b : 63;
+    groups_qkx(S, 8 * nsb, 32, nmax, x, w, L, scales, mins, rmin, rdelta, nstep, 0, 0);
+    for (int b = 0; b < nsb; ++b) {
+        const float *sc = scales + 8 * b, *mn = mins + 8 * b;
+        uint8_t ls[8], lm[8];
+        float max_scale = 0, max_min = 0;
+        for (int j = 0; j < 8; ++j) {
+            if (sc[j] > max_scale) max_scale = sc[j];
+            if (mn[j] > max_min) max_min = mn[j];
+        }
+        float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+        float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+        for (int j = 0; j < 8; ++j) {
+            /* ggml rounds into a byte first, then caps at 63 */
+            uint8_t c = (uint8_t)lb__nearest_int(inv_scale * sc[j]);
+            uint8_t m = (uint8_t)lb__nearest_int(inv_min * mn[j]);
+            ls[j] = c < 63 ? c : 63;
+            lm[j] = m < 63 ? m : 63;
+        }
+        k4_put_scales(ls, lm, head[b].scales12);
+        float d = store_fp16(head[b].d16, max_scale / 63.f);
+        float dmin = store_fp16(head[b].dmin16, max_min / 63.f);
+        k4_requantize(S->s8, x + LB__QK_K * b, head[b].scales12, d, dmin, nmax, L + LB__QK_K * b);
     }
-    k4_put_scales(ls, lm, scales12);
-    float d = store_fp16(d16, max_scale / 63.f);
-    float dmin = store_fp16(dmin16, max_min / 63.f);
-    k4_requantize(search, x, scales12, d, dmin, nmax, L);
 }
 
 /* The imatrix path's search, shared by Q4_K and Q5_K (cap63: Q5_K caps the
- * codes at 63, Q4_K stores them as they are). */
-static void k4_imatrix_scales(const lb__ggml_search8 *search, const float *x, const float *qw, int nmax, int cap63,
-                              uint8_t scales12[12], uint8_t d16[2], uint8_t dmin16[2], uint8_t *L)
+ * codes at 63, Q4_K stores them as they are), nsb super-blocks as above
+ * (qw their importance weights). */
+static void k4_imatrix_scales(const searches *S, const float *x, const float *qw, int nsb, int nmax, int cap63,
+                              const k4_head *head, uint8_t *L)
 {
-    uint8_t Ls[8], Lm[8], Lt[LB__QK_K];
-    float weights[LB__QK_K], sw[8], mins[8], scales[8], xt[LB__QK_K], wt[LB__QK_K];
-    const float sigma2 = 2 * sum_squares(x, LB__QK_K) / LB__QK_K;
-    search->imatrix_weights(qw, x, sigma2, LB__QK_K, weights);
-    for (int j = 0; j < 8; ++j) sw[j] = sum_floats(weights + 32 * j, 32);
-    interleave8(x, 32, 32, 8, xt);
-    interleave8(weights, 32, 32, 8, wt);
-    search->qkx(32, nmax, xt, wt, Lt, scales, mins, -0.9f, 0.05f, 36, 0, 1);
-    deinterleave8(Lt, 32, 8, 32, L);
-    float d_block = lb__ggml_make_qp_quants(8, 63, scales, Ls, sw);
-    float m_block = lb__ggml_make_qp_quants(8, 63, mins, Lm, sw);
-    if (cap63)
-        for (int j = 0; j < 8; ++j) {
-            if (Ls[j] > 63) Ls[j] = 63;
-            if (Lm[j] > 63) Lm[j] = 63;
+    float weights[2 * LB__QK_K], mins[16], scales[16];
+    for (int b = 0; b < nsb; ++b) { /* sigma2 is each super-block's own */
+        const float *xb = x + LB__QK_K * b;
+        const float sigma2 = 2 * sum_squares(xb, LB__QK_K) / LB__QK_K;
+        S->s8->imatrix_weights(qw + LB__QK_K * b, xb, sigma2, LB__QK_K, weights + LB__QK_K * b);
+    }
+    groups_qkx(S, 8 * nsb, 32, nmax, x, weights, L, scales, mins, -0.9f, 0.05f, 36, 0, 1);
+    for (int b = 0; b < nsb; ++b) {
+        uint8_t Ls[8], Lm[8];
+        float sw[8];
+        for (int j = 0; j < 8; ++j) sw[j] = sum_floats(weights + LB__QK_K * b + 32 * j, 32);
+        float d_block = lb__ggml_make_qp_quants(8, 63, scales + 8 * b, Ls, sw);
+        float m_block = lb__ggml_make_qp_quants(8, 63, mins + 8 * b, Lm, sw);
+        if (cap63)
+            for (int j = 0; j < 8; ++j) {
+                if (Ls[j] > 63) Ls[j] = 63;
+                if (Lm[j] > 63) Lm[j] = 63;
+            }
+        k4_put_scales(Ls, Lm, head[b].scales12);
+        float d = store_fp16(head[b].d16, d_block);
+        float dmin = store_fp16(head[b].dmin16, m_block);
+        k4_requantize(S->s8, x + LB__QK_K * b, head[b].scales12, d, dmin, nmax, L + LB__QK_K * b);
+    }
+}
+
+static void pack_q4_k(void *block, const uint8_t *L)
+{
+    lb__block_q4_k *y = block;
+    for (int j = 0, q = 0; j < LB__QK_K; j += 64, q += 32)
+        for (int l = 0; l < 32; ++l) y->qs[q + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
+}
+
+/* sub-block pair (2p, 2p + 1) shares qs[32 p ..]; their fifth bits are
+ * bits 2p and 2p + 1 of qh[l] */
+static void pack_q5_k(void *block, const uint8_t *L)
+{
+    lb__block_q5_k *y = block;
+    memset(y->qh, 0, sizeof y->qh);
+    for (int p = 0; p < 4; ++p)
+        for (int l = 0; l < 32; ++l) {
+            int l1 = L[64 * p + l], l2 = L[64 * p + l + 32];
+            y->qh[l] = (uint8_t)(y->qh[l] | (l1 >> 4) << (2 * p) | (l2 >> 4) << (2 * p + 1));
+            y->qs[32 * p + l] = (uint8_t)((l1 & 0xF) | (l2 & 0xF) << 4);
         }
-    k4_put_scales(Ls, Lm, scales12);
-    float d = store_fp16(d16, d_block);
-    float dmin = store_fp16(dmin16, m_block);
-    k4_requantize(search, x, scales12, d, dmin, nmax, L);
+}
+
+/* What differs between Q4_K and Q5_K: the codes' range, the reference
+ * search's trials, the block's layout and packing. */
+typedef struct {
+    int nmax, cap63;
+    float rmin, rdelta;
+    int nstep;
+    size_t block_bytes, off_scales, off_d, off_dmin;
+    void (*pack)(void *block, const uint8_t *L);
+} k4_type;
+
+static const k4_type k4_q4 = {15, 0, -1.f, 0.1f, 20, sizeof(lb__block_q4_k), offsetof(lb__block_q4_k, scales),
+                              offsetof(lb__block_q4_k, d), offsetof(lb__block_q4_k, dmin), pack_q4_k};
+static const k4_type k4_q5 = {31, 1, -0.5f, 0.1f, 15, sizeof(lb__block_q5_k), offsetof(lb__block_q5_k, scales),
+                              offsetof(lb__block_q5_k, d), offsetof(lb__block_q5_k, dmin), pack_q5_k};
+
+/* A row of super-blocks, two at a time where sixteen lanes take them. */
+static void k4_row(const k4_type *t, const float *x, void *dst, size_t cols, const float *imatrix)
+{
+    const searches S = searches_get();
+    const size_t nb = cols / LB__QK_K;
+    uint8_t L[2 * LB__QK_K];
+    for (size_t i = 0; i < nb;) {
+        const int nsb = S.s16 && i + 1 < nb ? 2 : 1;
+        uint8_t *y = (uint8_t *)dst + t->block_bytes * i;
+        k4_head head[2];
+        for (int b = 0; b < nsb; ++b) {
+            uint8_t *yb = y + t->block_bytes * (size_t)b;
+            head[b] = (k4_head){yb + t->off_scales, yb + t->off_d, yb + t->off_dmin};
+        }
+        const float *xi = x + LB__QK_K * i;
+        if (imatrix) k4_imatrix_scales(&S, xi, imatrix + LB__QK_K * i, nsb, t->nmax, t->cap63, head, L);
+        else k4_ref_scales(&S, xi, nsb, t->nmax, t->rmin, t->rdelta, t->nstep, head, L);
+        for (int b = 0; b < nsb; ++b) t->pack(y + t->block_bytes * (size_t)b, L + LB__QK_K * b);
+        i += (size_t)nsb;
+    }
 }
 
 void lb__ggml_quantize_row_q4_k(const float *x, void *dst, size_t cols, const float *imatrix)
 {
-    lb__block_q4_k *y = dst;
-    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
-    uint8_t L[LB__QK_K];
-    for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K) {
-        if (imatrix) k4_imatrix_scales(search, x, imatrix + LB__QK_K * i, 15, 0, y[i].scales, y[i].d, y[i].dmin, L);
-        else k4_ref_scales(search, x, 15, -1.f, 0.1f, 20, y[i].scales, y[i].d, y[i].dmin, L);
-        for (int j = 0, q = 0; j < LB__QK_K; j += 64, q += 32)
-            for (int l = 0; l < 32; ++l) y[i].qs[q + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
-    }
+    k4_row(&k4_q4, x, dst, cols, imatrix);
 }
 
 void lb__ggml_quantize_row_q5_k(const float *x, void *dst, size_t cols, const float *imatrix)
 {
-    lb__block_q5_k *y = dst;
-    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
-    uint8_t L[LB__QK_K];
-    for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K) {
-        if (imatrix) k4_imatrix_scales(search, x, imatrix + LB__QK_K * i, 31, 1, y[i].scales, y[i].d, y[i].dmin, L);
-        else k4_ref_scales(search, x, 31, -0.5f, 0.1f, 15, y[i].scales, y[i].d, y[i].dmin, L);
-        /* sub-block pair (2p, 2p + 1) shares qs[32 p ..]; their fifth bits
-         * are bits 2p and 2p + 1 of qh[l] */
-        memset(y[i].qh, 0, sizeof y[i].qh);
-        for (int p = 0; p < 4; ++p)
-            for (int l = 0; l < 32; ++l) {
-                int l1 = L[64 * p + l], l2 = L[64 * p + l + 32];
-                y[i].qh[l] = (uint8_t)(y[i].qh[l] | (l1 >> 4) << (2 * p) | (l2 >> 4) << (2 * p + 1));
-                y[i].qs[32 * p + l] = (uint8_t)((l1 & 0xF) | (l2 & 0xF) << 4);
-            }
-    }
+    k4_row(&k4_q5, x, dst, cols, imatrix);
 }
 
 /* ===== Q6_K ===== */
@@ -421,19 +507,13 @@ void lb__ggml_quantize_row_q5_k(const float *x, void *dst, size_t cols, const fl
 void lb__ggml_quantize_row_q6_k(const float *x, void *dst, size_t cols, const float *imatrix)
 {
     lb__block_q6_k *y = dst;
-    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
+    const searches S = searches_get();
+    const lb__ggml_search8 *search = S.s8;
     int8_t L[LB__QK_K];
-    uint8_t Lt[128];
-    float scales[16], xt[128], wt[128];
+    float scales[16];
     for (size_t i = 0; i < cols / LB__QK_K; ++i, x += LB__QK_K) {
-        const float *qw = imatrix ? imatrix + LB__QK_K * i : NULL;
-        for (int h = 0; h < 2; ++h) {
-            /* the imatrix path weights by the imatrix alone (no sigma2) */
-            interleave8(x + 128 * h, 16, 16, 8, xt);
-            if (qw) interleave8(qw + 128 * h, 16, 16, 8, wt);
-            search->qx(16, 32, xt, qw ? wt : NULL, (int8_t *)Lt, scales + 8 * h);
-            deinterleave8(Lt, 16, 8, 16, (uint8_t *)L + 128 * h);
-        }
+        /* the imatrix path weights by the imatrix alone (no sigma2) */
+        groups_qx(&S, 16, 16, 32, x, imatrix ? imatrix + LB__QK_K * i : NULL, L, scales);
         float max_abs_scale;
         const float max_scale = lb__ggml_signed_max(scales, 16, &max_abs_scale);
         if (max_abs_scale < LB__GGML_GROUP_EPS) {
@@ -470,21 +550,15 @@ void lb__ggml_quantize_row_q6_k(const float *x, void *dst, size_t cols, const fl
  * importance weights, then the symmetric (qx: Q4_0, Q5_0) or asymmetric
  * (qkx, make_qkx3_quants: Q4_1, Q5_1) search. Fills codes L[32 g + i],
  * d[g] and (asymmetric) m[g] = -min for blocks g < groups. */
-static void classic_search(const lb__ggml_search8 *search, const float *x, const float *qw, float sigma2, int groups,
-                           int nmax, int asym, uint8_t *L, float *d, float *m)
+static void classic_search(const searches *S, const float *x, const float *qw, float sigma2, int groups, int nmax,
+                           int asym, uint8_t *L, float *d, float *m)
 {
-    float weight[8 * LB__QK], xt[8 * LB__QK], wt[8 * LB__QK], scale[8], min[8];
-    uint8_t Lt[8 * LB__QK];
-    search->imatrix_weights(qw, x, sigma2, LB__QK * groups, weight);
-    interleave8(x, LB__QK, LB__QK, groups, xt);
-    interleave8(weight, LB__QK, LB__QK, groups, wt);
-    if (asym) search->qkx(LB__QK, nmax, xt, wt, Lt, scale, min, -0.9f, 0.05f, 36, 0, 1);
-    else search->qx(LB__QK, nmax, xt, wt, (int8_t *)Lt, scale);
-    deinterleave8(Lt, LB__QK, groups, LB__QK, L);
-    for (int g = 0; g < groups; ++g) {
-        d[g] = scale[g];
-        if (asym) m[g] = -min[g];
-    }
+    float weight[16 * LB__QK], min[16];
+    S->s8->imatrix_weights(qw, x, sigma2, LB__QK * groups, weight);
+    if (asym) groups_qkx(S, groups, LB__QK, nmax, x, weight, L, d, min, -0.9f, 0.05f, 36, 0, 1);
+    else groups_qx(S, groups, LB__QK, nmax, x, weight, (int8_t *)L, d);
+    if (asym)
+        for (int g = 0; g < groups; ++g) m[g] = -min[g];
 }
 
 /* Q5_0 / Q5_1 packing: low nibbles as Q4, fifth bit of element i in bit i
@@ -503,7 +577,8 @@ typedef lb__ggml_classic classic_type;
 
 static void classic_row(classic_type t, const float *x, void *dst, size_t cols, const float *imatrix, float sigma2)
 {
-    const lb__ggml_search8 *search = SEARCH(lb_isa_active());
+    const searches S = searches_get();
+    const int batch = S.s16 ? 16 : 8; /* blocks a search call takes */
     int nmax = 0, asym = 0;
     switch (t) {
     case LB__CLASSIC_Q4_0: nmax = 8; break;
@@ -512,11 +587,11 @@ static void classic_row(classic_type t, const float *x, void *dst, size_t cols, 
     case LB__CLASSIC_Q5_1: nmax = 31, asym = 1; break;
     }
     const size_t nb = cols / LB__QK;
-    uint8_t L[8 * LB__QK];
-    float d[8], m[8];
-    for (size_t b0 = 0; b0 < nb; b0 += 8) {
-        int groups = nb - b0 < 8 ? (int)(nb - b0) : 8;
-        classic_search(search, x + LB__QK * b0, imatrix + LB__QK * b0, sigma2, groups, nmax, asym, L, d, m);
+    uint8_t L[16 * LB__QK];
+    float d[16], m[16];
+    for (size_t b0 = 0; b0 < nb; b0 += (size_t)batch) {
+        int groups = nb - b0 < (size_t)batch ? (int)(nb - b0) : batch;
+        classic_search(&S, x + LB__QK * b0, imatrix + LB__QK * b0, sigma2, groups, nmax, asym, L, d, m);
         for (int g = 0; g < groups; ++g) {
             const uint8_t *Lg = L + LB__QK * g;
             const size_t ib = b0 + (size_t)g;

@@ -61,8 +61,13 @@ static double round_trip(size_t t, const float *x, const float *imatrix, uint8_t
     return sx > 0 ? sqrt(se / sx) : sqrt(se);
 }
 
-/* The AVX2 searches against their scalar twin: the same bytes for every
- * type and path on rows with flat, zero, tiny and outlier sub-blocks. */
+/* The vector searches against their scalar twin: the same bytes for every
+ * type and path, under every instruction set this machine has (AVX2's
+ * eight lanes; AVX-512's sixteen: two Q4_K/Q5_K super-blocks a call, a
+ * super-block's sixteen sub-blocks of Q2_K/Q3_K/Q6_K, sixteen classic
+ * blocks), on rows with flat, zero, tiny and outlier sub-blocks, and on
+ * rows whose block counts leave a partial call (an odd number of
+ * super-blocks, classic rows of 7, 13 and 29 blocks). */
 static void isa_twins(void)
 {
     const lb_isa best = lb_isa_detected();
@@ -70,39 +75,54 @@ static void isa_twins(void)
         printf("no AVX2 here: the twin check is skipped\n");
         return;
     }
+    const lb_isa isas[] = {LB_ISA_AVX2, LB_ISA_AVX512};
     static float x[COLS], im[COLS];
     static uint8_t a[COLS], b[COLS];
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
-        for (int kind = 0; kind < 6; kind++) {
-            for (size_t i = 0; i < COLS; i++) {
-                float g = gaussian();
-                switch (kind) {
-                case 0: x[i] = g; break;
-                case 1: x[i] = (i / 16) % 3 == 0 ? 0.0f : g; break;          /* zero sub-blocks */
-                case 2: x[i] = (i / 32) % 2 ? 1.5f : g * 1e-3f; break;        /* constant blocks */
-                case 3: x[i] = i % 97 == 0 ? 200.0f : g; break;                /* outliers */
-                case 4: x[i] = fabsf(g) + 0.25f; break;                        /* no negative value */
-                default: x[i] = (float)((int)(g * 4)) * 0.5f; break;           /* ties */
+    for (size_t v = 0; v < sizeof isas / sizeof isas[0]; v++) {
+        const lb_isa isa = isas[v];
+        if (lb__isa_x86(best) < lb__isa_x86(isa)) continue;
+        const char *isa_name = isa == LB_ISA_AVX2 ? "AVX2" : "AVX-512";
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+            for (int kind = 0; kind < 6; kind++) {
+                for (size_t i = 0; i < COLS; i++) {
+                    float g = gaussian();
+                    switch (kind) {
+                    case 0: x[i] = g; break;
+                    case 1: x[i] = (i / 16) % 3 == 0 ? 0.0f : g; break;          /* zero sub-blocks */
+                    case 2: x[i] = (i / 32) % 2 ? 1.5f : g * 1e-3f; break;        /* constant blocks */
+                    case 3: x[i] = i % 97 == 0 ? 200.0f : g; break;                /* outliers */
+                    case 4: x[i] = fabsf(g) + 0.25f; break;                        /* no negative value */
+                    default: x[i] = (float)((int)(g * 4)) * 0.5f; break;           /* ties */
+                    }
+                    im[i] = i % 7 == 0 ? 0.0f : (float)uniform() * 3;
                 }
-                im[i] = i % 7 == 0 ? 0.0f : (float)uniform() * 3;
+                /* the whole row (8 super-blocks, 64 classic blocks), then 3 super-blocks or 29 classic blocks */
+                const size_t lens[] = {COLS, types[t].block == 256 ? 3 * 256 : 29 * 32};
+                for (size_t li = 0; li < 2; li++)
+                    for (int with = types[t].needs_imatrix; with <= 1; with++) {
+                        const size_t n = lens[li], nbytes = n / types[t].block * types[t].bytes;
+                        lb_isa_set(LB_ISA_SCALAR);
+                        types[t].quant(x, a, n, with ? im : NULL);
+                        lb_isa_set(isa);
+                        types[t].quant(x, b, n, with ? im : NULL);
+                        CHECK(memcmp(a, b, nbytes) == 0, "%s kind %d imatrix %d, %zu values: %s bytes differ from scalar",
+                              types[t].name, kind, with, n, isa_name);
+                    }
             }
-            for (int with = types[t].needs_imatrix; with <= 1; with++) {
-                const size_t nbytes = COLS / types[t].block * types[t].bytes;
-                lb_isa_set(LB_ISA_SCALAR);
-                types[t].quant(x, a, COLS, with ? im : NULL);
-                lb_isa_set(best);
-                types[t].quant(x, b, COLS, with ? im : NULL);
-                CHECK(memcmp(a, b, nbytes) == 0, "%s kind %d imatrix %d: AVX2 bytes differ from scalar", types[t].name,
-                      kind, with);
-            }
+        /* classic rows of 7 and 13 blocks: a partial batch of eight, of sixteen */
+        for (size_t i = 0; i < 13 * 32; i++) x[i] = gaussian();
+        for (size_t nb = 7; nb <= 13; nb += 6) {
+            lb_isa_set(LB_ISA_SCALAR);
+            lb__ggml_quantize_row_q5_1_imatrix(x, a, nb * 32, im);
+            lb__ggml_quantize_row_q4_0_imatrix(x, a + 512, nb * 32, im);
+            lb_isa_set(isa);
+            lb__ggml_quantize_row_q5_1_imatrix(x, b, nb * 32, im);
+            lb__ggml_quantize_row_q4_0_imatrix(x, b + 512, nb * 32, im);
+            CHECK(memcmp(a, b, nb * 24) == 0 && memcmp(a + 512, b + 512, nb * 18) == 0,
+                  "%zu classic blocks: %s bytes differ from scalar", nb, isa_name);
         }
-    /* a row of 7 classic blocks: a partial batch of eight */
-    for (size_t i = 0; i < 7 * 32; i++) x[i] = gaussian();
-    lb_isa_set(LB_ISA_SCALAR);
-    lb__ggml_quantize_row_q5_1_imatrix(x, a, 7 * 32, im);
+    }
     lb_isa_set(best);
-    lb__ggml_quantize_row_q5_1_imatrix(x, b, 7 * 32, im);
-    CHECK(memcmp(a, b, 7 * 24) == 0, "q5_1 partial batch: AVX2 bytes differ from scalar");
 }
 
 int main(void)
