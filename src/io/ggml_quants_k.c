@@ -264,7 +264,7 @@ static void q3_k_ref_block(const lb__ggml_search8 *search, const float *x, lb__b
     int8_t L[LB__QK_K];
     uint8_t Lt[128];
     float scales[16], xt[128];
-    for (int h = 0; h < 2; ++h) { /* (no sixteen-group q3: Q3_K is not a type worth its code) */
+    for (int h = 0; h < 2; ++h) { /* eight lanes: make_q3_quants has no AVX-512 twin (yet) */
         interleave(x + 128 * h, 16, 8, 8, xt);
         search->q3(16, 4, xt, (int8_t *)Lt, scales + 8 * h);
         deinterleave(Lt, 16, 8, 8, (uint8_t *)L + 128 * h);
