@@ -75,45 +75,57 @@ static void deinterleave(const uint8_t *t, int n, int groups, int lanes, uint8_t
         for (int i = 0; i < n; ++i) dst[(size_t)g * (size_t)n + i] = t[lanes * i + g];
 }
 
-/* The asymmetric search (qkx) over groups <= 16 consecutive groups of n
- * <= 32 values at x (weights w alike): codes to L, scale[g], the_min[g].
- * One sixteen-lane call for more than eight groups where the ISA has it,
- * else eight groups a call. */
-static void groups_qkx(const searches *S, int groups, int n, int nmax, const float *x, const float *w, uint8_t *L,
-                       float *scale, float *the_min, float rmin, float rdelta, int nstep, int use_mad, int flat_le)
+/* Which search a batch runs: the asymmetric qkx (make_qkx2/3_quants, with
+ * its trial parameters) or the symmetric qx (make_qx_quants). */
+typedef struct {
+    int asym, nmax;
+    float rmin, rdelta;
+    int nstep, use_mad, flat_le;
+} search_kind;
+
+/* A search over groups <= 16 consecutive groups of n <= 32 values at x
+ * (weights w alike; for qx NULL means x^2): codes to L, scale[g] and, for
+ * qkx, the_min[g]. One sixteen-lane call for more than eight groups where
+ * the ISA has it, else eight groups a call. */
+static void groups_search(const searches *S, const search_kind *k, int groups, int n, const float *x, const float *w,
+                          uint8_t *L, float *scale, float *the_min)
 {
     float xt[16 * 32], wt[16 * 32], sc[16], mn[16];
     uint8_t Lt[16 * 32];
     for (int g0 = 0; g0 < groups;) {
-        const int lanes = S->s16 && groups - g0 > 8 ? 16 : 8, k = groups - g0 < lanes ? groups - g0 : lanes;
+        const int lanes = S->s16 && groups - g0 > 8 ? 16 : 8, m = groups - g0 < lanes ? groups - g0 : lanes;
         const size_t at = (size_t)g0 * (size_t)n;
-        interleave(x + at, n, k, lanes, xt);
-        interleave(w + at, n, k, lanes, wt);
-        if (lanes == 16) S->s16->qkx(n, nmax, xt, wt, Lt, sc, mn, rmin, rdelta, nstep, use_mad, flat_le);
-        else S->s8->qkx(n, nmax, xt, wt, Lt, sc, mn, rmin, rdelta, nstep, use_mad, flat_le);
-        deinterleave(Lt, n, k, lanes, L + at);
-        for (int g = 0; g < k; ++g) scale[g0 + g] = sc[g], the_min[g0 + g] = mn[g];
-        g0 += k;
+        const float *wl = w ? wt : NULL;
+        interleave(x + at, n, m, lanes, xt);
+        if (w) interleave(w + at, n, m, lanes, wt);
+        if (k->asym && lanes == 16)
+            S->s16->qkx(n, k->nmax, xt, wl, Lt, sc, mn, k->rmin, k->rdelta, k->nstep, k->use_mad, k->flat_le);
+        else if (k->asym) S->s8->qkx(n, k->nmax, xt, wl, Lt, sc, mn, k->rmin, k->rdelta, k->nstep, k->use_mad, k->flat_le);
+        else if (lanes == 16) S->s16->qx(n, k->nmax, xt, wl, (int8_t *)Lt, sc);
+        else S->s8->qx(n, k->nmax, xt, wl, (int8_t *)Lt, sc);
+        deinterleave(Lt, n, m, lanes, L + at);
+        for (int g = 0; g < m; ++g) {
+            scale[g0 + g] = sc[g];
+            if (k->asym) the_min[g0 + g] = mn[g];
+        }
+        g0 += m;
     }
 }
 
-/* The symmetric search (qx) the same way: weights qw, or x^2 when NULL. */
+/* The asymmetric search (qkx) over groups groups, weights w (given). */
+static void groups_qkx(const searches *S, int groups, int n, int nmax, const float *x, const float *w, uint8_t *L,
+                       float *scale, float *the_min, float rmin, float rdelta, int nstep, int use_mad, int flat_le)
+{
+    const search_kind k = {1, nmax, rmin, rdelta, nstep, use_mad, flat_le};
+    groups_search(S, &k, groups, n, x, w, L, scale, the_min);
+}
+
+/* The symmetric search (qx): weights qw, or x^2 when NULL. */
 static void groups_qx(const searches *S, int groups, int n, int nmax, const float *x, const float *qw, int8_t *L,
                       float *scale)
 {
-    float xt[16 * 32], wt[16 * 32], sc[16];
-    uint8_t Lt[16 * 32];
-    for (int g0 = 0; g0 < groups;) {
-        const int lanes = S->s16 && groups - g0 > 8 ? 16 : 8, k = groups - g0 < lanes ? groups - g0 : lanes;
-        const size_t at = (size_t)g0 * (size_t)n;
-        interleave(x + at, n, k, lanes, xt);
-        if (qw) interleave(qw + at, n, k, lanes, wt);
-        if (lanes == 16) S->s16->qx(n, nmax, xt, qw ? wt : NULL, (int8_t *)Lt, sc);
-        else S->s8->qx(n, nmax, xt, qw ? wt : NULL, (int8_t *)Lt, sc);
-        deinterleave(Lt, n, k, lanes, (uint8_t *)L + at);
-        for (int g = 0; g < k; ++g) scale[g0 + g] = sc[g];
-        g0 += k;
-    }
+    const search_kind k = {0, nmax, 0.f, 0.f, 0, 0, 0};
+    groups_search(S, &k, groups, n, x, qw, (uint8_t *)L, scale, NULL);
 }
 
 /* Eight bytes as one word (memcpy: any alignment, either byte order: the
