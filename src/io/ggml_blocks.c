@@ -156,15 +156,20 @@ void lb__dequantize_nvfp4(const void *restrict src, size_t nb, float *restrict d
     }
 }
 
-/* ===== Quantize: the scalar build (included above) or the AVX2 one ===== */
+/* ===== Quantize: the scalar build (included above), the AVX2 or the AVX-512 one ===== */
 
 /* The AVX2 build where the CPU has it and lb_isa_active allows it. */
 static int use_avx2(void) { return lb__isa_x86(lb_isa_active()) >= LB_ISA_AVX2 && lb__ggml_blocks_avx2_built(); }
+static int use_avx512(void)
+{
+    return lb__isa_x86(lb_isa_active()) >= LB_ISA_AVX512 && lb__ggml_blocks_avx512_built();
+}
 
 #define QUANTIZER(type)                                                                \
     void lb__quantize_##type(const float *restrict src, size_t nb, void *restrict dst) \
     {                                                                                  \
-        if (use_avx2()) lb__quantize_##type##_avx2(src, nb, dst);                      \
+        if (use_avx512()) lb__quantize_##type##_avx512(src, nb, dst);                  \
+        else if (use_avx2()) lb__quantize_##type##_avx2(src, nb, dst);                 \
         else lb__quantize_##type##_scalar(src, nb, dst);                               \
     }
 LB__CLASSIC_QUANTIZERS(QUANTIZER)

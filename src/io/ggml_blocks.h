@@ -306,16 +306,21 @@ void lb__quantize_q8_0(const float *restrict src, size_t nb, void *restrict dst)
 void lb__quantize_mxfp4(const float *restrict src, size_t nb, void *restrict dst);
 void lb__quantize_nvfp4(const float *restrict src, size_t nb, void *restrict dst);
 
-/* The two builds of those seven (ggml_blocks_quant.h): the scalar one, and
+/* The three builds of those seven (ggml_blocks_quant.h): the scalar one,
  * the AVX2 one (ggml_blocks_avx2.c), which exists when
- * lb__ggml_blocks_avx2_built() is 1 (an x86-64 compiler that takes -mavx2).
- * The functions above choose by lb_isa_active; the two give the same bytes. */
+ * lb__ggml_blocks_avx2_built() is 1 (an x86-64 compiler that takes -mavx2),
+ * and the AVX-512 one (ggml_blocks_avx512.c: Q8_0, Q4_0, Q5_0 in
+ * intrinsics), when lb__ggml_blocks_avx512_built() is 1; where it is not,
+ * its names run the AVX2 build. The functions above choose by
+ * lb_isa_active; all give the same bytes. */
 #define LB__CLASSIC_QUANTIZERS(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(mxfp4) X(nvfp4)
 #define LB__DECLARE_TWINS(type)                                                                  \
     void lb__quantize_##type##_scalar(const float *restrict src, size_t nb, void *restrict dst); \
-    void lb__quantize_##type##_avx2(const float *restrict src, size_t nb, void *restrict dst);
+    void lb__quantize_##type##_avx2(const float *restrict src, size_t nb, void *restrict dst);   \
+    void lb__quantize_##type##_avx512(const float *restrict src, size_t nb, void *restrict dst);
 LB__CLASSIC_QUANTIZERS(LB__DECLARE_TWINS)
 int lb__ggml_blocks_avx2_built(void);
+int lb__ggml_blocks_avx512_built(void);
 /* The same two builds of the IQ4 quantizers (ggml_blocks_iq4_quant.h), and
  * a third, AVX-512 (ggml_blocks_iq4_avx512.c; where it is not built, its
  * names run the AVX2 build): all give the same bytes. */

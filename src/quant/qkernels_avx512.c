@@ -8,6 +8,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "util/tree16_avx512.h"
+
 static inline __mmask16 tail_mask(size_t k) { return (__mmask16)((1u << k) - 1); }
 
 /* lb__sum16f in registers, the same additions in the same order. */
@@ -26,36 +28,8 @@ static inline __mmask16 nonfinite(__m512 absv) { return _mm512_cmp_ps_mask(absv,
  * is the numeric order, and infinity and NaN sort above every finite value,
  * so an integer max finds the largest magnitude and flags a non-finite one
  * with a compare at the end instead of one per vector (5-12% faster). */
-/* A transposing tree over 16 vectors at once, lane j of the result for
- * vector j: its levels pair the same lanes as lb__sum16f's (i with i+8,
- * i with i+4, i with i+2, i with i+1), then a permute into vector order.
- * Adding (sum16x16), each sum is lb__sum16f's bits; with max of the bits as
- * unsigned integers (magnitudes, block_absmax) the order does not matter. */
-static inline __m512 pair16(__m512 a, __m512 b, int max)
-{
-    return max ? _mm512_castsi512_ps(_mm512_max_epu32(_mm512_castps_si512(a), _mm512_castps_si512(b)))
-               : _mm512_add_ps(a, b);
-}
-
-static inline __m512 tree16x16(const __m512 m[16], int max)
-{
-    __m512 a[8], c[4], d[2];
-    for (int k = 0; k < 8; k++)
-        a[k] = pair16(_mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], 0x44),
-                      _mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], 0xEE), max);
-    for (int k = 0; k < 4; k++)
-        c[k] = pair16(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x88),
-                      _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xDD), max);
-    for (int k = 0; k < 2; k++)
-        d[k] = pair16(_mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0x44), _mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0xEE),
-                      max);
-    __m512 e = pair16(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD), max);
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(order, e);
-}
-
 /* lb__sum16f of 16 vectors at once, lane j for vector j. */
-static inline __m512 sum16x16(const __m512 m[16]) { return tree16x16(m, 0); }
+static inline __m512 sum16x16(const __m512 m[16]) { return lb__tree16x16_avx512(m, 0); }
 
 static int block_absmax(const float *x, size_t n, size_t block, float *out)
 {
@@ -67,7 +41,7 @@ static int block_absmax(const float *x, size_t n, size_t block, float *out)
             __m512 v[16];
             for (int k = 0; k < 16; k++)
                 v[k] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_loadu_si512(x + (b + k) * 16), signless));
-            __m512i m = _mm512_castps_si512(tree16x16(v, 1));
+            __m512i m = _mm512_castps_si512(lb__tree16x16_avx512(v, 1));
             seen = _mm512_max_epu32(seen, m);
             _mm512_storeu_si512(out + b, m);
         }

@@ -247,12 +247,14 @@ static void test_avx2_twins(void)
     static float v[N];
     static uint8_t a[N * 2], b[N * 2];
     typedef void (*qfn)(const float *restrict, size_t, void *restrict);
-    static const struct { const char *name; qfn scalar, avx2; } q[] = {
-#define TWIN(type) {#type, lb__quantize_##type##_scalar, lb__quantize_##type##_avx2},
+    static const struct { const char *name; qfn scalar, avx2, avx512; } q[] = {
+#define TWIN(type) {#type, lb__quantize_##type##_scalar, lb__quantize_##type##_avx2, lb__quantize_##type##_avx512},
         LB__CLASSIC_QUANTIZERS(TWIN)
 #undef TWIN
     };
-    for (int kind = 0; kind < 9; kind++) {
+    const int classic512 = lb__ggml_blocks_avx512_built() && lb__isa_x86(lb_isa_detected()) >= LB_ISA_AVX512;
+    if (!classic512) printf("no AVX-512 build or CPU here: the classic quantizers' AVX-512 twin check is skipped\n");
+    for (int kind = 0; kind < 11; kind++) {
         for (size_t i = 0; i < N; i++) {
             float g = (float)((int32_t)next_u32()) / 2147483648.0f + (float)((int32_t)next_u32()) / 4294967296.0f;
             switch (kind) {
@@ -264,6 +266,14 @@ static void test_avx2_twins(void)
             case 5: v[i] = (float)((int)(g * 16)) * 0.5f; break;                          /* exact halves */
             case 6: v[i] = (i % 32 == 0 ? 0.99999994f : 0.5f) * (g < 0 ? -1.0f : 1.0f); break; /* near 2^k */
             case 7: v[i] = g * 1e6f; break;                                               /* big scales */
+            case 9: /* a block's largest magnitude twice, with both signs in either order (the first one's sign
+                     * is Q4_0's and Q5_0's), and blocks of signed zeros */
+                v[i] = (i / 32) % 4 == 3 ? ((i & 1) ? 0.0f : -0.0f)
+                       : i % 32 == (i / 32) % 7 || i % 32 == 31 - (i / 32) % 5
+                           ? (((i / 32) & 1) == (i % 32 < 16) ? -2.5f : 2.5f)
+                           : g;
+                break;
+            case 10: v[i] = (i / 32) % 2 ? g * 1e-30f : g * 3e37f; break;                /* tiny and huge blocks */
             default: { /* IQ4 fits on the grid: the first try's inverse scale is -1 (a block's first value
                         * -127), so its products land on every grid point, every midpoint (a tie), and
                         * either side of them by an ulp */
@@ -277,18 +287,27 @@ static void test_avx2_twins(void)
             }
         }
         for (size_t t = 0; t < sizeof q / sizeof q[0]; t++) {
-            size_t nb = strcmp(q[t].name, "nvfp4") == 0 ? N / 64 : N / 32; /* NVFP4 blocks hold 64 */
-            memset(a, 0x5A, sizeof a), memset(b, 0xA5, sizeof b);
-            q[t].scalar(v, nb, a);
-            q[t].avx2(v, nb, b);
             const lb_dtype_info *d = NULL;
             for (int k = 0; k < LB_DT_COUNT && !d; k++) {
                 const lb_dtype_info *e = lb_dtype_get((lb_dtype)k);
                 if (e && strcmp(e->name, q[t].name) == 0) d = e;
             }
-            size_t bytes = d ? nb * d->block_bytes : 0;
             CHECK(d != NULL, "%s: no dtype of that name", q[t].name);
-            CHECK(bytes && memcmp(a, b, bytes) == 0, "%s kind %d: AVX2 bytes differ from scalar", q[t].name, kind);
+            /* every block, and a count that leaves the AVX-512 build's 16-block steps a partial one */
+            for (int part = 0; part < 2 && d; part++) {
+                size_t nb = (strcmp(q[t].name, "nvfp4") == 0 ? N / 64 : N / 32) - (size_t)(5 * part);
+                size_t bytes = nb * d->block_bytes;
+                memset(a, 0x5A, sizeof a), memset(b, 0xA5, sizeof b);
+                q[t].scalar(v, nb, a);
+                q[t].avx2(v, nb, b);
+                CHECK(memcmp(a, b, bytes) == 0, "%s kind %d, %zu blocks: AVX2 bytes differ from scalar", q[t].name,
+                      kind, nb);
+                if (!classic512) continue;
+                memset(b, 0xA5, sizeof b);
+                q[t].avx512(v, nb, b);
+                CHECK(memcmp(a, b, bytes) == 0, "%s kind %d, %zu blocks: AVX-512 bytes differ from scalar",
+                      q[t].name, kind, nb);
+            }
         }
         /* the IQ4 search, with and without an importance matrix; its
          * AVX-512 build too where this CPU runs it */

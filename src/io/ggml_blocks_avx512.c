@@ -1,0 +1,212 @@
+/* The AVX-512 build of the classic quantizers (ggml_blocks_quant.h).
+ *
+ * Q8_0, Q4_0 and Q5_0 are written in intrinsics, sixteen blocks (512
+ * values) a step: the plain C of the header, vectorized by the compiler,
+ * spends most of its time on each block's own maximum (a horizontal
+ * reduction per 32 values) and on its packing, and came out slower at 16
+ * lanes than at 8. Here the sixteen maxima come from one transposing tree
+ * (util/tree16_avx512.h), each block's scale and reciprocal are one lane
+ * of a vector, and the codes are made and packed 16 at a time. Every value
+ * goes through the scalar build's IEEE operations in the same order
+ * (x * id, x * id + bias; d = max / -half), so the bytes are the same
+ * (tests/unit/test_ggml_quants.c compares the builds); the blocks left
+ * after the last whole step, and the other four types (where 16 lanes of
+ * the plain C gain nothing or, for MXFP4, double the speed), run the
+ * header's C compiled for AVX-512. */
+#include "io/ggml_blocks.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+
+#include "util/tree16_avx512.h"
+
+/* The header's C, compiled here for AVX-512: the tails and four types */
+#define LB__QNAME(type) lb__quantize_##type##_avx512_plain
+#define DECLARE_PLAIN(type) \
+    void lb__quantize_##type##_avx512_plain(const float *restrict src, size_t nb, void *restrict dst);
+LB__CLASSIC_QUANTIZERS(DECLARE_PLAIN)
+#include "io/ggml_blocks_quant.h"
+
+#define STEP 16 /* blocks a step */
+
+/* The magnitudes' bits of a step's 32 vectors (block b: a[2b], a[2b+1]),
+ * and each block's largest in lane b: finite input, whose magnitudes order
+ * like their bits (absmax_bits). */
+static inline __m512i step_absmax(const float *x, __m512 v[2 * STEP], __m512i a[2 * STEP])
+{
+    const __m512i signless = _mm512_set1_epi32(0x7FFFFFFF);
+    __m512 m[STEP];
+    for (int k = 0; k < 2 * STEP; k++) {
+        v[k] = _mm512_loadu_ps(x + 16 * k);
+        a[k] = _mm512_and_si512(_mm512_castps_si512(v[k]), signless);
+    }
+    for (int b = 0; b < STEP; b++) m[b] = _mm512_castsi512_ps(_mm512_max_epu32(a[2 * b], a[2 * b + 1]));
+    return _mm512_castps_si512(lb__tree16x16_avx512(m, 1));
+}
+
+/* The reciprocal as the scalar build takes it: d != 0 ? 1 / d : 0. */
+static inline __m512 reciprocal(__m512 d)
+{
+    return _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_OQ), _mm512_set1_ps(1.0f), d);
+}
+
+/* in_int32_mask of each lane's bits: all ones where |v| < 2^31. */
+static inline __m512i in_int32(__m512 v)
+{
+    const __m512i mag = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF));
+    return _mm512_movm_epi32(_mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(0x4F000000)));
+}
+
+/* np_round_i8 lane-wise, as 32-bit lanes whose low byte is the code. Its
+ * last mask is not needed here: a lane out of range has a = 0, so t, the
+ * rounding and the sign leave it 0. */
+static inline __m512i round_i8(__m512 v)
+{
+    const __m512i keep = in_int32(v);
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), keep));
+    const __m512i t = _mm512_cvttps_epi32(a);
+    const __m512i frac = _mm512_castps_si512(_mm512_sub_ps(a, _mm512_cvtepi32_ps(t)));
+    __m512i r = _mm512_mask_add_epi32(t, _mm512_cmpge_epu32_mask(frac, _mm512_set1_epi32(0x3F000000)), t,
+                                      _mm512_set1_epi32(1));
+    const __m512i neg = _mm512_srai_epi32(u, 31);
+    return _mm512_sub_epi32(_mm512_xor_si512(r, neg), neg);
+}
+
+/* symmetric_codes' code of each lane: cast_i8(x * id + bias) (the plain
+ * cast is that too wherever 1/d is finite), then min(code, top). The low
+ * byte's sign extension mirrors cast_i8; no finite block reaches it (where
+ * 1/d is finite the codes lie in 0 .. 2 * half + 1, elsewhere they are 0). */
+static inline __m512i symmetric_code(__m512 x, __m512 id, __m512 bias, __m512i top)
+{
+    const __m512 v = _mm512_add_ps(_mm512_mul_ps(x, id), bias);
+    const __m512i keep = in_int32(v);
+    const __m512i t = _mm512_cvttps_epi32(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), keep)));
+    const __m512i c = _mm512_srai_epi32(_mm512_slli_epi32(t, 24), 24); /* (int)(int8_t) of the low byte */
+    return _mm512_min_epi32(c, top);
+}
+
+void lb__quantize_q8_0_avx512(const float *restrict src, size_t nb, void *restrict dst)
+{
+    lb__block_q8_0 *y = dst;
+    size_t i = 0;
+    for (; i + STEP <= nb; i += STEP, src += STEP * LB__QK) {
+        __m512 v[2 * STEP];
+        __m512i a[2 * STEP];
+        const __m512 amax = _mm512_castsi512_ps(step_absmax(src, v, a));
+        const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+        float dv[STEP], idv[STEP];
+        _mm512_storeu_ps(dv, d);
+        _mm512_storeu_ps(idv, reciprocal(d));
+        for (int b = 0; b < STEP; b++) {
+            const __m512 id = _mm512_set1_ps(idv[b]);
+            lb__block_q8_0 *o = y + i + (size_t)b;
+            lb__store_ggml_fp16(o->d, dv[b]);
+            _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtepi32_epi8(round_i8(_mm512_mul_ps(v[2 * b], id))));
+            _mm_storeu_si128((__m128i *)(o->qs + 16), _mm512_cvtepi32_epi8(round_i8(_mm512_mul_ps(v[2 * b + 1], id))));
+        }
+    }
+    lb__quantize_q8_0_avx512_plain(src, nb - i, y + i);
+}
+
+/* Q4_0 and Q5_0 (symmetric_codes): each block's signed maximum (the first
+ * value of largest magnitude, +0 for a block of zeros), d = max / -half,
+ * its reciprocal, and the codes of both halves as 32-bit lanes. */
+typedef struct sym_step {
+    float d[STEP];
+    __m512i lo[STEP], hi[STEP]; /* codes of elements 0..15 and 16..31 */
+} sym_step;
+
+static inline void symmetric_step(const float *x, float half, int top, sym_step *s)
+{
+    __m512 v[2 * STEP];
+    __m512i a[2 * STEP];
+    const __m512i amax = step_absmax(x, v, a);
+    uint32_t mbits[STEP], sign[STEP];
+    _mm512_storeu_si512(mbits, amax);
+    for (int b = 0; b < STEP; b++) { /* the sign of the block's first value of that magnitude */
+        const __m512i m = _mm512_set1_epi32((int)mbits[b]);
+        const uint32_t at = (uint32_t)_mm512_cmpeq_epi32_mask(a[2 * b], m) |
+                            (uint32_t)_mm512_cmpeq_epi32_mask(a[2 * b + 1], m) << 16;
+        const int first = __builtin_ctz(at); /* at != 0: the maximum is one of the block's */
+        sign[b] = lb__bits_from_f32(x[LB__QK * b + first]) & 0x80000000u;
+    }
+    const __m512 max = _mm512_castsi512_ps(_mm512_or_si512(amax, _mm512_loadu_si512(sign)));
+    /* a block of zeros: amax 0, its first zero's sign; the scalar build takes +0 there */
+    const __m512 smax = _mm512_castsi512_ps(_mm512_maskz_mov_epi32(_mm512_test_epi32_mask(amax, amax),
+                                                                   _mm512_castps_si512(max)));
+    const __m512 d = _mm512_div_ps(smax, _mm512_set1_ps(-half));
+    float idv[STEP];
+    _mm512_storeu_ps(s->d, d);
+    _mm512_storeu_ps(idv, reciprocal(d));
+    const __m512 bias = _mm512_set1_ps(half + 0.5f);
+    const __m512i vtop = _mm512_set1_epi32(top);
+    for (int b = 0; b < STEP; b++) {
+        const __m512 id = _mm512_set1_ps(idv[b]);
+        s->lo[b] = symmetric_code(v[2 * b], id, bias, vtop);
+        s->hi[b] = symmetric_code(v[2 * b + 1], id, bias, vtop);
+    }
+}
+
+void lb__quantize_q4_0_avx512(const float *restrict src, size_t nb, void *restrict dst)
+{
+    lb__block_q4_0 *y = dst;
+    size_t i = 0;
+    for (; i + STEP <= nb; i += STEP, src += STEP * LB__QK) {
+        sym_step s;
+        symmetric_step(src, 8.0f, 15, &s);
+        for (int b = 0; b < STEP; b++) {
+            lb__block_q4_0 *o = y + i + (size_t)b;
+            lb__store_ggml_fp16(o->d, s.d[b]);
+            const __m512i packed = _mm512_or_si512(s.lo[b], _mm512_slli_epi32(s.hi[b], 4));
+            _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtepi32_epi8(packed));
+        }
+    }
+    lb__quantize_q4_0_avx512_plain(src, nb - i, y + i);
+}
+
+void lb__quantize_q5_0_avx512(const float *restrict src, size_t nb, void *restrict dst)
+{
+    lb__block_q5_0 *y = dst;
+    const __m512i nibble = _mm512_set1_epi32(0x0F), fifth = _mm512_set1_epi32(0x10);
+    size_t i = 0;
+    for (; i + STEP <= nb; i += STEP, src += STEP * LB__QK) {
+        sym_step s;
+        symmetric_step(src, 16.0f, 31, &s);
+        for (int b = 0; b < STEP; b++) {
+            lb__block_q5_0 *o = y + i + (size_t)b;
+            lb__store_ggml_fp16(o->d, s.d[b]);
+            const uint32_t h = (uint32_t)_mm512_test_epi32_mask(s.lo[b], fifth) |
+                               (uint32_t)_mm512_test_epi32_mask(s.hi[b], fifth) << 16;
+            o->qh[0] = (uint8_t)h, o->qh[1] = (uint8_t)(h >> 8), o->qh[2] = (uint8_t)(h >> 16),
+            o->qh[3] = (uint8_t)(h >> 24);
+            const __m512i packed = _mm512_or_si512(_mm512_and_si512(s.lo[b], nibble),
+                                                   _mm512_slli_epi32(_mm512_and_si512(s.hi[b], nibble), 4));
+            _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtepi32_epi8(packed));
+        }
+    }
+    lb__quantize_q5_0_avx512_plain(src, nb - i, y + i);
+}
+
+/* The other four: the header's C at 16 lanes */
+#define PLAIN(type)                                                                          \
+    void lb__quantize_##type##_avx512(const float *restrict src, size_t nb, void *restrict dst) \
+    {                                                                                        \
+        lb__quantize_##type##_avx512_plain(src, nb, dst);                                    \
+    }
+PLAIN(q4_1) PLAIN(q5_1) PLAIN(mxfp4) PLAIN(nvfp4)
+
+int lb__ggml_blocks_avx512_built(void) { return 1; }
+
+#else /* no AVX-512 build here: the names exist, the AVX2 build runs */
+
+#define FORWARD(type)                                                                        \
+    void lb__quantize_##type##_avx512(const float *restrict src, size_t nb, void *restrict dst) \
+    {                                                                                        \
+        lb__quantize_##type##_avx2(src, nb, dst);                                            \
+    }
+LB__CLASSIC_QUANTIZERS(FORWARD)
+
+int lb__ggml_blocks_avx512_built(void) { return 0; }
+
+#endif
