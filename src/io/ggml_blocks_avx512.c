@@ -9,10 +9,11 @@
  * of a vector, and the codes are made and packed 16 at a time. Every value
  * goes through the scalar build's IEEE operations in the same order
  * (x * id, x * id + bias; d = max / -half), so the bytes are the same
- * (tests/unit/test_ggml_quants.c compares the builds); the blocks left
- * after the last whole step, and the other four types (where 16 lanes of
- * the plain C gain nothing or, for MXFP4, double the speed), run the
- * header's C compiled for AVX-512. */
+ * (tests/unit/test_ggml_quants.c compares the builds). A row's last few
+ * blocks (SmolLM2's rows of 576 are 18) run as a step padded with zero
+ * blocks: in the header's C they took a quarter of the time. The other
+ * four types run the header's C compiled for AVX-512 (16 lanes of it gain
+ * nothing for Q4_1 and Q5_1, and double MXFP4's speed). */
 #include "io/ggml_blocks.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__)
@@ -20,7 +21,7 @@
 
 #include "util/tree16_avx512.h"
 
-/* The header's C, compiled here for AVX-512: the tails and four types */
+/* The header's C, compiled here for AVX-512 (four types use it) */
 #define LB__QNAME(type) lb__quantize_##type##_avx512_plain
 #define DECLARE_PLAIN(type) \
     void lb__quantize_##type##_avx512_plain(const float *restrict src, size_t nb, void *restrict dst);
@@ -29,15 +30,15 @@ LB__CLASSIC_QUANTIZERS(DECLARE_PLAIN)
 
 #define STEP 16 /* blocks a step */
 
-/* The magnitudes' bits of a step's 32 vectors (block b: a[2b], a[2b+1]),
- * and each block's largest in lane b: finite input, whose magnitudes order
- * like their bits (absmax_bits). */
-static inline __m512i step_absmax(const float *x, __m512 v[2 * STEP], __m512i a[2 * STEP])
+/* The values of a step's n <= 16 blocks (block b: v[2b], v[2b+1]; zeros
+ * past n), their magnitudes' bits in a, and each block's largest in lane
+ * b: finite input, whose magnitudes order like their bits (absmax_bits). */
+static inline __m512i step_absmax(const float *x, int n, __m512 v[2 * STEP], __m512i a[2 * STEP])
 {
     const __m512i signless = _mm512_set1_epi32(0x7FFFFFFF);
     __m512 m[STEP];
     for (int k = 0; k < 2 * STEP; k++) {
-        v[k] = _mm512_loadu_ps(x + 16 * k);
+        v[k] = k < 2 * n ? _mm512_loadu_ps(x + 16 * k) : _mm512_setzero_ps();
         a[k] = _mm512_and_si512(_mm512_castps_si512(v[k]), signless);
     }
     for (int b = 0; b < STEP; b++) m[b] = _mm512_castsi512_ps(_mm512_max_epu32(a[2 * b], a[2 * b + 1]));
@@ -86,19 +87,23 @@ static inline __m512i symmetric_code(__m512 x, __m512 id, __m512 bias, __m512i t
     return _mm512_min_epi32(c, top);
 }
 
+/* Blocks in the step that starts at block i of nb: 16, or the rest (a
+ * row's last few, computed as a step padded with zero blocks). */
+static inline int step_blocks(size_t i, size_t nb) { return nb - i < STEP ? (int)(nb - i) : STEP; }
+
 void lb__quantize_q8_0_avx512(const float *restrict src, size_t nb, void *restrict dst)
 {
     lb__block_q8_0 *y = dst;
-    size_t i = 0;
-    for (; i + STEP <= nb; i += STEP, src += STEP * LB__QK) {
+    for (size_t i = 0; i < nb; i += STEP, src += STEP * LB__QK) {
+        const int n = step_blocks(i, nb);
         __m512 v[2 * STEP];
         __m512i a[2 * STEP];
-        const __m512 amax = _mm512_castsi512_ps(step_absmax(src, v, a));
+        const __m512 amax = _mm512_castsi512_ps(step_absmax(src, n, v, a));
         const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
         float dv[STEP], idv[STEP];
         _mm512_storeu_ps(dv, d);
         _mm512_storeu_ps(idv, reciprocal(d));
-        for (int b = 0; b < STEP; b++) {
+        for (int b = 0; b < n; b++) {
             const __m512 id = _mm512_set1_ps(idv[b]);
             lb__block_q8_0 *o = y + i + (size_t)b;
             lb__store_ggml_fp16(o->d, dv[b]);
@@ -106,7 +111,6 @@ void lb__quantize_q8_0_avx512(const float *restrict src, size_t nb, void *restri
             _mm_storeu_si128((__m128i *)(o->qs + 16), _mm512_cvtepi32_epi8(round_i8(_mm512_mul_ps(v[2 * b + 1], id))));
         }
     }
-    lb__quantize_q8_0_avx512_plain(src, nb - i, y + i);
 }
 
 /* Q4_0 and Q5_0 (symmetric_codes): each block's signed maximum (the first
@@ -117,14 +121,14 @@ typedef struct sym_step {
     __m512i lo[STEP], hi[STEP]; /* codes of elements 0..15 and 16..31 */
 } sym_step;
 
-static inline void symmetric_step(const float *x, float half, int top, sym_step *s)
+static inline void symmetric_step(const float *x, int n, float half, int top, sym_step *s)
 {
     __m512 v[2 * STEP];
     __m512i a[2 * STEP];
-    const __m512i amax = step_absmax(x, v, a);
-    uint32_t mbits[STEP], sign[STEP];
+    const __m512i amax = step_absmax(x, n, v, a);
+    uint32_t mbits[STEP], sign[STEP] = {0};
     _mm512_storeu_si512(mbits, amax);
-    for (int b = 0; b < STEP; b++) { /* the sign of the block's first value of that magnitude */
+    for (int b = 0; b < n; b++) { /* the sign of the block's first value of that magnitude */
         const __m512i m = _mm512_set1_epi32((int)mbits[b]);
         const uint32_t at = (uint32_t)_mm512_cmpeq_epi32_mask(a[2 * b], m) |
                             (uint32_t)_mm512_cmpeq_epi32_mask(a[2 * b + 1], m) << 16;
@@ -141,7 +145,7 @@ static inline void symmetric_step(const float *x, float half, int top, sym_step 
     _mm512_storeu_ps(idv, reciprocal(d));
     const __m512 bias = _mm512_set1_ps(half + 0.5f);
     const __m512i vtop = _mm512_set1_epi32(top);
-    for (int b = 0; b < STEP; b++) {
+    for (int b = 0; b < n; b++) {
         const __m512 id = _mm512_set1_ps(idv[b]);
         s->lo[b] = symmetric_code(v[2 * b], id, bias, vtop);
         s->hi[b] = symmetric_code(v[2 * b + 1], id, bias, vtop);
@@ -151,29 +155,28 @@ static inline void symmetric_step(const float *x, float half, int top, sym_step 
 void lb__quantize_q4_0_avx512(const float *restrict src, size_t nb, void *restrict dst)
 {
     lb__block_q4_0 *y = dst;
-    size_t i = 0;
-    for (; i + STEP <= nb; i += STEP, src += STEP * LB__QK) {
+    for (size_t i = 0; i < nb; i += STEP, src += STEP * LB__QK) {
+        const int n = step_blocks(i, nb);
         sym_step s;
-        symmetric_step(src, 8.0f, 15, &s);
-        for (int b = 0; b < STEP; b++) {
+        symmetric_step(src, n, 8.0f, 15, &s);
+        for (int b = 0; b < n; b++) {
             lb__block_q4_0 *o = y + i + (size_t)b;
             lb__store_ggml_fp16(o->d, s.d[b]);
             const __m512i packed = _mm512_or_si512(s.lo[b], _mm512_slli_epi32(s.hi[b], 4));
             _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtepi32_epi8(packed));
         }
     }
-    lb__quantize_q4_0_avx512_plain(src, nb - i, y + i);
 }
 
 void lb__quantize_q5_0_avx512(const float *restrict src, size_t nb, void *restrict dst)
 {
     lb__block_q5_0 *y = dst;
     const __m512i nibble = _mm512_set1_epi32(0x0F), fifth = _mm512_set1_epi32(0x10);
-    size_t i = 0;
-    for (; i + STEP <= nb; i += STEP, src += STEP * LB__QK) {
+    for (size_t i = 0; i < nb; i += STEP, src += STEP * LB__QK) {
+        const int n = step_blocks(i, nb);
         sym_step s;
-        symmetric_step(src, 16.0f, 31, &s);
-        for (int b = 0; b < STEP; b++) {
+        symmetric_step(src, n, 16.0f, 31, &s);
+        for (int b = 0; b < n; b++) {
             lb__block_q5_0 *o = y + i + (size_t)b;
             lb__store_ggml_fp16(o->d, s.d[b]);
             const uint32_t h = (uint32_t)_mm512_test_epi32_mask(s.lo[b], fifth) |
@@ -185,7 +188,6 @@ void lb__quantize_q5_0_avx512(const float *restrict src, size_t nb, void *restri
             _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtepi32_epi8(packed));
         }
     }
-    lb__quantize_q5_0_avx512_plain(src, nb - i, y + i);
 }
 
 /* The other four: the header's C at 16 lanes */
