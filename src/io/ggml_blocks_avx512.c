@@ -18,6 +18,8 @@
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "util/tree16_avx512.h"
 
@@ -42,7 +44,7 @@ static inline __m512i step_absmax(const float *x, int n, __m512 v[2 * STEP], __m
         a[k] = _mm512_and_si512(_mm512_castps_si512(v[k]), signless);
     }
     for (int b = 0; b < STEP; b++) m[b] = _mm512_castsi512_ps(_mm512_max_epu32(a[2 * b], a[2 * b + 1]));
-    return _mm512_castps_si512(lb__tree16x16_avx512(m, 1));
+    return _mm512_castps_si512(lb__tree16x16_avx512(m, LB__TREE_MAGNITUDE_MAX));
 }
 
 /* The reciprocal as the scalar build takes it: d != 0 ? 1 / d : 0. */
@@ -190,13 +192,113 @@ void lb__quantize_q5_0_avx512(const float *restrict src, size_t nb, void *restri
     }
 }
 
-/* The other four: the header's C at 16 lanes */
+/* Q4_1 and Q5_1: each block's minimum and maximum as ggml's strict
+ * compares find them (min_max: the first of equal values, which differs
+ * from a tree's only between -0 and +0), d = (max - min) / top, its
+ * reciprocal, and the codes of both halves as 32-bit lanes. */
+typedef struct asym_step {
+    float d[STEP], min[STEP];
+    __m512i lo[STEP], hi[STEP]; /* codes of elements 0..15 and 16..31 */
+} asym_step;
+
+/* The sign a zero extreme takes: that of the block's first zero (the only
+ * values equal to it), where the tree may have kept another's. */
+static inline void zero_signs(const __m512 v[2 * STEP], int n, __m512 *ext)
+{
+    float e[STEP];
+    _mm512_storeu_ps(e, *ext);
+    __mmask16 zero = _mm512_cmp_ps_mask(*ext, _mm512_setzero_ps(), _CMP_EQ_OQ);
+    for (int b = 0; b < n; b++)
+        if (zero >> b & 1) {
+            const uint32_t at = (uint32_t)_mm512_cmp_ps_mask(v[2 * b], _mm512_setzero_ps(), _CMP_EQ_OQ) |
+                                (uint32_t)_mm512_cmp_ps_mask(v[2 * b + 1], _mm512_setzero_ps(), _CMP_EQ_OQ) << 16;
+            const int first = __builtin_ctz(at);
+            uint32_t sign;
+            memcpy(&sign, (const float *)&v[2 * b + (first >> 4)] + (first & 15), sizeof sign);
+            e[b] = (sign & 0x80000000u) ? -0.0f : 0.0f;
+        }
+    *ext = _mm512_loadu_ps(e);
+}
+
+static inline void asym_step_codes(const float *x, int n, float top, int clamp, asym_step *s)
+{
+    __m512 v[2 * STEP], lo[STEP], hi[STEP];
+    for (int k = 0; k < 2 * STEP; k++) v[k] = k < 2 * n ? _mm512_loadu_ps(x + 16 * k) : _mm512_setzero_ps();
+    for (int b = 0; b < STEP; b++) {
+        lo[b] = _mm512_min_ps(v[2 * b], v[2 * b + 1]);
+        hi[b] = _mm512_max_ps(v[2 * b], v[2 * b + 1]);
+    }
+    __m512 mn = lb__tree16x16_min_avx512(lo), mx = lb__tree16x16_max_avx512(hi);
+    zero_signs(v, n, &mn);
+    zero_signs(v, n, &mx);
+    const __m512 d = _mm512_div_ps(_mm512_sub_ps(mx, mn), _mm512_set1_ps(top));
+    float idv[STEP];
+    _mm512_storeu_ps(s->d, d);
+    _mm512_storeu_ps(s->min, mn);
+    _mm512_storeu_ps(idv, reciprocal(d));
+    const __m512 half = _mm512_set1_ps(0.5f);
+    const __m512i cap = _mm512_set1_epi32(clamp);
+    for (int b = 0; b < n; b++) {
+        const __m512 id = _mm512_set1_ps(idv[b]), m = _mm512_set1_ps(s->min[b]);
+        for (int h = 0; h < 2; h++) {
+            /* cast_i8 / np_cast_u8 of (x - min) * id + 0.5 (the plain cast where d and 1/d are finite) */
+            const __m512 y = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v[2 * b + h], m), id), half);
+            const __m512i keep = in_int32(y);
+            const __m512i t = _mm512_cvttps_epi32(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(y), keep)));
+            const __m512i c = _mm512_min_epi32(_mm512_srai_epi32(_mm512_slli_epi32(t, 24), 24), cap);
+            if (h) s->hi[b] = c;
+            else s->lo[b] = c;
+        }
+    }
+}
+
+void lb__quantize_q4_1_avx512(const float *restrict src, size_t nb, void *restrict dst)
+{
+    lb__block_q4_1 *y = dst;
+    for (size_t i = 0; i < nb; i += STEP, src += STEP * LB__QK) {
+        const int n = step_blocks(i, nb);
+        asym_step s;
+        asym_step_codes(src, n, 15.0f, 15, &s);
+        for (int b = 0; b < n; b++) {
+            lb__block_q4_1 *o = y + i + (size_t)b;
+            lb__store_ggml_fp16(o->d, s.d[b]);
+            lb__store_ggml_fp16(o->m, s.min[b]);
+            const __m512i packed = _mm512_or_si512(s.lo[b], _mm512_slli_epi32(s.hi[b], 4));
+            _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtepi32_epi8(packed));
+        }
+    }
+}
+
+void lb__quantize_q5_1_avx512(const float *restrict src, size_t nb, void *restrict dst)
+{
+    lb__block_q5_1 *y = dst;
+    const __m512i nibble = _mm512_set1_epi32(0x0F), fifth = _mm512_set1_epi32(0x10);
+    for (size_t i = 0; i < nb; i += STEP, src += STEP * LB__QK) {
+        const int n = step_blocks(i, nb);
+        asym_step s;
+        asym_step_codes(src, n, 31.0f, INT32_MAX, &s); /* no clamp in ggml: the code's low byte */
+        for (int b = 0; b < n; b++) {
+            lb__block_q5_1 *o = y + i + (size_t)b;
+            lb__store_ggml_fp16(o->d, s.d[b]);
+            lb__store_ggml_fp16(o->m, s.min[b]);
+            const uint32_t h = (uint32_t)_mm512_test_epi32_mask(s.lo[b], fifth) |
+                               (uint32_t)_mm512_test_epi32_mask(s.hi[b], fifth) << 16;
+            o->qh[0] = (uint8_t)h, o->qh[1] = (uint8_t)(h >> 8), o->qh[2] = (uint8_t)(h >> 16),
+            o->qh[3] = (uint8_t)(h >> 24);
+            const __m512i packed = _mm512_or_si512(_mm512_and_si512(s.lo[b], nibble),
+                                                   _mm512_slli_epi32(_mm512_and_si512(s.hi[b], nibble), 4));
+            _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtepi32_epi8(packed));
+        }
+    }
+}
+
+/* The other two: the header's C at 16 lanes */
 #define PLAIN(type)                                                                          \
     void lb__quantize_##type##_avx512(const float *restrict src, size_t nb, void *restrict dst) \
     {                                                                                        \
         lb__quantize_##type##_avx512_plain(src, nb, dst);                                    \
     }
-PLAIN(q4_1) PLAIN(q5_1) PLAIN(mxfp4) PLAIN(nvfp4)
+PLAIN(mxfp4) PLAIN(nvfp4)
 
 int lb__ggml_blocks_avx512_built(void) { return 1; }
 

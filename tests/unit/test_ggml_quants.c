@@ -254,7 +254,7 @@ static void test_avx2_twins(void)
     };
     const int classic512 = lb__ggml_blocks_avx512_built() && lb__isa_x86(lb_isa_detected()) >= LB_ISA_AVX512;
     if (!classic512) printf("no AVX-512 build or CPU here: the classic quantizers' AVX-512 twin check is skipped\n");
-    for (int kind = 0; kind < 11; kind++) {
+    for (int kind = 0; kind < 12; kind++) {
         for (size_t i = 0; i < N; i++) {
             float g = (float)((int32_t)next_u32()) / 2147483648.0f + (float)((int32_t)next_u32()) / 4294967296.0f;
             switch (kind) {
@@ -274,6 +274,19 @@ static void test_avx2_twins(void)
                            : g;
                 break;
             case 10: v[i] = (i / 32) % 2 ? g * 1e-30f : g * 3e37f; break;                /* tiny and huge blocks */
+            case 11: { /* blocks of one sign with zeros of both signs in them: a zero minimum (or maximum) takes
+                        * the first zero's sign in ggml's scan (Q4_1, Q5_1) */
+                const size_t blk = i / 32, j = i % 32;
+                const float mag = g < 0 ? -g : g, sign = blk % 2 ? -1.0f : 1.0f;
+                if (blk % 5 == 4) { /* all zeros, +0 first: max - min is -0 if either extreme has the wrong sign */
+                    v[i] = j % 3 == 0 ? 0.0f : -0.0f;
+                    break;
+                }
+                v[i] = j == blk % 29 + 1 ? ((blk / 2) % 2 ? -0.0f : 0.0f)
+                       : j == blk % 13 + 17 ? ((blk / 2) % 2 ? 0.0f : -0.0f)
+                                            : sign * (0.25f + mag);
+                break;
+            }
             default: { /* IQ4 fits on the grid: the first try's inverse scale is -1 (a block's first value
                         * -127), so its products land on every grid point, every midpoint (a tie), and
                         * either side of them by an ulp */
