@@ -1,7 +1,7 @@
 /* The AVX-512 build of the classic quantizers (ggml_blocks_quant.h).
  *
- * Q8_0, Q4_0 and Q5_0 are written in intrinsics, sixteen blocks (512
- * values) a step: the plain C of the header, vectorized by the compiler,
+ * All seven are written in intrinsics, sixteen blocks (512 values; NVFP4:
+ * four blocks of 64) a step: the plain C of the header, vectorized by the compiler,
  * spends most of its time on each block's own maximum (a horizontal
  * reduction per 32 values) and on its packing, and came out slower at 16
  * lanes than at 8. Here the sixteen maxima come from one transposing tree
@@ -11,9 +11,9 @@
  * (x * id, x * id + bias; d = max / -half), so the bytes are the same
  * (tests/unit/test_ggml_quants.c compares the builds). A row's last few
  * blocks (SmolLM2's rows of 576 are 18) run as a step padded with zero
- * blocks: in the header's C they took a quarter of the time. The other
- * four types run the header's C compiled for AVX-512 (16 lanes of it gain
- * nothing for Q4_1 and Q5_1, and double MXFP4's speed). */
+ * blocks: in the header's C they took a quarter of the time. Q4_1 and
+ * Q5_1 (minimum and maximum), MXFP4 and NVFP4 (the nearest E2M1 value, by
+ * the header's eight-code loop) are written the same way. */
 #include "io/ggml_blocks.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__)
@@ -23,11 +23,8 @@
 
 #include "util/tree16_avx512.h"
 
-/* The header's C, compiled here for AVX-512 (four types use it) */
-#define LB__QNAME(type) lb__quantize_##type##_avx512_plain
-#define DECLARE_PLAIN(type) \
-    void lb__quantize_##type##_avx512_plain(const float *restrict src, size_t nb, void *restrict dst);
-LB__CLASSIC_QUANTIZERS(DECLARE_PLAIN)
+/* The scalar build's helpers: ggml's casts, the MXFP4 exponent, the UE4M3 code */
+#define LB__QUANT_HELPERS_ONLY 1
 #include "io/ggml_blocks_quant.h"
 
 #define STEP 16 /* blocks a step */
@@ -292,13 +289,73 @@ void lb__quantize_q5_1_avx512(const float *restrict src, size_t nb, void *restri
     }
 }
 
-/* The other two: the header's C at 16 lanes */
-#define PLAIN(type)                                                                          \
-    void lb__quantize_##type##_avx512(const float *restrict src, size_t nb, void *restrict dst) \
-    {                                                                                        \
-        lb__quantize_##type##_avx512_plain(src, nb, dst);                                    \
+/* MXFP4 and NVFP4: nearest_fp4 on a vector of 16 values at scale d, the
+ * codes in 32-bit lanes: |x| against the eight non-negative codes in order
+ * (the first of equal rounded errors wins), then 8 + k for a negative x. */
+static inline __m512i fp4_codes(__m512 x, __m512 d)
+{
+    const __m512i signless = _mm512_set1_epi32(0x7FFFFFFF);
+    const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), signless));
+    __m512i best = _mm512_castps_si512(a), code = _mm512_setzero_si512(); /* code 0: |0 * d - |x|| = |x| */
+    static const float doubled[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+    for (int k = 1; k < 8; k++) {
+        const __m512 v = _mm512_mul_ps(d, _mm512_set1_ps(doubled[k]));
+        const __m512i err = _mm512_and_si512(_mm512_castps_si512(_mm512_sub_ps(v, a)), signless);
+        const __mmask16 take = _mm512_cmplt_epi32_mask(err, best);
+        code = _mm512_mask_mov_epi32(code, take, _mm512_set1_epi32(k));
+        best = _mm512_mask_mov_epi32(best, take, err);
     }
-PLAIN(mxfp4) PLAIN(nvfp4)
+    const __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(x)) & _mm512_test_epi32_mask(code, code);
+    return _mm512_mask_or_epi32(code, neg, code, _mm512_set1_epi32(8));
+}
+
+void lb__quantize_mxfp4_avx512(const float *restrict src, size_t nb, void *restrict dst)
+{
+    lb__block_mxfp4 *y = dst;
+    for (size_t i = 0; i < nb; i += STEP, src += STEP * LB__QK) {
+        const int n = step_blocks(i, nb);
+        __m512 v[2 * STEP];
+        __m512i a[2 * STEP];
+        uint32_t amax[STEP];
+        _mm512_storeu_si512(amax, step_absmax(src, n, v, a));
+        for (int b = 0; b < n; b++) {
+            lb__block_mxfp4 *o = y + i + (size_t)b;
+            o->e = mxfp4_exponent(amax[b]);
+            const __m512 d = _mm512_set1_ps(e8m0_half(o->e));
+            const __m512i packed =
+                _mm512_or_si512(fp4_codes(v[2 * b], d), _mm512_slli_epi32(fp4_codes(v[2 * b + 1], d), 4));
+            _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtepi32_epi8(packed));
+        }
+    }
+}
+
+/* NVFP4's blocks of 64 are four sub-blocks of 16, a vector each: a step
+ * takes four blocks, whose sixteen sub-block maxima one tree finds. */
+void lb__quantize_nvfp4_avx512(const float *restrict src, size_t nb, void *restrict dst)
+{
+    lb__block_nvfp4 *y = dst;
+    for (size_t i = 0; i < nb; i += STEP / 4, src += STEP * 16) {
+        const int n = nb - i < STEP / 4 ? (int)(nb - i) * 4 : STEP; /* sub-blocks in this step */
+        const __m512i signless = _mm512_set1_epi32(0x7FFFFFFF);
+        __m512 v[STEP], m[STEP];
+        uint32_t amax[STEP];
+        for (int k = 0; k < STEP; k++) { /* a sub-block a vector (step_absmax pairs two a block) */
+            v[k] = k < n ? _mm512_loadu_ps(src + 16 * k) : _mm512_setzero_ps();
+            m[k] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[k]), signless));
+        }
+        _mm512_storeu_si512(amax, _mm512_castps_si512(lb__tree16x16_avx512(m, LB__TREE_MAGNITUDE_MAX)));
+        for (int k = 0; k < n; k++) {
+            lb__block_nvfp4 *o = y + i + (size_t)(k / 4);
+            const int sub = k % 4;
+            const uint8_t code = ue4m3_code(lb__f32_from_bits(amax[k]) / 6.0f); /* input is finite */
+            o->d[sub] = code;
+            const __m512i c = fp4_codes(v[k], _mm512_set1_ps(lb__nvfp4_scale_half(code)));
+            /* element j < 8 in the low nibble of byte j, element j + 8 in its high nibble */
+            const __m512i packed = _mm512_or_si512(c, _mm512_slli_epi32(_mm512_shuffle_i32x4(c, c, 0xEE), 4));
+            _mm_storel_epi64((__m128i *)(o->qs + 8 * sub), _mm512_cvtepi32_epi8(packed));
+        }
+    }
+}
 
 int lb__ggml_blocks_avx512_built(void) { return 1; }
 

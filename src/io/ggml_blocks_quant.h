@@ -5,7 +5,9 @@
  * -ffp-contract=off and no fast-math, both builds do each element's IEEE
  * operations in the same order, so the bytes are the same (tested in
  * tests/unit/test_ggml_quants.c); AVX2 only makes the lanes 8 wide. The
- * includer defines LB__QNAME(type) to the name of each function. */
+ * includer defines LB__QNAME(type) to the name of each function, or
+ * LB__QUANT_HELPERS_ONLY for the helpers alone (the AVX-512 build, whose
+ * quantizers are its own). */
 #ifndef LB_IO_GGML_BLOCKS_QUANT_H
 #define LB_IO_GGML_BLOCKS_QUANT_H
 
@@ -13,8 +15,8 @@
 
 #include "io/ggml_blocks.h"
 
-#ifndef LB__QNAME
-#error "define LB__QNAME(type) before including ggml_blocks_quant.h"
+#if !defined(LB__QNAME) && !defined(LB__QUANT_HELPERS_ONLY)
+#error "define LB__QNAME(type) or LB__QUANT_HELPERS_ONLY before including ggml_blocks_quant.h"
 #endif
 
 /* The E2M1 values doubled, indexed by the 4-bit code (gguf's kvalues). */
@@ -133,6 +135,7 @@ static inline void pack_q5(const uint8_t *q, uint8_t *qs, uint8_t *qh)
     qh[0] = (uint8_t)h, qh[1] = (uint8_t)(h >> 8), qh[2] = (uint8_t)(h >> 16), qh[3] = (uint8_t)(h >> 24);
 }
 
+#ifndef LB__QUANT_HELPERS_ONLY
 void LB__QNAME(q8_0)(const float *restrict src, size_t nb, void *restrict dst)
 {
     lb__block_q8_0 *y = dst;
@@ -144,6 +147,7 @@ void LB__QNAME(q8_0)(const float *restrict src, size_t nb, void *restrict dst)
         lb__store_ggml_fp16(y[i].d, d);
     }
 }
+#endif
 
 /* Q4_0 and Q5_0 share the symmetric recipe: d = max / -half, codes
  * trunc(x / d + half + 0.5) clamped above (signed, as ggml's MIN). */
@@ -166,6 +170,7 @@ static inline void symmetric_codes(const float *x, float half, int top, float *d
     *d_out = d;
 }
 
+#ifndef LB__QUANT_HELPERS_ONLY
 void LB__QNAME(q4_0)(const float *restrict src, size_t nb, void *restrict dst)
 {
     lb__block_q4_0 *y = dst;
@@ -177,7 +182,9 @@ void LB__QNAME(q4_0)(const float *restrict src, size_t nb, void *restrict dst)
         pack_nibbles(q, y[i].qs);
     }
 }
+#endif
 
+#ifndef LB__QUANT_HELPERS_ONLY
 void LB__QNAME(q5_0)(const float *restrict src, size_t nb, void *restrict dst)
 {
     lb__block_q5_0 *y = dst;
@@ -189,7 +196,9 @@ void LB__QNAME(q5_0)(const float *restrict src, size_t nb, void *restrict dst)
         pack_q5(q, y[i].qs, y[i].qh);
     }
 }
+#endif
 
+#ifndef LB__QUANT_HELPERS_ONLY
 void LB__QNAME(q4_1)(const float *restrict src, size_t nb, void *restrict dst)
 {
     lb__block_q4_1 *y = dst;
@@ -215,7 +224,9 @@ void LB__QNAME(q4_1)(const float *restrict src, size_t nb, void *restrict dst)
         pack_nibbles(q, y[i].qs);
     }
 }
+#endif
 
+#ifndef LB__QUANT_HELPERS_ONLY
 void LB__QNAME(q5_1)(const float *restrict src, size_t nb, void *restrict dst)
 {
     lb__block_q5_1 *y = dst;
@@ -234,51 +245,68 @@ void LB__QNAME(q5_1)(const float *restrict src, size_t nb, void *restrict dst)
         pack_q5(q, y[i].qs, y[i].qh);
     }
 }
+#endif
 
 /* The nearest doubled E2M1 value to each of x[0..n-1] at scale d (ggml's
- * best_index_mxfp4): the first of equal errors wins. The loop over codes
- * is outside so the loop over elements vectorizes. */
+ * best_index_mxfp4: over the sixteen codes in order, the first of equal
+ * errors |d * v - x| wins). Only eight codes can win for a value, so the
+ * loop tries those on |x|: for x >= 0 a negative code's error is at least
+ * code 0's (-0 ties it, and comes later), and for x < 0 a positive code's
+ * likewise, while code 8 + k's error for x is code k's for -x (negation is
+ * exact), so the winner is |x|'s code k, plus 8 for a negative x when k > 0
+ * (k = 0 stays 0: it precedes code 8). The loop over codes is outside so the
+ * loop over elements vectorizes. */
 static inline void nearest_fp4(const float *x, int n, float d, uint8_t *q)
 {
     /* |error| bits as int32: non-negative floats order like their bits, and
      * 32-bit lanes throughout (no byte lanes mixed in) vectorize best */
     int32_t best[LB__QK], code[LB__QK];
-    for (int j = 0; j < n; j++) code[j] = 0, best[j] = (int32_t)lb__bits_from_f32(fabsf(d * kvalues_fp4[0] - x[j]));
-    for (int k = 1; k < 16; k++) {
+    for (int j = 0; j < n; j++)
+        code[j] = 0, best[j] = (int32_t)lb__bits_from_f32(fabsf(d * kvalues_fp4[0] - fabsf(x[j])));
+    for (int k = 1; k < 8; k++) {
         const float v = d * kvalues_fp4[k];
         for (int j = 0; j < n; j++) {
-            const int32_t err = (int32_t)lb__bits_from_f32(fabsf(v - x[j]));
+            const int32_t err = (int32_t)lb__bits_from_f32(fabsf(v - fabsf(x[j])));
             const int32_t take = -(int32_t)(err < best[j]);
             code[j] = (k & take) | (code[j] & ~take);
             best[j] = (err & take) | (best[j] & ~take);
         }
     }
-    for (int j = 0; j < n; j++) q[j] = (uint8_t)code[j];
+    for (int j = 0; j < n; j++) { /* a negative x's code k > 0 is 8 + k */
+        const int32_t neg = -(int32_t)(lb__bits_from_f32(x[j]) >> 31), nonzero = -(int32_t)(code[j] != 0);
+        q[j] = (uint8_t)(code[j] | (8 & neg & nonzero));
+    }
 }
 
+/* floor(log2(amax)) - 2 + 127 as ggml computes it with log2f; the double
+ * log2 rounded to fp32 gives the same floor for every positive fp32
+ * (checked exhaustively against glibc's log2f), and is numpy's, which the
+ * gguf package uses. A value just under a power of two can round up to it:
+ * this is not the exponent field. Away from that (a normal amax more than
+ * 256 ulps below the next power of two; checked exhaustively too) the floor
+ * is the exponent field less 127, and no log2 is needed. amax: the block's
+ * largest magnitude, as bits. */
+static inline uint8_t mxfp4_exponent(uint32_t amax)
+{
+    const uint32_t exp_field = amax >> 23, man = amax & 0x7FFFFFu;
+    if (exp_field != 0 && man < 0x7FFF00u) return np_cast_u8((float)((int)exp_field - 127) - 2.0f + 127.0f);
+    if (amax != 0) return np_cast_u8(floorf((float)log2((double)lb__f32_from_bits(amax))) - 2.0f + 127.0f);
+    return 0;
+}
+
+#ifndef LB__QUANT_HELPERS_ONLY
 void LB__QNAME(mxfp4)(const float *restrict src, size_t nb, void *restrict dst)
 {
     lb__block_mxfp4 *y = dst;
     for (size_t i = 0; i < nb; i++, src += LB__QK) {
-        const uint32_t amax = absmax_bits(src, LB__QK); /* input is finite */
-        /* floor(log2(amax)) - 2 + 127 as ggml computes it with log2f; the
-         * double log2 rounded to fp32 gives the same floor for every
-         * positive fp32 (checked exhaustively against glibc's log2f), and
-         * is numpy's, which the gguf package uses. A value just under a
-         * power of two can round up to it: this is not the exponent field.
-         * Away from that (a normal amax more than 256 ulps below the next
-         * power of two; checked exhaustively too) the floor is the exponent
-         * field less 127, and no log2 is needed. */
-        uint8_t e = 0;
-        const uint32_t exp_field = amax >> 23, man = amax & 0x7FFFFFu;
-        if (exp_field != 0 && man < 0x7FFF00u) e = np_cast_u8((float)((int)exp_field - 127) - 2.0f + 127.0f);
-        else if (amax != 0) e = np_cast_u8(floorf((float)log2((double)lb__f32_from_bits(amax))) - 2.0f + 127.0f);
+        const uint8_t e = mxfp4_exponent(absmax_bits(src, LB__QK)); /* input is finite */
         uint8_t q[LB__QK];
         nearest_fp4(src, LB__QK, e8m0_half(e), q);
         y[i].e = e;
         pack_nibbles(q, y[i].qs);
     }
 }
+#endif
 
 /* fp32 -> UE4M3 code as ggml rounds a sub-block scale (ggml_fp32_to_ue4m3):
  * clamp to 448; below 2^-6 the subnormal code trunc(x * 512 + 0.5) capped at
@@ -304,6 +332,7 @@ static uint8_t ue4m3_code(float x)
     return (uint8_t)(exp << 3 | man);
 }
 
+#ifndef LB__QUANT_HELPERS_ONLY
 void LB__QNAME(nvfp4)(const float *restrict src, size_t nb, void *restrict dst)
 {
     lb__block_nvfp4 *y = dst;
@@ -318,5 +347,6 @@ void LB__QNAME(nvfp4)(const float *restrict src, size_t nb, void *restrict dst)
         }
     }
 }
+#endif
 
 #endif
