@@ -80,6 +80,7 @@ def main():
     ap.add_argument("--chunks", type=int, default=20)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--sections", default="speed,quality,run")
+    ap.add_argument("--speed-types", default=",".join(SPEED_TYPES), help="comma-separated types the speed section times")
     a = ap.parse_args()
     lb = str((ROOT / a.build / "lowbit").resolve())
     llb = pathlib.Path(a.llamacpp_bin)
@@ -100,7 +101,7 @@ def main():
         print("| type | threads | llama-quantize s | lowbit s | ratio | identical bytes | floor s | "
               "CPU s llama / lowbit | CPU ratio |")
         print("|---|---:|---:|---:|---:|---|---:|---:|---:|")
-        for t in SPEED_TYPES:
+        for t in a.speed_types.split(","):
             for th in (1, 2):
                 ql, qb, qc = d / f"llama-{t}.gguf", d / f"lowbit-{t}.gguf", d / f"copy-{t}.gguf"
                 tl = tb = tf = cl = cb = float("inf")

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "io/ggml_quants.h"
+#include "quant/qkernels.h"
 #include "util/error.h"
 #include "util/parallel.h"
 #include "weights/engine_scales.h"
@@ -23,10 +24,21 @@ lb_status lb__ggml_rows(lb_dtype t, const float *src, size_t rows, size_t cols, 
     return lb__ggml_quantize_rows(t, src, rows, cols, imatrix, dst); /* checks the blocks and finiteness */
 }
 
-float lb__ggml_nvfp4_scale(const float *x, size_t n)
+/* The largest magnitude of x, NaN skipped: the quantizers' block maximum
+ * (vector code on AVX2 and AVX-512: 5x the float loop, which -ftrapping-math
+ * keeps scalar), and where it flags a NaN or infinity, the loop itself. */
+static float absmax_skipping_nan(const float *x, size_t n)
 {
     float amax = 0;
+    if (n && lb__qkernels_get(lb_isa_active())->block_absmax(x, n, n, &amax) == 0) return amax;
+    amax = 0;
     for (size_t k = 0; k < n; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
+    return amax;
+}
+
+float lb__ggml_nvfp4_scale(const float *x, size_t n)
+{
+    const float amax = absmax_skipping_nan(x, n);
     return amax > 0 ? lb__nvfp4_tensor_scale(amax) : 1.0f; /* the engines' convention (weights/engine_scales.h) */
 }
 
