@@ -122,6 +122,11 @@ typedef struct {
     void (*qkx)(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *scale, float *the_min,
                 float rmin, float rdelta, int nstep, int use_mad, int flat_le);
     void (*qx)(int n, int nmax, const float *x, const float *qw, int8_t *L, float *scale);
+    /* The layout the two take, in vector code (n a multiple of 16): groups
+     * g < groups of n values at src + g n into t[16 i + g] (lanes from
+     * groups on repeat group 0), and codes back, dst[g n + i] = t[16 i + g]. */
+    void (*interleave)(const float *src, int n, int groups, float *t);
+    void (*deinterleave)(const uint8_t *t, int n, int groups, uint8_t *dst);
 } lb__ggml_search16;
 
 /* The sixteen-group set for isa (AVX-512 when compiled in), or NULL. */
