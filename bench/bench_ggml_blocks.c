@@ -38,7 +38,8 @@ int main(int argc, char **argv)
         x[i] = i % 97 == 0 ? 12.0f * acc : acc;
     }
     static const struct { const char *name; lb_dtype t; quantizer build[3]; } q[] = {
-#define ROW(type, dt) {#type, dt, {lb__quantize_##type##_scalar, lb__quantize_##type##_avx2, lb__quantize_##type##_avx512}},
+#define ROW(type, dt) \
+    {#type, dt, {lb__quantize_##type##_scalar, lb__quantize_##type##_avx2, lb__quantize_##type##_avx512}},
         ROW(q4_0, LB_DT_Q4_0) ROW(q4_1, LB_DT_Q4_1) ROW(q5_0, LB_DT_Q5_0) ROW(q5_1, LB_DT_Q5_1)
         ROW(q8_0, LB_DT_Q8_0) ROW(mxfp4, LB_DT_MXFP4) ROW(nvfp4, LB_DT_NVFP4)
 #undef ROW

@@ -18,6 +18,7 @@
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -112,15 +113,37 @@ void lb__quantize_q8_0_avx512(const float *restrict src, size_t nb, void *restri
     }
 }
 
+/* The four- and five-bit types' step: each block's scale (and minimum),
+ * and its codes as 32-bit lanes. */
+typedef struct code_step {
+    float d[STEP], min[STEP];   /* min: Q4_1 and Q5_1 only */
+    __m512i lo[STEP], hi[STEP]; /* codes of elements 0..15 and 16..31 */
+} code_step;
+
+/* Four-bit codes: element j's in the low nibble of byte j, j + 16's high. */
+static inline void pack4(const code_step *s, int b, uint8_t *qs)
+{
+    const __m512i packed = _mm512_or_si512(s->lo[b], _mm512_slli_epi32(s->hi[b], 4));
+    _mm_storeu_si128((__m128i *)qs, _mm512_cvtepi32_epi8(packed));
+}
+
+/* Five-bit codes: the low nibbles as pack4, the fifth bits in a
+ * little-endian word (element j's in bit j). */
+static inline void pack5(const code_step *s, int b, uint8_t *qh, uint8_t *qs)
+{
+    const __m512i nibble = _mm512_set1_epi32(0x0F), fifth = _mm512_set1_epi32(0x10);
+    const uint32_t h = (uint32_t)_mm512_test_epi32_mask(s->lo[b], fifth) |
+                       (uint32_t)_mm512_test_epi32_mask(s->hi[b], fifth) << 16;
+    qh[0] = (uint8_t)h, qh[1] = (uint8_t)(h >> 8), qh[2] = (uint8_t)(h >> 16), qh[3] = (uint8_t)(h >> 24);
+    const __m512i packed = _mm512_or_si512(_mm512_and_si512(s->lo[b], nibble),
+                                           _mm512_slli_epi32(_mm512_and_si512(s->hi[b], nibble), 4));
+    _mm_storeu_si128((__m128i *)qs, _mm512_cvtepi32_epi8(packed));
+}
+
 /* Q4_0 and Q5_0 (symmetric_codes): each block's signed maximum (the first
  * value of largest magnitude, +0 for a block of zeros), d = max / -half,
- * its reciprocal, and the codes of both halves as 32-bit lanes. */
-typedef struct sym_step {
-    float d[STEP];
-    __m512i lo[STEP], hi[STEP]; /* codes of elements 0..15 and 16..31 */
-} sym_step;
-
-static inline void symmetric_step(const float *x, int n, float half, int top, sym_step *s)
+ * its reciprocal, and the codes of both halves. */
+static inline void symmetric_step(const float *x, int n, float half, int top, code_step *s)
 {
     __m512 v[2 * STEP];
     __m512i a[2 * STEP];
@@ -151,53 +174,10 @@ static inline void symmetric_step(const float *x, int n, float half, int top, sy
     }
 }
 
-void lb__quantize_q4_0_avx512(const float *restrict src, size_t nb, void *restrict dst)
-{
-    lb__block_q4_0 *y = dst;
-    for (size_t i = 0; i < nb; i += STEP, src += STEP * LB__QK) {
-        const int n = step_blocks(i, nb);
-        sym_step s;
-        symmetric_step(src, n, 8.0f, 15, &s);
-        for (int b = 0; b < n; b++) {
-            lb__block_q4_0 *o = y + i + (size_t)b;
-            lb__store_ggml_fp16(o->d, s.d[b]);
-            const __m512i packed = _mm512_or_si512(s.lo[b], _mm512_slli_epi32(s.hi[b], 4));
-            _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtepi32_epi8(packed));
-        }
-    }
-}
-
-void lb__quantize_q5_0_avx512(const float *restrict src, size_t nb, void *restrict dst)
-{
-    lb__block_q5_0 *y = dst;
-    const __m512i nibble = _mm512_set1_epi32(0x0F), fifth = _mm512_set1_epi32(0x10);
-    for (size_t i = 0; i < nb; i += STEP, src += STEP * LB__QK) {
-        const int n = step_blocks(i, nb);
-        sym_step s;
-        symmetric_step(src, n, 16.0f, 31, &s);
-        for (int b = 0; b < n; b++) {
-            lb__block_q5_0 *o = y + i + (size_t)b;
-            lb__store_ggml_fp16(o->d, s.d[b]);
-            const uint32_t h = (uint32_t)_mm512_test_epi32_mask(s.lo[b], fifth) |
-                               (uint32_t)_mm512_test_epi32_mask(s.hi[b], fifth) << 16;
-            o->qh[0] = (uint8_t)h, o->qh[1] = (uint8_t)(h >> 8), o->qh[2] = (uint8_t)(h >> 16),
-            o->qh[3] = (uint8_t)(h >> 24);
-            const __m512i packed = _mm512_or_si512(_mm512_and_si512(s.lo[b], nibble),
-                                                   _mm512_slli_epi32(_mm512_and_si512(s.hi[b], nibble), 4));
-            _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtepi32_epi8(packed));
-        }
-    }
-}
-
 /* Q4_1 and Q5_1: each block's minimum and maximum as ggml's strict
  * compares find them (min_max: the first of equal values, which differs
  * from a tree's only between -0 and +0), d = (max - min) / top, its
- * reciprocal, and the codes of both halves as 32-bit lanes. */
-typedef struct asym_step {
-    float d[STEP], min[STEP];
-    __m512i lo[STEP], hi[STEP]; /* codes of elements 0..15 and 16..31 */
-} asym_step;
-
+ * reciprocal, and the codes of both halves as 32-bit lanes (code_step). */
 /* The sign a zero extreme takes: that of the block's first zero (the only
  * values equal to it), where the tree may have kept another's. */
 static inline void zero_signs(const __m512 v[2 * STEP], int n, __m512 *ext)
@@ -217,7 +197,7 @@ static inline void zero_signs(const __m512 v[2 * STEP], int n, __m512 *ext)
     *ext = _mm512_loadu_ps(e);
 }
 
-static inline void asym_step_codes(const float *x, int n, float top, int clamp, asym_step *s)
+static inline void asym_step_codes(const float *x, int n, float top, int clamp, code_step *s)
 {
     __m512 v[2 * STEP], lo[STEP], hi[STEP];
     for (int k = 0; k < 2 * STEP; k++) v[k] = k < 2 * n ? _mm512_loadu_ps(x + 16 * k) : _mm512_setzero_ps();
@@ -249,44 +229,51 @@ static inline void asym_step_codes(const float *x, int n, float top, int clamp, 
     }
 }
 
-void lb__quantize_q4_1_avx512(const float *restrict src, size_t nb, void *restrict dst)
+/* Q4_0, Q4_1, Q5_0, Q5_1: the fp16 scale first, then the fp16 minimum
+ * (asymmetric), the fifth bits (five-bit), the nibbles. */
+static inline __attribute__((always_inline)) void four_five(const float *src, size_t nb, uint8_t *dst, int asym,
+                                                            int bits)
 {
-    lb__block_q4_1 *y = dst;
+    const size_t m_at = 2, qh_at = 2 + 2 * (size_t)asym, qs_at = qh_at + (bits == 5 ? 4 : 0), bytes = qs_at + 16;
     for (size_t i = 0; i < nb; i += STEP, src += STEP * LB__QK) {
         const int n = step_blocks(i, nb);
-        asym_step s;
-        asym_step_codes(src, n, 15.0f, 15, &s);
+        code_step s;
+        if (asym) asym_step_codes(src, n, bits == 5 ? 31.0f : 15.0f, bits == 5 ? INT32_MAX : 15, &s);
+        else symmetric_step(src, n, bits == 5 ? 16.0f : 8.0f, bits == 5 ? 31 : 15, &s);
         for (int b = 0; b < n; b++) {
-            lb__block_q4_1 *o = y + i + (size_t)b;
-            lb__store_ggml_fp16(o->d, s.d[b]);
-            lb__store_ggml_fp16(o->m, s.min[b]);
-            const __m512i packed = _mm512_or_si512(s.lo[b], _mm512_slli_epi32(s.hi[b], 4));
-            _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtepi32_epi8(packed));
+            uint8_t *o = dst + (i + (size_t)b) * bytes;
+            lb__store_ggml_fp16(o, s.d[b]);
+            if (asym) lb__store_ggml_fp16(o + m_at, s.min[b]);
+            if (bits == 5) pack5(&s, b, o + qh_at, o + qs_at);
+            else pack4(&s, b, o + qs_at);
         }
     }
 }
 
+/* The layouts four_five writes are ggml_blocks.h's (Q5_1 has no clamp in
+ * ggml: the code's low byte, INT32_MAX above). Each wrapper inlines it
+ * with constant arguments, so its tests fold away. */
+_Static_assert(offsetof(lb__block_q4_0, qs) == 2 && offsetof(lb__block_q4_1, m) == 2 &&
+                   offsetof(lb__block_q4_1, qs) == 4 && offsetof(lb__block_q5_0, qh) == 2 &&
+                   offsetof(lb__block_q5_0, qs) == 6 && offsetof(lb__block_q5_1, m) == 2 &&
+                   offsetof(lb__block_q5_1, qh) == 4 && offsetof(lb__block_q5_1, qs) == 8,
+               "the classic blocks' layouts four_five writes");
+
+void lb__quantize_q4_0_avx512(const float *restrict src, size_t nb, void *restrict dst)
+{
+    four_five(src, nb, dst, 0, 4);
+}
+void lb__quantize_q4_1_avx512(const float *restrict src, size_t nb, void *restrict dst)
+{
+    four_five(src, nb, dst, 1, 4);
+}
+void lb__quantize_q5_0_avx512(const float *restrict src, size_t nb, void *restrict dst)
+{
+    four_five(src, nb, dst, 0, 5);
+}
 void lb__quantize_q5_1_avx512(const float *restrict src, size_t nb, void *restrict dst)
 {
-    lb__block_q5_1 *y = dst;
-    const __m512i nibble = _mm512_set1_epi32(0x0F), fifth = _mm512_set1_epi32(0x10);
-    for (size_t i = 0; i < nb; i += STEP, src += STEP * LB__QK) {
-        const int n = step_blocks(i, nb);
-        asym_step s;
-        asym_step_codes(src, n, 31.0f, INT32_MAX, &s); /* no clamp in ggml: the code's low byte */
-        for (int b = 0; b < n; b++) {
-            lb__block_q5_1 *o = y + i + (size_t)b;
-            lb__store_ggml_fp16(o->d, s.d[b]);
-            lb__store_ggml_fp16(o->m, s.min[b]);
-            const uint32_t h = (uint32_t)_mm512_test_epi32_mask(s.lo[b], fifth) |
-                               (uint32_t)_mm512_test_epi32_mask(s.hi[b], fifth) << 16;
-            o->qh[0] = (uint8_t)h, o->qh[1] = (uint8_t)(h >> 8), o->qh[2] = (uint8_t)(h >> 16),
-            o->qh[3] = (uint8_t)(h >> 24);
-            const __m512i packed = _mm512_or_si512(_mm512_and_si512(s.lo[b], nibble),
-                                                   _mm512_slli_epi32(_mm512_and_si512(s.hi[b], nibble), 4));
-            _mm_storeu_si128((__m128i *)o->qs, _mm512_cvtepi32_epi8(packed));
-        }
-    }
+    four_five(src, nb, dst, 1, 5);
 }
 
 /* MXFP4 and NVFP4: nearest_fp4 on a vector of 16 values at scale d, the
