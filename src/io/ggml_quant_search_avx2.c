@@ -18,6 +18,7 @@
 
 #if defined(__x86_64__) && defined(__AVX2__)
 #include <immintrin.h>
+#include <math.h>
 
 static inline __m256i nearest8(__m256 v)
 {
@@ -221,13 +222,21 @@ static void qx8_avx2(int n, int nmax, const float *x, const float *qw, int8_t *L
 static float qx1_avx2(int n, int nmax, const float *x, int8_t *L, const float *qw)
 {
     float max = 0, amax = 0;
+    int finite = 1;
     for (int i = 0; i < n; ++i) {
         float ax = x[i] < 0 ? -x[i] : x[i];
+        finite &= isfinite(x[i]) != 0;
         if (ax > amax) {
             amax = ax;
             max = x[i];
         }
     }
+    /* This search also runs on derived values (Q3_K's sixteen sub-block
+     * scales), which overflow to infinity (or NaN) for rows with huge
+     * outliers; there a product iscale * x is not a number, which ggml's
+     * nearest_int turns into 0 and qx_code's float rounding and clamp into
+     * -nmax: the scalar function keeps its bits. */
+    if (!finite) return lb__ggml_make_qx_quants(n, nmax, x, L, qw);
     if (amax < LB__GGML_GROUP_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;

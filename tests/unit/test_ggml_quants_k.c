@@ -65,7 +65,8 @@ static double round_trip(size_t t, const float *x, const float *imatrix, uint8_t
  * type and path, under every instruction set this machine has (AVX2's
  * eight lanes; AVX-512's sixteen: two Q4_K/Q5_K super-blocks a call, a
  * super-block's sixteen sub-blocks of Q2_K/Q3_K/Q6_K, sixteen classic
- * blocks), on rows with flat, zero, tiny and outlier sub-blocks, and on
+ * blocks), on rows with flat, zero, tiny and outlier sub-blocks (one so
+ * large that Q3_K's sub-block scales overflow), and on
  * rows whose block counts leave a partial call (an odd number of
  * super-blocks, classic rows of 7, 13 and 29 blocks). */
 static void isa_twins(void)
@@ -83,7 +84,7 @@ static void isa_twins(void)
         if (lb__isa_x86(best) < lb__isa_x86(isa)) continue;
         const char *isa_name = isa == LB_ISA_AVX2 ? "AVX2" : "AVX-512";
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
-            for (int kind = 0; kind < 6; kind++) {
+            for (int kind = 0; kind < 7; kind++) {
                 for (size_t i = 0; i < COLS; i++) {
                     float g = gaussian();
                     switch (kind) {
@@ -92,9 +93,14 @@ static void isa_twins(void)
                     case 2: x[i] = (i / 32) % 2 ? 1.5f : g * 1e-3f; break;        /* constant blocks */
                     case 3: x[i] = i % 97 == 0 ? 200.0f : g; break;                /* outliers */
                     case 4: x[i] = fabsf(g) + 0.25f; break;                        /* no negative value */
+                    case 6: /* a huge outlier among tiny values: Q3_K's weighted sums overflow, and its
+                             * sub-block scales, which the super-block search takes, turn infinite */
+                        x[i] = i % 256 == 33 ? -8.17e18f : g * 1e-20f;
+                        break;
                     default: x[i] = (float)((int)(g * 4)) * 0.5f; break;           /* ties */
                     }
                     im[i] = i % 7 == 0 ? 0.0f : (float)uniform() * 3;
+                    if (kind == 6 && i % 256 == 33) im[i] = 2.0f; /* the outlier's w * x * l past FLT_MAX */
                 }
                 /* the whole row (8 super-blocks, 64 classic blocks), then 3 super-blocks or 29 classic blocks */
                 const size_t lens[] = {COLS, types[t].block == 256 ? 3 * 256 : 29 * 32};
