@@ -309,8 +309,8 @@ void lb__quantize_nvfp4(const float *restrict src, size_t nb, void *restrict dst
 /* The three builds of those seven (ggml_blocks_quant.h): the scalar one,
  * the AVX2 one (ggml_blocks_avx2.c), which exists when
  * lb__ggml_blocks_avx2_built() is 1 (an x86-64 compiler that takes -mavx2),
- * and the AVX-512 one (ggml_blocks_avx512.c: Q8_0, Q4_0, Q5_0 in
- * intrinsics), when lb__ggml_blocks_avx512_built() is 1; where it is not,
+ * and the AVX-512 one (ggml_blocks_avx512.c, in intrinsics), when
+ * lb__ggml_blocks_avx512_built() is 1; where it is not,
  * its names run the AVX2 build. The functions above choose by
  * lb_isa_active; all give the same bytes. */
 #define LB__CLASSIC_QUANTIZERS(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(mxfp4) X(nvfp4)

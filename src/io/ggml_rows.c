@@ -25,8 +25,9 @@ lb_status lb__ggml_rows(lb_dtype t, const float *src, size_t rows, size_t cols, 
 }
 
 /* The largest magnitude of x, NaN skipped: the quantizers' block maximum
- * (vector code on AVX2 and AVX-512: 5x the float loop, which -ftrapping-math
- * keeps scalar), and where it flags a NaN or infinity, the loop itself. */
+ * (vector code on AVX2 and AVX-512; the float loop, which -ftrapping-math
+ * keeps scalar, took 30% of a one-thread NVFP4 GGUF write, this 6%), and
+ * where it flags a NaN or infinity, the loop itself. */
 static float absmax_skipping_nan(const float *x, size_t n)
 {
     float amax = 0;
