@@ -33,14 +33,22 @@
 /* The values of a step's n <= 16 blocks (block b: v[2b], v[2b+1]; zeros
  * past n), their magnitudes' bits in a, and each block's largest in lane
  * b: finite input, whose magnitudes order like their bits (absmax_bits). */
+static inline __m512i magnitude(__m512 v) /* |v|'s bits */
+{
+    return _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF));
+}
+
+/* A step's vectors: the first nvec from x, zeros after (up to 2 * STEP). */
+static inline void load_step(const float *x, int nvec, __m512 v[2 * STEP])
+{
+    for (int k = 0; k < 2 * STEP; k++) v[k] = k < nvec ? _mm512_loadu_ps(x + 16 * k) : _mm512_setzero_ps();
+}
+
 static inline __m512i step_absmax(const float *x, int n, __m512 v[2 * STEP], __m512i a[2 * STEP])
 {
-    const __m512i signless = _mm512_set1_epi32(0x7FFFFFFF);
     __m512 m[STEP];
-    for (int k = 0; k < 2 * STEP; k++) {
-        v[k] = k < 2 * n ? _mm512_loadu_ps(x + 16 * k) : _mm512_setzero_ps();
-        a[k] = _mm512_and_si512(_mm512_castps_si512(v[k]), signless);
-    }
+    load_step(x, 2 * n, v);
+    for (int k = 0; k < 2 * STEP; k++) a[k] = magnitude(v[k]);
     for (int b = 0; b < STEP; b++) m[b] = _mm512_castsi512_ps(_mm512_max_epu32(a[2 * b], a[2 * b + 1]));
     return _mm512_castps_si512(lb__tree16x16_avx512(m, LB__TREE_MAGNITUDE_MAX));
 }
@@ -54,8 +62,16 @@ static inline __m512 reciprocal(__m512 d)
 /* in_int32_mask of each lane's bits: all ones where |v| < 2^31. */
 static inline __m512i in_int32(__m512 v)
 {
-    const __m512i mag = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF));
-    return _mm512_movm_epi32(_mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(0x4F000000)));
+    return _mm512_movm_epi32(_mm512_cmplt_epu32_mask(magnitude(v), _mm512_set1_epi32(0x4F000000)));
+}
+
+/* cast_i8 lane-wise: truncated to int32 (0 where |v| >= 2^31 or NaN), the
+ * low byte as a signed one. Where d and 1/d are finite the codes fit a byte
+ * anyway, and the plain casts of the scalar build give the same. */
+static inline __m512i cast_i8_lanes(__m512 v)
+{
+    const __m512i t = _mm512_cvttps_epi32(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), in_int32(v))));
+    return _mm512_srai_epi32(_mm512_slli_epi32(t, 24), 24);
 }
 
 /* np_round_i8 lane-wise, as 32-bit lanes whose low byte is the code. Its
@@ -65,7 +81,7 @@ static inline __m512i round_i8(__m512 v)
 {
     const __m512i keep = in_int32(v);
     const __m512i u = _mm512_castps_si512(v);
-    const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), keep));
+    const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(magnitude(v), keep));
     const __m512i t = _mm512_cvttps_epi32(a);
     const __m512i frac = _mm512_castps_si512(_mm512_sub_ps(a, _mm512_cvtepi32_ps(t)));
     __m512i r = _mm512_mask_add_epi32(t, _mm512_cmpge_epu32_mask(frac, _mm512_set1_epi32(0x3F000000)), t,
@@ -74,17 +90,13 @@ static inline __m512i round_i8(__m512 v)
     return _mm512_sub_epi32(_mm512_xor_si512(r, neg), neg);
 }
 
-/* symmetric_codes' code of each lane: cast_i8(x * id + bias) (the plain
- * cast is that too wherever 1/d is finite), then min(code, top). The low
- * byte's sign extension mirrors cast_i8; no finite block reaches it (where
- * 1/d is finite the codes lie in 0 .. 2 * half + 1, elsewhere they are 0). */
+/* symmetric_codes' code of each lane: cast_i8(x * id + bias), then
+ * min(code, top). (The low byte's sign extension in cast_i8_lanes no finite
+ * block reaches: where 1/d is finite the codes lie in 0 .. 2 * half + 1,
+ * elsewhere they are 0.) */
 static inline __m512i symmetric_code(__m512 x, __m512 id, __m512 bias, __m512i top)
 {
-    const __m512 v = _mm512_add_ps(_mm512_mul_ps(x, id), bias);
-    const __m512i keep = in_int32(v);
-    const __m512i t = _mm512_cvttps_epi32(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), keep)));
-    const __m512i c = _mm512_srai_epi32(_mm512_slli_epi32(t, 24), 24); /* (int)(int8_t) of the low byte */
-    return _mm512_min_epi32(c, top);
+    return _mm512_min_epi32(cast_i8_lanes(_mm512_add_ps(_mm512_mul_ps(x, id), bias)), top);
 }
 
 /* Blocks in the step that starts at block i of nb: 16, or the rest (a
@@ -200,7 +212,7 @@ static inline void zero_signs(const __m512 v[2 * STEP], int n, __m512 *ext)
 static inline void asym_step_codes(const float *x, int n, float top, int clamp, code_step *s)
 {
     __m512 v[2 * STEP], lo[STEP], hi[STEP];
-    for (int k = 0; k < 2 * STEP; k++) v[k] = k < 2 * n ? _mm512_loadu_ps(x + 16 * k) : _mm512_setzero_ps();
+    load_step(x, 2 * n, v);
     for (int b = 0; b < STEP; b++) {
         lo[b] = _mm512_min_ps(v[2 * b], v[2 * b + 1]);
         hi[b] = _mm512_max_ps(v[2 * b], v[2 * b + 1]);
@@ -218,11 +230,9 @@ static inline void asym_step_codes(const float *x, int n, float top, int clamp, 
     for (int b = 0; b < n; b++) {
         const __m512 id = _mm512_set1_ps(idv[b]), m = _mm512_set1_ps(s->min[b]);
         for (int h = 0; h < 2; h++) {
-            /* cast_i8 / np_cast_u8 of (x - min) * id + 0.5 (the plain cast where d and 1/d are finite) */
+            /* cast_i8 (Q4_1) / np_cast_u8 (Q5_1: the same low byte) of (x - min) * id + 0.5 */
             const __m512 y = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v[2 * b + h], m), id), half);
-            const __m512i keep = in_int32(y);
-            const __m512i t = _mm512_cvttps_epi32(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(y), keep)));
-            const __m512i c = _mm512_min_epi32(_mm512_srai_epi32(_mm512_slli_epi32(t, 24), 24), cap);
+            const __m512i c = _mm512_min_epi32(cast_i8_lanes(y), cap);
             if (h) s->hi[b] = c;
             else s->lo[b] = c;
         }
@@ -281,13 +291,12 @@ void lb__quantize_q5_1_avx512(const float *restrict src, size_t nb, void *restri
  * (the first of equal rounded errors wins), then 8 + k for a negative x. */
 static inline __m512i fp4_codes(__m512 x, __m512 d)
 {
-    const __m512i signless = _mm512_set1_epi32(0x7FFFFFFF);
-    const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), signless));
+    const __m512 a = _mm512_castsi512_ps(magnitude(x));
     __m512i best = _mm512_castps_si512(a), code = _mm512_setzero_si512(); /* code 0: |0 * d - |x|| = |x| */
     static const float doubled[8] = {0, 1, 2, 3, 4, 6, 8, 12};
     for (int k = 1; k < 8; k++) {
         const __m512 v = _mm512_mul_ps(d, _mm512_set1_ps(doubled[k]));
-        const __m512i err = _mm512_and_si512(_mm512_castps_si512(_mm512_sub_ps(v, a)), signless);
+        const __m512i err = magnitude(_mm512_sub_ps(v, a));
         const __mmask16 take = _mm512_cmplt_epi32_mask(err, best);
         code = _mm512_mask_mov_epi32(code, take, _mm512_set1_epi32(k));
         best = _mm512_mask_mov_epi32(best, take, err);
@@ -323,13 +332,10 @@ void lb__quantize_nvfp4_avx512(const float *restrict src, size_t nb, void *restr
     lb__block_nvfp4 *y = dst;
     for (size_t i = 0; i < nb; i += STEP / 4, src += STEP * 16) {
         const int n = nb - i < STEP / 4 ? (int)(nb - i) * 4 : STEP; /* sub-blocks in this step */
-        const __m512i signless = _mm512_set1_epi32(0x7FFFFFFF);
-        __m512 v[STEP], m[STEP];
+        __m512 v[2 * STEP], m[STEP];
         uint32_t amax[STEP];
-        for (int k = 0; k < STEP; k++) { /* a sub-block a vector (step_absmax pairs two a block) */
-            v[k] = k < n ? _mm512_loadu_ps(src + 16 * k) : _mm512_setzero_ps();
-            m[k] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[k]), signless));
-        }
+        load_step(src, n, v); /* a sub-block a vector (step_absmax pairs two a block) */
+        for (int k = 0; k < STEP; k++) m[k] = _mm512_castsi512_ps(magnitude(v[k]));
         _mm512_storeu_si512(amax, _mm512_castps_si512(lb__tree16x16_avx512(m, LB__TREE_MAGNITUDE_MAX)));
         for (int k = 0; k < n; k++) {
             lb__block_nvfp4 *o = y + i + (size_t)(k / 4);

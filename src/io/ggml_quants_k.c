@@ -96,7 +96,8 @@ static void groups_search(const searches *S, const search_kind *k, int groups, i
         const int lanes = S->s16 && groups - g0 > 8 ? 16 : 8, m = groups - g0 < lanes ? groups - g0 : lanes;
         const size_t at = (size_t)g0 * (size_t)n;
         const float *wl = w ? wt : NULL;
-        if (lanes == 16 && n % 16 == 0) { /* the AVX-512 set's transposes */
+        const int transposes = lanes == 16 && n % 16 == 0; /* the AVX-512 set's, in and out */
+        if (transposes) {
             S->s16->interleave(x + at, n, m, xt);
             if (w) S->s16->interleave(w + at, n, m, wt);
         } else {
@@ -108,7 +109,7 @@ static void groups_search(const searches *S, const search_kind *k, int groups, i
         else if (k->asym) S->s8->qkx(n, k->nmax, xt, wl, Lt, sc, mn, k->rmin, k->rdelta, k->nstep, k->use_mad, k->flat_le);
         else if (lanes == 16) S->s16->qx(n, k->nmax, xt, wl, (int8_t *)Lt, sc);
         else S->s8->qx(n, k->nmax, xt, wl, (int8_t *)Lt, sc);
-        if (lanes == 16 && n % 16 == 0) S->s16->deinterleave(Lt, n, m, L + at);
+        if (transposes) S->s16->deinterleave(Lt, n, m, L + at);
         else deinterleave(Lt, n, m, lanes, L + at);
         for (int g = 0; g < m; ++g) {
             scale[g0 + g] = sc[g];
