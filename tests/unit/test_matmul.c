@@ -223,7 +223,10 @@ static void check_runner(void)
 int main(void)
 {
     static const size_t shapes[][3] = {{1, 1, 1},   {3, 5, 7},    {13, 33, 17}, {8, 32, 64}, {17, 65, 129},
-                                       {9, 100, 3}, {2, 31, 1000}, {1, 97, 576}, {25, 48, 40}, {4, 7, 0}};
+                                       {9, 100, 3}, {2, 31, 1000}, {1, 97, 576}, {25, 48, 40}, {4, 7, 0},
+                                       /* X packed by two threads, its rows in two L2 groups, a last
+                                        * partial row block (matmul.c: pack_blocks, rows_per_group) */
+                                       {203, 33, 700}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check_shape(shapes[i][0], shapes[i][1], shapes[i][2]);
     check_runner();
     return check_summary();
