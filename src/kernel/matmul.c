@@ -92,6 +92,13 @@ static lb_status scalar_panels(void *ctx, size_t p0, size_t p1)
     return st;
 }
 
+/* Values of k a kernel call takes: a slice of a panel is KC x 32 floats
+ * (32 KiB), which with an 8-row block of X (8 KiB) fits a 48 KiB L1; a
+ * whole panel of SmolLM2's 576 or 1536 inputs does not (72, 192 KiB).
+ * One thread, 512 rows: 576 x 1536 122-126 -> 125-143 GFLOP/s, 576 x 576
+ * 147-155 -> 157-163 (alternated), same bits. */
+#define KC 256
+
 /* Rows of X a thread keeps hot in L2 while it walks its panels: about
  * 512 KiB of packed X (half of a 1 MiB L2), a whole number of row
  * blocks. Every group streams all the thread's panels once more, which
@@ -108,11 +115,18 @@ static size_t rows_per_group(size_t in, size_t mr)
 static void panel_rows(const mm_job *j, const float *panel, size_t p, size_t r0, size_t r1)
 {
     size_t mr = j->k->mr, o0 = p * LB__MM_NR, ncols = j->out - o0 < LB__MM_NR ? j->out - o0 : LB__MM_NR;
-    for (size_t r = r0; r < r1; r += mr) {
-        size_t rows = r1 - r < mr ? r1 - r : mr;
-        /* row block r starts at r * in in the packed X (blocks hold mr
-         * rows each, the last one fewer) */
-        j->k->block(j->xp + r * j->in, rows, j->in, panel, j->y + r * j->out + o0, j->out, ncols);
+    /* the panel in slices of KC values of k, each against every row block
+     * while it sits in L1, the sums carried in Y between slices (the same
+     * order of additions: matmul.h) */
+    for (size_t k0 = 0; k0 < j->in; k0 += KC) {
+        size_t kn = j->in - k0 < KC ? j->in - k0 : KC;
+        for (size_t r = r0; r < r1; r += mr) {
+            /* row block r starts at r * in in the packed X (blocks hold mr
+             * rows each, the last one fewer), its slice k0 * rows later */
+            size_t rows = r1 - r < mr ? r1 - r : mr;
+            j->k->block(j->xp + r * j->in + k0 * rows, rows, kn, panel + k0 * LB__MM_NR, j->y + r * j->out + o0, j->out,
+                        ncols, k0 > 0);
+        }
     }
 }
 

@@ -61,10 +61,13 @@ lb_status lb__matmul_source(const float *x, size_t n, size_t out, size_t in, con
 /* A vector kernel set: the row block it keeps in registers, and the call
  * computing rows [0, mr) (1 <= mr <= MR) of X, packed k-major
  * (xp[k*mr + r] = X[r][k]), against one panel into y[r*ldy + j] for the
- * first ncols (<= NR) columns. */
+ * first ncols (<= NR) columns: the sums over k < in started from 0, or
+ * with acc != 0 from the values already in y (a later slice of k adds
+ * on, in the same order as one call over all of k would). */
 typedef struct lb__mm_kernel {
     size_t mr;
-    void (*block)(const float *xp, size_t mr, size_t in, const float *panel, float *y, size_t ldy, size_t ncols);
+    void (*block)(const float *xp, size_t mr, size_t in, const float *panel, float *y, size_t ldy, size_t ncols,
+                  int acc);
 } lb__mm_kernel;
 
 extern const lb__mm_kernel lb__mm_avx512; /* .block NULL when not compiled */

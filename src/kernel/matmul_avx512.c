@@ -14,7 +14,12 @@
  * that every compiler keeps the 16 accumulators in registers; mr is a
  * constant after inlining, so the row tests fold away. */
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-#define DECL(r) __m512 a##r##0 = _mm512_setzero_ps(), a##r##1 = _mm512_setzero_ps();
+#define DECL(r)                                                                                 \
+    __m512 a##r##0 = _mm512_setzero_ps(), a##r##1 = _mm512_setzero_ps();                       \
+    if (acc && mr > r) {                                                                        \
+        a##r##0 = _mm512_maskz_loadu_ps(m0, y + r * ldy);                                       \
+        a##r##1 = _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);                                  \
+    }
 #define STEP(r)                                             \
     if (mr > r) {                                           \
         __m512 xv = _mm512_set1_ps(xk[r]);                  \
@@ -28,7 +33,7 @@
     }
 
 static inline __attribute__((always_inline)) void block_n(const float *xp, size_t mr, size_t in, const float *panel,
-                                                          float *y, size_t ldy, __mmask16 m0, __mmask16 m1)
+                                                          float *y, size_t ldy, __mmask16 m0, __mmask16 m1, int acc)
 {
     ROWS(DECL)
     for (size_t k = 0; k < in; k++) {
@@ -39,19 +44,20 @@ static inline __attribute__((always_inline)) void block_n(const float *xp, size_
     ROWS(STORE)
 }
 
-static void block(const float *xp, size_t mr, size_t in, const float *panel, float *y, size_t ldy, size_t ncols)
+static void block(const float *xp, size_t mr, size_t in, const float *panel, float *y, size_t ldy, size_t ncols,
+                  int acc)
 {
     __mmask16 m0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
     __mmask16 m1 = ncols >= 32 ? 0xFFFF : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
     switch (mr) {
-    case 8: block_n(xp, 8, in, panel, y, ldy, m0, m1); break;
-    case 7: block_n(xp, 7, in, panel, y, ldy, m0, m1); break;
-    case 6: block_n(xp, 6, in, panel, y, ldy, m0, m1); break;
-    case 5: block_n(xp, 5, in, panel, y, ldy, m0, m1); break;
-    case 4: block_n(xp, 4, in, panel, y, ldy, m0, m1); break;
-    case 3: block_n(xp, 3, in, panel, y, ldy, m0, m1); break;
-    case 2: block_n(xp, 2, in, panel, y, ldy, m0, m1); break;
-    default: block_n(xp, 1, in, panel, y, ldy, m0, m1); break;
+    case 8: block_n(xp, 8, in, panel, y, ldy, m0, m1, acc); break;
+    case 7: block_n(xp, 7, in, panel, y, ldy, m0, m1, acc); break;
+    case 6: block_n(xp, 6, in, panel, y, ldy, m0, m1, acc); break;
+    case 5: block_n(xp, 5, in, panel, y, ldy, m0, m1, acc); break;
+    case 4: block_n(xp, 4, in, panel, y, ldy, m0, m1, acc); break;
+    case 3: block_n(xp, 3, in, panel, y, ldy, m0, m1, acc); break;
+    case 2: block_n(xp, 2, in, panel, y, ldy, m0, m1, acc); break;
+    default: block_n(xp, 1, in, panel, y, ldy, m0, m1, acc); break;
     }
 }
 
