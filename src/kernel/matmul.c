@@ -151,17 +151,17 @@ static lb_status vector_panels(void *ctx, size_t p0, size_t p1)
     return LB_OK;
 }
 
-/* X into blocks of mr rows, each k-major: block b holds, for each k, its
- * rows' X[r][k] side by side, so the kernel's broadcasts walk forward. */
-/* One block of R rows (a constant after inlining): for each k the R
- * values side by side, written in order (one store stream, R load
- * streams), which the compiler turns into vector shuffles for R = 8. */
+/* One block of R rows (a constant after inlining for the kernels' full
+ * blocks): for each k the R values side by side, written in order (one
+ * store stream, R load streams). */
 static inline __attribute__((always_inline)) void pack_rows(const float *x, size_t in, size_t R, float *dst)
 {
     for (size_t k = 0; k < in; k++)
         for (size_t r = 0; r < R; r++) dst[k * R + r] = x[r * in + k];
 }
 
+/* X into blocks of mr rows, each k-major: block b holds, for each k, its
+ * rows' X[r][k] side by side, so the kernel's broadcasts walk forward. */
 static void pack_x(const float *x, size_t n, size_t in, size_t mr, float *xp)
 {
     for (size_t b = 0; b < n; b += mr) {
