@@ -166,6 +166,9 @@ static void pack_x(const float *x, size_t n, size_t in, size_t mr, float *xp)
 {
     for (size_t b = 0; b < n; b += mr) {
         size_t rows = n - b < mr ? n - b : mr;
+        /* the kernels' full blocks (AVX-512 8 rows, AVX2 6) with R a
+         * constant: 10% faster than the general loop on a copy-bound
+         * 512 x 32 x 576 product (one thread, 92-101 vs 82-89 GFLOP/s) */
         if (rows == 8) pack_rows(x + b * in, in, 8, xp + b * in);
         else if (rows == 6) pack_rows(x + b * in, in, 6, xp + b * in);
         else pack_rows(x + b * in, in, rows, xp + b * in);
